@@ -1,0 +1,29 @@
+# Each target sets itself up on a fresh machine: a local virtual environment with CPU PyTorch.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# The CPU wheel of torch (no multi-GB CUDA download). On a GPU machine, install the project yourself.
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: demo test bench gpu-test clean
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q "setuptools>=64"
+	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q --no-build-isolation -e ".[test,demo,bench]"
+	touch $@
+
+demo: $(VENV)/.installed
+	$(PY) -m attention.demo
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q -m "not gpu" -p no:cacheprovider
+
+gpu-test:
+	python3 -m pytest -q -m gpu tests
+
+bench:
+	python3 -m benchmarks.run_all
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,118 @@
+"""The fused backend: our Triton kernels (``attention.kernels``), forward only.
+
+One kernel launch serves prefill, chunked prefill, decode and mixed batches, reading bshd/sbhd/thd
+through strides and KV caches through the page table. What it does not do is declared below, so
+selection sends such calls elsewhere (and an explicit ``backend="fused"`` request says why).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+
+import torch
+
+from attention.backends.base import AttentionCall, Backend, Capabilities
+from attention.masks import is_causal
+from attention.params import AttentionParams
+
+_HALF = frozenset({torch.float16, torch.bfloat16})
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@functools.cache
+def _triton_reason() -> str | None:
+    if importlib.util.find_spec("triton") is None:
+        return "triton is not installed (pip install triton)"
+    from attention.kernels import triton_available
+
+    return triton_available()
+
+
+class FusedBackend(Backend):
+    name = "fused"
+    capabilities = Capabilities(
+        dtypes=_HALF | {torch.float32},
+        device_types=frozenset({"cuda", "cpu"}),
+        min_compute_capability=(8, 0),
+        mask_types=frozenset(
+            {"no_mask", "padding", "causal", "padding_causal", "causal_bottom_right", "padding_causal_bottom_right"}
+        ),
+        max_head_dim=256,
+        head_dim_multiple=8,
+        bias_types=frozenset({"no_bias", "alibi"}),
+        dropout=False,
+        backward=False,
+        cuda_graphs=True,
+        tolerances={torch.float32: (1e-4, 1e-4), torch.float16: (2e-3, 2e-3), torch.bfloat16: (1e-2, 1e-2)},
+    )
+
+    def availability_reason(self) -> str | None:
+        return _triton_reason()
+
+    def extra_reasons(self, params: AttentionParams) -> list[str]:
+        reasons = []
+        if params.dtype == torch.float32 and not _interpreting():
+            reasons.append("float32 runs only under TRITON_INTERPRET=1 (tests); use float16 or bfloat16")
+        return reasons
+
+    def forward(self, call: AttentionCall) -> torch.Tensor:
+        from attention.kernels import attention_forward
+
+        p = call.params
+        q = call.query
+        q_starts = None
+        if p.qkv_format == "thd":
+            batch = call.cu_seqlens_q.numel() - 1
+            q4 = q.unsqueeze(0).expand(batch, -1, -1, -1)
+            q_starts = (call.cu_seqlens_q_padded if call.cu_seqlens_q_padded is not None else call.cu_seqlens_q)[:-1]
+            total_q = q.shape[0]
+        else:
+            q4 = q if p.qkv_format == "bshd" else q.transpose(0, 1)
+            batch = q4.shape[0]
+            total_q = batch * q4.shape[1]
+
+        page_table = None
+        kv_starts = None
+        if p.kv_cache == "paged":
+            k4, v4 = call.key, call.value
+            page_table = call.page_table[:batch]
+        elif p.kv_cache == "non_paged":
+            k4, v4 = call.key[:batch], call.value[:batch]
+        elif p.kv_format == "thd":
+            k4 = call.key.unsqueeze(0).expand(batch, -1, -1, -1)
+            v4 = call.value.unsqueeze(0).expand(batch, -1, -1, -1)
+            kv_starts = (call.cu_seqlens_kv_padded if call.cu_seqlens_kv_padded is not None else call.cu_seqlens_kv)[:-1]
+        else:
+            k4 = call.key if p.kv_format == "bshd" else call.key.transpose(0, 1)
+            v4 = call.value if p.kv_format == "bshd" else call.value.transpose(0, 1)
+
+        # Rows of padding tokens are never written by the kernel: start from zeros when any exist.
+        padded = "padding" in p.attn_mask_type or p.pad_between_seqs or p.kv_cache != "none"
+        alloc = torch.zeros if padded else torch.empty
+        out = alloc(q.shape[:-1] + (p.head_dim_v,), dtype=q.dtype, device=q.device)
+        out4 = out.unsqueeze(0).expand(batch, -1, -1, -1) if p.qkv_format == "thd" else (
+            out if p.qkv_format == "bshd" else out.transpose(0, 1)
+        )
+        attention_forward(
+            q4, k4, v4, out4,
+            cu_seqlens_q=call.cu_seqlens_q[: batch + 1],
+            cu_seqlens_kv=call.cu_seqlens_kv[: batch + 1],
+            q_start=q_starts,
+            kv_start=kv_starts,
+            page_table=page_table,
+            max_seqlen_q=call.max_seqlen_q,
+            max_seqlen_kv=call.max_seqlen_kv,
+            total_q=total_q,
+            softmax_scale=call.softmax_scale,
+            causal=is_causal(p.attn_mask_type),
+            window_size=p.window_size,
+            bottom_right=p.bottom_right_diagonal,
+            alibi_slopes=call.alibi_slopes,
+            softmax_offset=call.softmax_offset,
+        )
+        return out

@@ -1,0 +1,104 @@
+"""The unfused backend: attention in plain PyTorch, the executable specification.
+
+Every feature, any device, any float dtype (softmax in fp32 for half inputs), autograd included.
+All formats are brought to padded ``[b, s, h, d]``, one explicit mask is built, and the result is
+written back in the query's format with padded rows zero.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from attention.backends.base import ALL_MASKS, AttentionCall, Backend, Capabilities
+from attention.formats import from_padded, to_padded, valid_token_mask
+from attention.masks import is_causal
+
+
+class UnfusedBackend(Backend):
+    name = "unfused"
+    capabilities = Capabilities(
+        dtypes=frozenset({torch.float32, torch.float16, torch.bfloat16, torch.float64}),
+        device_types=frozenset({"cuda", "cpu", "mps", "xpu", "meta"}),
+        mask_types=ALL_MASKS,
+        cuda_graphs=False,
+        tolerances={torch.float32: (1e-5, 1e-5), torch.float16: (1e-3, 1e-3), torch.bfloat16: (1e-2, 1e-2)},
+    )
+
+    def forward(self, call: AttentionCall) -> torch.Tensor:
+        p = call.params
+        q, k, v = self._padded_inputs(call)                  # [b, s_q, h, d], [b, s_kv, h_kv, d]
+        b, s_q, h, _ = q.shape
+        s_kv, h_kv = k.shape[1], k.shape[2]
+        compute_dtype = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+        qf, kf, vf = (t.to(compute_dtype).transpose(1, 2) for t in (q, k, v))   # [b, h, s, d]
+        if h != h_kv:
+            kf = kf.repeat_interleave(h // h_kv, dim=1)
+            vf = vf.repeat_interleave(h // h_kv, dim=1)
+
+        scores = torch.matmul(qf, kf.transpose(-1, -2))      # [b, h, s_q, s_kv]
+        bias = call.core_attention_bias
+        if p.core_attention_bias_type == "pre_scale_bias":
+            scores = (scores + bias.to(compute_dtype)) * call.softmax_scale
+        else:
+            scores = scores * call.softmax_scale
+            if p.core_attention_bias_type == "post_scale_bias":
+                scores = scores + bias.to(compute_dtype)
+
+        len_q = call.cu_seqlens_q[1 : b + 1] - call.cu_seqlens_q[:b]
+        len_kv = call.cu_seqlens_kv[1 : b + 1] - call.cu_seqlens_kv[:b]
+        offset = (len_kv - len_q) if p.bottom_right_diagonal else torch.zeros_like(len_q)
+        rows = torch.arange(s_q, device=q.device)[None, :, None] + offset[:, None, None]  # i + off
+        cols = torch.arange(s_kv, device=q.device)[None, None, :]
+        if call.alibi_slopes is not None:
+            slopes = call.alibi_slopes.to(compute_dtype)
+            slopes = slopes[None, :, None, None] if slopes.dim() == 1 else slopes[:b, :, None, None]
+            scores = scores - slopes * (rows - cols).abs()[:, None].to(compute_dtype)
+
+        visible = valid_token_mask(call.cu_seqlens_kv[: b + 1], s_kv)[:, None, :]      # [b, 1, s_kv]
+        left, right = p.window_size
+        if is_causal(p.attn_mask_type):
+            right = 0
+        if right >= 0:
+            visible = visible & (cols <= rows + right)
+        if left >= 0:
+            visible = visible & (cols >= rows - left)
+        visible = visible[:, None]                            # [b, 1, s_q, s_kv]
+        if call.attention_mask is not None:
+            visible = visible & ~call.attention_mask
+        scores = scores.masked_fill(~visible, float("-inf"))
+
+        if call.softmax_offset is not None:
+            sink = call.softmax_offset.to(compute_dtype)[None, :, None, None].expand(b, h, s_q, 1)
+            scores = torch.cat([scores, sink], dim=-1)
+        row_max = scores.amax(dim=-1, keepdim=True).detach()
+        row_max = torch.where(torch.isinf(row_max), torch.zeros_like(row_max), row_max)
+        weights = torch.exp(scores - row_max)
+        denom = weights.sum(dim=-1, keepdim=True)
+        probs = weights / torch.where(denom == 0, torch.ones_like(denom), denom)
+        if call.softmax_offset is not None:
+            probs = probs[..., :-1]
+        if call.dropout_p > 0:
+            probs = F.dropout(probs, p=call.dropout_p, training=True)
+
+        out = torch.matmul(probs, vf).transpose(1, 2)          # [b, s_q, h, d_v]
+        out = out * valid_token_mask(call.cu_seqlens_q[: b + 1], s_q)[..., None, None]
+        out = out.to(q.dtype)
+        num_tokens = call.query.shape[0]
+        return from_padded(out, p.qkv_format, call.cu_seqlens_q[: b + 1], num_tokens, call.cu_seqlens_q_padded)
+
+    @staticmethod
+    def _padded_inputs(call: AttentionCall) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        p = call.params
+        b = p.batch_size
+        cu_q = call.cu_seqlens_q[: b + 1]
+        q = to_padded(call.query, p.qkv_format, cu_q, call.max_seqlen_q, call.cu_seqlens_q_padded)
+        if p.kv_cache == "paged":
+            k, v = call.inference_params.convert_paged_to_nonpaged(call.layer_number)
+        elif p.kv_cache == "non_paged":
+            k, v = call.key, call.value
+        else:
+            cu_kv = call.cu_seqlens_kv[: b + 1]
+            k = to_padded(call.key, p.kv_format, cu_kv, call.max_seqlen_kv, call.cu_seqlens_kv_padded)
+            v = to_padded(call.value, p.kv_format, cu_kv, call.max_seqlen_kv, call.cu_seqlens_kv_padded)
+        return q, k[:b], v[:b]

@@ -1,0 +1,323 @@
+"""DotProductAttention: normalise inputs -> (KV-cache step) -> select a backend -> run it.
+
+The constructor and ``forward`` follow TransformerEngine's names and semantics; ``backend=`` is
+ours (a name or a priority list: fused, flash, flash2, flash3, flash4, unfused).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from attention import inputs, selection
+from attention.backends.base import AttentionCall
+from attention.formats import batch_and_seqlen, check_format, full_cu_seqlens
+from attention.masks import check_set_window_size, has_padding, normalize_mask_type, resolve_bottom_right
+from attention.params import AttentionParams
+
+
+@functools.lru_cache(maxsize=16)
+def _compute_capability(device: torch.device) -> tuple[int, int] | None:
+    return torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+
+
+class DotProductAttention(nn.Module):
+    """``softmax(scale * Q Kᵀ + bias + mask) V`` on the fastest backend that can run the call.
+
+    Shapes: bshd ``[b, s, h, d]``, sbhd ``[s, b, h, d]``, thd ``[t, h, d]`` (sequences concatenated,
+    described by ``cu_seqlens``). The output keeps the query's format with heads flattened:
+    ``[b, s_q, h*d_v]``, ``[s_q, b, h*d_v]`` or ``[t_q, h*d_v]``; padded query rows are zero.
+
+    Example::
+
+        attn = DotProductAttention(num_attention_heads=32, kv_channels=128, num_gqa_groups=8,
+                                   qkv_format="bshd", attn_mask_type="causal")
+        out = attn(q, k, v)            # q [2, 1024, 32, 128], k/v [2, 1024, 8, 128] -> [2, 1024, 4096]
+        print(attn.last_backend)       # "fused" on an H200, "unfused" on a CPU
+
+    Raises ``ValueError`` for bad inputs (naming the argument) and when no backend can run the call
+    ("No dot product attention backend is available ...", with every backend's reasons).
+    """
+
+    def __init__(
+        self,
+        num_attention_heads: int,
+        kv_channels: int | tuple[int, int],
+        num_gqa_groups: int | None = None,
+        attention_dropout: float = 0.0,
+        qkv_format: str = "sbhd",
+        attn_mask_type: str = "causal",
+        window_size: tuple[int, int] | None = None,
+        softmax_scale: float | None = None,
+        layer_number: int | None = None,
+        attention_type: str = "self",
+        softmax_type: str = "vanilla",
+        bottom_right_diagonal: bool | None = None,
+        backend: str | Sequence[str] | None = None,
+    ) -> None:
+        super().__init__()
+        self.num_attention_heads = int(num_attention_heads)
+        self.num_gqa_groups = int(num_gqa_groups or num_attention_heads)
+        if self.num_gqa_groups < 1 or self.num_attention_heads % self.num_gqa_groups:
+            raise ValueError(
+                f"num_gqa_groups must divide num_attention_heads={num_attention_heads}; got {num_gqa_groups}"
+            )
+        if isinstance(kv_channels, int):
+            self.head_dim_qk = self.head_dim_v = kv_channels
+        elif isinstance(kv_channels, (tuple, list)) and len(kv_channels) == 2:
+            self.head_dim_qk, self.head_dim_v = int(kv_channels[0]), int(kv_channels[1])
+        else:
+            raise ValueError(f"kv_channels must be an int or a (d_qk, d_v) pair; got {kv_channels!r}")
+        if not 0.0 <= attention_dropout < 1.0:
+            raise ValueError(f"attention_dropout must be in [0, 1); got {attention_dropout}")
+        self.attention_dropout = float(attention_dropout)
+        self.qkv_format = check_format(qkv_format)
+        self.attn_mask_type = normalize_mask_type(attn_mask_type)
+        self.window_size = check_set_window_size(self.attn_mask_type, window_size)
+        self.softmax_scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(self.head_dim_qk)
+        self.layer_number = 1 if layer_number is None else int(layer_number)
+        if attention_type not in ("self", "cross"):
+            raise ValueError(f"attention_type must be 'self' or 'cross'; got {attention_type!r}")
+        self.attention_type = attention_type
+        if softmax_type not in inputs.SOFTMAX_TYPES:
+            raise ValueError(f"softmax_type must be one of {inputs.SOFTMAX_TYPES}; got {softmax_type!r}")
+        self.softmax_type = softmax_type
+        if softmax_type == "learnable":
+            self.softmax_offset = nn.Parameter(torch.zeros(self.num_attention_heads))
+        elif softmax_type == "off-by-one":
+            self.register_buffer("softmax_offset", torch.zeros(self.num_attention_heads), persistent=False)
+        else:
+            self.softmax_offset = None
+        self.bottom_right_diagonal = bottom_right_diagonal
+        self.backend = selection.expand_names(backend, "backend") if backend is not None else None
+        self.deterministic = (
+            os.environ.get("NVTE_ALLOW_NONDETERMINISTIC_ALGO", "1") == "0" or torch.are_deterministic_algorithms_enabled()
+        )
+        self.last_backend: str | None = None
+
+    def extra_repr(self) -> str:
+        return (
+            f"heads={self.num_attention_heads}, gqa_groups={self.num_gqa_groups}, "
+            f"kv_channels=({self.head_dim_qk}, {self.head_dim_v}), qkv_format={self.qkv_format}, "
+            f"attn_mask_type={self.attn_mask_type}, backend={self.backend}"
+        )
+
+    def forward(
+        self,
+        query_layer: torch.Tensor,
+        key_layer: torch.Tensor,
+        value_layer: torch.Tensor,
+        attention_mask: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
+        qkv_format: str | None = None,
+        cu_seqlens_q: torch.Tensor | None = None,
+        cu_seqlens_kv: torch.Tensor | None = None,
+        cu_seqlens_q_padded: torch.Tensor | None = None,
+        cu_seqlens_kv_padded: torch.Tensor | None = None,
+        max_seqlen_q: int | None = None,
+        max_seqlen_kv: int | None = None,
+        attn_mask_type: str | None = None,
+        window_size: tuple[int, int] | None = None,
+        core_attention_bias_type: str = "no_bias",
+        core_attention_bias: torch.Tensor | None = None,
+        alibi_slopes: torch.Tensor | None = None,
+        inference_params: Any = None,
+        pad_between_seqs: bool | None = None,
+        bottom_right_diagonal: bool | None = None,
+    ) -> torch.Tensor:
+        """Run attention; see the class docstring for shapes. ``inference_params`` appends k/v to its
+        cache for ``layer_number`` and attends over the whole cache (padding masks only)."""
+        call = self._prepare(**{k: v for k, v in locals().items() if k not in ("self", "__class__")})
+        backend = selection.select(call.params, self.backend)
+        self.last_backend = backend.name
+        out = backend.forward(call)
+        return out.reshape(out.shape[:-2] + (-1,))
+
+    def explain(self, query_layer: torch.Tensor, key_layer: torch.Tensor, value_layer: torch.Tensor, **kwargs: Any) -> str:
+        """What ``forward`` with these arguments would choose and why, without running (the KV cache
+        is not touched)."""
+        call = self._prepare(query_layer, key_layer, value_layer, dry_run=True, **kwargs)
+        return selection.explain_params(call.params, self.backend)
+
+    def _prepare(
+        self,
+        query_layer: torch.Tensor,
+        key_layer: torch.Tensor,
+        value_layer: torch.Tensor,
+        attention_mask: Any = None,
+        qkv_format: str | None = None,
+        cu_seqlens_q: torch.Tensor | None = None,
+        cu_seqlens_kv: torch.Tensor | None = None,
+        cu_seqlens_q_padded: torch.Tensor | None = None,
+        cu_seqlens_kv_padded: torch.Tensor | None = None,
+        max_seqlen_q: int | None = None,
+        max_seqlen_kv: int | None = None,
+        attn_mask_type: str | None = None,
+        window_size: tuple[int, int] | None = None,
+        core_attention_bias_type: str = "no_bias",
+        core_attention_bias: torch.Tensor | None = None,
+        alibi_slopes: torch.Tensor | None = None,
+        inference_params: Any = None,
+        pad_between_seqs: bool | None = None,
+        bottom_right_diagonal: bool | None = None,
+        dry_run: bool = False,
+    ) -> AttentionCall:
+        q, k, v = query_layer, key_layer, value_layer
+        fmt = check_format(qkv_format or self.qkv_format)
+        inputs.check_qkv(q, k, v, fmt, self.num_attention_heads, self.num_gqa_groups, self.head_dim_qk, self.head_dim_v)
+        device = q.device
+        mask_type = normalize_mask_type(attn_mask_type or self.attn_mask_type)
+        if inference_params is not None:
+            if not has_padding(mask_type):
+                raise ValueError(
+                    "attn_mask_type must be a padding mask (padding, padding_causal, padding_causal_bottom_right) "
+                    f"with inference_params (KV caching); got {mask_type!r}"
+                )
+            if mask_type == "padding_causal":
+                mask_type = "padding_causal_bottom_right"
+        window = check_set_window_size(mask_type, window_size if window_size is not None else self.window_size)
+        bottom_right = resolve_bottom_right(
+            mask_type, bottom_right_diagonal if bottom_right_diagonal is not None else self.bottom_right_diagonal
+        )
+        for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_kv", cu_seqlens_kv),
+                         ("cu_seqlens_q_padded", cu_seqlens_q_padded), ("cu_seqlens_kv_padded", cu_seqlens_kv_padded)):
+            inputs.check_cu_seqlens(name, cu, device)
+        self_attention = self.attention_type == "self"
+
+        if fmt == "thd":
+            if not has_padding(mask_type):
+                raise ValueError(f"qkv_format='thd' needs a padding mask type (padding, padding_causal, ...); got {mask_type!r}")
+            if cu_seqlens_q is None or (cu_seqlens_kv is None and inference_params is None and not self_attention):
+                raise ValueError("qkv_format='thd' requires cu_seqlens_q and cu_seqlens_kv (int32 [b+1])")
+            if cu_seqlens_kv is None:
+                cu_seqlens_kv = cu_seqlens_q
+            if pad_between_seqs is None:
+                pad_between_seqs = (cu_seqlens_q_padded is not None and cu_seqlens_q_padded is not cu_seqlens_q) or (
+                    cu_seqlens_kv_padded is not None and cu_seqlens_kv_padded is not cu_seqlens_kv
+                )
+            batch = cu_seqlens_q.numel() - 1
+            if max_seqlen_q is None:   # host sync; pass max_seqlen_q to avoid it
+                max_seqlen_q = int((cu_seqlens_q_padded if cu_seqlens_q_padded is not None else cu_seqlens_q).diff().max())
+            if max_seqlen_kv is None and inference_params is None:
+                max_seqlen_kv = int((cu_seqlens_kv_padded if cu_seqlens_kv_padded is not None else cu_seqlens_kv).diff().max())
+        else:
+            batch, seqlen_q = batch_and_seqlen(q, fmt)
+            seqlen_kv = batch_and_seqlen(k, fmt)[1]
+            max_seqlen_q, max_seqlen_kv = seqlen_q, seqlen_kv
+            pad_between_seqs = False
+            cu_seqlens_q_padded = cu_seqlens_kv_padded = None
+            if has_padding(mask_type) and inference_params is None:
+                if cu_seqlens_q is None or cu_seqlens_kv is None:
+                    from_mask = inputs.padding_cu_seqlens(attention_mask, batch, seqlen_q, seqlen_kv, device, self_attention)
+                    if cu_seqlens_q is not None and self_attention and seqlen_q == seqlen_kv:
+                        from_mask = (cu_seqlens_q, cu_seqlens_q)
+                    cu_seqlens_q = cu_seqlens_q if cu_seqlens_q is not None else from_mask[0]
+                    cu_seqlens_kv = cu_seqlens_kv if cu_seqlens_kv is not None else from_mask[1]
+            elif inference_params is None:
+                cu_seqlens_q = full_cu_seqlens(batch, seqlen_q, device)
+                cu_seqlens_kv = full_cu_seqlens(batch, seqlen_kv, device)
+
+        kv_cache, page_size, page_table, kv_format = "none", None, None, fmt
+        if inference_params is not None:
+            ip = inference_params
+            if fmt != "thd" and batch != ip.batch_size:
+                raise ValueError(
+                    f"query_layer batch size {batch} must equal inference_params.batch_size={ip.batch_size} "
+                    "(the sequences of the last pre_step)"
+                )
+            kv_cache = "paged" if ip.is_paged else "non_paged"
+            page_size = ip.page_size if ip.is_paged else None
+            kv_format = "paged" if ip.is_paged else "bshd"
+            if fmt == "thd" and max_seqlen_q is None:
+                max_seqlen_q = getattr(ip, "max_ctx_len", None) or max_seqlen_q
+            if dry_run:
+                cu_seqlens_q, cu_seqlens_kv = ip.cu_seqlens_q, ip.cu_seqlens_kv
+                max_seqlen_kv = ip.max_sequence_length
+            else:
+                k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_kv, _ = ip.step(self.layer_number, k, v, fmt)
+            if fmt == "thd":
+                batch = cu_seqlens_q.numel() - 1
+            if ip.is_paged:
+                page_table = ip.cache_manager.page_table
+            cu_seqlens_q_padded = cu_seqlens_kv_padded = None
+            pad_between_seqs = False
+
+        bias_shape = inputs.check_bias(
+            core_attention_bias_type, core_attention_bias, alibi_slopes, batch, self.num_attention_heads,
+            max_seqlen_q, max_seqlen_kv,
+        )
+        if core_attention_bias_type == "alibi" and alibi_slopes is None:
+            alibi_slopes = inputs.alibi_slopes_tensor(self.num_attention_heads, device)
+        elif alibi_slopes is not None:
+            alibi_slopes = alibi_slopes.to(device=device, dtype=torch.float32)
+        if mask_type == "arbitrary":
+            if not isinstance(attention_mask, torch.Tensor) or attention_mask.dtype != torch.bool:
+                raise ValueError("attention_mask must be a bool tensor broadcastable to [b, h, s_q, s_kv] (True = masked) "
+                                 "for attn_mask_type='arbitrary'")
+        dropout_p = self.attention_dropout if self.training else 0.0
+        requires_grad = torch.is_grad_enabled() and (
+            any(t.requires_grad for t in (q, k, v))
+            or (core_attention_bias is not None and core_attention_bias.requires_grad)
+            or (self.softmax_type == "learnable" and self.softmax_offset.requires_grad)
+        )
+        capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        params = AttentionParams(
+            dtype=q.dtype,
+            device_type=device.type,
+            compute_capability=_compute_capability(device),
+            qkv_format=fmt,
+            kv_format=kv_format,
+            batch_size=batch,
+            num_heads=self.num_attention_heads,
+            num_gqa_groups=self.num_gqa_groups,
+            head_dim_qk=self.head_dim_qk,
+            head_dim_v=self.head_dim_v,
+            max_seqlen_q=int(max_seqlen_q),
+            max_seqlen_kv=int(max_seqlen_kv),
+            attn_mask_type=mask_type,
+            window_size=window,
+            bottom_right_diagonal=bottom_right,
+            core_attention_bias_type=core_attention_bias_type,
+            core_attention_bias_shape=bias_shape,
+            alibi_slopes_shape=tuple(alibi_slopes.shape) if alibi_slopes is not None else None,
+            softmax_type=self.softmax_type,
+            attention_dropout=dropout_p,
+            requires_grad=requires_grad,
+            deterministic=self.deterministic,
+            pad_between_seqs=bool(pad_between_seqs),
+            kv_cache=kv_cache,
+            page_size=page_size,
+            cuda_graph_capture=capturing,
+        )
+        return AttentionCall(
+            params=params,
+            query=q,
+            key=k,
+            value=v,
+            cu_seqlens_q=cu_seqlens_q,
+            cu_seqlens_kv=cu_seqlens_kv,
+            cu_seqlens_q_padded=cu_seqlens_q_padded,
+            cu_seqlens_kv_padded=cu_seqlens_kv_padded,
+            max_seqlen_q=int(max_seqlen_q),
+            max_seqlen_kv=int(max_seqlen_kv),
+            softmax_scale=self.softmax_scale,
+            dropout_p=dropout_p,
+            attention_mask=attention_mask if mask_type == "arbitrary" else None,
+            core_attention_bias=core_attention_bias,
+            alibi_slopes=alibi_slopes,
+            softmax_offset=self.softmax_offset,
+            page_table=page_table,
+            inference_params=inference_params,
+            layer_number=self.layer_number,
+        )
+
+
+def explain(module: DotProductAttention, query_layer: torch.Tensor, key_layer: torch.Tensor,
+            value_layer: torch.Tensor, **forward_kwargs: Any) -> str:
+    """``module.explain(...)``: the backend ``module(query_layer, ...)`` would run and every reason."""
+    return module.explain(query_layer, key_layer, value_layer, **forward_kwargs)

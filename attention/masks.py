@@ -1,0 +1,103 @@
+"""Mask types, sliding windows and ALiBi slopes, with TransformerEngine's normalisation rules.
+
+Conventions (TE's): a window is ``(left, right)``; query ``i`` may attend key ``j`` when
+``i + off - left <= j <= i + off + right`` where ``off`` is the diagonal offset (``s_kv - s_q`` for
+bottom-right alignment, ``0`` for top-left) and ``-1`` leaves that side unbounded.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+logger = logging.getLogger("attention")
+
+MASK_TYPES = (
+    "no_mask",
+    "padding",
+    "causal",
+    "padding_causal",
+    "causal_bottom_right",
+    "padding_causal_bottom_right",
+    "arbitrary",
+)
+
+_ALIASES = {"causal_padding": "padding_causal", "causal_padding_bottom_right": "padding_causal_bottom_right"}
+
+
+def normalize_mask_type(attn_mask_type: str) -> str:
+    """Return the canonical mask name: commas become ``_`` and ``causal_padding`` -> ``padding_causal``.
+
+    >>> normalize_mask_type("padding,causal")
+    'padding_causal'
+    """
+    if not isinstance(attn_mask_type, str):
+        raise ValueError(f"attn_mask_type must be a string, one of {MASK_TYPES}; got {attn_mask_type!r}")
+    name = attn_mask_type.strip().lower().replace(",", "_")
+    name = _ALIASES.get(name, name)
+    if name not in MASK_TYPES:
+        raise ValueError(f"attn_mask_type must be one of {MASK_TYPES} (commas allowed); got {attn_mask_type!r}")
+    return name
+
+
+def is_causal(attn_mask_type: str) -> bool:
+    return "causal" in attn_mask_type
+
+
+def has_padding(attn_mask_type: str) -> bool:
+    return "padding" in attn_mask_type
+
+
+def check_set_window_size(attn_mask_type: str, window_size: tuple[int, int] | None) -> tuple[int, int]:
+    """Normalise ``window_size`` for a mask type, as TE's ``check_set_window_size`` does.
+
+    Causal masks take ``(-1, 0)`` or ``(left >= 0, 0)``: ``None`` becomes ``(-1, 0)`` and a non-zero
+    right side is forced to 0 with a warning. Other masks take ``(-1, -1)`` or ``(>= 0, >= 0)``:
+    ``None`` becomes ``(-1, -1)`` and ``(-1, 0)`` becomes ``(-1, -1)`` with a warning.
+    Any other negative value is a ``ValueError``.
+    """
+    if window_size is not None:
+        if len(window_size) != 2 or not all(isinstance(w, int) for w in window_size):
+            raise ValueError(f"window_size must be a (left, right) pair of ints; got {window_size!r}")
+        left, right = int(window_size[0]), int(window_size[1])
+        if left < -1 or right < -1:
+            raise ValueError(f"window_size values must be >= -1 (-1 = unbounded); got {window_size!r}")
+    if is_causal(attn_mask_type):
+        if window_size is None:
+            return (-1, 0)
+        if right != 0:
+            logger.warning("window_size=%s has right != 0 for mask %s; using (%d, 0)", window_size, attn_mask_type, left)
+        return (left, 0)
+    if window_size is None:
+        return (-1, -1)
+    if (left, right) == (-1, 0):
+        logger.warning("window_size=(-1, 0) with mask %s is not causal; using (-1, -1)", attn_mask_type)
+        return (-1, -1)
+    if (left == -1) != (right == -1):
+        raise ValueError(
+            f"window_size for mask {attn_mask_type!r} must be (-1, -1) or two values >= 0; got {window_size!r}"
+        )
+    return (left, right)
+
+
+def resolve_bottom_right(attn_mask_type: str, bottom_right_diagonal: bool | None) -> bool:
+    """Diagonal alignment: top-left for ``causal``/``padding_causal``, bottom-right for ``*_bottom_right``,
+    else ``bottom_right_diagonal`` (default bottom-right)."""
+    if attn_mask_type in ("causal", "padding_causal"):
+        return False
+    if attn_mask_type.endswith("bottom_right"):
+        return True
+    return True if bottom_right_diagonal is None else bool(bottom_right_diagonal)
+
+
+def is_trivial_window(window_size: tuple[int, int]) -> bool:
+    """True when the window adds nothing beyond the mask type (no limit, or plain causal)."""
+    return window_size[0] == -1 and window_size[1] in (-1, 0)
+
+
+def default_alibi_slopes(num_heads: int) -> list[float]:
+    """ALiBi slopes of the paper (and TE): geometric in the largest power of two <= heads, then interleaved."""
+    n = 2 ** int(math.floor(math.log2(num_heads)))
+    slopes = [2.0 ** (-8.0 * k / n) for k in range(1, n + 1)]
+    slopes += [2.0 ** (-4.0 * (2 * m - 1) / n) for m in range(1, num_heads - n + 1)]
+    return slopes

@@ -1,0 +1,197 @@
+"""Backend registry, priority, environment variables and the cached choice.
+
+Precedence, highest first: the module's ``backend=`` argument, then ``use_backends(...)`` around a
+block of code, then the environment (``NVTE_*``), then the automatic priority. A backend named by
+the user never falls back: if it cannot run the call, the error says why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import logging
+import os
+from collections.abc import Iterator, Sequence
+
+from attention.backends.base import Backend
+from attention.params import AttentionParams
+
+logger = logging.getLogger("attention")
+
+#: Automatic priority. Within the flash family, TE prefers v3 on Hopper, then v4, then v2.
+PRIORITY = ("fused", "flash3", "flash4", "flash2", "unfused")
+FAMILIES = {"flash": ("flash3", "flash4", "flash2")}
+BACKEND_NAMES = PRIORITY + tuple(FAMILIES)
+
+#: Environment switches (TE's names): "0" disables, "1" allows.
+ENV_SWITCHES = {
+    "NVTE_FUSED_ATTN": ("fused",),
+    "NVTE_FLASH_ATTN": FAMILIES["flash"],
+    "NVTE_FLASH_ATTN_V2": ("flash2",),
+    "NVTE_FLASH_ATTN_V3": ("flash3",),
+    "NVTE_FLASH_ATTN_V4": ("flash4",),
+    "NVTE_UNFUSED_ATTN": ("unfused",),
+}
+
+NO_BACKEND = "No dot product attention backend is available for the provided inputs."
+
+_context_backends: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar(
+    "attention_backends", default=None
+)
+
+
+@functools.cache
+def registry() -> dict[str, Backend]:
+    """Name -> backend instance. Backends import their optional packages lazily, never here."""
+    from attention.backends.flash import Flash2Backend, Flash3Backend, Flash4Backend
+    from attention.backends.fused import FusedBackend
+    from attention.backends.unfused import UnfusedBackend
+
+    backends = [FusedBackend(), Flash2Backend(), Flash3Backend(), Flash4Backend(), UnfusedBackend()]
+    return {b.name: b for b in backends}
+
+
+def expand_names(names: str | Sequence[str], argument: str = "backend") -> tuple[str, ...]:
+    """``"flash"`` -> its generations; validates every name. Keeps the given order."""
+    if isinstance(names, str):
+        names = [n.strip() for n in names.split(",") if n.strip()]
+    if not names:
+        raise ValueError(f"{argument} must name at least one backend of {BACKEND_NAMES}")
+    out: list[str] = []
+    for name in names:
+        if name not in BACKEND_NAMES:
+            raise ValueError(f"{argument}: unknown backend {name!r}; valid names are {BACKEND_NAMES}")
+        for member in FAMILIES.get(name, (name,)):
+            if member not in out:
+                out.append(member)
+    return tuple(out)
+
+
+@contextlib.contextmanager
+def use_backends(*names: str) -> Iterator[None]:
+    """Restrict and order the backends for a block of code (below a module's own ``backend=``).
+
+    >>> with use_backends("fused", "unfused"):
+    ...     out = attn(q, k, v)
+    """
+    token = _context_backends.set(expand_names(list(names), "use_backends"))
+    try:
+        yield
+    finally:
+        _context_backends.reset(token)
+
+
+def env_flag(name: str) -> bool:
+    value = os.environ.get(name, "1")
+    if value not in ("0", "1"):
+        raise ValueError(f"environment variable {name} must be 0 or 1; got {value!r}")
+    return value == "1"
+
+
+def env_disabled() -> tuple[str, ...]:
+    """Backends the ``NVTE_*`` switches turn off, in priority order."""
+    off = {member for var, members in ENV_SWITCHES.items() if not env_flag(var) for member in members}
+    return tuple(n for n in PRIORITY if n in off)
+
+
+def candidates(requested: tuple[str, ...] | None) -> tuple[tuple[str, ...], str]:
+    """The ordered backends to try and where that list came from (for messages)."""
+    if requested:
+        return requested, "backend= argument"
+    from_context = _context_backends.get()
+    if from_context:
+        return from_context, "use_backends()"
+    disabled = env_disabled()
+    return tuple(n for n in PRIORITY if n not in disabled), "automatic priority" + (
+        f" (disabled by environment: {', '.join(disabled)})" if disabled else ""
+    )
+
+
+def all_reasons(params: AttentionParams, names: Sequence[str]) -> dict[str, list[str]]:
+    backends = registry()
+    return {name: backends[name].support_reasons(params) for name in names}
+
+
+def format_reasons(params: AttentionParams, reasons: dict[str, list[str]], source: str) -> str:
+    lines = [f"Inputs:\n{params.describe()}", f"Backends tried ({source}):"]
+    for name, why in reasons.items():
+        if why:
+            lines.append(f"  {name} is not supported because:")
+            lines.extend(f"    - {r}" for r in why)
+        else:
+            lines.append(f"  {name}: can run these inputs")
+    return "\n".join(lines)
+
+
+@functools.lru_cache(maxsize=256)
+def _select(params: AttentionParams, names: tuple[str, ...], source: str, explicit: bool) -> str:
+    reasons: dict[str, list[str]] = {}
+    for name in names:
+        reasons[name] = registry()[name].support_reasons(params)
+        if not reasons[name]:
+            logger.info("Running with %s backend (%s) for %s", name, source, _short(params))
+            logger.debug("%s", format_reasons(params, reasons, source))
+            return name
+    if explicit:
+        raise ValueError(
+            f"Backend {', '.join(names)} was requested ({source}) but cannot run these inputs; "
+            f"it never falls back to another backend.\n{format_reasons(params, reasons, source)}"
+        )
+    raise ValueError(
+        f"{NO_BACKEND} Set NVTE_DEBUG=1 NVTE_DEBUG_LEVEL=2 to log every choice.\n"
+        f"{format_reasons(params, reasons, source)}"
+    )
+
+
+def select(params: AttentionParams, requested: tuple[str, ...] | None = None) -> Backend:
+    """The backend for ``params`` (cached per params and candidate list). Raises ``ValueError``."""
+    configure_logging()
+    names, source = candidates(requested)
+    explicit = not source.startswith("automatic")
+    return registry()[_select(params, names, source, explicit)]
+
+
+def explain_params(params: AttentionParams, requested: tuple[str, ...] | None = None) -> str:
+    """The text selection would log or raise for ``params``, plus the choice; runs nothing."""
+    names, source = candidates(requested)
+    reasons = all_reasons(params, names)
+    chosen = next((n for n in names if not reasons[n]), None)
+    head = f"Selected backend: {chosen}" if chosen else NO_BACKEND
+    return f"{head}\n{format_reasons(params, reasons, source)}"
+
+
+def clear_cache() -> None:
+    """Forget cached choices (after installing a package, say). Env changes need no clearing."""
+    _select.cache_clear()
+
+
+def _short(p: AttentionParams) -> str:
+    return (
+        f"{p.qkv_format}/{p.kv_format} {str(p.dtype).replace('torch.', '')} b={p.batch_size} "
+        f"h={p.num_heads}/{p.num_gqa_groups} d={p.head_dim_qk}/{p.head_dim_v} "
+        f"s={p.max_seqlen_q}/{p.max_seqlen_kv} mask={p.attn_mask_type} kv_cache={p.kv_cache}"
+    )
+
+
+_LOG_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG}
+_handler: logging.Handler | None = None
+
+
+def configure_logging() -> None:
+    """Honour ``NVTE_DEBUG``/``NVTE_DEBUG_LEVEL``: level = warning/info/debug for 0/1/2.
+
+    Without NVTE_DEBUG=1 the library installs no handler and leaves the logger to the app.
+    """
+    global _handler
+    if os.environ.get("NVTE_DEBUG", "0") != "1":
+        return
+    try:
+        level = int(os.environ.get("NVTE_DEBUG_LEVEL", "0"))
+    except ValueError:
+        raise ValueError("environment variable NVTE_DEBUG_LEVEL must be 0, 1 or 2") from None
+    logger.setLevel(_LOG_LEVELS.get(min(max(level, 0), 2)))
+    if _handler is None:
+        _handler = logging.StreamHandler()
+        _handler.setFormatter(logging.Formatter("[%(levelname)s | %(name)s]: %(message)s"))
+        logger.addHandler(_handler)

@@ -1,0 +1,38 @@
+"""Shared pytest configuration: the ``gpu`` marker, the Triton interpreter on CPU, a fixed seed."""
+
+import os
+
+import pytest
+import torch
+
+# Without a GPU the Triton kernels run in the interpreter (slow, for correctness only). This has to
+# happen before anything imports triton.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (run on the lent H200)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (run `pytest -m gpu` on the H200)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def seed() -> None:
+    """Seed torch's RNG so every test sees the same random tensors."""
+    torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _clean_nvte_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests start with no NVTE_* switches set, whatever the shell has."""
+    for name in list(os.environ):
+        if name.startswith("NVTE_"):
+            monkeypatch.delenv(name)
