@@ -1,0 +1,195 @@
+"""Backend selection: priority walk, precedence, NVTE_* switches, errors, explain(), cache, logging."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+import attention
+from attention import selection
+from attention.backends.base import Backend, Capabilities
+from attention.params import AttentionParams
+
+
+class FakeBackend(Backend):
+    """A backend that runs when ``can_run`` and counts how often selection asked it."""
+
+    capabilities = Capabilities(dtypes=frozenset({torch.float32}), device_types=frozenset({"cpu"}))
+
+    def __init__(self, name: str, can_run: bool = True):
+        self.name = name
+        self.can_run = can_run
+        self.asked = 0
+        self.ran = 0
+
+    def extra_reasons(self, params):
+        self.asked += 1
+        return [] if self.can_run else [f"{self.name} refuses on purpose"]
+
+    def forward(self, call):
+        self.ran += 1
+        q = call.query
+        return q.new_zeros(q.shape[:-1] + (call.params.head_dim_v,))
+
+
+@pytest.fixture
+def fakes(monkeypatch):
+    backends = {name: FakeBackend(name) for name in selection.PRIORITY}
+    monkeypatch.setattr(selection, "registry", lambda: backends)
+    selection.clear_cache()
+    yield backends
+    selection.clear_cache()
+
+
+PARAMS = AttentionParams(dtype=torch.float32, device_type="cpu")
+
+
+def make_inputs():
+    q = torch.randn(1, 4, 2, 8)
+    return q, torch.randn(1, 4, 2, 8), torch.randn(1, 4, 2, 8)
+
+
+def module(**kwargs):
+    return attention.DotProductAttention(2, 8, qkv_format="bshd", attn_mask_type="causal", **kwargs)
+
+
+def test_automatic_priority_takes_first_runnable(fakes):
+    fakes["fused"].can_run = False
+    assert selection.select(PARAMS).name == "flash3"
+
+
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({"NVTE_FUSED_ATTN": "0"}, "flash3"),
+        ({"NVTE_FUSED_ATTN": "0", "NVTE_FLASH_ATTN": "0"}, "unfused"),
+        ({"NVTE_FUSED_ATTN": "0", "NVTE_FLASH_ATTN_V3": "0"}, "flash4"),
+        ({"NVTE_FUSED_ATTN": "0", "NVTE_FLASH_ATTN_V3": "0", "NVTE_FLASH_ATTN_V4": "0"}, "flash2"),
+        ({"NVTE_FUSED_ATTN": "1"}, "fused"),
+    ],
+)
+def test_environment_switches(fakes, monkeypatch, env, expected):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert selection.select(PARAMS).name == expected
+
+
+@pytest.mark.parametrize("value", ["2", "yes", ""])
+def test_bad_env_value_names_the_variable(fakes, monkeypatch, value):
+    monkeypatch.setenv("NVTE_UNFUSED_ATTN", value)
+    with pytest.raises(ValueError, match="NVTE_UNFUSED_ATTN"):
+        selection.select(PARAMS)
+
+
+def test_nothing_runs_lists_inputs_and_every_reason(fakes, monkeypatch):
+    monkeypatch.setenv("NVTE_UNFUSED_ATTN", "0")
+    for backend in fakes.values():
+        backend.can_run = False
+    with pytest.raises(ValueError) as err:
+        selection.select(PARAMS)
+    text = str(err.value)
+    assert text.startswith("No dot product attention backend is available")
+    assert "head_dim_qk = 64" in text                      # the inputs
+    for name in ("fused", "flash3", "flash4", "flash2"):
+        assert f"{name} refuses on purpose" in text
+    assert "disabled by environment: unfused" in text
+
+
+def test_precedence_constructor_over_context_over_env(fakes, monkeypatch):
+    q, k, v = make_inputs()
+    monkeypatch.setenv("NVTE_FUSED_ATTN", "0")
+    auto, pinned = module(), module(backend="fused")
+    auto(q, k, v)
+    assert auto.last_backend == "flash3"                   # environment
+    with attention.use_backends("flash2", "unfused"):
+        auto(q, k, v)
+        assert auto.last_backend == "flash2"               # context manager beats environment
+        pinned(q, k, v)
+        assert pinned.last_backend == "fused"              # constructor beats both
+    auto(q, k, v)
+    assert auto.last_backend == "flash3"                   # context restored on exit
+
+
+def test_family_name_expands_to_generations(fakes):
+    fakes["flash3"].can_run = False
+    attn = module(backend="flash")
+    attn(*make_inputs())
+    assert attn.last_backend == "flash4"
+    assert selection.expand_names("flash, unfused") == ("flash3", "flash4", "flash2", "unfused")
+
+
+def test_requested_backend_never_falls_back(fakes):
+    fakes["fused"].can_run = False
+    attn = module(backend="fused")
+    with pytest.raises(ValueError, match="fused refuses on purpose") as err:
+        attn(*make_inputs())
+    assert "never falls back" in str(err.value)
+    assert fakes["unfused"].ran == 0
+
+
+@pytest.mark.parametrize("bad", ["cudnn", ["fused", "xformers"], ""])
+def test_unknown_backend_name(bad):
+    with pytest.raises(ValueError, match="backend"):
+        module(backend=bad)
+    with pytest.raises(ValueError, match="use_backends"):
+        with attention.use_backends(*([bad] if isinstance(bad, str) else bad)):
+            pass
+
+
+def test_explain_says_why_without_running(fakes):
+    fakes["fused"].can_run = False
+    attn = module()
+    text = attn.explain(*make_inputs())
+    assert text.startswith("Selected backend: flash3")
+    assert "fused is not supported because:\n    - fused refuses on purpose" in text
+    assert all(b.ran == 0 for b in fakes.values())
+    assert attention.explain(attn, *make_inputs()) == text
+
+
+def test_selection_is_cached_per_params(fakes):
+    fakes["fused"].can_run = False
+    other = AttentionParams(dtype=torch.float32, device_type="cpu", max_seqlen_q=1)
+    for _ in range(5):                                     # alternating prefill/decode-like params
+        selection.select(PARAMS)
+        selection.select(other)
+    assert fakes["fused"].asked == 2 and fakes["flash3"].asked == 2
+
+
+def test_info_once_per_configuration_and_debug_reasons(fakes, monkeypatch, caplog):
+    fakes["fused"].can_run = False
+    monkeypatch.setenv("NVTE_DEBUG", "1")
+    monkeypatch.setenv("NVTE_DEBUG_LEVEL", "2")
+    with caplog.at_level(logging.DEBUG, logger="attention"):
+        for _ in range(3):
+            selection.select(PARAMS)
+    infos = [r for r in caplog.records if r.levelno == logging.INFO]
+    debugs = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert len(infos) == 1 and "Running with flash3 backend" in infos[0].getMessage()
+    assert any("fused refuses on purpose" in m for m in debugs)
+
+
+def test_debug_level_maps_to_logger_level(fakes, monkeypatch):
+    monkeypatch.setenv("NVTE_DEBUG", "1")
+    for level, expected in (("0", logging.WARNING), ("1", logging.INFO), ("2", logging.DEBUG)):
+        monkeypatch.setenv("NVTE_DEBUG_LEVEL", level)
+        selection.configure_logging()
+        assert logging.getLogger("attention").level == expected
+
+
+def test_real_registry_on_cpu_explains_fused_and_flash():
+    """On this CPU-only machine (or any machine) the reasons are honest strings."""
+    attn = module()
+    q, k, v = make_inputs()
+    text = attn.explain(q.half(), k.half(), v.half()) if torch.cuda.is_available() else attn.explain(q, k, v)
+    assert "Selected backend:" in text
+    if not torch.cuda.is_available():
+        assert "flash2 is not supported because:" in text and "needs a cuda device" in text
+
+
+def test_python_m_attention_reports_backends():
+    from attention.__main__ import report
+
+    text = report()
+    assert "torch:" in text and "unfused  available" in text
