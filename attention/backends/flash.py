@@ -1,0 +1,523 @@
+"""flash-attn adapters: v2 (``flash_attn``), v3 (``flash_attn_interface``), v4 (``flash_attn.cute``).
+
+Each generation is a :class:`Backend` named ``flash2``/``flash3``/``flash4``; selection expands the
+family name ``flash`` to them. The capability sheets carry the limits that are plain data; the
+rest (causal alignment, the v2 256-token block rule, v3's MLA pairs, v4's own head-dim validator,
+version lower bounds) are ``extra_reasons``. Packages are imported lazily (``flash_probe``).
+
+Call paths (all produce the query's format, heads not flattened, padded query rows zero):
+
+- bshd/sbhd without padding: ``flash_attn_func`` on bshd (sbhd is a transposed view).
+- bshd/sbhd with a padding mask: pack real tokens by index, ``flash_attn_varlen_func``, unpack.
+- thd: ``flash_attn_varlen_func`` (v3/v4 take ``cu_seqlens_*_padded`` + ``seqused_*`` for padding
+  between sequences); rows owned by no sequence are zeroed.
+- KV cache (TE 4.7): the query goes to thd; v2 ``flash_attn_varlen_func(block_table=...)`` (a
+  non-paged cache is a table of one whole-row block per sequence), v3 ``flash_attn_with_kvcache``,
+  v4 ``flash_attn_varlen_func(seqused_k=..., page_table=...)`` (non-paged: the batched cache).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from attention.backends import flash_probe
+from attention.backends.base import ALL_MASKS, AttentionCall, Backend, Capabilities
+from attention.backends.flash_packing import pack_padded, unpack_to_padded, zero_rows_outside_sequences
+from attention.masks import has_padding, is_causal, is_trivial_window, resolve_bottom_right
+from attention.params import AttentionParams
+
+_HALF = frozenset({torch.float16, torch.bfloat16})
+_FLASH_MASKS = ALL_MASKS - {"arbitrary"}
+_TOLERANCES = {torch.bfloat16: (1e-2, 1e-2), torch.float16: (2e-3, 2e-3)}
+
+#: flash-attn 2 lower bounds (TE's install-hint table); never upper caps.
+V2_MIN = (2, 1, 1)
+V2_WINDOW = (2, 3)
+V2_ALIBI = (2, 4)
+V2_DETERMINISTIC = (2, 4, 1)
+V2_BLOCK_TABLE = (2, 5)
+V2_BLACKWELL = (2, 7, 3)
+V2_BLOCK = 256
+#: Archs on which flash-attn 2 runs head dims above 192 (TE's list).
+V2_LARGE_HEAD_DIM_ARCHS = frozenset({(8, 0), (9, 0), (10, 0), (12, 0)})
+
+_V4_NO_PAGED_SM90 = "paged KV not supported on SM 9.0"
+
+
+def _first(result: Any) -> Tensor:
+    """flash functions return ``out`` or ``(out, lse, ...)`` depending on generation and release."""
+    return result[0] if isinstance(result, (tuple, list)) else result
+
+
+def _given(**kwargs: Any) -> dict[str, Any]:
+    """Keyword arguments minus the ``None`` ones, so older releases lacking an option still accept the call."""
+    return {key: value for key, value in kwargs.items() if value is not None}
+
+
+def _fit_cu_seqlens(cu_seqlens: Tensor, batch: int) -> Tensor:
+    """int32 ``[batch+1]``: truncated, or extended with zero-length tail sequences."""
+    cu = cu_seqlens.to(torch.int32)
+    if cu.numel() >= batch + 1:
+        return cu[: batch + 1].contiguous()
+    tail = cu[-1:].expand(batch + 1 - cu.numel())
+    return torch.cat([cu, tail]).contiguous()
+
+
+def _lengths(cu_seqlens: Tensor) -> Tensor:
+    return (cu_seqlens[1:] - cu_seqlens[:-1]).to(torch.int32).contiguous()
+
+
+def _to_bshd(x: Tensor, qkv_format: str) -> Tensor:
+    return x.transpose(0, 1) if qkv_format == "sbhd" else x
+
+
+def _batch_and_seqlen(x: Tensor, qkv_format: str) -> tuple[int, int]:
+    return (x.shape[1], x.shape[0]) if qkv_format == "sbhd" else (x.shape[0], x.shape[1])
+
+
+def _version_older(pkg: flash_probe.FlashPackage, bound: tuple[int, ...]) -> bool:
+    return pkg.version is not None and pkg.version < bound
+
+
+class _FlashBackend(Backend):
+    """What the three generations share: gates on alignment and the format plumbing."""
+
+    generation: ClassVar[int]
+    label: ClassVar[str]
+
+    # --- availability -----------------------------------------------------------------------
+
+    def package(self) -> flash_probe.FlashPackage:
+        return flash_probe.probe(self.generation)
+
+    def availability_reason(self) -> str | None:
+        return self.package().reason
+
+    def version(self) -> str | None:
+        """The installed release, e.g. ``"2.8.3"`` (None when absent or unknown)."""
+        return self.package().version_text
+
+    def _interface(self) -> Any:
+        pkg = self.package()
+        if pkg.module is None:
+            raise RuntimeError(f"{self.name} cannot run: {pkg.reason}")
+        return pkg.module
+
+    # --- reasons ----------------------------------------------------------------------------
+
+    def extra_reasons(self, params: AttentionParams) -> list[str]:
+        pkg = self.package()
+        return _shared_reasons(params) + self._generation_reasons(params, pkg)
+
+    def _generation_reasons(self, params: AttentionParams, pkg: flash_probe.FlashPackage) -> list[str]:
+        return []
+
+    # --- forward ----------------------------------------------------------------------------
+
+    def forward(self, call: AttentionCall) -> Tensor:
+        """Output in the query's format: bshd ``[b, s_q, h, d_v]``, sbhd ``[s_q, b, h, d_v]``,
+        thd ``[t_q, h, d_v]``; padded query rows are zero."""
+        fa = self._interface()
+        p = call.params
+        if p.kv_cache != "none":
+            return self._forward_with_cache(fa, call)
+        if p.qkv_format == "thd" or has_padding(p.attn_mask_type):
+            return self._forward_packed(fa, call)
+        q = _to_bshd(call.query, p.qkv_format)
+        k = _to_bshd(call.key, p.kv_format)
+        v = _to_bshd(call.value, p.kv_format)
+        out = self._dense(fa, call, q, k, v)
+        return out.transpose(0, 1).contiguous() if p.qkv_format == "sbhd" else out
+
+    def _forward_packed(self, fa: Any, call: AttentionCall) -> Tensor:
+        p = call.params
+        padded_offsets = p.pad_between_seqs and p.qkv_format == "thd"
+        if p.qkv_format == "thd":
+            q, cu_q, max_q = call.query, call.cu_seqlens_q, call.max_seqlen_q
+        else:
+            batch, max_q = _batch_and_seqlen(call.query, p.qkv_format)
+            cu_q = call.cu_seqlens_q[: batch + 1]
+            q = pack_padded(call.query, cu_q, seq_first=p.qkv_format == "sbhd")
+        if p.kv_format == "thd":
+            k, v, cu_kv, max_kv = call.key, call.value, call.cu_seqlens_kv, call.max_seqlen_kv
+        else:
+            batch_kv, max_kv = _batch_and_seqlen(call.key, p.kv_format)
+            cu_kv = call.cu_seqlens_kv[: batch_kv + 1]
+            k = pack_padded(call.key, cu_kv, seq_first=p.kv_format == "sbhd")
+            v = pack_padded(call.value, cu_kv, seq_first=p.kv_format == "sbhd")
+        cu_q, cu_kv = cu_q.to(torch.int32).contiguous(), cu_kv.to(torch.int32).contiguous()
+        seqused_q = seqused_kv = None
+        offsets_q, offsets_kv = cu_q, cu_kv
+        if padded_offsets:
+            seqused_q, seqused_kv = _lengths(cu_q), _lengths(cu_kv)
+            offsets_q = (call.cu_seqlens_q_padded if call.cu_seqlens_q_padded is not None else cu_q).to(torch.int32)
+            offsets_kv = (call.cu_seqlens_kv_padded if call.cu_seqlens_kv_padded is not None else cu_kv).to(torch.int32)
+        out = self._varlen(fa, call, q, k, v, offsets_q, offsets_kv, max_q, max_kv, seqused_q, seqused_kv)
+        if p.qkv_format == "thd":
+            return zero_rows_outside_sequences(out, cu_q, offsets_q.contiguous() if padded_offsets else None)
+        batch, s_q = _batch_and_seqlen(call.query, p.qkv_format)
+        return unpack_to_padded(out, cu_q, batch, s_q, seq_first=p.qkv_format == "sbhd")
+
+    def _forward_with_cache(self, fa: Any, call: AttentionCall) -> Tensor:
+        p = call.params
+        if p.qkv_format == "thd":
+            q, cu_q, max_q = call.query, call.cu_seqlens_q.to(torch.int32).contiguous(), call.max_seqlen_q
+            batch = cu_q.numel() - 1
+        else:
+            batch, max_q = _batch_and_seqlen(call.query, p.qkv_format)
+            cu_q = _fit_cu_seqlens(call.cu_seqlens_q, batch)
+            q = pack_padded(call.query, cu_q, seq_first=p.qkv_format == "sbhd")
+        cu_kv = _fit_cu_seqlens(call.cu_seqlens_kv, batch)
+        page_table = None
+        if p.kv_cache == "paged":
+            if call.page_table is None or call.page_table.shape[0] < batch:
+                got = None if call.page_table is None else tuple(call.page_table.shape)
+                raise ValueError(f"page_table must be int32 [>= {batch}, max_pages] for a paged KV cache; got {got}")
+            page_table = call.page_table[:batch].to(torch.int32)
+        elif call.key.shape[0] < batch:
+            raise ValueError(f"key (non-paged cache) has {call.key.shape[0]} rows, fewer than the batch ({batch})")
+        out = self._cache_attention(fa, call, q, cu_q, cu_kv, max_q, page_table)
+        if p.qkv_format == "thd":
+            return zero_rows_outside_sequences(out, cu_q)
+        _, s_q = _batch_and_seqlen(call.query, p.qkv_format)
+        return unpack_to_padded(out, cu_q, batch, s_q, seq_first=p.qkv_format == "sbhd")
+
+    # --- per generation -----------------------------------------------------------------------
+
+    def _dense(self, fa: Any, call: AttentionCall, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def _varlen(self, fa: Any, call: AttentionCall, q: Tensor, k: Tensor, v: Tensor, cu_q: Tensor, cu_kv: Tensor,
+                max_q: int, max_kv: int, seqused_q: Tensor | None, seqused_kv: Tensor | None) -> Tensor:
+        raise NotImplementedError
+
+    def _cache_attention(self, fa: Any, call: AttentionCall, q: Tensor, cu_q: Tensor, cu_kv: Tensor, max_q: int,
+                         page_table: Tensor | None) -> Tensor:
+        raise NotImplementedError
+
+
+def _shared_reasons(p: AttentionParams) -> list[str]:
+    """Rules every flash generation shares and the capability sheet cannot say."""
+    reasons = []
+    unequal = p.max_seqlen_q != p.max_seqlen_kv
+    bottom_right = resolve_bottom_right(p.attn_mask_type, p.bottom_right_diagonal)
+    if p.attn_mask_type in ("causal", "padding_causal") and unequal:
+        reasons.append(
+            f"flash-attn aligns causal masks bottom-right; top-left {p.attn_mask_type!r} with "
+            f"max_seqlen_q ({p.max_seqlen_q}) != max_seqlen_kv ({p.max_seqlen_kv}) needs another backend"
+        )
+    elif not is_trivial_window(p.window_size) and unequal and not bottom_right:
+        reasons.append(
+            f"sliding window {p.window_size} with max_seqlen_q != max_seqlen_kv needs bottom-right alignment "
+            "(flash-attn has no top-left window)"
+        )
+    if p.num_gqa_groups < 1 or p.num_heads % p.num_gqa_groups:
+        reasons.append(f"num_heads ({p.num_heads}) must be a multiple of num_gqa_groups ({p.num_gqa_groups})")
+    if p.kv_cache != "none" and p.requires_grad:
+        reasons.append("the KV-cache path has no backward pass (inputs require grad)")
+    if p.kv_cache != "none" and p.pad_between_seqs:
+        reasons.append("padding between thd sequences is not supported with a KV cache")
+    return reasons
+
+
+def _v4_window(call: AttentionCall) -> tuple[int | None, int | None]:
+    """flash-attn-4 spells an unbounded side as None (-1 would cancel the window)."""
+    left, right = call.params.window_size
+    if is_causal(call.params.attn_mask_type):
+        right = 0 if left >= 0 else -1
+    return (None if left < 0 else left, None if right < 0 else right)
+
+
+class Flash2Backend(_FlashBackend):
+    """flash-attn 2: sm80+, fp16/bf16, dropout, ALiBi, MLA by zero-padding the head dim."""
+
+    name = "flash2"
+    generation = 2
+    label = "flash-attn 2"
+    capabilities = Capabilities(
+        dtypes=_HALF,
+        min_compute_capability=(8, 0),
+        mask_types=_FLASH_MASKS,
+        max_head_dim=256,
+        bias_types=frozenset({"no_bias", "alibi"}),
+        softmax_types=frozenset({"vanilla"}),
+        dropout=True,
+        pad_between_seqs=False,
+        kv_cache=frozenset({"non_paged", "paged"}),
+        page_size_multiple=V2_BLOCK,
+        cuda_graphs=True,
+        tolerances=_TOLERANCES,
+    )
+
+    def _generation_reasons(self, p: AttentionParams, pkg: flash_probe.FlashPackage) -> list[str]:
+        reasons = []
+        found = pkg.version_text
+        if _version_older(pkg, V2_MIN):
+            reasons.append(f"flash-attn {found} is older than the minimum 2.1.1")
+        cc = p.compute_capability
+        if cc is not None and cc >= (10, 0) and _version_older(pkg, V2_BLACKWELL):
+            reasons.append(f"flash-attn {found} predates Blackwell support (needs >= 2.7.3 on sm{cc[0]}{cc[1]})")
+        head_dim = max(p.head_dim_qk, p.head_dim_v)
+        if head_dim % 8:
+            reasons.append(f"head dim {head_dim} (max of d_qk, d_v after zero-padding) is not a multiple of 8")
+        if head_dim > 192 and cc is not None and cc not in V2_LARGE_HEAD_DIM_ARCHS:
+            reasons.append(f"head dim {head_dim} > 192 needs sm80/sm90/sm100/sm120, got sm{cc[0]}{cc[1]}")
+        if not is_trivial_window(p.window_size):
+            reasons += self._feature_reason(pkg, "sliding window", V2_WINDOW, "flash_attn_func", "window_size")
+        if p.core_attention_bias_type == "alibi":
+            reasons += self._feature_reason(pkg, "ALiBi", V2_ALIBI, "flash_attn_func", "alibi_slopes")
+            if p.max_seqlen_q != p.max_seqlen_kv and not resolve_bottom_right(p.attn_mask_type, p.bottom_right_diagonal):
+                reasons.append("ALiBi with max_seqlen_q != max_seqlen_kv needs bottom-right alignment")
+        if p.deterministic and p.requires_grad:
+            reasons += self._feature_reason(pkg, "deterministic backward", V2_DETERMINISTIC, "flash_attn_func",
+                                            "deterministic")
+        if p.kv_cache != "none":
+            reasons += self._feature_reason(pkg, "KV cache (block_table)", V2_BLOCK_TABLE, "flash_attn_varlen_func",
+                                            "block_table")
+        if p.kv_cache == "non_paged" and p.max_seqlen_kv % V2_BLOCK:
+            reasons.append(
+                f"a non-paged KV cache runs through flash-attn 2's block table with one block per cache row, so "
+                f"max_sequence_length (max_seqlen_kv={p.max_seqlen_kv}) must be a multiple of {V2_BLOCK}"
+            )
+        return reasons
+
+    @staticmethod
+    def _feature_reason(pkg: flash_probe.FlashPackage, feature: str, bound: tuple[int, ...], function: str,
+                        keyword: str) -> list[str]:
+        if _version_older(pkg, bound):
+            return [f"{feature} needs flash-attn >= {flash_probe.format_version(bound)}, found {pkg.version_text}"]
+        if pkg.version is None and pkg.module is not None:
+            if not flash_probe.accepts_keyword(getattr(pkg.module, function, None), keyword):
+                return [f"{feature}: the installed flash-attn's {function} has no {keyword!r} argument"]
+        return []
+
+    # head dims: flash-attn 2 needs d_qk == d_v, so MLA zero-pads all three to max(d_qk, d_v)
+    @staticmethod
+    def _pad_head_dims(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor, int]:
+        d_v = v.shape[-1]
+        head_dim = max(q.shape[-1], d_v)
+        q, k, v = (x if x.shape[-1] == head_dim else F.pad(x, (0, head_dim - x.shape[-1])) for x in (q, k, v))
+        return q, k, v, d_v
+
+    def _common_kwargs(self, fa: Any, call: AttentionCall, function: str) -> dict[str, Any]:
+        p = call.params
+        kwargs: dict[str, Any] = dict(dropout_p=call.dropout_p, softmax_scale=call.softmax_scale,
+                                      causal=is_causal(p.attn_mask_type))
+        if not is_trivial_window(p.window_size):
+            left, right = p.window_size
+            kwargs["window_size"] = (left, 0 if kwargs["causal"] else right)
+        if call.alibi_slopes is not None:
+            kwargs["alibi_slopes"] = call.alibi_slopes.to(torch.float32).contiguous()
+        if p.deterministic and flash_probe.accepts_keyword(getattr(fa, function), "deterministic"):
+            kwargs["deterministic"] = True
+        return kwargs
+
+    def _dense(self, fa: Any, call: AttentionCall, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        q, k, v, d_v = self._pad_head_dims(q, k, v)
+        out = _first(fa.flash_attn_func(q, k, v, **self._common_kwargs(fa, call, "flash_attn_func")))
+        return out[..., :d_v]
+
+    def _varlen(self, fa: Any, call: AttentionCall, q: Tensor, k: Tensor, v: Tensor, cu_q: Tensor, cu_kv: Tensor,
+                max_q: int, max_kv: int, seqused_q: Tensor | None, seqused_kv: Tensor | None,
+                block_table: Tensor | None = None) -> Tensor:
+        if seqused_q is not None or seqused_kv is not None:
+            raise ValueError("flash-attn 2 has no padding between thd sequences (pad_between_seqs)")
+        q, k, v, d_v = self._pad_head_dims(q, k, v)
+        kwargs = self._common_kwargs(fa, call, "flash_attn_varlen_func")
+        alibi = kwargs.get("alibi_slopes")
+        batch = cu_q.numel() - 1
+        if alibi is not None and alibi.dim() == 2 and alibi.shape[0] < batch:
+            alibi = torch.cat([alibi, alibi.new_zeros(batch - alibi.shape[0], alibi.shape[1])])
+            kwargs["alibi_slopes"] = alibi
+        if block_table is not None:
+            kwargs["block_table"] = block_table
+        p = call.params
+        if max_q == 1 and (p.kv_cache == "none" or p.qkv_format == "thd"):
+            # With max_seqlen_q == 1 and GQA, flash-attn 2 folds head groups into the query length and
+            # assumes exactly one query row per sequence; thd rows (zero-length tails, filler) break that.
+            # max_seqlen_q is only an upper bound, so 2 keeps the plain varlen path.
+            max_q = 2
+        out = fa.flash_attn_varlen_func(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_kv, max_seqlen_q=max_q,
+                                        max_seqlen_k=max_kv, **kwargs)
+        return _first(out)[..., :d_v]
+
+    def _cache_attention(self, fa: Any, call: AttentionCall, q: Tensor, cu_q: Tensor, cu_kv: Tensor, max_q: int,
+                         page_table: Tensor | None) -> Tensor:
+        batch = cu_q.numel() - 1
+        if page_table is None:
+            # Non-paged: each cache row is one block of max_sequence_length tokens.
+            page_table = torch.arange(batch, dtype=torch.int32, device=q.device).view(batch, 1)
+        return self._varlen(fa, call, q, call.key, call.value, cu_q, cu_kv, max_q, call.max_seqlen_kv, None, None,
+                            block_table=page_table.contiguous())
+
+
+class Flash3Backend(_FlashBackend):
+    """flash-attn 3 (Hopper build, module ``flash_attn_interface``): sm90 only, no dropout or bias."""
+
+    name = "flash3"
+    generation = 3
+    label = "flash-attn 3"
+    capabilities = Capabilities(
+        dtypes=_HALF,
+        compute_capabilities=frozenset({(9, 0)}),
+        mask_types=_FLASH_MASKS,
+        head_dim_multiple=8,
+        bias_types=frozenset({"no_bias"}),
+        softmax_types=frozenset({"vanilla"}),
+        dropout=False,
+        pad_between_seqs=True,
+        kv_cache=frozenset({"non_paged", "paged"}),
+        cuda_graphs=True,
+        tolerances=_TOLERANCES,
+    )
+
+    def _generation_reasons(self, p: AttentionParams, pkg: flash_probe.FlashPackage) -> list[str]:
+        reasons = []
+        d_qk, d_v = p.head_dim_qk, p.head_dim_v
+        if d_qk > 256:
+            reasons.append(f"head_dim_qk={d_qk} exceeds flash-attn 3's maximum 256")
+        if p.is_mla and not ((128 < d_qk <= 192 and 96 < d_v <= 128) or (d_qk <= 64 and d_v <= 512)):
+            reasons.append(
+                f"(head_dim_qk, head_dim_v)=({d_qk}, {d_v}) is not a flash-attn 3 MLA pair "
+                "(128 < d_qk <= 192 with 96 < d_v <= 128, or d_qk <= 64 with d_v <= 512)"
+            )
+        elif not p.is_mla and d_v > 256:
+            reasons.append(f"head_dim_v={d_v} exceeds flash-attn 3's maximum 256")
+        if p.deterministic and p.requires_grad and max(d_qk, d_v) >= 256:
+            reasons.append("deterministic backward needs max(head_dim_qk, head_dim_v) < 256 in flash-attn 3")
+        if p.kv_cache != "none" and pkg.module is not None:
+            if not flash_probe.accepts_keyword(getattr(pkg.module, "flash_attn_with_kvcache", None), "cu_seqlens_q"):
+                reasons.append("this flash-attn 3 build's flash_attn_with_kvcache takes no cu_seqlens_q "
+                               "(varlen queries need a newer build)")
+        return reasons
+
+    def _kwargs(self, call: AttentionCall, backward: bool = True) -> dict[str, Any]:
+        p = call.params
+        causal = is_causal(p.attn_mask_type)
+        window = None
+        if not is_trivial_window(p.window_size):
+            window = (p.window_size[0], 0 if causal else p.window_size[1])
+        deterministic = True if backward and p.deterministic and p.requires_grad else None
+        return _given(softmax_scale=call.softmax_scale, causal=causal, window_size=window,
+                      deterministic=deterministic)
+
+    def _dense(self, fa: Any, call: AttentionCall, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        return _first(fa.flash_attn_func(q, k, v, **self._kwargs(call)))
+
+    def _varlen(self, fa: Any, call: AttentionCall, q: Tensor, k: Tensor, v: Tensor, cu_q: Tensor, cu_kv: Tensor,
+                max_q: int, max_kv: int, seqused_q: Tensor | None, seqused_kv: Tensor | None) -> Tensor:
+        out = fa.flash_attn_varlen_func(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_kv, max_seqlen_q=max_q,
+                                        max_seqlen_k=max_kv, **_given(seqused_q=seqused_q, seqused_k=seqused_kv),
+                                        **self._kwargs(call))
+        return _first(out)
+
+    def _cache_attention(self, fa: Any, call: AttentionCall, q: Tensor, cu_q: Tensor, cu_kv: Tensor, max_q: int,
+                         page_table: Tensor | None) -> Tensor:
+        batch = cu_q.numel() - 1
+        k_cache, v_cache = call.key, call.value
+        if page_table is None:
+            k_cache, v_cache = k_cache[:batch], v_cache[:batch]
+        out = fa.flash_attn_with_kvcache(
+            q, k_cache, v_cache, cache_seqlens=_lengths(cu_kv), page_table=page_table, cu_seqlens_q=cu_q,
+            max_seqlen_q=max_q, num_splits=0, **self._kwargs(call, backward=False),
+        )
+        return _first(out)
+
+
+def _v4_head_dim_reason(p: AttentionParams, module: Any) -> str | None:
+    """flash-attn-4's own validator when importable, else a copy of its rules."""
+    d_qk, d_v = p.head_dim_qk, p.head_dim_v
+    major = p.compute_capability[0] if p.compute_capability is not None else 9
+    validator = getattr(module, "_validate_head_dims", None)
+    if validator is not None:
+        try:
+            validator(d_qk, d_v, major, 8)
+            return None
+        except (AssertionError, ValueError) as error:
+            return f"flash-attn-4 rejects (head_dim_qk, head_dim_v)=({d_qk}, {d_v}): {error}"
+        except TypeError:
+            pass  # another release's signature: use the rules below
+    aligned = d_qk % 8 == 0 and d_v % 8 == 0
+    if major == 9:
+        ok = 8 <= d_qk <= 256 and 8 <= d_v <= 256
+        rule = "8..256 on sm90"
+    else:
+        ok = ((8 <= d_qk <= 128 and 8 <= d_v <= 128) or (d_qk, d_v) in ((192, 128), (256, 256))
+              or (d_v == 512 and d_qk in (64, 512)))
+        rule = "8..128, (192, 128), (256, 256) or (64|512, 512) on sm100"
+    if ok and aligned:
+        return None
+    return f"flash-attn-4 does not take (head_dim_qk, head_dim_v)=({d_qk}, {d_v}): needs multiples of 8 in {rule}"
+
+
+class Flash4Backend(_FlashBackend):
+    """flash-attn-4 (CuTe DSL, ``flash_attn.cute``): sm90 and sm100 family, no dropout or bias."""
+
+    name = "flash4"
+    generation = 4
+    label = "flash-attn-4"
+    capabilities = Capabilities(
+        dtypes=_HALF,
+        compute_capabilities=frozenset({(9, 0), (10, 0), (10, 3), (11, 0)}),
+        mask_types=_FLASH_MASKS,
+        head_dim_multiple=8,
+        bias_types=frozenset({"no_bias"}),
+        softmax_types=frozenset({"vanilla"}),
+        dropout=False,
+        pad_between_seqs=True,
+        kv_cache=frozenset({"non_paged", "paged"}),
+        cuda_graphs=True,
+        tolerances=_TOLERANCES,
+    )
+
+    def _generation_reasons(self, p: AttentionParams, pkg: flash_probe.FlashPackage) -> list[str]:
+        reasons = []
+        head_dim_reason = _v4_head_dim_reason(p, pkg.module)
+        if head_dim_reason:
+            reasons.append(head_dim_reason)
+        major = p.compute_capability[0] if p.compute_capability is not None else None
+        if major == 9 and p.kv_cache == "paged" and pkg.module is not None:
+            if flash_probe.source_mentions(getattr(pkg.module, "_flash_attn_fwd", None), _V4_NO_PAGED_SM90):
+                reasons.append(f"this flash-attn-4 ({pkg.version_text}) has no paged KV cache on sm90")
+        if major in (10, 11) and not is_trivial_window(p.window_size) and 256 in (p.head_dim_qk, p.head_dim_v):
+            reasons.append("flash-attn-4 has no sliding window with head dim 256 on sm100")
+        if major == 9 and p.deterministic and p.requires_grad:
+            reasons.append("flash-attn-4's deterministic backward needs sm100")
+        return reasons
+
+    def _kwargs(self, call: AttentionCall) -> dict[str, Any]:
+        p = call.params
+        window = None if is_trivial_window(p.window_size) else _v4_window(call)
+        return _given(softmax_scale=call.softmax_scale, causal=is_causal(p.attn_mask_type), window_size=window,
+                      deterministic=True if p.deterministic and p.requires_grad else None)
+
+    def _dense(self, fa: Any, call: AttentionCall, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        q, k, v = (x.contiguous() for x in (q, k, v))
+        return _first(fa.flash_attn_func(q, k, v, **self._kwargs(call)))
+
+    def _varlen(self, fa: Any, call: AttentionCall, q: Tensor, k: Tensor, v: Tensor, cu_q: Tensor, cu_kv: Tensor,
+                max_q: int, max_kv: int, seqused_q: Tensor | None, seqused_kv: Tensor | None) -> Tensor:
+        q, k, v = (x.contiguous() for x in (q, k, v))
+        out = fa.flash_attn_varlen_func(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_kv, max_seqlen_q=max_q,
+                                        max_seqlen_k=max_kv, **_given(seqused_q=seqused_q, seqused_k=seqused_kv),
+                                        **self._kwargs(call))
+        return _first(out)
+
+    def _cache_attention(self, fa: Any, call: AttentionCall, q: Tensor, cu_q: Tensor, cu_kv: Tensor, max_q: int,
+                         page_table: Tensor | None) -> Tensor:
+        batch = cu_q.numel() - 1
+        k_cache, v_cache = call.key, call.value
+        extra: dict[str, Any] = {}
+        if page_table is None:
+            # Non-paged: the cache rows are a batched [b, s_max, h_kv, d] K/V; seqused_k gives the lengths.
+            k_cache, v_cache = k_cache[:batch], v_cache[:batch]
+        else:
+            extra["page_table"] = page_table.contiguous()
+        out = fa.flash_attn_varlen_func(q.contiguous(), k_cache, v_cache, cu_seqlens_q=cu_q, max_seqlen_q=max_q,
+                                        max_seqlen_k=call.max_seqlen_kv, seqused_k=_lengths(cu_kv),
+                                        **extra, **self._kwargs(call))
+        return _first(out)

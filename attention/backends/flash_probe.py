@@ -1,0 +1,140 @@
+"""Finding the installed flash-attn generations, lazily, without ever crashing our import.
+
+Three packages, three module names:
+
+============  ======================  =====================================  ==============================
+generation    distribution (pip)      module we call                          install
+============  ======================  =====================================  ==============================
+2             ``flash-attn``          ``flash_attn.flash_attn_interface``     ``pip install flash-attn``
+3             built from source       ``flash_attn_interface``                ``flash-attention/hopper``
+4             ``flash-attn-4``        ``flash_attn.cute.interface``           ``pip install flash-attn-4``
+============  ======================  =====================================  ==============================
+
+``probe(generation)`` imports the package on first use only (cached) and reports the version
+found. On a machine without CUDA nothing is imported: the reason is "needs CUDA", with the install
+hint appended when the package is missing too. Version checks elsewhere are lower bounds or
+feature probes, never upper caps.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.metadata
+import importlib.util
+import inspect
+import re
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import torch
+
+INSTALL_HINTS = {
+    2: "flash-attn 2 is not installed (pip install flash-attn --no-build-isolation)",
+    3: "flash-attn 3 (module flash_attn_interface) is not installed (build it from flash-attention/hopper)",
+    4: "flash-attn-4 is not installed (pip install flash-attn-4)",
+}
+_MODULES = {2: "flash_attn.flash_attn_interface", 3: "flash_attn_interface", 4: "flash_attn.cute.interface"}
+_TOP_LEVEL = {2: "flash_attn", 3: "flash_attn_interface", 4: "flash_attn"}
+_DISTRIBUTIONS = {2: ("flash-attn",), 3: ("flash-attn-3", "flash_attn_3", "flashattn-hopper"), 4: ("flash-attn-4",)}
+_LABELS = {2: "flash-attn 2", 3: "flash-attn 3", 4: "flash-attn-4"}
+
+
+@dataclass(frozen=True)
+class FlashPackage:
+    """What the probe found for one generation.
+
+    ``module`` is the interface module (None when unusable), ``version`` the parsed release numbers
+    (None when unknown), ``reason`` why the generation cannot run here (None when it can).
+    """
+
+    generation: int
+    module: Any = None
+    version: tuple[int, ...] | None = None
+    version_text: str | None = None
+    reason: str | None = None
+
+
+def parse_version(text: str | None) -> tuple[int, ...] | None:
+    """``"2.8.3.post1"`` -> ``(2, 8, 3)``; ``"4.0.0b36"`` -> ``(4, 0, 0)``; None if no digits lead."""
+    if not text:
+        return None
+    match = re.match(r"\s*v?(\d+(?:\.\d+)*)", text)
+    return tuple(int(x) for x in match.group(1).split(".")) if match else None
+
+
+def format_version(version: tuple[int, ...]) -> str:
+    return ".".join(str(x) for x in version)
+
+
+@functools.cache
+def cuda_available() -> bool:
+    return torch.cuda.is_available()
+
+
+def _distribution_version(generation: int) -> str | None:
+    for name in _DISTRIBUTIONS[generation]:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _looks_installed(generation: int) -> bool:
+    """Cheap check that imports nothing: a distribution record, or (v3, built in place) the module."""
+    if _distribution_version(generation) is not None:
+        return True
+    if generation == 3:
+        return importlib.util.find_spec(_TOP_LEVEL[3]) is not None
+    return False
+
+
+def _import_interface(generation: int) -> tuple[ModuleType | None, str | None]:
+    try:
+        return importlib.import_module(_MODULES[generation]), None
+    except ModuleNotFoundError as error:
+        if error.name is not None and _MODULES[generation].startswith(error.name):
+            return None, INSTALL_HINTS[generation]
+        return None, f"{_LABELS[generation]} is installed but fails to import: {error}"
+    except Exception as error:  # a broken build raises ImportError/OSError/RuntimeError
+        return None, f"{_LABELS[generation]} is installed but fails to import: {type(error).__name__}: {error}"
+
+
+@functools.cache
+def probe(generation: int) -> FlashPackage:
+    """Import generation 2, 3 or 4 once and report what is there (see :class:`FlashPackage`)."""
+    if generation not in _MODULES:
+        raise ValueError(f"generation must be 2, 3 or 4; got {generation!r}")
+    if not cuda_available():
+        reason = "needs CUDA (torch.cuda.is_available() is False)"
+        if not _looks_installed(generation):
+            reason += "; also " + INSTALL_HINTS[generation]
+        return FlashPackage(generation, reason=reason)
+    if not _looks_installed(generation) and importlib.util.find_spec(_TOP_LEVEL[generation]) is None:
+        return FlashPackage(generation, reason=INSTALL_HINTS[generation])
+    module, reason = _import_interface(generation)
+    if module is None:
+        return FlashPackage(generation, reason=reason)
+    text = _distribution_version(generation)
+    if text is None:
+        top = importlib.import_module(_TOP_LEVEL[generation])
+        text = getattr(module, "__version__", None) or getattr(top, "__version__", None)
+    return FlashPackage(generation, module=module, version=parse_version(text), version_text=text)
+
+
+def accepts_keyword(function: Any, keyword: str) -> bool:
+    """Feature probe: does ``function`` take ``keyword``? (False when it cannot be inspected.)"""
+    try:
+        return keyword in inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def source_mentions(function: Any, text: str) -> bool:
+    """Feature probe on a pure-Python function's source (False when the source is unavailable)."""
+    try:
+        return text in inspect.getsource(function)
+    except (OSError, TypeError):
+        return False
