@@ -95,10 +95,15 @@ class UnfusedBackend(Backend):
         q = to_padded(call.query, p.qkv_format, cu_q, call.max_seqlen_q, call.cu_seqlens_q_padded)
         if p.kv_cache == "paged":
             k, v = call.inference_params.convert_paged_to_nonpaged(call.layer_number)
+            if k.shape[0] < b:   # gathered for the active sequences only; thd's b counts every buffer row
+                k, v = (torch.cat([t, t.new_zeros((b - t.shape[0],) + t.shape[1:])]) for t in (k, v))
         elif p.kv_cache == "non_paged":
             k, v = call.key, call.value
         else:
             cu_kv = call.cu_seqlens_kv[: b + 1]
             k = to_padded(call.key, p.kv_format, cu_kv, call.max_seqlen_kv, call.cu_seqlens_kv_padded)
             v = to_padded(call.value, p.kv_format, cu_kv, call.max_seqlen_kv, call.cu_seqlens_kv_padded)
+        if k.shape[0] < b:   # thd over a cache: rows past inference_params.batch_size are empty sequences
+            k = torch.cat([k, k.new_zeros((b - k.shape[0],) + k.shape[1:])])
+            v = torch.cat([v, v.new_zeros((b - v.shape[0],) + v.shape[1:])])
         return q, k[:b], v[:b]

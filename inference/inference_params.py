@@ -1,0 +1,251 @@
+"""``InferenceParams``: TransformerEngine's KV-cache bookkeeping object, with per-sequence steps.
+
+One iteration of a serving loop::
+
+    inference_params.pre_step(OrderedDict({seq_id: step_len, ...}))   # host side, once
+    out = model(..., inference_params=inference_params)               # every attention layer
+                                                                      # calls step(layer, k, v, fmt)
+
+``pre_step`` writes ``cu_seqlens_q``, ``cu_seqlens_kv``, the pre-step lengths and the page table
+into device buffers allocated once (so a captured CUDA graph replays with fresh metadata);
+``step`` appends the layer's new K/V to its cache and returns what the attention backend needs.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping
+from itertools import accumulate
+
+import torch
+from torch import Tensor
+
+from inference.cache_manager import QKV_FORMATS, KVCacheManager, validate_step_dict
+from inference.non_paged_cache_manager import NonPagedKVCacheManager
+from inference.paged_cache_manager import PagedKVCacheManager, pages_for
+
+__all__ = ["InferenceParams"]
+
+
+def _default_device() -> torch.device:
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _check_positive_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+class InferenceParams:
+    """KV caches and per-step metadata for incremental decoding (TransformerEngine API).
+
+    Args:
+        max_batch_size: most sequences in one step; sizes every metadata buffer.
+        max_sequence_length: most tokens (context + generated) per sequence.
+        num_heads_kv, head_dim_k, dtype: the cache's KV heads, K head dim and dtype.
+        head_dim_v: V head dim (default ``head_dim_k``).
+        is_paged: paged caches ``[total_num_pages, page_size, h_kv, d]`` instead of
+            ``[max_batch_size, max_sequence_length, h_kv, d]``.
+        total_num_pages: paged only; default ``max_batch_size * ceil(max_sequence_length /
+            page_size)``; may be smaller (pages are allocated on demand).
+        page_size: paged only, required.
+        max_ctx_len: most new tokens one sequence may bring in one step (TE requires it for
+            thd; default ``max_sequence_length``).
+        qkv_format: format of the new tokens, ``"bshd"``, ``"sbhd"`` or ``"thd"``.
+        custom_cache_manager: a ``KVCacheManager`` subclass, built with the default manager's
+            keyword arguments.
+        device: where caches and metadata live; ``None`` = current CUDA device, else CPU.
+
+    Example::
+
+        >>> ip = InferenceParams(4, 128, num_heads_kv=2, head_dim_k=64, dtype=torch.float16,
+        ...                      is_paged=True, page_size=16, total_num_pages=16)
+        >>> ip.allocate_memory(layer_number=1)
+        >>> ip.pre_step(OrderedDict({"prompt-a": 12, "prompt-b": 30}))   # two prefills
+        >>> ip.cu_seqlens_q[:3], ip.cu_seqlens_kv[:3]
+        (tensor([ 0, 12, 42], dtype=torch.int32), tensor([ 0, 12, 42], dtype=torch.int32))
+        >>> ip.pre_step(OrderedDict({"prompt-a": 1, "prompt-b": 4}))     # decode + verify 4
+    """
+
+    def __init__(
+        self,
+        max_batch_size: int,
+        max_sequence_length: int,
+        num_heads_kv: int,
+        head_dim_k: int,
+        dtype: torch.dtype,
+        head_dim_v: int | None = None,
+        is_paged: bool = False,
+        total_num_pages: int | None = None,
+        page_size: int | None = None,
+        max_ctx_len: int | None = None,
+        qkv_format: str = "bshd",
+        custom_cache_manager: type[KVCacheManager] | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        for name, value in (
+            ("max_batch_size", max_batch_size),
+            ("max_sequence_length", max_sequence_length),
+            ("num_heads_kv", num_heads_kv),
+            ("head_dim_k", head_dim_k),
+        ):
+            _check_positive_int(name, value)
+        if head_dim_v is not None:
+            _check_positive_int("head_dim_v", head_dim_v)
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"dtype must be a torch.dtype, got {dtype!r}")
+        if qkv_format not in QKV_FORMATS:
+            raise ValueError(f"qkv_format must be one of {QKV_FORMATS}, got {qkv_format!r}")
+        if max_ctx_len is not None:
+            _check_positive_int("max_ctx_len", max_ctx_len)
+        self.max_batch_size = max_batch_size
+        self.max_sequence_length = max_sequence_length
+        self.num_heads_kv = num_heads_kv
+        self.head_dim_k = head_dim_k
+        self.head_dim_v = head_dim_k if head_dim_v is None else head_dim_v
+        self.dtype = dtype
+        self.is_paged = bool(is_paged)
+        self.max_ctx_len = max_sequence_length if max_ctx_len is None else min(max_ctx_len, max_sequence_length)
+        self.device = _default_device() if device is None else torch.device(device)
+        manager_kwargs = dict(
+            num_heads=num_heads_kv, head_dim_k=head_dim_k, dtype=dtype, head_dim_v=self.head_dim_v,
+            max_batch_size=max_batch_size, max_seqlen=max_sequence_length, device=self.device,
+        )
+        if self.is_paged:
+            if page_size is None:
+                raise ValueError("page_size is required when is_paged=True")
+            _check_positive_int("page_size", page_size)
+            if total_num_pages is None:
+                total_num_pages = max_batch_size * pages_for(max_sequence_length, page_size)
+            _check_positive_int("total_num_pages", total_num_pages)
+            manager_kwargs.update(total_num_pages=total_num_pages, page_size=page_size)
+        elif total_num_pages is not None or page_size is not None:
+            raise ValueError("total_num_pages and page_size are for is_paged=True only")
+        self.page_size = page_size
+        self.total_num_pages = total_num_pages
+        default_manager = PagedKVCacheManager if self.is_paged else NonPagedKVCacheManager
+        manager_class = custom_cache_manager or default_manager
+        if not (isinstance(manager_class, type) and issubclass(manager_class, KVCacheManager)):
+            raise ValueError(
+                f"custom_cache_manager must be a KVCacheManager subclass, got {custom_cache_manager!r}"
+            )
+        self.cache_manager: KVCacheManager = manager_class(**manager_kwargs)
+
+        self.cache_qkv_format = "bshd"
+        self._set_input_format(qkv_format)
+        self.cu_seqlens_q = torch.zeros(max_batch_size + 1, dtype=torch.int32, device=self.device)
+        self.cu_seqlens_kv = torch.zeros(max_batch_size + 1, dtype=torch.int32, device=self.device)
+        self.pre_step_seqlens = torch.zeros(max_batch_size, dtype=torch.int32, device=self.device)
+        self.sequences: OrderedDict[Hashable, int] = OrderedDict()
+        self.sequences_pre_step: OrderedDict[Hashable, int] = OrderedDict()
+        self.step_dict: OrderedDict[Hashable, int] = OrderedDict()
+        self.batch_size = 0
+
+    def _set_input_format(self, qkv_format: str) -> None:
+        self.input_qkv_format = qkv_format
+        self.output_qkv_format = "bshd" if qkv_format == "bshd" else f"{qkv_format}_2bshd"
+
+    def __repr__(self) -> str:
+        paging = f"paged, page_size={self.page_size}, total_num_pages={self.total_num_pages}" if self.is_paged else "non-paged"
+        return (
+            f"InferenceParams(max_batch_size={self.max_batch_size}, max_sequence_length="
+            f"{self.max_sequence_length}, num_heads_kv={self.num_heads_kv}, head_dim_k={self.head_dim_k}, "
+            f"head_dim_v={self.head_dim_v}, dtype={self.dtype}, {paging}, device={self.device}, "
+            f"batch_size={self.batch_size}, sequences={dict(self.sequences)})"
+        )
+
+    def allocate_memory(self, layer_number: int) -> None:
+        """Allocate ``layer_number``'s K and V caches (idempotent); call once per layer."""
+        self.cache_manager.allocate_memory(layer_number)
+
+    def pre_step(self, step_dict: Mapping[Hashable, int]) -> None:
+        """Start an iteration: ``step_dict`` lists, in batch order, every sequence of this step
+        and how many new tokens it brings (prefill chunk, 1 for decode, k for verification).
+        Sequences not listed are finished and their cache space is released; new ids are
+        admitted in ``step_dict`` order.
+
+        Raises ``ValueError`` (bad step) or ``KVCacheFullError`` (not enough pages) and then
+        changes nothing.
+        """
+        validate_step_dict(
+            step_dict, self.sequences, self.max_batch_size, self.max_sequence_length, self.max_ctx_len
+        )
+        self.sequences = OrderedDict(self.cache_manager.pre_step(step_dict))
+        self.step_dict = OrderedDict(step_dict)
+        self.batch_size = len(step_dict)
+        self.sequences_pre_step = OrderedDict(
+            (seq_id, total - self.step_dict[seq_id]) for seq_id, total in self.sequences.items()
+        )
+        padding = [0] * (self.max_batch_size - self.batch_size)
+        cu_q = [0, *accumulate(self.step_dict.values())]
+        cu_kv = [0, *accumulate(self.sequences.values())]
+        host = torch.tensor(
+            [
+                *cu_q, *[cu_q[-1]] * len(padding),
+                *cu_kv, *[cu_kv[-1]] * len(padding),
+                *self.sequences_pre_step.values(), *padding,
+            ],
+            dtype=torch.int32,
+        )
+        rows = self.max_batch_size + 1
+        self.cu_seqlens_q.copy_(host[:rows])
+        self.cu_seqlens_kv.copy_(host[rows : 2 * rows])
+        self.pre_step_seqlens.copy_(host[2 * rows :])
+
+    def step(
+        self, layer_number: int, new_k: Tensor, new_v: Tensor, qkv_format: str
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, int, str]:
+        """Append this step's new K/V to ``layer_number``'s cache (called by the attention module).
+
+        Args:
+            new_k, new_v: ``[b, s, h_kv, d]`` / ``[s, b, h_kv, d]`` / ``[t, h_kv, d]``; new tokens
+                left-aligned per row (bshd/sbhd) or packed by ``cu_seqlens_q`` (thd).
+
+        Returns:
+            ``(k_cache, v_cache, cu_seqlens_q, cu_seqlens_kv, max_sequence_length,
+            output_qkv_format)``: non-paged caches ``[b, max_sequence_length, h_kv, d]`` (all
+            ``max_batch_size`` rows for thd), paged caches ``[total_num_pages, page_size, h_kv, d]``;
+            int32 ``[max_batch_size + 1]`` cu_seqlens; format ``"bshd"``, ``"sbhd_2bshd"`` or
+            ``"thd_2bshd"``.
+        """
+        if qkv_format not in QKV_FORMATS:
+            raise ValueError(f"qkv_format must be one of {QKV_FORMATS}, got {qkv_format!r}")
+        k_cache, v_cache = self.cache_manager.step(
+            layer_number, new_k, new_v, self.cu_seqlens_q, self.cu_seqlens_kv, qkv_format
+        )
+        self._set_input_format(qkv_format)
+        return (
+            k_cache, v_cache, self.cu_seqlens_q, self.cu_seqlens_kv, self.max_sequence_length,
+            self.output_qkv_format,
+        )
+
+    def get_seqlens_pre_step(self) -> Tensor:
+        """int32 ``[max_batch_size]``: each sequence's cached length before this step (RoPE offsets)."""
+        return self.pre_step_seqlens
+
+    def convert_paged_to_nonpaged(self, layer_number: int) -> tuple[Tensor, Tensor]:
+        """``layer_number``'s caches as ``[batch_size, max_sequence_length, h_kv, d]`` (a gather
+        through the page table for paged caches, a view for non-paged ones)."""
+        k_cache, v_cache = self.cache_manager.layer_cache(layer_number)
+        if not self.is_paged:
+            return k_cache[: self.batch_size], v_cache[: self.batch_size]
+        page_table = self.cache_manager.page_table[: self.batch_size].long()
+        converted = []
+        for cache in (k_cache, v_cache):
+            gathered = cache[page_table]  # [b, pages_per_seq, page_size, h_kv, d]
+            gathered = gathered.reshape(self.batch_size, -1, *cache.shape[2:])
+            converted.append(gathered[:, : self.max_sequence_length].contiguous())
+        return converted[0], converted[1]
+
+    def reset(self) -> None:
+        """Forget every sequence (buffers keep their addresses; cache contents stay)."""
+        self.cache_manager.reset()
+        self.sequences = OrderedDict()
+        self.sequences_pre_step = OrderedDict()
+        self.step_dict = OrderedDict()
+        self.batch_size = 0
+        self.cu_seqlens_q.zero_()
+        self.cu_seqlens_kv.zero_()
+        self.pre_step_seqlens.zero_()

@@ -1,0 +1,147 @@
+"""Triton kernels behind ``kv_append``: the cache append and the non-paged row re-index.
+
+The kernels are jitted lazily, once per value of ``TRITON_INTERPRET``, so tests can run them on
+CPU tensors through the interpreter (fp16/fp32 only there) in the same process as GPU code.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+__all__ = ["append_triton", "reindex_triton"]
+
+
+def _append_kernel(
+    new_ptr, cache_ptr, page_table_ptr, cu_q_ptr, cu_kv_ptr,
+    stride_new_row, stride_new_pos, stride_new_h, stride_new_d,
+    stride_cache_slot, stride_cache_h, stride_cache_d, stride_page_table_row,
+    num_positions, num_rows, page_size, num_heads, head_dim,
+    IS_THD: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    # One program per token slot of the new K (or V) tensor; it copies that token's
+    # [h_kv, d] tile to its cache slot. Slots past a row's new length copy nothing.
+    slot_id = tl.program_id(0)
+    if IS_THD:
+        # The row of packed token `slot_id` = number of sequence ends at or before it.
+        rows = tl.arange(0, BLOCK_ROWS)
+        ends = tl.load(cu_q_ptr + 1 + rows, mask=rows < num_rows, other=2147483647)
+        row = tl.sum((ends <= slot_id).to(tl.int32), axis=0)
+        row_exists = row < num_rows
+        row = tl.minimum(row, num_rows - 1)
+        position = slot_id - tl.load(cu_q_ptr + row)
+        source_offset = slot_id.to(tl.int64) * stride_new_pos
+    else:
+        row = slot_id // num_positions
+        position = slot_id % num_positions
+        row_exists = row < num_rows
+        source_offset = row.to(tl.int64) * stride_new_row + position.to(tl.int64) * stride_new_pos
+    new_len = tl.load(cu_q_ptr + row + 1) - tl.load(cu_q_ptr + row)
+    total_len = tl.load(cu_kv_ptr + row + 1) - tl.load(cu_kv_ptr + row)
+    valid = row_exists & (position < new_len)
+    logical = tl.where(valid, total_len - new_len + position, 0)
+    page = tl.load(page_table_ptr + row.to(tl.int64) * stride_page_table_row + logical // page_size)
+    cache_slot = page.to(tl.int64) * page_size + logical % page_size
+    heads = tl.arange(0, BLOCK_H)[:, None]
+    dims = tl.arange(0, BLOCK_D)[None, :]
+    mask = (heads < num_heads) & (dims < head_dim) & valid
+    tokens = tl.load(new_ptr + source_offset + heads * stride_new_h + dims * stride_new_d, mask=mask)
+    tl.store(
+        cache_ptr + cache_slot * stride_cache_slot + heads * stride_cache_h + dims * stride_cache_d,
+        tokens,
+        mask=mask,
+    )
+
+
+def _reindex_kernel(
+    cache_ptr, destination_ptr, source_ptr, num_moves, num_tokens, stride_row, stride_position,
+    elements_per_token, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr,
+):
+    # Each program owns one (token, element) tile in every row and applies the moves in order,
+    # so in-place compaction is safe as long as no source row is an earlier destination.
+    tokens = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)[:, None]
+    elements = tl.program_id(1) * BLOCK_E + tl.arange(0, BLOCK_E)[None, :]
+    mask = (tokens < num_tokens) & (elements < elements_per_token)
+    offsets = tokens.to(tl.int64) * stride_position + elements
+    for move in range(num_moves):
+        destination = tl.load(destination_ptr + move).to(tl.int64)
+        source = tl.load(source_ptr + move).to(tl.int64)
+        values = tl.load(cache_ptr + source * stride_row + offsets, mask=mask)
+        tl.store(cache_ptr + destination * stride_row + offsets, values, mask=mask)
+
+
+@functools.cache
+def _jitted(interpret: bool) -> tuple:
+    del interpret  # the cache key: triton.jit reads TRITON_INTERPRET when it wraps
+    return triton.jit(_append_kernel), triton.jit(_reindex_kernel)
+
+
+def _kernels() -> tuple:
+    return _jitted(os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"))
+
+
+def append_triton(
+    new_k: Tensor,
+    new_v: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    page_table: Tensor,
+    cu_seqlens_q: Tensor,
+    cu_seqlens_kv: Tensor,
+    qkv_format: str,
+) -> None:
+    """Triton version of ``kv_append.append_to_kv_cache`` (same arguments, no host sync)."""
+    append_kernel, _ = _kernels()
+    num_rows = cu_seqlens_q.numel() - 1
+    page_size = k_cache.shape[1]
+    for new, cache in ((new_k, k_cache), (new_v, v_cache)):
+        if qkv_format == "thd":
+            num_slots, num_positions = new.shape[0], 1
+            stride_row, stride_pos = 0, new.stride(0)
+        elif qkv_format == "bshd":
+            num_slots, num_positions = new.shape[0] * new.shape[1], new.shape[1]
+            stride_row, stride_pos = new.stride(0), new.stride(1)
+        else:
+            num_slots, num_positions = new.shape[0] * new.shape[1], new.shape[0]
+            stride_row, stride_pos = new.stride(1), new.stride(0)
+        if num_slots == 0:
+            continue
+        append_kernel[(num_slots,)](
+            new, cache, page_table, cu_seqlens_q, cu_seqlens_kv,
+            stride_row, stride_pos, new.stride(-2), new.stride(-1),
+            cache.stride(1), cache.stride(2), cache.stride(3), page_table.stride(0),
+            num_positions, num_rows, page_size, cache.shape[2], cache.shape[3],
+            IS_THD=qkv_format == "thd",
+            BLOCK_ROWS=triton.next_power_of_2(num_rows),
+            BLOCK_H=triton.next_power_of_2(cache.shape[2]),
+            BLOCK_D=triton.next_power_of_2(cache.shape[3]),
+        )
+
+
+def reindex_triton(
+    k_cache: Tensor,
+    v_cache: Tensor,
+    destination_rows: list[int],
+    source_rows: list[int],
+    num_tokens: int,
+) -> None:
+    """Triton version of ``kv_append.reindex_kv_cache`` for in-place-safe move lists."""
+    _, reindex_kernel = _kernels()
+    device = k_cache.device
+    destination = torch.tensor(destination_rows, dtype=torch.int32, device=device)
+    source = torch.tensor(source_rows, dtype=torch.int32, device=device)
+    for cache in (k_cache, v_cache):
+        elements_per_token = cache.shape[2] * cache.shape[3]
+        block_e = min(triton.next_power_of_2(elements_per_token), 1024)
+        block_t = max(1, 2048 // block_e)
+        grid = (triton.cdiv(num_tokens, block_t), triton.cdiv(elements_per_token, block_e))
+        reindex_kernel[grid](
+            cache, destination, source, len(destination_rows), num_tokens,
+            cache.stride(0), cache.stride(1), elements_per_token,
+            BLOCK_T=block_t, BLOCK_E=block_e,
+        )

@@ -1,0 +1,137 @@
+"""``PagedKVCacheManager``: fixed-size pages allocated on demand, addressed through a page table."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping
+
+import torch
+from torch import Tensor
+
+from inference.cache_manager import KVCacheManager, validate_new_kv, validate_step_dict
+from inference.errors import KVCacheFullError
+from inference.kv_append import append_to_kv_cache
+from inference.page_allocator import PageAllocator
+
+__all__ = ["PagedKVCacheManager"]
+
+
+def pages_for(num_tokens: int, page_size: int) -> int:
+    """Pages needed to hold ``num_tokens`` tokens."""
+    return -(-num_tokens // page_size)
+
+
+class PagedKVCacheManager(KVCacheManager):
+    """Caches ``[total_num_pages, page_size, h_kv, d]`` shared by all sequences.
+
+    A sequence owns ``ceil(length / page_size)`` pages, allocated when a step needs them and
+    returned when it finishes. ``total_num_pages`` may be smaller than
+    ``max_batch_size * max_pages_per_seq`` (over-subscription): a step that needs more pages
+    than are free raises ``KVCacheFullError`` and changes nothing, so the caller can retry with
+    fewer new sequences. ``page_table`` (int32 ``[max_batch_size, max_pages_per_seq]``, a
+    device buffer updated in place) row ``i`` lists the pages of the ``i``-th sequence of the
+    step, padded with 0; rows past the batch are 0.
+
+    Example::
+
+        >>> manager = PagedKVCacheManager(total_num_pages=8, page_size=16, num_heads=2, head_dim_k=64,
+        ...                               dtype=torch.float16, max_batch_size=4, max_seqlen=128)
+        >>> manager.allocate_memory(layer_number=1)[0].shape
+        torch.Size([8, 16, 2, 64])
+        >>> manager.pre_step(OrderedDict({"a": 20})); manager.page_table[0, :3]
+        tensor([0, 1, 0], dtype=torch.int32)
+    """
+
+    def __init__(
+        self,
+        total_num_pages: int,
+        page_size: int,
+        num_heads: int,
+        head_dim_k: int,
+        dtype: torch.dtype,
+        max_batch_size: int,
+        max_seqlen: int,
+        head_dim_v: int | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__(max_batch_size, max_seqlen, num_heads, head_dim_k, dtype, head_dim_v, device)
+        self.total_num_pages = total_num_pages
+        self.page_size = page_size
+        self.max_pages_per_seq = pages_for(max_seqlen, page_size)
+        self.allocator = PageAllocator(total_num_pages)
+        self.page_table = torch.zeros(
+            max_batch_size, self.max_pages_per_seq, dtype=torch.int32, device=self.device
+        )
+
+    def allocate_memory(self, layer_number: int) -> tuple[Tensor, Tensor]:
+        """Allocate ``layer_number``'s zeroed ``[total_num_pages, page_size, h_kv, d]`` K and V."""
+        if layer_number not in self.cache:
+            self.cache[layer_number] = self._allocate_pair((self.total_num_pages, self.page_size))
+        return self.cache[layer_number]
+
+    def pre_step(self, step_dict: Mapping[Hashable, int]) -> "OrderedDict[Hashable, int]":
+        """Free finished sequences' pages, allocate the pages this step needs, rebuild the table."""
+        lengths_after = validate_step_dict(step_dict, self.sequences, self.max_batch_size, self.max_seqlen)
+        finished = [seq_id for seq_id in self.sequences if seq_id not in step_dict]
+        pages_freed = sum(len(self.allocator.allocated_pages.get(seq_id, ())) for seq_id in finished)
+        new_pages = {
+            seq_id: pages_for(total, self.page_size) - len(self.allocator.allocated_pages.get(seq_id, ()))
+            for seq_id, total in lengths_after.items()
+        }
+        pages_needed = sum(new_pages.values())
+        if pages_needed > self.allocator.num_free + pages_freed:
+            raise KVCacheFullError(
+                pages_needed,
+                self.allocator.num_free + pages_freed,
+                f"page_size={self.page_size}, total_num_pages={self.total_num_pages}",
+            )
+        for seq_id in finished:
+            self.allocator.free(seq_id)
+        for seq_id, num_pages in new_pages.items():
+            self.allocator.allocate(seq_id, num_pages)
+        self.sequences = lengths_after
+        self.step_lens = list(step_dict.values())
+        self._write_page_table()
+        return self.sequences
+
+    def _write_page_table(self) -> None:
+        host_table = torch.zeros(self.max_batch_size, self.max_pages_per_seq, dtype=torch.int32)
+        for row, seq_id in enumerate(self.sequences):
+            pages = self.allocator.allocated_pages[seq_id]
+            host_table[row, : len(pages)] = torch.tensor(pages, dtype=torch.int32)
+        self.page_table.copy_(host_table)
+
+    def step(
+        self,
+        layer_number: int,
+        new_k: Tensor,
+        new_v: Tensor,
+        cu_new_seqlens: Tensor,
+        cu_cached_seqlens: Tensor,
+        qkv_format: str,
+    ) -> tuple[Tensor, Tensor]:
+        """Append the new tokens through the page table; return the whole paged caches."""
+        k_cache, v_cache = self.layer_cache(layer_number)
+        validate_new_kv(new_k, new_v, k_cache, v_cache, qkv_format, self.step_lens, self.max_batch_size)
+        append_to_kv_cache(
+            new_k, new_v, k_cache, v_cache, self.page_table, cu_new_seqlens, cu_cached_seqlens, qkv_format
+        )
+        return k_cache, v_cache
+
+    def reset(self) -> None:
+        """Forget every sequence, free every page and zero the page table (in place)."""
+        super().reset()
+        self.allocator.reset()
+        self.page_table.zero_()
+
+    def get_page_list(self, seq_id: Hashable) -> list[int]:
+        """The pages of ``seq_id`` in logical order."""
+        return self.allocator.pages_of(seq_id)
+
+    def get_page_count(self, seq_id: Hashable) -> int:
+        """How many pages ``seq_id`` owns."""
+        return len(self.allocator.allocated_pages.get(seq_id, ()))
+
+    def has_free_page(self) -> bool:
+        """True while at least one page is free."""
+        return self.allocator.num_free > 0

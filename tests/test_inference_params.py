@@ -1,0 +1,301 @@
+"""InferenceParams and the cache managers: bookkeeping, page accounting and refused calls."""
+
+from __future__ import annotations
+
+import copy
+from collections import OrderedDict
+
+import pytest
+import torch
+
+from inference import (
+    InferenceParams,
+    KVCacheFullError,
+    KVCacheManager,
+    NonPagedKVCacheManager,
+    PagedKVCacheManager,
+)
+
+HEADS_KV, HEAD_DIM_K, HEAD_DIM_V = 2, 8, 4
+
+
+def make_params(paging: str, **overrides) -> InferenceParams:
+    """``paging``: "non-paged", "paged" (page 4, full pages) or "oversubscribed" (page 4, 6 pages)."""
+    kwargs = dict(max_batch_size=3, max_sequence_length=16, num_heads_kv=HEADS_KV,
+                  head_dim_k=HEAD_DIM_K, dtype=torch.float32, head_dim_v=HEAD_DIM_V, device="cpu")
+    if paging != "non-paged":
+        kwargs.update(is_paged=True, page_size=4)
+    if paging == "oversubscribed":
+        kwargs.update(total_num_pages=6)
+    kwargs.update(overrides)
+    params = InferenceParams(**kwargs)
+    for layer_number in (1, 2):
+        params.allocate_memory(layer_number)
+    return params
+
+
+def new_kv(qkv_format: str, step_lens: list[int], dtype=torch.float32):
+    shape = {"bshd": (len(step_lens), max(step_lens)), "sbhd": (max(step_lens), len(step_lens)),
+             "thd": (sum(step_lens),)}[qkv_format]
+    return torch.randn(*shape, HEADS_KV, HEAD_DIM_K).to(dtype), torch.randn(*shape, HEADS_KV, HEAD_DIM_V).to(dtype)
+
+
+def run_step(params: InferenceParams, step_dict: dict, qkv_format: str = "bshd"):
+    params.pre_step(OrderedDict(step_dict))
+    new_k, new_v = new_kv(qkv_format, list(step_dict.values()))
+    for layer_number in (1, 2):
+        params.step(layer_number, new_k, new_v, qkv_format)
+    return new_k, new_v
+
+
+def snapshot(params: InferenceParams) -> dict:
+    """Everything a refused call must leave untouched."""
+    manager = params.cache_manager
+    state = {
+        "caches": {layer: (k.clone(), v.clone()) for layer, (k, v) in manager.cache.items()},
+        "sequences": copy.deepcopy((params.sequences, params.sequences_pre_step, manager.sequences)),
+        "buffers": [t.clone() for t in (params.cu_seqlens_q, params.cu_seqlens_kv, params.pre_step_seqlens)],
+        "batch_size": params.batch_size,
+    }
+    if params.is_paged:
+        state["pages"] = (manager.page_table.clone(), list(manager.allocator.free_pages),
+                          copy.deepcopy(manager.allocator.allocated_pages))
+    return state
+
+
+def assert_unchanged(params: InferenceParams, before: dict) -> None:
+    after = snapshot(params)
+    for layer, (k, v) in before["caches"].items():
+        assert torch.equal(after["caches"][layer][0], k) and torch.equal(after["caches"][layer][1], v)
+    assert after["sequences"] == before["sequences"]
+    for a, b in zip(after["buffers"], before["buffers"]):
+        assert torch.equal(a, b)
+    assert after["batch_size"] == before["batch_size"]
+    if "pages" in before:
+        assert torch.equal(after["pages"][0], before["pages"][0])
+        assert after["pages"][1:] == before["pages"][1:]
+
+
+def test_pre_step_writes_te_metadata():
+    params = make_params("non-paged")
+    params.pre_step(OrderedDict({"a": 5, "b": 2}))
+    params.pre_step(OrderedDict({"a": 1, "b": 3, "c": 4}))
+    assert params.sequences == OrderedDict({"a": 6, "b": 5, "c": 4})
+    assert params.sequences_pre_step == OrderedDict({"a": 5, "b": 2, "c": 0})
+    assert params.batch_size == 3
+    assert params.cu_seqlens_q.tolist() == [0, 1, 4, 8]
+    assert params.cu_seqlens_kv.tolist() == [0, 6, 11, 15]
+    assert params.get_seqlens_pre_step().tolist() == [5, 2, 0]
+    params.pre_step(OrderedDict({"c": 2}))
+    assert params.cu_seqlens_q.tolist() == [0, 2, 2, 2]  # the tail repeats the last value
+    assert params.cu_seqlens_q.dtype == torch.int32
+
+
+@pytest.mark.parametrize("qkv_format", ["bshd", "sbhd", "thd"])
+@pytest.mark.parametrize("paging", ["non-paged", "paged"])
+def test_step_returns_te_tuple(paging, qkv_format):
+    params = make_params(paging)
+    params.pre_step(OrderedDict({"a": 3, "b": 1}))
+    new_k, new_v = new_kv(qkv_format, [3, 1])
+    k_cache, v_cache, cu_q, cu_kv, max_len, output_format = params.step(1, new_k, new_v, qkv_format)
+    assert cu_q is params.cu_seqlens_q and cu_kv is params.cu_seqlens_kv and max_len == 16
+    assert output_format == {"bshd": "bshd", "sbhd": "sbhd_2bshd", "thd": "thd_2bshd"}[qkv_format]
+    if paging == "paged":
+        assert k_cache.shape == (12, 4, HEADS_KV, HEAD_DIM_K) and v_cache.shape[-1] == HEAD_DIM_V
+    else:
+        rows = 3 if qkv_format == "thd" else 2
+        assert k_cache.shape == (rows, 16, HEADS_KV, HEAD_DIM_K) and v_cache.shape[-1] == HEAD_DIM_V
+
+
+@pytest.mark.parametrize("paging", ["non-paged", "paged", "oversubscribed"])
+def test_caches_hold_each_sequences_history(paging):
+    """Finish, admit and chunk sequences, then read every history back through the converter."""
+    params = make_params(paging)
+    history: dict[str, list[torch.Tensor]] = {}
+    for step_dict in ({"a": 5, "b": 2}, {"a": 1, "b": 3, "c": 2}, {"b": 1, "c": 4}, {"c": 1, "d": 3, "b": 2}):
+        new_k, _ = run_step(params, step_dict)
+        for row, (seq_id, step_len) in enumerate(step_dict.items()):
+            history.setdefault(seq_id, []).append(new_k[row, :step_len])
+        k_pages, v_pages = params.convert_paged_to_nonpaged(2)
+        assert k_pages.shape == (len(step_dict), 16, HEADS_KV, HEAD_DIM_K)
+        assert v_pages.shape == (len(step_dict), 16, HEADS_KV, HEAD_DIM_V)
+        for row, seq_id in enumerate(step_dict):
+            expected = torch.cat(history[seq_id])
+            assert torch.equal(k_pages[row, : len(expected)], expected), (seq_id, step_dict)
+
+
+def check_page_accounting(params: InferenceParams) -> None:
+    manager = params.cache_manager
+    owned = [page for pages in manager.allocator.allocated_pages.values() for page in pages]
+    free = list(manager.allocator.free_pages)
+    assert len(set(owned)) == len(owned), "a page is shared"
+    assert sorted(owned + free) == list(range(manager.total_num_pages)), "a page leaked"
+    for row, (seq_id, length) in enumerate(params.sequences.items()):
+        pages = manager.get_page_list(seq_id)
+        assert len(pages) == -(-length // manager.page_size)
+        assert manager.page_table[row, : len(pages)].tolist() == pages
+
+
+def test_pages_are_allocated_on_demand_and_returned():
+    params = make_params("oversubscribed")
+    for step_dict in ({"a": 5, "b": 4}, {"a": 4, "b": 1}, {"b": 3, "c": 1}, {"c": 7}, {}):
+        params.pre_step(OrderedDict(step_dict))
+        check_page_accounting(params)
+    assert params.cache_manager.allocator.num_free == 6
+
+
+def test_kv_cache_full_error_names_the_numbers_and_changes_nothing():
+    params = make_params("oversubscribed")
+    run_step(params, {"a": 9, "b": 4})  # 3 + 1 pages of 6
+    before = snapshot(params)
+    with pytest.raises(KVCacheFullError) as error:
+        params.pre_step(OrderedDict({"a": 1, "b": 1, "c": 9}))  # needs 1 + 0 + 3
+    assert (error.value.pages_needed, error.value.pages_free) == (4, 2)
+    assert "4" in str(error.value) and "2" in str(error.value)
+    assert_unchanged(params, before)
+    params.pre_step(OrderedDict({"a": 1, "c": 5}))  # b finishes: its page pays for c
+    check_page_accounting(params)
+
+
+@pytest.mark.parametrize("paging", ["non-paged", "paged", "oversubscribed"])
+@pytest.mark.parametrize(
+    "step_dict, message",
+    [
+        ({"a": 1, "b": 1, "c": 1, "d": 1}, "max_batch_size"),
+        ({"a": 12}, "max_sequence_length"),
+        ({"a": 0}, ">= 1"),
+        ({"a": -2}, ">= 1"),
+        ({"a": 1.5}, "int"),
+        ({"a": 1, "z": 17}, "max_sequence_length"),
+    ],
+    ids=["batch", "too-long", "zero", "negative", "float", "new-too-long"],
+)
+def test_refused_pre_step_changes_nothing(paging, step_dict, message):
+    params = make_params(paging)
+    run_step(params, {"a": 5, "b": 2})
+    before = snapshot(params)
+    with pytest.raises(ValueError, match=message):
+        params.pre_step(OrderedDict(step_dict))
+    assert_unchanged(params, before)
+
+
+def test_step_past_max_ctx_len_is_refused():
+    params = make_params("non-paged", max_ctx_len=4)
+    with pytest.raises(ValueError, match="max_ctx_len"):
+        params.pre_step(OrderedDict({"a": 5}))
+
+
+@pytest.mark.parametrize("paging", ["non-paged", "paged"])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("unknown-layer", "layer_number=7"),
+        ("dtype", "dtype"),
+        ("heads", "heads"),
+        ("head-dim-k", "head dim"),
+        ("head-dim-v", "head dim"),
+        ("too-few-positions", "token positions"),
+        ("too-few-rows", "batch size"),
+        ("format", "qkv_format"),
+        ("ndim", "4-D"),
+    ],
+)
+def test_refused_step_changes_nothing(paging, case, message):
+    params = make_params(paging)
+    run_step(params, {"a": 5, "b": 2})
+    params.pre_step(OrderedDict({"a": 3, "b": 1}))
+    new_k, new_v = new_kv("bshd", [3, 1])
+    layer_number, qkv_format = 1, "bshd"
+    if case == "unknown-layer":
+        layer_number = 7
+    elif case == "dtype":
+        new_k, new_v = new_k.half(), new_v.half()
+    elif case == "heads":
+        new_k = torch.randn(2, 3, HEADS_KV + 1, HEAD_DIM_K)
+    elif case == "head-dim-k":
+        new_k = torch.randn(2, 3, HEADS_KV, HEAD_DIM_K + 1)
+    elif case == "head-dim-v":
+        new_v = torch.randn(2, 3, HEADS_KV, HEAD_DIM_V * 2)
+    elif case == "too-few-positions":
+        new_k, new_v = new_k[:, :2], new_v[:, :2]
+    elif case == "too-few-rows":
+        new_k, new_v = new_k[:1], new_v[:1]
+    elif case == "format":
+        qkv_format = "bhsd"
+    elif case == "ndim":
+        new_k, new_v = new_k[0], new_v[0]
+    before = snapshot(params)
+    with pytest.raises(ValueError, match=message):
+        params.step(layer_number, new_k, new_v, qkv_format)
+    assert_unchanged(params, before)
+
+
+def test_thd_step_must_hold_every_new_token():
+    params = make_params("paged")
+    params.pre_step(OrderedDict({"a": 3, "b": 2}))
+    new_k, new_v = new_kv("thd", [3, 1])
+    with pytest.raises(ValueError, match="5"):
+        params.step(1, new_k, new_v, "thd")
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(max_batch_size=0), "max_batch_size"),
+        (dict(head_dim_k=2.0), "head_dim_k"),
+        (dict(dtype="float32"), "dtype"),
+        (dict(qkv_format="bsd"), "qkv_format"),
+        (dict(is_paged=True), "page_size"),
+        (dict(is_paged=True, page_size=0), "page_size"),
+        (dict(page_size=4), "is_paged"),
+        (dict(custom_cache_manager=dict), "custom_cache_manager"),
+    ],
+)
+def test_constructor_rejects_bad_arguments(kwargs, message):
+    base = dict(max_batch_size=2, max_sequence_length=8, num_heads_kv=1, head_dim_k=4, dtype=torch.float32)
+    with pytest.raises(ValueError, match=message):
+        InferenceParams(**{**base, **kwargs})
+
+
+def test_defaults_follow_te():
+    params = InferenceParams(2, 10, 1, 4, torch.float16, is_paged=True, page_size=4)
+    assert params.total_num_pages == 2 * 3 and params.head_dim_v == 4
+    assert params.cache_manager.page_table.shape == (2, 3)
+    assert params.max_ctx_len == 10
+    assert params.device == (torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu"))
+    assert isinstance(params.cache_manager, PagedKVCacheManager)
+    assert isinstance(InferenceParams(2, 10, 1, 4, torch.float16).cache_manager, NonPagedKVCacheManager)
+
+
+def test_custom_cache_manager_class_is_used():
+    class CountingManager(NonPagedKVCacheManager):
+        pre_steps = 0
+
+        def pre_step(self, step_dict):
+            CountingManager.pre_steps += 1
+            return super().pre_step(step_dict)
+
+    params = InferenceParams(2, 8, 1, 4, torch.float32, custom_cache_manager=CountingManager)
+    params.pre_step(OrderedDict({0: 2}))
+    assert CountingManager.pre_steps == 1 and isinstance(params.cache_manager, KVCacheManager)
+
+
+def test_reset_frees_everything_in_place():
+    params = make_params("oversubscribed")
+    run_step(params, {"a": 5, "b": 2})
+    buffers = (params.cu_seqlens_q.data_ptr(), params.cache_manager.page_table.data_ptr())
+    params.reset()
+    assert params.sequences == OrderedDict() and params.batch_size == 0
+    assert params.cache_manager.allocator.num_free == 6
+    assert (params.cu_seqlens_q.data_ptr(), params.cache_manager.page_table.data_ptr()) == buffers
+    run_step(params, {"a": 5})  # reusable after reset
+    check_page_accounting(params)
+
+
+def test_non_paged_rows_are_compacted_when_sequences_finish():
+    params = make_params("non-paged")
+    first_k, _ = run_step(params, {0: 4, 1: 4, 2: 4})
+    params.pre_step(OrderedDict({0: 1, 2: 1, 3: 2}))  # 1 finishes: row 2 moves to row 1
+    k_cache, _ = params.cache_manager.cache[1]
+    assert torch.equal(k_cache[0, :4], first_k[0, :4])
+    assert torch.equal(k_cache[1, :4], first_k[2, :4])

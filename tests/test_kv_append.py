@@ -1,0 +1,129 @@
+"""The cache-append and re-index operations: torch and Triton (interpreter) against a loop."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from inference import append_to_kv_cache, reindex_kv_cache
+
+NUM_HEADS_KV, HEAD_DIM_K, HEAD_DIM_V = 2, 8, 4
+
+
+def make_step(qkv_format: str, new_lens: list[int], lengths_after: list[int], max_batch_size: int, dtype):
+    """Random new K/V holding ``new_lens`` tokens per row, plus int32 cu_seqlens buffers."""
+    batch = len(new_lens)
+    pad = [0] * (max_batch_size - batch)
+    cu_q = torch.tensor([0, *torch.tensor(new_lens + pad).cumsum(0).tolist()], dtype=torch.int32)
+    cu_kv = torch.tensor([0, *torch.tensor(lengths_after + pad).cumsum(0).tolist()], dtype=torch.int32)
+    s = max(new_lens) + 1  # one padding slot per row that must not be written
+    shapes = {"bshd": (batch, s), "sbhd": (s, batch), "thd": (sum(new_lens) + 3,)}[qkv_format]
+    new_k = torch.randn(*shapes, NUM_HEADS_KV, HEAD_DIM_K).to(dtype)
+    new_v = torch.randn(*shapes, NUM_HEADS_KV, HEAD_DIM_V).to(dtype)
+    return new_k, new_v, cu_q, cu_kv
+
+
+def loop_append(new, cache, page_table, cu_q, cu_kv, qkv_format):
+    """The definition, one token at a time."""
+    page_size = cache.shape[1]
+    rows = {"bshd": new.shape[0], "sbhd": new.shape[1], "thd": cu_q.numel() - 1}[qkv_format]
+    for row in range(rows):
+        new_len = int(cu_q[row + 1] - cu_q[row])
+        total = int(cu_kv[row + 1] - cu_kv[row])
+        for j in range(new_len):
+            token = {"bshd": lambda: new[row, j], "sbhd": lambda: new[j, row],
+                     "thd": lambda: new[int(cu_q[row]) + j]}[qkv_format]()
+            position = total - new_len + j
+            page = int(page_table[row, position // page_size])
+            cache[page, position % page_size] = token
+
+
+def run_append(implementation, monkeypatch, *args):
+    if implementation == "triton":
+        pytest.importorskip("triton")
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    append_to_kv_cache(*args, implementation=implementation)
+
+
+@pytest.mark.parametrize("implementation", ["torch", "triton"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("qkv_format", ["bshd", "sbhd", "thd"])
+@pytest.mark.parametrize("page_size", [1, 3, 16])
+def test_paged_append_matches_loop(implementation, dtype, qkv_format, page_size, monkeypatch):
+    max_batch_size, max_pages_per_seq = 4, -(-40 // page_size)
+    total_num_pages = max_batch_size * max_pages_per_seq + 2
+    new_lens, lengths_after = [3, 1, 7], [3, 20, 33]
+    new_k, new_v, cu_q, cu_kv = make_step(qkv_format, new_lens, lengths_after, max_batch_size, dtype)
+    # Pages shuffled so that a page-table bug cannot hide behind an identity mapping.
+    page_table = torch.randperm(total_num_pages)[: max_batch_size * max_pages_per_seq]
+    page_table = page_table.view(max_batch_size, max_pages_per_seq).to(torch.int32)
+    k_cache = torch.randn(total_num_pages, page_size, NUM_HEADS_KV, HEAD_DIM_K).to(dtype)
+    v_cache = torch.randn(total_num_pages, page_size, NUM_HEADS_KV, HEAD_DIM_V).to(dtype)
+    expected_k, expected_v = k_cache.clone(), v_cache.clone()
+    loop_append(new_k, expected_k, page_table, cu_q, cu_kv, qkv_format)
+    loop_append(new_v, expected_v, page_table, cu_q, cu_kv, qkv_format)
+    run_append(implementation, monkeypatch, new_k, new_v, k_cache, v_cache, page_table, cu_q, cu_kv, qkv_format)
+    assert torch.equal(k_cache, expected_k)
+    assert torch.equal(v_cache, expected_v)
+
+
+@pytest.mark.parametrize("implementation", ["torch", "triton"])
+@pytest.mark.parametrize("qkv_format", ["bshd", "sbhd", "thd"])
+def test_non_paged_append_is_one_page_per_row(implementation, qkv_format, monkeypatch):
+    max_batch_size, max_seqlen = 3, 12
+    new_lens, lengths_after = [2, 5], [9, 5]
+    new_k, new_v, cu_q, cu_kv = make_step(qkv_format, new_lens, lengths_after, max_batch_size, torch.float32)
+    k_cache = torch.zeros(max_batch_size, max_seqlen, NUM_HEADS_KV, HEAD_DIM_K)
+    v_cache = torch.zeros(max_batch_size, max_seqlen, NUM_HEADS_KV, HEAD_DIM_V)
+    row_table = torch.arange(max_batch_size, dtype=torch.int32).view(-1, 1)
+    run_append(implementation, monkeypatch, new_k, new_v, k_cache, v_cache, row_table, cu_q, cu_kv, qkv_format)
+    tokens = {"bshd": lambda r: new_k[r], "sbhd": lambda r: new_k[:, r],
+              "thd": lambda r: new_k[int(cu_q[r]):]}[qkv_format]
+    assert torch.equal(k_cache[0, 7:9], tokens(0)[:2])
+    assert torch.equal(k_cache[1, 0:5], tokens(1)[:5])
+    assert k_cache[0, :7].abs().sum() == 0 and k_cache[0, 9:].abs().sum() == 0
+    assert k_cache[2].abs().sum() == 0
+
+
+def test_non_contiguous_new_tokens_are_read_through_strides():
+    cache = torch.zeros(2, 4, NUM_HEADS_KV, HEAD_DIM_K)
+    qkv = torch.randn(1, 3, 3, NUM_HEADS_KV, HEAD_DIM_K)  # a packed [b, s, 3, h, d] buffer
+    new_k, new_v = qkv[:, :, 1], qkv[:, :, 2]
+    cu = torch.tensor([0, 3], dtype=torch.int32)
+    append_to_kv_cache(new_k, new_v, cache, cache.clone(), torch.tensor([[1]], dtype=torch.int32), cu, cu, "bshd")
+    assert torch.equal(cache[1, :3], new_k[0])
+
+
+@pytest.mark.parametrize("implementation", ["torch", "triton"])
+@pytest.mark.parametrize(
+    "destination_rows, source_rows",
+    [([1, 2], [2, 3]), ([0, 1, 2], [3, 1, 2]), ([0, 1], [1, 0])],  # compaction, gap, swap
+    ids=["compaction", "move-to-front", "swap"],
+)
+def test_reindex_moves_rows(implementation, destination_rows, source_rows, monkeypatch):
+    if implementation == "triton":
+        pytest.importorskip("triton")
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    k_cache = torch.randn(4, 10, NUM_HEADS_KV, HEAD_DIM_K)
+    v_cache = torch.randn(4, 10, NUM_HEADS_KV, HEAD_DIM_V)
+    expected_k, expected_v = k_cache.clone(), v_cache.clone()
+    for destination, source in zip(destination_rows, source_rows):
+        expected_k[destination, :6] = k_cache[source, :6]
+        expected_v[destination, :6] = v_cache[source, :6]
+    reindex_kv_cache(k_cache, v_cache, destination_rows, source_rows, num_tokens=6, implementation=implementation)
+    assert torch.equal(k_cache, expected_k)
+    assert torch.equal(v_cache, expected_v)
+
+
+def test_reindex_rejects_mismatched_row_lists():
+    cache = torch.zeros(2, 4, 1, 2)
+    with pytest.raises(ValueError, match="destination_rows"):
+        reindex_kv_cache(cache, cache, [0], [1, 0], num_tokens=2)
+
+
+def test_unknown_implementation_is_refused():
+    cache = torch.zeros(2, 4, 1, 2)
+    cu = torch.tensor([0, 1], dtype=torch.int32)
+    with pytest.raises(ValueError, match="implementation"):
+        append_to_kv_cache(torch.zeros(1, 1, 1, 2), torch.zeros(1, 1, 1, 2), cache, cache,
+                           torch.zeros(1, 1, dtype=torch.int32), cu, cu, "bshd", implementation="cuda")
