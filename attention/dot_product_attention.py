@@ -63,7 +63,7 @@ class DotProductAttention(nn.Module):
     ) -> None:
         super().__init__()
         self.num_attention_heads = int(num_attention_heads)
-        self.num_gqa_groups = int(num_gqa_groups or num_attention_heads)
+        self.num_gqa_groups = int(num_gqa_groups if num_gqa_groups is not None else num_attention_heads)
         if self.num_gqa_groups < 1 or self.num_attention_heads % self.num_gqa_groups:
             raise ValueError(
                 f"num_gqa_groups must divide num_attention_heads={num_attention_heads}; got {num_gqa_groups}"
@@ -80,6 +80,7 @@ class DotProductAttention(nn.Module):
         self.qkv_format = check_format(qkv_format)
         self.attn_mask_type = normalize_mask_type(attn_mask_type)
         self.window_size = check_set_window_size(self.attn_mask_type, window_size)
+        self._window_size_arg = window_size   # re-normalised per call when the call's mask type differs
         self.softmax_scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(self.head_dim_qk)
         self.layer_number = 1 if layer_number is None else int(layer_number)
         if attention_type not in ("self", "cross"):
@@ -107,6 +108,13 @@ class DotProductAttention(nn.Module):
             f"kv_channels=({self.head_dim_qk}, {self.head_dim_v}), qkv_format={self.qkv_format}, "
             f"attn_mask_type={self.attn_mask_type}, backend={self.backend}"
         )
+
+    def _softmax_offset_fp32(self) -> torch.Tensor | None:
+        """The sink logits as backends take them: fp32 (a differentiable cast after ``module.half()``)."""
+        offset = self.softmax_offset
+        if offset is None or offset.dtype in (torch.float32, torch.float64):
+            return offset
+        return offset.float()
 
     def forward(
         self,
@@ -180,7 +188,7 @@ class DotProductAttention(nn.Module):
                 )
             if mask_type == "padding_causal":
                 mask_type = "padding_causal_bottom_right"
-        window = check_set_window_size(mask_type, window_size if window_size is not None else self.window_size)
+        window = check_set_window_size(mask_type, window_size if window_size is not None else self._window_size_arg)
         bottom_right = resolve_bottom_right(
             mask_type, bottom_right_diagonal if bottom_right_diagonal is not None else self.bottom_right_diagonal
         )
@@ -191,11 +199,17 @@ class DotProductAttention(nn.Module):
 
         if fmt == "thd":
             if not has_padding(mask_type):
-                raise ValueError(f"qkv_format='thd' needs a padding mask type (padding, padding_causal, ...); got {mask_type!r}")
+                raise ValueError(
+                    f"qkv_format='thd' needs a padding attn_mask_type (padding, padding_causal, ...); got {mask_type!r}"
+                )
             if cu_seqlens_q is None or (cu_seqlens_kv is None and inference_params is None and not self_attention):
                 raise ValueError("qkv_format='thd' requires cu_seqlens_q and cu_seqlens_kv (int32 [b+1])")
             if cu_seqlens_kv is None:
                 cu_seqlens_kv = cu_seqlens_q
+            if inference_params is None:
+                inputs.check_cu_seqlens_batch(cu_seqlens_q.numel() - 1, cu_seqlens_q=cu_seqlens_q,
+                                              cu_seqlens_kv=cu_seqlens_kv, cu_seqlens_q_padded=cu_seqlens_q_padded,
+                                              cu_seqlens_kv_padded=cu_seqlens_kv_padded, exact=True)
             if pad_between_seqs is None:
                 pad_between_seqs = (cu_seqlens_q_padded is not None and cu_seqlens_q_padded is not cu_seqlens_q) or (
                     cu_seqlens_kv_padded is not None and cu_seqlens_kv_padded is not cu_seqlens_kv
@@ -212,6 +226,7 @@ class DotProductAttention(nn.Module):
             pad_between_seqs = False
             cu_seqlens_q_padded = cu_seqlens_kv_padded = None
             if has_padding(mask_type) and inference_params is None:
+                inputs.check_cu_seqlens_batch(batch, cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv)
                 if cu_seqlens_q is None or cu_seqlens_kv is None:
                     from_mask = inputs.padding_cu_seqlens(attention_mask, batch, seqlen_q, seqlen_kv, device, self_attention)
                     if cu_seqlens_q is not None and self_attention and seqlen_q == seqlen_kv:
@@ -251,6 +266,8 @@ class DotProductAttention(nn.Module):
             core_attention_bias_type, core_attention_bias, alibi_slopes, batch, self.num_attention_heads,
             max_seqlen_q, max_seqlen_kv,
         )
+        if core_attention_bias is not None and core_attention_bias.device != device:
+            raise ValueError(f"core_attention_bias must be on {device} with the inputs; got {core_attention_bias.device}")
         if core_attention_bias_type == "alibi" and alibi_slopes is None:
             alibi_slopes = inputs.alibi_slopes_tensor(self.num_attention_heads, device)
         elif alibi_slopes is not None:
@@ -259,6 +276,7 @@ class DotProductAttention(nn.Module):
             if not isinstance(attention_mask, torch.Tensor) or attention_mask.dtype != torch.bool:
                 raise ValueError("attention_mask must be a bool tensor broadcastable to [b, h, s_q, s_kv] (True = masked) "
                                  "for attn_mask_type='arbitrary'")
+            inputs.check_arbitrary_mask(attention_mask, batch, self.num_attention_heads, max_seqlen_q, max_seqlen_kv, device)
         dropout_p = self.attention_dropout if self.training else 0.0
         requires_grad = torch.is_grad_enabled() and (
             any(t.requires_grad for t in (q, k, v))
@@ -310,7 +328,7 @@ class DotProductAttention(nn.Module):
             attention_mask=attention_mask if mask_type == "arbitrary" else None,
             core_attention_bias=core_attention_bias,
             alibi_slopes=alibi_slopes,
-            softmax_offset=self.softmax_offset,
+            softmax_offset=self._softmax_offset_fp32(),
             page_table=page_table,
             inference_params=inference_params,
             layer_number=self.layer_number,
