@@ -1,0 +1,114 @@
+"""Mixed batches: prefill (or a prefill chunk) and decodes in ONE launch, against the parts run separately.
+
+Cells (bf16, d=128, GQA 32/8, paged with 16-token pages, causal bottom-right):
+  M1  one fresh 2k prefill + 128 decodes at 2k context
+  M2  one 2k chunk of chunked prefill on a 14k prefix + 64 decodes at 4k context
+Each cell is measured whole (providers that take a mixed batch in one call: fused, DotProductAttention,
+flash-attn 2 varlen with a block table, flash-attn-4 varlen with a page table) and as its two parts,
+each part with every provider that can run it (SDPA too). Derived rows: ``X (separately)`` = part 1 +
+part 2 with provider X; ``best competitors (separately)`` = the fastest competitor for each part.
+All mixed cells are timed as CUDA-graph replays (launch gaps count).
+
+    python -m benchmarks.bench_mixed --out DIR  [--smoke]
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from benchmarks import harness
+from benchmarks.harness import COMPETITORS, BenchConfig, Cell, Problem, Row
+
+SUITE = "mixed"
+DEFAULT_BUDGET_S = 60.0
+
+
+@dataclass(frozen=True)
+class MixedCell:
+    whole: Cell
+    parts: tuple[Cell, Cell]
+
+
+def _mixed(name: str, prefill: tuple[int, int], decodes: int, context: int, dtype, heads=(32, 8),
+           head_dim: int = 128, page: int = 16) -> MixedCell:
+    q_chunk, kv_chunk = prefill
+    common = {"heads_q": heads[0], "heads_kv": heads[1], "head_dim": head_dim, "head_dim_v": head_dim, "dtype": dtype}
+    whole = Problem(q_lens=(q_chunk,) + (1,) * decodes, kv_lens=(kv_chunk,) + (context,) * decodes, causal=True,
+                    **common)
+    prefill_part = Problem(q_lens=(q_chunk,), kv_lens=(kv_chunk,), causal=True, **common)
+    decode_part = Problem(q_lens=(1,) * decodes, kv_lens=(context,) * decodes, causal=False, **common)
+    return MixedCell(
+        whole=Cell(name, name.split()[0], whole, "paged", page, latency=True, metric="bandwidth"),
+        parts=(Cell(f"{name.split()[0]} part: prefill {q_chunk}/{kv_chunk}", "part", prefill_part, "paged", page,
+                    latency=True, metric="flops"),
+               Cell(f"{name.split()[0]} part: {decodes} decodes @{context}", "part", decode_part, "paged", page,
+                    latency=True, metric="bandwidth")),
+    )
+
+
+def cells(cfg: BenchConfig) -> list[MixedCell]:
+    dtype = harness.bench_dtype(cfg)
+    if cfg.smoke:
+        return [_mixed("M1 32-token prefill + 4 decodes @48 p16", (32, 32), 4, 48, dtype, heads=(4, 2), head_dim=16)]
+    return [
+        _mixed("M1 2k prefill + 128 decodes @2k p16", (2048, 2048), 128, 2048, dtype),
+        _mixed("M2 2k chunk on 14k prefix + 64 decodes @4k p16", (2048, 16384), 64, 4096, dtype),
+    ]
+
+
+def _ok(rows: Sequence[Row]) -> dict[str, Row]:
+    return {r.provider: r for r in rows if r.status == "ok" and r.us}
+
+
+def combine(mixed: MixedCell, whole: list[Row], first: list[Row], second: list[Row]) -> list[Row]:
+    """Add the derived "separately" rows to the whole cell's rows and recompute the speedups."""
+    a, b = _ok(first), _ok(second)
+    derived = []
+    for provider in sorted((a.keys() & b.keys()) & {"fused", *COMPETITORS}):
+        row = Row(SUITE, mixed.whole.group, mixed.whole.name, f"{provider} (separately)",
+                  layout=f"{a[provider].layout} + {b[provider].layout}", us=a[provider].us + b[provider].us,
+                  note=f"{a[provider].us:.1f} + {b[provider].us:.1f} µs, 2 calls")
+        derived.append(row)
+    rivals_a = [r for r in a.values() if r.provider in COMPETITORS]
+    rivals_b = [r for r in b.values() if r.provider in COMPETITORS]
+    if rivals_a and rivals_b:
+        best_a, best_b = min(rivals_a, key=lambda r: r.us), min(rivals_b, key=lambda r: r.us)
+        derived.append(Row(SUITE, mixed.whole.group, mixed.whole.name, "best competitors (separately)",
+                           layout=f"{best_a.layout} + {best_b.layout}", us=best_a.us + best_b.us,
+                           note=f"{best_a.provider} {best_a.us:.1f} + {best_b.provider} {best_b.us:.1f} µs"))
+    problem = mixed.whole.problem
+    for row in derived:
+        row.kv_mb, row.gflop = problem.kv_bytes / 1e6, problem.flops / 1e9
+        row.gbps = problem.kv_bytes / (row.us * 1e-6) / 1e9
+    rows = whole + derived
+    for row in rows:
+        row.speedup, row.best_competitor = None, ""
+    competitors = tuple(COMPETITORS) + tuple(f"{c} (separately)" for c in COMPETITORS)
+    harness.assign_speedups(rows, competitors)
+    fused = _ok(whole).get("fused")
+    split = next((r for r in derived if r.provider == "fused (separately)"), None)
+    if fused and split:
+        fused.note = "; ".join(x for x in (fused.note, f"one launch = {fused.us / split.us:.2f}x the two calls") if x)
+    return rows
+
+
+def run(cfg: BenchConfig) -> list[Row]:
+    from benchmarks.providers import FACTORIES
+
+    rows: list[Row] = []
+    for mixed in cells(cfg):
+        if not cfg.wants_cell(mixed.whole.name):
+            continue
+        parts = [harness.run_cells(SUITE, [cell], cfg, FACTORIES) for cell in (mixed.whole, *mixed.parts)]
+        rows += combine(mixed, *parts) + parts[1] + parts[2]
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> list[Row]:
+    return harness.suite_main(SUITE, __doc__, DEFAULT_BUDGET_S, run, argv)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

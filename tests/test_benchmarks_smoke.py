@@ -1,0 +1,245 @@
+"""The benchmark scripts in smoke mode (tiny shapes; on CPU the fused kernels run in Triton's interpreter).
+
+These check that every script runs end to end and that every provider computes the same attention,
+not how fast anything is (timings live in benchmarks, never in tests). The competitor plumbing
+(flash-attn 2, flash-attn-4, SDPA) is exercised on CPU with stand-ins that implement each API's
+documented semantics in plain PyTorch, so a layout or page-table mistake shows up here, not on the GPU.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from benchmarks import bench_decode, bench_mixed, bench_overhead, bench_prefill, harness, providers, report, run_all
+from benchmarks.harness import BenchConfig, Cell, Inputs, Problem
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _fused_ok(rows) -> bool:
+    return any(r.provider == "fused" and r.status == "ok" for r in rows)
+
+
+# ------------------------------------------------------------------------------------------------
+# Pure helpers.
+
+
+def test_flops_count_the_causal_trapezoid() -> None:
+    chunk = Problem(q_lens=(2048,), kv_lens=(8192,), heads_q=32, heads_kv=8, causal=True)
+    assert chunk.flops == pytest.approx(2 * 32 * 2048 * 256 * (6144 + 8192) / 2)
+    full = Problem(q_lens=(4096,), kv_lens=(4096,), heads_q=32, heads_kv=32, causal=False)
+    causal = Problem(q_lens=(4096,), kv_lens=(4096,), heads_q=32, heads_kv=32, causal=True)
+    assert full.flops == 4 * 32 * 4096 * 4096 * 128
+    assert causal.flops == pytest.approx(full.flops / 2, rel=1e-3)
+
+
+def test_kv_bytes_of_a_decode_batch() -> None:
+    problem = Problem(q_lens=(1,) * 64, kv_lens=(4096,) * 64, heads_q=32, heads_kv=8)
+    assert problem.kv_bytes == 64 * 4096 * 8 * 256 * 2  # 1.07 GB, perf_anchors.md section 2
+
+
+def test_ragged_lengths_are_heavy_tailed() -> None:
+    lengths = bench_decode.ragged_lengths()
+    assert len(lengths) == 64 and max(lengths) == 32768
+    assert abs(sum(lengths) / 64 - 4096) < 0.05 * 4096
+    assert sorted(lengths)[32] < 4096  # median below the mean
+    prefill = bench_prefill.ragged_prefill_lengths()
+    assert len(prefill) == 16 and min(prefill) == 128 and max(prefill) == 4096
+
+
+def test_inputs_layouts_hold_the_same_numbers() -> None:
+    problem = Problem(q_lens=(1, 3, 2), kv_lens=(5, 40, 17), heads_q=4, heads_kv=2, head_dim=16, head_dim_v=16,
+                      dtype=torch.float32)
+    inputs = Inputs(problem, torch.device("cpu"))
+    k_cache, v_cache, table = inputs.paged(8)
+    packed_k, packed_v = inputs.packed_kv()
+    start = 0
+    for b, length in enumerate(problem.kv_lens):
+        pages = table[b, : math.ceil(length / 8)].long()
+        assert torch.equal(k_cache[pages].reshape(-1, 2, 16)[:length], inputs.k_dense[b, :length])
+        assert torch.equal(v_cache[pages].reshape(-1, 2, 16)[:length], inputs.v_dense[b, :length])
+        assert torch.equal(packed_k[start : start + length], inputs.k_dense[b, :length])
+        assert torch.equal(packed_v[start : start + length], inputs.v_dense[b, :length])
+        start += length
+    used = torch.cat([table[b, : math.ceil(n / 8)] for b, n in enumerate(problem.kv_lens)])
+    assert sorted(used.tolist()) == list(range(k_cache.shape[0]))  # a permutation of the pages
+
+
+def test_csv_round_trip(tmp_path) -> None:
+    rows = [harness.Row("decode", "g", "cell", "fused", layout="paged-16", us=12.5, gbps=1000.0, note="a; b"),
+            harness.Row("decode", "g", "cell", "flash2", status="n/a", note="needs CUDA")]
+    report.write_csv(rows, str(tmp_path / "r.csv"))
+    back = report.read_csv(str(tmp_path / "r.csv"))
+    assert back == rows
+
+
+# ------------------------------------------------------------------------------------------------
+# Every script, smoke mode, in-process.
+
+
+@pytest.mark.parametrize("module", [bench_decode, bench_mixed, bench_prefill, bench_overhead],
+                         ids=["decode", "mixed", "prefill", "overhead"])
+def test_suite_smoke(module, tmp_path) -> None:
+    rows = module.main(["--smoke", "--out", str(tmp_path), "--quiet"])
+    bad = [(r.cell, r.provider, r.status, r.note) for r in rows if r.status in ("error", "mismatch", "skipped")]
+    assert not bad
+    suite = module.SUITE
+    assert (tmp_path / f"{suite}.csv").exists() and (tmp_path / f"{suite}.md").exists()
+    if suite == "overhead":
+        assert all(r.host_us and r.host_us > 0 for r in rows if r.status == "ok")
+        assert any(r.provider.startswith("auto + InferenceParams.step") and r.status == "ok" for r in rows)
+        return
+    by_cell: dict[str, list] = {}
+    for row in rows:
+        by_cell.setdefault(row.cell, []).append(row)
+    for cell, cell_rows in by_cell.items():
+        assert _fused_ok(cell_rows), cell
+        checked = [r for r in cell_rows if r.max_err is not None]
+        assert len(checked) >= 2, f"{cell}: outputs were not compared"
+        auto = next(r for r in cell_rows if r.provider == "auto")
+        assert auto.note.startswith("→ fused")
+    if suite == "mixed":
+        whole = [r for r in rows if r.group == "M1"]
+        assert {"fused (separately)", "best competitors (separately)"} <= {r.provider for r in whole}
+
+
+def test_run_all_writes_one_report(tmp_path) -> None:
+    results = run_all.main(["--smoke", "--out", str(tmp_path), "--quiet", "--only", "decode,overhead",
+                            "--cells", "verify"])
+    assert set(results) == {"decode", "overhead"}
+    text = (tmp_path / "results.md").read_text()
+    for needle in ("# Benchmark results", "## decode", "## overhead", "| commit |", "fused × best"):
+        assert needle in text
+    rows = report.read_csv(str(tmp_path / "results.csv"))
+    assert {r.suite for r in rows} == {"decode", "overhead"}
+    assert sorted(os.listdir(tmp_path)) == ["decode.png", "results.csv", "results.md"]
+
+
+def test_run_all_isolated_suites(tmp_path) -> None:
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    completed = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run_all", "--smoke", "--isolate", "--quiet", "--out", str(tmp_path),
+         "--only", "decode", "--cells", "2x64 verify"], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=120, check=False)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    rows = report.read_csv(str(tmp_path / "results.csv"))
+    assert _fused_ok(rows) and not [r for r in rows if r.status in ("error", "mismatch")]
+
+
+# ------------------------------------------------------------------------------------------------
+# Competitor plumbing on CPU, against stand-ins with each API's semantics.
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, causal: bool) -> torch.Tensor:
+    """q [s_q, h, d], k/v [s_k, h_kv, d] -> [s_q, h, d_v]; causal aligned bottom-right (flash-attn)."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1).float(), v.repeat_interleave(group, 1).float()
+    scores = torch.einsum("qhd,khd->hqk", q.float(), k) * scale
+    if causal:
+        s_q, s_k = q.shape[0], k.shape[0]
+        visible = torch.arange(s_k)[None, :] <= torch.arange(s_q)[:, None] + (s_k - s_q)
+        scores = scores.masked_fill(~visible, float("-inf"))
+    return torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).to(q.dtype)
+
+
+def _keys(cache: torch.Tensor, b: int, length: int, table: torch.Tensor | None) -> torch.Tensor:
+    if table is None:
+        return cache[b, :length]
+    page = cache.shape[1]
+    return cache[table[b, : math.ceil(length / page)].long()].reshape(-1, *cache.shape[2:])[:length]
+
+
+def _flash2_stand_in() -> SimpleNamespace:
+    def with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=None, softmax_scale=None, causal=False):
+        if block_table is not None:
+            assert k_cache.shape[1] % 256 == 0, "flash-attn 2 paged KV needs page_size % 256 == 0"
+        outs = [_attend(q[b], _keys(k_cache, b, int(n), block_table), _keys(v_cache, b, int(n), block_table),
+                        softmax_scale, causal) for b, n in enumerate(cache_seqlens.tolist())]
+        return torch.stack(outs)
+
+    def varlen(q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale=None, causal=False, block_table=None):
+        outs = []
+        for b in range(cu_q.numel() - 1):
+            qb = q[cu_q[b] : cu_q[b + 1]]
+            if block_table is None:
+                kb, vb = k[cu_k[b] : cu_k[b + 1]], v[cu_k[b] : cu_k[b + 1]]
+            else:
+                assert k.shape[1] % 256 == 0
+                length = int(cu_k[b + 1] - cu_k[b])
+                kb, vb = _keys(k, b, length, block_table), _keys(v, b, length, block_table)
+            outs.append(_attend(qb, kb, vb, softmax_scale, causal))
+        return torch.cat(outs)
+
+    return SimpleNamespace(flash_attn_with_kvcache=with_kvcache, flash_attn_varlen_func=varlen)
+
+
+def _flash4_stand_in(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
+                     seqused_k=None, page_table=None, softmax_scale=None, causal=False):
+    assert page_table is None or cu_seqlens_k is None, "page_table is not supported with cu_seqlens_k"
+    batched = cu_seqlens_q is None
+    batch = q.shape[0] if batched else cu_seqlens_q.numel() - 1
+    outs = []
+    for b in range(batch):
+        qb = q[b] if batched else q[cu_seqlens_q[b] : cu_seqlens_q[b + 1]]
+        if cu_seqlens_k is not None:
+            kb, vb = k[cu_seqlens_k[b] : cu_seqlens_k[b + 1]], v[cu_seqlens_k[b] : cu_seqlens_k[b + 1]]
+        else:
+            length = int(seqused_k[b])
+            kb, vb = _keys(k, b, length, page_table), _keys(v, b, length, page_table)
+        outs.append(_attend(qb, kb, vb, softmax_scale, causal))
+    out = torch.stack(outs) if batched else torch.cat(outs)
+    return out, None
+
+
+def test_competitors_compute_the_same_attention(monkeypatch) -> None:
+    from torch.nn.attention import SDPBackend
+
+    monkeypatch.setattr(providers, "flash2_module", lambda: (_flash2_stand_in(), None))
+    monkeypatch.setattr(providers, "flash4_function", lambda: (_flash4_stand_in, None))
+    monkeypatch.setattr(providers, "_is_cuda", lambda inputs: True)
+    monkeypatch.setitem(providers.SDPA_BACKENDS, "cudnn", SDPBackend.MATH)
+    cfg = BenchConfig(device=torch.device("cpu"), smoke=True, verbose=False,
+                      providers=("unfused", "sdpa_flash", "sdpa_cudnn", "flash2", "flash4"))
+    cells = list(bench_decode.cells(cfg)) + list(bench_prefill.cells(cfg))
+    for mixed in bench_mixed.cells(cfg):
+        cells += [mixed.whole, *mixed.parts]
+    ragged_q = Cell("mixed q lengths, non-paged", "x",
+                    Problem(q_lens=(3, 1), kv_lens=(20, 9), heads_q=4, heads_kv=2, head_dim=16, head_dim_v=16,
+                            causal=True, dtype=torch.float16), "dense", None)
+    rows = harness.run_cells("x", cells + [ragged_q], cfg, providers.FACTORIES)
+    assert not [(r.cell, r.provider, r.status, r.note) for r in rows if r.status in ("error", "mismatch")]
+    ran = {(r.cell, r.provider): r for r in rows if r.status == "ok"}
+    for cell in cells:
+        for name in ("unfused", "flash2", "flash4"):
+            assert (cell.name, name) in ran, (cell.name, name)
+        if cell.problem.uniform_q and cell.problem.uniform_kv:
+            assert (cell.name, "sdpa_flash") in ran and (cell.name, "sdpa_cudnn") in ran
+    paged = [r for r in rows if r.status == "ok" and r.cell == "2x96 p16"]
+    layouts = {r.provider: r.layout for r in paged}
+    assert layouts["flash2"] == "paged-256" and layouts["flash4"] == "paged-128" and layouts["sdpa_flash"] == "bhsd"
+    assert all(r.max_err is not None for r in rows if r.status == "ok")
+    skipped = {(r.cell, r.provider): r.note for r in rows if r.status == "n/a"}
+    assert "ragged" in skipped[("3 ragged p8", "sdpa_flash")]
+    assert "non-paged" in skipped[("mixed q lengths, non-paged", "flash2")]
+
+
+def test_a_provider_computing_something_else_is_flagged(monkeypatch) -> None:
+    def top_left_causal(q, k, v, **kwargs):  # forgets the bottom-right alignment of a chunk
+        kwargs["causal"] = False
+        return _flash4_stand_in(q, k, v, **kwargs)
+
+    monkeypatch.setattr(providers, "flash4_function", lambda: (top_left_causal, None))
+    cfg = BenchConfig(device=torch.device("cpu"), smoke=True, verbose=False, providers=("unfused", "flash4"))
+    chunk = next(c for c in bench_prefill.cells(cfg) if c.kv_source == "paged")
+    rows = harness.run_cells("x", [chunk], cfg, providers.FACTORIES)
+    flash4 = next(r for r in rows if r.provider == "flash4")
+    assert flash4.status == "mismatch" and "MISMATCH vs unfused" in flash4.note
+    assert flash4.speedup is None  # never counted as the best competitor
