@@ -59,6 +59,30 @@ def check_cu_seqlens(name: str, cu: torch.Tensor | None, device: torch.device) -
         raise ValueError(f"{name} must be on {device} with the inputs; got {cu.device}")
 
 
+def check_cu_seqlens_batch(batch: int, exact: bool = False, **cu_seqlens: torch.Tensor | None) -> None:
+    """Each given cu_seqlens holds ``batch + 1`` entries (thd: exactly; bshd/sbhd: at least, as TE
+    reads only the first ``b + 1``)."""
+    for name, cu in cu_seqlens.items():
+        if cu is None:
+            continue
+        if cu.numel() < batch + 1 or (exact and cu.numel() != batch + 1):
+            need = f"{batch + 1}" if exact else f"at least {batch + 1}"
+            raise ValueError(f"{name} must have {need} entries (batch size {batch} + 1); got {cu.numel()}")
+
+
+def check_arbitrary_mask(mask: torch.Tensor, batch: int, heads: int, seqlen_q: int, seqlen_kv: int,
+                         device: torch.device) -> None:
+    """An arbitrary mask is bool, 4-D and broadcastable to ``[b, h, s_q, s_kv]``, on the inputs' device."""
+    want = (batch, heads, seqlen_q, seqlen_kv)
+    if mask.dim() != 4 or any(m not in (1, w) for m, w in zip(mask.shape, want)):
+        raise ValueError(
+            f"attention_mask must be broadcastable to [b, h, s_q, s_kv] = {list(want)} for attn_mask_type='arbitrary'; "
+            f"got {_describe(mask)}"
+        )
+    if mask.device != device:
+        raise ValueError(f"attention_mask must be on {device} with the inputs; got {mask.device}")
+
+
 def padding_cu_seqlens(
     attention_mask: torch.Tensor | tuple | None, batch: int, seqlen_q: int, seqlen_kv: int, device: torch.device,
     self_attention: bool,

@@ -57,7 +57,8 @@ def check_set_window_size(attn_mask_type: str, window_size: tuple[int, int] | No
     Any other negative value is a ``ValueError``.
     """
     if window_size is not None:
-        if len(window_size) != 2 or not all(isinstance(w, int) for w in window_size):
+        if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
+                or not all(isinstance(w, int) and not isinstance(w, bool) for w in window_size)):
             raise ValueError(f"window_size must be a (left, right) pair of ints; got {window_size!r}")
         left, right = int(window_size[0]), int(window_size[1])
         if left < -1 or right < -1:
@@ -65,6 +66,11 @@ def check_set_window_size(attn_mask_type: str, window_size: tuple[int, int] | No
     if is_causal(attn_mask_type):
         if window_size is None:
             return (-1, 0)
+        if left == -1 and right not in (-1, 0):   # TE asserts: an unbounded left with a right side
+            raise ValueError(
+                f"window_size for mask {attn_mask_type!r} must be (-1, 0), (-1, -1) or (left >= 0, right); "
+                f"got {window_size!r}"
+            )
         if right != 0:
             logger.warning("window_size=%s has right != 0 for mask %s; using (%d, 0)", window_size, attn_mask_type, left)
         return (left, 0)

@@ -56,6 +56,10 @@ class FusedBackend(Backend):
 
     def extra_reasons(self, params: AttentionParams) -> list[str]:
         reasons = []
+        if params.device_type == "cpu" and not _interpreting():
+            reasons.append("CPU tensors run only under TRITON_INTERPRET=1 (tests); move the inputs to CUDA")
+        if params.device_type == "cpu" and params.dtype == torch.bfloat16:
+            reasons.append("bfloat16 is wrong in the Triton interpreter's tl.dot (triton 3.6); use float16 or float32 on CPU")
         if params.dtype == torch.float32 and not _interpreting():
             reasons.append("float32 runs only under TRITON_INTERPRET=1 (tests); use float16 or bfloat16")
         return reasons

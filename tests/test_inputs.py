@@ -1,0 +1,460 @@
+"""Bad inputs get a ValueError that names the argument; TE's normalisation of mask names and windows."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from attention import DotProductAttention
+from attention.masks import check_set_window_size, normalize_mask_type
+from attention.selection import ENV_SWITCHES
+
+B, S, H, HK, D, DV = 2, 6, 4, 2, 8, 8
+
+
+def qkv(fmt="bshd", b=B, s_q=S, s_kv=S, h=H, hk=HK, d=D, dv=DV, dtype=torch.float32):
+    """Valid q/k/v for ``DotProductAttention(H, (D, DV), num_gqa_groups=HK)``."""
+    def shape(s, heads, dim):
+        return {"bshd": (b, s, heads, dim), "sbhd": (s, b, heads, dim), "thd": (b * s, heads, dim)}[fmt]
+
+    return (torch.randn(*shape(s_q, h, d), dtype=dtype), torch.randn(*shape(s_kv, hk, d), dtype=dtype),
+            torch.randn(*shape(s_kv, hk, dv), dtype=dtype))
+
+
+def module(**kwargs) -> DotProductAttention:
+    # The unfused backend, so that every error here comes from the module's own checks (the fused
+    # backend, chosen automatically under the Triton interpreter, has argument checks of its own).
+    defaults = {"num_attention_heads": H, "kv_channels": (D, DV), "num_gqa_groups": HK, "qkv_format": "bshd",
+                    "attn_mask_type": "no_mask", "backend": "unfused"}
+    return DotProductAttention(**{**defaults, **kwargs})
+
+
+def cu(*lengths: int) -> torch.Tensor:
+    return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+
+
+def test_valid_baseline_runs():
+    """The fixtures below are valid; each test breaks exactly one thing."""
+    q, k, v = qkv()
+    assert module()(q, k, v).shape == (B, S, H * DV)
+    q, k, v = qkv("thd")
+    out = module(qkv_format="thd", attn_mask_type="padding")(q, k, v, cu_seqlens_q=cu(S, S), cu_seqlens_kv=cu(S, S))
+    assert out.shape == (B * S, H * DV)
+
+
+# ------------------------------------------------------------------------------------------------
+# q/k/v tensors
+# ------------------------------------------------------------------------------------------------
+
+
+def test_query_heads_must_match_num_attention_heads():
+    q, k, v = qkv(h=H * 2)
+    with pytest.raises(ValueError, match="query_layer"):
+        module()(q, k, v)
+
+
+@pytest.mark.parametrize("which", ["key_layer", "value_layer"])
+def test_kv_heads_must_match_num_gqa_groups(which):
+    q, k, v = qkv()
+    if which == "key_layer":
+        k = torch.randn(B, S, HK * 2, D)
+        v = torch.randn(B, S, HK * 2, DV)
+    else:
+        v = torch.randn(B, S, 1, DV)
+    with pytest.raises(ValueError, match=which):
+        module()(q, k, v)
+
+
+@pytest.mark.parametrize("which", ["key_layer", "value_layer"])
+def test_dtypes_must_agree(which):
+    q, k, v = qkv()
+    if which == "key_layer":
+        k = k.half()
+    else:
+        v = v.double()
+    with pytest.raises(ValueError, match=which):
+        module()(q, k, v)
+
+
+def test_integer_inputs_are_rejected():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="query_layer"):
+        module()(q.to(torch.int32), k, v)
+
+
+@pytest.mark.parametrize("which", ["key_layer", "value_layer"])
+def test_devices_must_agree(which):
+    q, k, v = qkv()
+    if which == "key_layer":
+        k = k.to("meta")
+    else:
+        v = v.to("meta")
+    with pytest.raises(ValueError, match=which):
+        module()(q, k, v)
+
+
+@pytest.mark.parametrize("which", ["query_layer", "key_layer"])
+def test_qk_head_dim_must_match_kv_channels(which):
+    q, k, v = qkv()
+    if which == "query_layer":
+        q = torch.randn(B, S, H, D + 8)
+    else:
+        k = torch.randn(B, S, HK, D + 8)
+    with pytest.raises(ValueError, match=which):
+        module()(q, k, v)
+
+
+def test_v_head_dim_must_match_d_v():
+    q, k, v = qkv(dv=DV * 2)
+    with pytest.raises(ValueError, match="value_layer"):
+        module()(q, k, v)
+    q, k, v = qkv(dv=DV * 2)   # and the pair form of kv_channels is honoured
+    assert module(kv_channels=(D, DV * 2))(q, k, v).shape == (B, S, H * DV * 2)
+
+
+def test_k_and_v_must_agree_on_all_but_the_last_dim():
+    q, k, v = qkv()
+    v = torch.randn(B, S + 1, HK, DV)
+    with pytest.raises(ValueError, match="value_layer"):
+        module()(q, k, v)
+
+
+@pytest.mark.parametrize("fmt", ["bshd", "sbhd"])
+def test_batch_sizes_must_agree(fmt):
+    q, _, _ = qkv(fmt)
+    _, k, v = qkv(fmt, b=B + 1)
+    with pytest.raises(ValueError, match="key_layer"):
+        module(qkv_format=fmt)(q, k, v)
+
+
+@pytest.mark.parametrize("fmt,ndim", [("bshd", 3), ("sbhd", 5), ("thd", 4)])
+def test_wrong_ndim_for_format(fmt, ndim):
+    q, k, v = qkv("bshd")
+    shapes = {3: (B * S, H, D), 4: (B, S, H, D), 5: (1, B, S, H, D)}
+    q = torch.randn(*shapes[ndim])
+    with pytest.raises(ValueError, match="query_layer"):
+        module(qkv_format=fmt, attn_mask_type="padding")(q, k, v)
+
+
+# ------------------------------------------------------------------------------------------------
+# thd and cu_seqlens
+# ------------------------------------------------------------------------------------------------
+
+
+def test_thd_without_cu_seqlens():
+    q, k, v = qkv("thd")
+    with pytest.raises(ValueError, match="cu_seqlens_q"):
+        module(qkv_format="thd", attn_mask_type="padding")(q, k, v)
+
+
+def test_thd_cross_attention_needs_cu_seqlens_kv():
+    q, k, v = qkv("thd")
+    with pytest.raises(ValueError, match="cu_seqlens_kv"):
+        module(qkv_format="thd", attn_mask_type="padding", attention_type="cross")(q, k, v, cu_seqlens_q=cu(S, S))
+
+
+@pytest.mark.parametrize("mask", ["no_mask", "causal", "causal_bottom_right", "arbitrary"])
+def test_thd_with_a_non_padding_mask(mask):
+    q, k, v = qkv("thd")
+    with pytest.raises(ValueError, match="attn_mask_type"):
+        module(qkv_format="thd", attn_mask_type=mask)(q, k, v, cu_seqlens_q=cu(S, S), cu_seqlens_kv=cu(S, S))
+
+
+@pytest.mark.parametrize("name", ["cu_seqlens_q", "cu_seqlens_kv", "cu_seqlens_q_padded", "cu_seqlens_kv_padded"])
+@pytest.mark.parametrize("bad", ["int64", "float", "2-D", "one entry", "list"])
+def test_cu_seqlens_must_be_1d_int32(name, bad):
+    q, k, v = qkv("thd")
+    good = cu(S, S)
+    value = {"int64": good.long(), "float": good.float(), "2-D": good[None], "one entry": good[:1],
+             "list": good.tolist()}[bad]
+    kwargs = {"cu_seqlens_q": good, "cu_seqlens_kv": good}
+    kwargs[name] = value
+    with pytest.raises(ValueError, match=name):
+        module(qkv_format="thd", attn_mask_type="padding")(q, k, v, **kwargs)
+
+
+def test_cu_seqlens_on_another_device():
+    q, k, v = qkv("thd")
+    with pytest.raises(ValueError, match="cu_seqlens_kv"):
+        module(qkv_format="thd", attn_mask_type="padding")(q, k, v, cu_seqlens_q=cu(S, S),
+                                                           cu_seqlens_kv=cu(S, S).to("meta"))
+
+
+def test_thd_cu_seqlens_q_and_kv_must_describe_the_same_batch():
+    q, k, v = qkv("thd")
+    with pytest.raises(ValueError, match="cu_seqlens_kv"):
+        module(qkv_format="thd", attn_mask_type="padding")(q, k, v, cu_seqlens_q=cu(S, S),
+                                                           cu_seqlens_kv=cu(S, S - 2, 2))
+
+
+def test_bshd_cu_seqlens_shorter_than_the_batch():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="cu_seqlens_q"):
+        module(attn_mask_type="padding")(q, k, v, cu_seqlens_q=cu(S), cu_seqlens_kv=cu(S, S))
+
+
+def test_padding_attention_mask_of_a_wrong_shape():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="attention_mask"):
+        module(attn_mask_type="padding")(q, k, v, attention_mask=torch.zeros(B, 1, 1, S + 1, dtype=torch.bool))
+    with pytest.raises(ValueError, match="attention_mask"):
+        module(attn_mask_type="padding")(q, k, v, attention_mask=torch.zeros(B, 1, 1, S))   # not bool
+
+
+# ------------------------------------------------------------------------------------------------
+# Module options and names
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["causal_top_left", "bottom_right", "padding,arbitrary", "", "Causal-Padding"])
+def test_bad_mask_names(name):
+    with pytest.raises(ValueError, match="attn_mask_type"):
+        module(attn_mask_type=name)
+    q, k, v = qkv()
+    if name:   # an empty per-call override means "the module's default"
+        with pytest.raises(ValueError, match="attn_mask_type"):
+            module()(q, k, v, attn_mask_type=name)
+
+
+def test_mask_type_must_be_a_string():
+    with pytest.raises(ValueError, match="attn_mask_type"):
+        module(attn_mask_type=None)
+
+
+@pytest.mark.parametrize("window", [(-2, 0), (0, -2), (3,), (1, 2, 3), (1.5, 2), "(1, 2)", 3, (-1, 4), (4, -1)])
+@pytest.mark.parametrize("mask", ["no_mask", "causal"])
+def test_bad_windows(window, mask):
+    if mask == "causal" and window == (4, -1):
+        pytest.skip("causal masks force right=0: (4, -1) is normalised to (4, 0), as in TE")
+    with pytest.raises(ValueError, match="window_size"):
+        module(attn_mask_type=mask, window_size=window)
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="window_size"):
+        module(attn_mask_type=mask)(q, k, v, window_size=window)
+
+
+@pytest.mark.parametrize("fmt", ["bhsd", "BSHD", "thd_2bshd", "", None])
+def test_bad_qkv_format(fmt):
+    with pytest.raises(ValueError, match="qkv_format"):
+        module(qkv_format=fmt)
+
+
+def test_bad_qkv_format_per_call():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="qkv_format"):
+        module()(q, k, v, qkv_format="hsbd")
+
+
+@pytest.mark.parametrize("softmax_type", ["off_by_one", "sink", "Vanilla", None])
+def test_bad_softmax_type(softmax_type):
+    with pytest.raises(ValueError, match="softmax_type"):
+        module(softmax_type=softmax_type)
+
+
+@pytest.mark.parametrize("groups", [3, 5, 8, 0, -2])
+def test_num_gqa_groups_must_divide_heads(groups):
+    with pytest.raises(ValueError, match="num_gqa_groups"):
+        module(num_gqa_groups=groups)
+
+
+@pytest.mark.parametrize("kv_channels", [(8,), (8, 8, 8), "8", None])
+def test_bad_kv_channels(kv_channels):
+    with pytest.raises(ValueError, match="kv_channels"):
+        module(kv_channels=kv_channels)
+
+
+@pytest.mark.parametrize("p", [-0.1, 1.0, 1.5])
+def test_bad_attention_dropout(p):
+    with pytest.raises(ValueError, match="attention_dropout"):
+        module(attention_dropout=p)
+
+
+def test_bad_attention_type():
+    with pytest.raises(ValueError, match="attention_type"):
+        module(attention_type="encoder")
+
+
+@pytest.mark.parametrize("backend", ["cudnn", "flash5", "", ["unfused", "triton"], []])
+def test_unknown_backend_name(backend):
+    with pytest.raises(ValueError, match="backend"):
+        module(backend=backend)
+
+
+# ------------------------------------------------------------------------------------------------
+# Bias, ALiBi and arbitrary masks
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bias_type", ["post_scale_bias", "pre_scale_bias"])
+def test_bias_type_without_a_tensor(bias_type):
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="core_attention_bias"):
+        module()(q, k, v, core_attention_bias_type=bias_type)
+
+
+@pytest.mark.parametrize("bias_type", ["no_bias", "alibi"])
+def test_bias_tensor_with_a_tensorless_bias_type(bias_type):
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="core_attention_bias"):
+        module()(q, k, v, core_attention_bias_type=bias_type, core_attention_bias=torch.zeros(1, 1, S, S))
+
+
+def test_unknown_bias_type():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="core_attention_bias_type"):
+        module()(q, k, v, core_attention_bias_type="relative")
+
+
+@pytest.mark.parametrize("shape", [(S, S), (1, S, S), (3, 1, S, S), (1, 3, S, S), (B, H, S + 1, S),
+                                   (1, 1, S, S - 1), (1, 1, 1, S + 1), (1, 1, 1, 1, S)])
+def test_bias_of_a_wrong_shape(shape):
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="core_attention_bias"):
+        module()(q, k, v, core_attention_bias_type="post_scale_bias", core_attention_bias=torch.zeros(*shape))
+
+
+def test_bias_on_another_device():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="core_attention_bias"):
+        module()(q, k, v, core_attention_bias_type="post_scale_bias",
+                 core_attention_bias=torch.zeros(1, 1, S, S, device="meta"))
+
+
+@pytest.mark.parametrize("shape", [(H + 1,), (1, H), (B + 1, H), (B, H, 1), ()])
+def test_alibi_slopes_of_a_wrong_shape(shape):
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="alibi_slopes"):
+        module()(q, k, v, core_attention_bias_type="alibi", alibi_slopes=torch.ones(shape))
+
+
+def test_alibi_slopes_need_the_alibi_bias_type():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="alibi_slopes"):
+        module()(q, k, v, alibi_slopes=torch.ones(H))
+
+
+def test_arbitrary_mask_missing_or_not_bool():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="attention_mask"):
+        module(attn_mask_type="arbitrary")(q, k, v)
+    with pytest.raises(ValueError, match="attention_mask"):
+        module(attn_mask_type="arbitrary")(q, k, v, attention_mask=torch.zeros(B, 1, S, S))
+
+
+@pytest.mark.parametrize("shape", [(S, S), (B, 1, S, S + 1), (B + 1, 1, S, S), (1, H + 1, S, S)])
+def test_arbitrary_mask_not_broadcastable(shape):
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="attention_mask"):
+        module(attn_mask_type="arbitrary")(q, k, v, attention_mask=torch.zeros(shape, dtype=torch.bool))
+
+
+# ------------------------------------------------------------------------------------------------
+# Backends and the environment
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variable", sorted(ENV_SWITCHES))
+@pytest.mark.parametrize("value", ["2", "yes", ""])
+def test_nvte_switch_with_a_bad_value(monkeypatch, variable, value):
+    monkeypatch.setenv(variable, value)
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match=variable):
+        module(backend=None)(q, k, v)
+
+
+def test_nvte_switch_zero_disables(monkeypatch):
+    monkeypatch.setenv("NVTE_UNFUSED_ATTN", "0")
+    monkeypatch.setenv("NVTE_FUSED_ATTN", "0")
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="No dot product attention backend is available") as err:
+        module(backend=None)(q, k, v)
+    assert "unfused" not in str(err.value).split("Backends tried")[1].replace("disabled by environment: fused, unfused", "")
+    monkeypatch.setenv("NVTE_UNFUSED_ATTN", "1")
+    m = module(backend=None)
+    m(q, k, v)
+    assert m.last_backend == "unfused"
+
+
+def test_requested_backend_never_falls_back():
+    q, k, v = qkv()
+    m = module(attn_mask_type="arbitrary", backend="fused")
+    with pytest.raises(ValueError, match="fused") as err:
+        m(q, k, v, attention_mask=torch.zeros(B, 1, S, S, dtype=torch.bool))
+    assert "arbitrary" in str(err.value)
+
+
+# ------------------------------------------------------------------------------------------------
+# TE's normalisation
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("given,canonical", [
+    ("padding,causal", "padding_causal"),
+    ("causal_padding", "padding_causal"),
+    ("causal,padding", "padding_causal"),
+    ("padding,causal,bottom_right", "padding_causal_bottom_right"),
+    ("causal,bottom_right", "causal_bottom_right"),
+    ("no_mask", "no_mask"),
+    ("arbitrary", "arbitrary"),
+])
+def test_mask_name_normalisation(given, canonical):
+    assert normalize_mask_type(given) == canonical
+    assert module(attn_mask_type=given).attn_mask_type == canonical
+
+
+def test_normalised_mask_names_give_the_same_output():
+    q, k, v = qkv()
+    lens = cu(4, 6)
+    expected = module(attn_mask_type="padding_causal")(q, k, v, cu_seqlens_q=lens, cu_seqlens_kv=lens)
+    for name in ("padding,causal", "causal_padding"):
+        out = module(attn_mask_type=name)(q, k, v, cu_seqlens_q=lens, cu_seqlens_kv=lens)
+        torch.testing.assert_close(out, expected, atol=0, rtol=0)
+        out = module()(q, k, v, attn_mask_type=name, cu_seqlens_q=lens, cu_seqlens_kv=lens)
+        torch.testing.assert_close(out, expected, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("mask", ["causal", "padding_causal", "causal_bottom_right", "padding_causal_bottom_right"])
+@pytest.mark.parametrize("given,expected", [(None, (-1, 0)), ((-1, 0), (-1, 0)), ((3, 0), (3, 0)),
+                                            ((3, 2), (3, 0)), ((-1, -1), (-1, 0)), ((0, 5), (0, 0)),
+                                            ((4, -1), (4, 0)), ([2, 0], (2, 0))])
+def test_causal_windows_force_right_to_zero(mask, given, expected):
+    assert check_set_window_size(mask, given) == expected
+    assert module(attn_mask_type=mask, window_size=given).window_size == expected
+
+
+@pytest.mark.parametrize("mask", ["no_mask", "padding", "arbitrary"])
+@pytest.mark.parametrize("given,expected", [(None, (-1, -1)), ((-1, 0), (-1, -1)), ((-1, -1), (-1, -1)),
+                                            ((2, 2), (2, 2)), ((0, 0), (0, 0)), ((3, 0), (3, 0))])
+def test_non_causal_windows(mask, given, expected):
+    assert check_set_window_size(mask, given) == expected
+    assert module(attn_mask_type=mask, window_size=given).window_size == expected
+
+
+def test_window_normalisation_warns(caplog):
+    with caplog.at_level(logging.WARNING, logger="attention"):
+        check_set_window_size("causal", (3, 2))
+        check_set_window_size("no_mask", (-1, 0))
+    assert len(caplog.records) == 2
+
+
+def test_window_normalisation_reaches_the_call():
+    """A per-call window is normalised against the per-call mask: (4, 4) under causal acts as (4, 0)."""
+    q, k, v = qkv(s_q=9, s_kv=9)
+    m = module(attn_mask_type="no_mask")
+    text = m.explain(q, k, v, attn_mask_type="causal", window_size=(4, 4))
+    assert "window_size = (4, 0)" in text
+    torch.testing.assert_close(m(q, k, v, attn_mask_type="causal", window_size=(4, 4)),
+                               m(q, k, v, attn_mask_type="causal", window_size=(4, 0)), atol=0, rtol=0)
+    assert "window_size = (-1, -1)" in m.explain(q, k, v, window_size=(-1, 0))
+
+
+def test_bottom_right_alignment_is_forced_by_the_mask_type():
+    q, k, v = qkv(s_q=4, s_kv=9)
+    m = module()
+    assert "bottom_right_diagonal = False" in m.explain(q, k, v, attn_mask_type="causal", bottom_right_diagonal=True)
+    assert "bottom_right_diagonal = True" in m.explain(q, k, v, attn_mask_type="causal_bottom_right",
+                                                       bottom_right_diagonal=False)
+    assert "bottom_right_diagonal = True" in m.explain(q, k, v)
+    assert "bottom_right_diagonal = False" in m.explain(q, k, v, bottom_right_diagonal=False)
