@@ -1,0 +1,144 @@
+"""attention_forward: the host launcher of the fused Triton attention forward kernel."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .arguments import normalize_window, validate_forward_arguments
+from .attention_fwd_kernel import attention_fwd_kernel
+from .availability import interpreter_enabled
+from .combine import combine_splits
+from .configs import MAX_NUM_SPLITS, choose_num_splits, num_streaming_multiprocessors, select_forward_config
+
+__all__ = ["attention_forward"]
+
+
+def attention_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_kv: torch.Tensor,
+    q_start: torch.Tensor | None = None,
+    kv_start: torch.Tensor | None = None,
+    page_table: torch.Tensor | None = None,
+    max_seqlen_q: int,
+    max_seqlen_kv: int,
+    total_q: int | None = None,
+    softmax_scale: float,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    bottom_right: bool = False,
+    alibi_slopes: torch.Tensor | None = None,
+    softmax_offset: torch.Tensor | None = None,
+    num_splits: int | None = None,
+) -> torch.Tensor:
+    """Varlen / paged / GQA attention forward for prefill, decode and mixed batches in one launch.
+
+    Layout convention (4-D strided views, last dim contiguous, no copies):
+      q:   [B, S_q, H_q, D_qk]   bshd: q; sbhd: q.transpose(0, 1); thd: q.unsqueeze(0).expand(B, ...)
+      k/v: dense [B, S_kv, H_kv, D_qk / D_v] (same convention), or with `page_table` the paged
+           cache [num_pages, page_size, H_kv, D_qk / D_v].
+      out: like q with D_v; only rows of real query tokens are written.
+    Sequence b has cu_seqlens_q[b+1] - cu_seqlens_q[b] queries starting at token q_start[b] of its
+    row (kv likewise with kv_start, or logical page p at cache page page_table[b, p]). Query i sees
+    key j iff i + off - left <= j <= i + off + right (unbounded sides skipped), off = len_kv - len_q
+    when bottom_right else 0; a row that sees no key gets zeros. ALiBi adds -slope * |i + off - j|
+    after scaling; softmax_offset adds exp(offset_h) to the denominator (attention sinks).
+
+    Host ints (max_seqlen_q, max_seqlen_kv, total_q) only size the grid and pick configurations:
+    no device value is read on the host, so the call can be captured in a CUDA graph and replayed
+    with new cu_seqlens / page_table contents (within the same bounds).
+
+    Example:
+        >>> q = torch.randn(2, 5, 4, 64, device="cuda", dtype=torch.float16)   # bshd
+        >>> k = v = torch.randn(2, 7, 2, 64, device="cuda", dtype=torch.float16)
+        >>> cu_q = torch.tensor([0, 5, 8], dtype=torch.int32, device="cuda")
+        >>> cu_kv = torch.tensor([0, 7, 12], dtype=torch.int32, device="cuda")
+        >>> out = attention_forward(q, k, v, torch.zeros(2, 5, 4, 64, device="cuda", dtype=torch.float16),
+        ...                         cu_seqlens_q=cu_q, cu_seqlens_kv=cu_kv, max_seqlen_q=5,
+        ...                         max_seqlen_kv=7, softmax_scale=0.125, causal=True, bottom_right=True)
+    """
+    shapes = validate_forward_arguments(
+        q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, alibi_slopes, softmax_offset)
+    window_left, window_right = normalize_window(window_size, causal)
+    if not math.isfinite(softmax_scale):
+        raise ValueError(f"softmax_scale must be a finite float, got {softmax_scale!r}")
+    if max_seqlen_q < 0 or max_seqlen_kv < 0:
+        raise ValueError(f"max_seqlen_q / max_seqlen_kv must be >= 0, got {max_seqlen_q} / {max_seqlen_kv}")
+    if total_q is None:
+        total_q = shapes.max_tokens_q if q.stride(0) == 0 else shapes.num_seqs * shapes.max_tokens_q
+    if total_q < 0:
+        raise ValueError(f"total_q must be >= 0, got {total_q}")
+    if num_splits is not None and not 1 <= num_splits <= MAX_NUM_SPLITS:
+        raise ValueError(f"num_splits must be in [1, {MAX_NUM_SPLITS}] or None, got {num_splits}")
+    if shapes.num_seqs == 0 or total_q == 0 or max_seqlen_q == 0:
+        return out
+
+    group_size = shapes.num_heads_q // shapes.num_heads_kv
+    config = select_forward_config(
+        head_dim_qk=shapes.head_dim_qk, head_dim_v=shapes.head_dim_v, group_size=group_size,
+        max_seqlen_q=max_seqlen_q, interpret=interpreter_enabled())
+    if num_splits is None:
+        num_splits = choose_num_splits(
+            num_seqs=shapes.num_seqs, num_kv_heads=shapes.num_heads_kv, total_q=total_q,
+            max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv, block_q=config.block_q,
+            block_n=config.block_n, num_sms=num_streaming_multiprocessors(q.device))
+
+    write_partial = num_splits > 1
+    if write_partial:
+        partial_out = torch.empty(
+            (num_splits, total_q, shapes.num_heads_q, shapes.head_dim_v), dtype=torch.float32, device=q.device)
+        partial_lse = torch.empty((num_splits, total_q, shapes.num_heads_q), dtype=torch.float32, device=q.device)
+    else:
+        partial_out = partial_lse = out  # unused placeholders
+
+    alibi_stride_b = 0
+    if alibi_slopes is not None and alibi_slopes.dim() == 2:
+        alibi_stride_b = alibi_slopes.stride(0)
+    if softmax_offset is not None:
+        softmax_offset = softmax_offset.reshape(-1)
+    placeholder = cu_seqlens_q  # any device tensor for pointers a constexpr flag disables
+    grid = (-(-total_q // config.block_q) + shapes.num_seqs, shapes.num_heads_kv, num_splits)
+    attention_fwd_kernel[grid](
+        q, k, v, out,
+        partial_out, partial_lse,
+        cu_seqlens_q, cu_seqlens_kv,
+        q_start if q_start is not None else placeholder,
+        kv_start if kv_start is not None else placeholder,
+        page_table if page_table is not None else placeholder,
+        alibi_slopes if alibi_slopes is not None else placeholder,
+        softmax_offset if softmax_offset is not None else placeholder,
+        shapes.num_seqs, shapes.page_size,
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        out.stride(0), out.stride(1), out.stride(2),
+        page_table.stride(0) if page_table is not None else 0,
+        page_table.stride(1) if page_table is not None else 0,
+        alibi_stride_b,
+        partial_out.stride(0) if write_partial else 0,
+        partial_out.stride(1) if write_partial else 0,
+        partial_out.stride(2) if write_partial else 0,
+        partial_lse.stride(0) if write_partial else 0,
+        partial_lse.stride(1) if write_partial else 0,
+        float(softmax_scale) * 1.4426950408889634,
+        max(window_left, 0), max(window_right, 0),
+        HEAD_DIM_QK=shapes.head_dim_qk, HEAD_DIM_V=shapes.head_dim_v,
+        BLOCK_DQK=config.block_dqk, BLOCK_DV=config.block_dv,
+        GROUP_SIZE=group_size, BLOCK_M=config.block_m, BLOCK_Q=config.block_q, BLOCK_N=config.block_n,
+        PAGED=shapes.paged, HAS_Q_START=q_start is not None, HAS_KV_START=kv_start is not None,
+        WINDOW_LEFT_BOUNDED=window_left >= 0, WINDOW_RIGHT_BOUNDED=window_right >= 0,
+        BOTTOM_RIGHT=bool(bottom_right), HAS_ALIBI=alibi_slopes is not None,
+        HAS_SINK=softmax_offset is not None and not write_partial, WRITE_PARTIAL=write_partial,
+        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+    if write_partial:
+        combine_splits(partial_out, partial_lse, out, cu_seqlens_q=cu_seqlens_q, q_start=q_start,
+                       softmax_offset=softmax_offset)
+    return out

@@ -1,0 +1,258 @@
+"""The Triton forward kernel: varlen / paged / GQA-packed / split-KV attention in one launch.
+
+Grid: (q-tile programs over the flattened query tokens, KV heads, KV splits).
+ - Program (t, h, s) finds its sequence b by a binary search over cu_seqlens_q (vLLM's static
+   bound: sequence b owns program ids cu_seqlens_q[b] // BLOCK_Q + b ...), exits when the tile is
+   past b's queries.
+ - Rows of the tile are GQA-packed: row r is query token r // GROUP_SIZE of the tile and query head
+   h * GROUP_SIZE + r % GROUP_SIZE, so one K/V tile load serves every query head of KV head h and
+   decode (one token) still fills a 16-row tensor-core tile.
+ - The KV tiles a q tile can see are bounded by causal/window limits; split s takes a contiguous
+   share of them. Tiles fully inside every row's visible band run without any masking; only the
+   band edges and the partial last tile are masked.
+ - Scores live in log2 units: scale * log2(e) is folded into one multiply and exp2 is used.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .sequence_lookup import find_sequence
+
+__all__ = ["attention_fwd_kernel"]
+
+LOG2E = tl.constexpr(1.4426950408889634)
+
+
+@triton.jit
+def _attend_kv_tiles(
+    acc, l_i, m_i, q,
+    tile_begin, tile_end,
+    k_ptr, v_ptr, k_head_offset, v_head_offset,
+    kv_seq_offset_k, kv_seq_offset_v, page_table_row_ptr, stride_pt_p, page_size,
+    stride_ks, stride_kp, stride_vs, stride_vp,
+    kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope,
+    qk_scale,
+    offs_dqk, offs_dv,
+    HEAD_DIM_QK: tl.constexpr, HEAD_DIM_V: tl.constexpr,
+    BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_N: tl.constexpr,
+    PAGED: tl.constexpr, MASKED: tl.constexpr,
+    WINDOW_LEFT_BOUNDED: tl.constexpr, WINDOW_RIGHT_BOUNDED: tl.constexpr,
+    HAS_ALIBI: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    """Online-softmax accumulation over KV tiles [tile_begin, tile_end) of one sequence.
+
+    MASKED=False is the fast path for tiles that every row sees entirely (no key-position
+    masks, no bounds checks on keys); MASKED=True handles band edges and the ragged last tile.
+    """
+    dqk_in_bounds = offs_dqk < HEAD_DIM_QK
+    dv_in_bounds = offs_dv < HEAD_DIM_V
+    for tile in range(tile_begin, tile_end):
+        offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+        key_in_bounds = offs_n < kv_len
+        if PAGED:
+            # One vector of page ids per tile (a tile may span several pages).
+            if MASKED:
+                page = tl.load(page_table_row_ptr + (offs_n // page_size) * stride_pt_p,
+                               mask=key_in_bounds, other=0)
+            else:
+                page = tl.load(page_table_row_ptr + (offs_n // page_size) * stride_pt_p)
+            slot = (offs_n % page_size).to(tl.int64)
+            k_rows = page.to(tl.int64) * stride_kp + slot * stride_ks
+            v_rows = page.to(tl.int64) * stride_vp + slot * stride_vs
+        else:
+            k_rows = kv_seq_offset_k + offs_n.to(tl.int64) * stride_ks
+            v_rows = kv_seq_offset_v + offs_n.to(tl.int64) * stride_vs
+        k_ptrs = k_ptr + k_head_offset + k_rows[None, :] + offs_dqk[:, None]
+        v_ptrs = v_ptr + v_head_offset + v_rows[:, None] + offs_dv[None, :]
+        if MASKED:
+            k_t = tl.load(k_ptrs, mask=dqk_in_bounds[:, None] & key_in_bounds[None, :], other=0.0)
+            v = tl.load(v_ptrs, mask=key_in_bounds[:, None] & dv_in_bounds[None, :], other=0.0)
+        elif BLOCK_DQK == HEAD_DIM_QK and BLOCK_DV == HEAD_DIM_V:
+            k_t = tl.load(k_ptrs)
+            v = tl.load(v_ptrs)
+        else:
+            k_t = tl.load(k_ptrs, mask=dqk_in_bounds[:, None], other=0.0)
+            v = tl.load(v_ptrs, mask=dv_in_bounds[None, :], other=0.0)
+
+        scores = tl.dot(q, k_t, input_precision=DOT_PRECISION) * qk_scale
+        if HAS_ALIBI:
+            distance = (row_token + diag_offset)[:, None] - offs_n[None, :]
+            distance = tl.where(distance < 0, -distance, distance)
+            scores -= alibi_row_slope[:, None] * distance.to(tl.float32)
+        if MASKED:
+            visible = key_in_bounds[None, :]
+            if WINDOW_RIGHT_BOUNDED:
+                visible = visible & (offs_n[None, :] <= (row_token + diag_offset + window_right)[:, None])
+            if WINDOW_LEFT_BOUNDED:
+                visible = visible & (offs_n[None, :] >= (row_token + diag_offset - window_left)[:, None])
+            scores = tl.where(visible, scores, float("-inf"))
+
+        m_new = tl.maximum(m_i, tl.max(scores, 1))
+        if MASKED:
+            # A row that has seen no key yet keeps max -inf; shift by 0 so exp2 gives 0, not NaN.
+            m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        else:
+            m_new_safe = m_new
+        p = tl.math.exp2(scores - m_new_safe[:, None])
+        alpha = tl.math.exp2(m_i - m_new_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def attention_fwd_kernel(
+    q_ptr, k_ptr, v_ptr, out_ptr,
+    partial_out_ptr, partial_lse_ptr,
+    cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr,
+    page_table_ptr, alibi_slopes_ptr, softmax_offset_ptr,
+    num_seqs, page_size,
+    stride_qb, stride_qs, stride_qh,
+    stride_kb, stride_ks, stride_kh,
+    stride_vb, stride_vs, stride_vh,
+    stride_ob, stride_os, stride_oh,
+    stride_pt_b, stride_pt_p,
+    stride_alibi_b,
+    stride_part_split, stride_part_tok, stride_part_head,
+    stride_lse_split, stride_lse_tok,
+    qk_scale, window_left, window_right,
+    HEAD_DIM_QK: tl.constexpr, HEAD_DIM_V: tl.constexpr,
+    BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
+    GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
+    PAGED: tl.constexpr, HAS_Q_START: tl.constexpr, HAS_KV_START: tl.constexpr,
+    WINDOW_LEFT_BOUNDED: tl.constexpr, WINDOW_RIGHT_BOUNDED: tl.constexpr, BOTTOM_RIGHT: tl.constexpr,
+    HAS_ALIBI: tl.constexpr, HAS_SINK: tl.constexpr, WRITE_PARTIAL: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    """Strides: dense k/v use (batch, token, head); paged k/v use (page, slot, head).
+
+    WRITE_PARTIAL (split-KV): write fp32 O normalised by this split's sum and its LSE (log2 units)
+    to the workspace at the packed token index; the combine kernel merges splits and applies sinks.
+    """
+    tile_id = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    split64 = split.to(tl.int64)
+    num_splits = tl.num_programs(2)
+
+    seq = find_sequence(cu_seqlens_q_ptr, num_seqs, tile_id, BLOCK_Q, True)
+    q_begin = tl.load(cu_seqlens_q_ptr + seq)
+    q_len = tl.load(cu_seqlens_q_ptr + seq + 1) - q_begin
+    first_query = (tile_id - (q_begin // BLOCK_Q + seq)) * BLOCK_Q
+    if first_query >= q_len:
+        return
+    kv_len = tl.load(cu_seqlens_kv_ptr + seq + 1) - tl.load(cu_seqlens_kv_ptr + seq)
+    if BOTTOM_RIGHT:
+        diag_offset = kv_len - q_len
+    else:
+        diag_offset = kv_len * 0
+
+    # Packed rows: query token first_query + r // G, query head kv_head * G + r % G.
+    offs_m = tl.arange(0, BLOCK_M)
+    row_token = first_query + offs_m // GROUP_SIZE
+    row_head = kv_head * GROUP_SIZE + offs_m % GROUP_SIZE
+    row_valid = (offs_m < BLOCK_Q * GROUP_SIZE) & (row_token < q_len)
+    offs_dqk = tl.arange(0, BLOCK_DQK)
+    offs_dv = tl.arange(0, BLOCK_DV)
+
+    seq64 = seq.to(tl.int64)
+    q_row_token = row_token
+    if HAS_Q_START:
+        q_row_token = row_token + tl.load(q_start_ptr + seq)
+    q_ptrs = (q_ptr + seq64 * stride_qb + q_row_token.to(tl.int64)[:, None] * stride_qs
+              + row_head[:, None] * stride_qh + offs_dqk[None, :])
+    q = tl.load(q_ptrs, mask=row_valid[:, None] & (offs_dqk < HEAD_DIM_QK)[None, :], other=0.0)
+
+    if HAS_ALIBI:
+        alibi_row_slope = tl.load(alibi_slopes_ptr + seq64 * stride_alibi_b + row_head).to(tl.float32) * LOG2E
+    else:
+        alibi_row_slope = tl.zeros([BLOCK_M], dtype=tl.float32)
+
+    # KV range this q tile can see, and the sub-range every valid row sees entirely.
+    last_query = tl.minimum(first_query + BLOCK_Q, q_len) - 1
+    lo_key = kv_len * 0
+    full_lo_key = kv_len * 0
+    hi_key = kv_len
+    full_hi_key = kv_len
+    if WINDOW_LEFT_BOUNDED:
+        lo_key = tl.maximum(first_query + diag_offset - window_left, 0)
+        full_lo_key = tl.maximum(last_query + diag_offset - window_left, 0)
+    if WINDOW_RIGHT_BOUNDED:
+        hi_key = tl.maximum(tl.minimum(last_query + diag_offset + window_right + 1, kv_len), 0)
+        full_hi_key = tl.maximum(tl.minimum(first_query + diag_offset + window_right + 1, kv_len), 0)
+    tile_lo = lo_key // BLOCK_N
+    tile_hi = tl.maximum((hi_key + BLOCK_N - 1) // BLOCK_N, tile_lo)
+    full_tile_lo = tl.minimum(tl.maximum((full_lo_key + BLOCK_N - 1) // BLOCK_N, tile_lo), tile_hi)
+    full_tile_hi = tl.minimum(tl.maximum(full_hi_key // BLOCK_N, full_tile_lo), tile_hi)
+
+    tiles_per_split = (tile_hi - tile_lo + num_splits - 1) // num_splits
+    split_lo = tl.minimum(tile_lo + split * tiles_per_split, tile_hi)
+    split_hi = tl.minimum(split_lo + tiles_per_split, tile_hi)
+
+    if PAGED:
+        kv_seq_offset_k = seq64 * 0
+        kv_seq_offset_v = seq64 * 0
+        page_table_row_ptr = page_table_ptr + seq64 * stride_pt_b
+    else:
+        kv_first = seq64 * 0
+        if HAS_KV_START:
+            kv_first = tl.load(kv_start_ptr + seq).to(tl.int64)
+        kv_seq_offset_k = seq64 * stride_kb + kv_first * stride_ks
+        kv_seq_offset_v = seq64 * stride_vb + kv_first * stride_vs
+        page_table_row_ptr = page_table_ptr
+    k_head_offset = kv_head.to(tl.int64) * stride_kh
+    v_head_offset = kv_head.to(tl.int64) * stride_vh
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
+
+    # Left band edge (masked), fully visible middle (unmasked), right edge + ragged tail (masked).
+    acc, l_i, m_i = _attend_kv_tiles(
+        acc, l_i, m_i, q, split_lo, tl.minimum(full_tile_lo, split_hi),
+        k_ptr, v_ptr, k_head_offset, v_head_offset, kv_seq_offset_k, kv_seq_offset_v,
+        page_table_row_ptr, stride_pt_p, page_size, stride_ks, stride_kb, stride_vs, stride_vb,
+        kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope, qk_scale,
+        offs_dqk, offs_dv, HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, BLOCK_N, PAGED, True,
+        WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION)
+    acc, l_i, m_i = _attend_kv_tiles(
+        acc, l_i, m_i, q, tl.maximum(split_lo, full_tile_lo), tl.minimum(full_tile_hi, split_hi),
+        k_ptr, v_ptr, k_head_offset, v_head_offset, kv_seq_offset_k, kv_seq_offset_v,
+        page_table_row_ptr, stride_pt_p, page_size, stride_ks, stride_kb, stride_vs, stride_vb,
+        kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope, qk_scale,
+        offs_dqk, offs_dv, HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, BLOCK_N, PAGED, False,
+        WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION)
+    acc, l_i, m_i = _attend_kv_tiles(
+        acc, l_i, m_i, q, tl.maximum(split_lo, full_tile_hi), split_hi,
+        k_ptr, v_ptr, k_head_offset, v_head_offset, kv_seq_offset_k, kv_seq_offset_v,
+        page_table_row_ptr, stride_pt_p, page_size, stride_ks, stride_kb, stride_vs, stride_vb,
+        kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope, qk_scale,
+        offs_dqk, offs_dv, HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, BLOCK_N, PAGED, True,
+        WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION)
+
+    dv_mask = row_valid[:, None] & (offs_dv < HEAD_DIM_V)[None, :]
+    if WRITE_PARTIAL:
+        has_keys = l_i > 0.0
+        o = acc / tl.where(has_keys, l_i, 1.0)[:, None]
+        lse = tl.where(has_keys, m_i + tl.math.log2(tl.where(has_keys, l_i, 1.0)), float("-inf"))
+        packed_token = (q_begin + row_token).to(tl.int64)
+        part_ptrs = (partial_out_ptr + split64 * stride_part_split + packed_token[:, None] * stride_part_tok
+                     + row_head[:, None] * stride_part_head + offs_dv[None, :])
+        tl.store(part_ptrs, o, mask=dv_mask)
+        lse_ptrs = partial_lse_ptr + split64 * stride_lse_split + packed_token * stride_lse_tok + row_head
+        tl.store(lse_ptrs, lse, mask=row_valid)
+    else:
+        if HAS_SINK:
+            sink = tl.load(softmax_offset_ptr + row_head).to(tl.float32) * LOG2E
+            m_total = tl.maximum(m_i, sink)
+            rescale = tl.math.exp2(m_i - m_total)
+            l_i = l_i * rescale + tl.math.exp2(sink - m_total)
+            acc = acc * rescale[:, None]
+        o = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
+        out_ptrs = (out_ptr + seq64 * stride_ob + q_row_token.to(tl.int64)[:, None] * stride_os
+                    + row_head[:, None] * stride_oh + offs_dv[None, :])
+        tl.store(out_ptrs, o.to(out_ptr.dtype.element_ty), mask=dv_mask)

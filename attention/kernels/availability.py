@@ -1,0 +1,38 @@
+"""Can the Triton kernels run in this process? Answered without importing Triton eagerly."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import torch
+
+__all__ = ["triton_available", "interpreter_enabled"]
+
+
+def interpreter_enabled() -> bool:
+    """True when TRITON_INTERPRET=1, i.e. kernels run on CPU tensors through Triton's interpreter."""
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
+
+
+def triton_available() -> str | None:
+    """Return None when the fused Triton kernels can run here, else the reason they cannot.
+
+    They can run when `triton` is importable and either a CUDA device of compute capability 8.0+
+    is present or TRITON_INTERPRET=1 (CPU interpreter, used by the test suite).
+
+    Example:
+        >>> reason = triton_available()
+        >>> if reason is not None:
+        ...     print("fused backend unavailable:", reason)
+    """
+    if importlib.util.find_spec("triton") is None:
+        return "the `triton` package is not installed (pip install triton)"
+    if interpreter_enabled():
+        return None
+    if not torch.cuda.is_available():
+        return "no CUDA device is visible (set TRITON_INTERPRET=1 to run the kernels on CPU)"
+    major, minor = torch.cuda.get_device_capability()
+    if major < 8:
+        return f"the CUDA device has compute capability {major}.{minor}; the kernels need 8.0 or newer"
+    return None

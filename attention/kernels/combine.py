@@ -1,0 +1,104 @@
+"""Split-KV merge: combine per-split (O, LSE) partials into the final output, applying sinks once."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .configs import next_power_of_2
+from .sequence_lookup import find_sequence
+
+__all__ = ["combine_splits", "combine_splits_kernel"]
+
+LOG2E = tl.constexpr(1.4426950408889634)
+
+
+@triton.jit
+def combine_splits_kernel(
+    partial_out_ptr, partial_lse_ptr, out_ptr,
+    cu_seqlens_q_ptr, q_start_ptr, softmax_offset_ptr,
+    num_seqs, num_splits,
+    stride_part_split, stride_part_tok, stride_part_head,
+    stride_lse_split, stride_lse_tok,
+    stride_ob, stride_os, stride_oh,
+    HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_SPLITS: tl.constexpr,
+    HAS_Q_START: tl.constexpr, HAS_SINK: tl.constexpr,
+):
+    """Grid (packed token upper bound, H_q). out = sum_s w_s O_s / (sum_s w_s + exp(sink)).
+
+    w_s = exp2(lse_s - m); partial LSEs are in log2 units; empty splits carry lse = -inf.
+    """
+    token = tl.program_id(0)
+    head = tl.program_id(1)
+    seq = find_sequence(cu_seqlens_q_ptr, num_seqs, token, 1, False)
+    q_begin = tl.load(cu_seqlens_q_ptr + seq)
+    if token >= tl.load(cu_seqlens_q_ptr + seq + 1):
+        return
+    token64 = token.to(tl.int64)
+
+    offs_split = tl.arange(0, BLOCK_SPLITS)
+    offs_split64 = offs_split.to(tl.int64)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    split_valid = offs_split < num_splits
+    lse = tl.load(partial_lse_ptr + offs_split64 * stride_lse_split + token64 * stride_lse_tok + head,
+                  mask=split_valid, other=float("-inf"))
+    m = tl.max(lse, 0)
+    if HAS_SINK:
+        sink = tl.load(softmax_offset_ptr + head).to(tl.float32) * LOG2E
+        m = tl.maximum(m, sink)
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    weights = tl.math.exp2(lse - m_safe)
+    denominator = tl.sum(weights, 0)
+    if HAS_SINK:
+        denominator += tl.math.exp2(sink - m_safe)
+
+    part_ptrs = (partial_out_ptr + offs_split64[:, None] * stride_part_split + token64 * stride_part_tok
+                 + head * stride_part_head + offs_dv[None, :])
+    partial = tl.load(part_ptrs, mask=split_valid[:, None] & (offs_dv < HEAD_DIM_V)[None, :], other=0.0)
+    o = tl.sum(partial * weights[:, None], 0) / tl.where(denominator > 0.0, denominator, 1.0)
+
+    out_token = token - q_begin
+    if HAS_Q_START:
+        out_token += tl.load(q_start_ptr + seq)
+    out_ptrs = out_ptr + seq.to(tl.int64) * stride_ob + out_token.to(tl.int64) * stride_os + head * stride_oh + offs_dv
+    tl.store(out_ptrs, o.to(out_ptr.dtype.element_ty), mask=offs_dv < HEAD_DIM_V)
+
+
+def combine_splits(
+    partial_out: torch.Tensor,
+    partial_lse: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    cu_seqlens_q: torch.Tensor,
+    q_start: torch.Tensor | None,
+    softmax_offset: torch.Tensor | None,
+) -> torch.Tensor:
+    """Merge split-KV partials into `out`.
+
+    partial_out: fp32 [num_splits, total_q, H_q, D_v] (last dim contiguous), each split's output
+        normalised by its own softmax sum; partial_lse: fp32 [num_splits, total_q, H_q], log2 units.
+    out: 4-D strided view [B, S_q, H_q, D_v] (same convention as attention_forward's `out`).
+    Only the rows of real query tokens are written.
+
+    Example:
+        >>> combine_splits(partial_out, partial_lse, out, cu_seqlens_q=cu, q_start=None,
+        ...                softmax_offset=None)  # doctest: +SKIP
+    """
+    num_splits, total_q, num_heads, head_dim_v = partial_out.shape
+    if total_q == 0 or num_heads == 0:
+        return out
+    combine_splits_kernel[(total_q, num_heads)](
+        partial_out, partial_lse, out,
+        cu_seqlens_q, q_start if q_start is not None else cu_seqlens_q,
+        softmax_offset if softmax_offset is not None else partial_lse,
+        cu_seqlens_q.numel() - 1, num_splits,
+        partial_out.stride(0), partial_out.stride(1), partial_out.stride(2),
+        partial_lse.stride(0), partial_lse.stride(1),
+        out.stride(0), out.stride(1), out.stride(2),
+        HEAD_DIM_V=head_dim_v, BLOCK_DV=max(16, next_power_of_2(head_dim_v)),
+        BLOCK_SPLITS=max(2, next_power_of_2(num_splits)),
+        HAS_Q_START=q_start is not None, HAS_SINK=softmax_offset is not None,
+        num_warps=4 if head_dim_v * num_splits >= 2048 else 2,
+    )
+    return out

@@ -1,0 +1,332 @@
+"""Fused Triton attention forward vs the fp32 reference, tiny shapes, Triton interpreter on CPU.
+
+On a machine with CUDA the same cases run on the GPU (the interpreter is only forced without one).
+The case builder here (`AttentionCase`, `build_inputs`, `run_and_check`) is shared with
+tests/gpu/test_kernels_gpu.py.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"  # must precede the first `import triton`
+
+import math  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
+import pytest  # noqa: E402
+
+from attention.kernels import attention_forward, triton_available  # noqa: E402
+from attention.kernels.configs import choose_num_splits, select_forward_config  # noqa: E402
+from tests.reference import reference_one_sequence  # noqa: E402
+
+# The interpreter converts 0-d arrays with int(); numpy deprecates that, harmlessly here.
+pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0:DeprecationWarning")
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+TOLERANCE = {torch.float32: 1e-4, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+SENTINEL = 7.0  # out rows the kernel must not write keep this value
+UNUSED_PAGE = 1 << 20  # page-table entries past a sequence's pages: a read would fault
+
+
+@dataclass(frozen=True)
+class AttentionCase:
+    """One call: per-sequence (q_len, kv_len), heads, dims, layout and mask options.
+
+    layout: "bshd" | "sbhd" | "thd" (dense q and k/v, padded starts for thd), "cache" (thd q,
+    dense non-paged [B, S_max, H_kv, D] k/v cache), "paged" (thd q, paged k/v cache).
+    """
+
+    q_lens: tuple[int, ...]
+    kv_lens: tuple[int, ...]
+    heads: tuple[int, int] = (2, 2)
+    d_qk: int = 16
+    d_v: int = 16
+    dtype: torch.dtype = torch.float32
+    layout: str = "bshd"
+    page_size: int = 16
+    causal: bool = False
+    bottom_right: bool = False
+    window: tuple[int, int] = (-1, -1)
+    alibi: str | None = None  # None | "h" | "bh"
+    sink: bool = False
+    num_splits: int | None = 1
+    seed: int = 0
+    num_pages: int | None = None  # paged cache capacity (default: just enough + 2)
+    max_pages: int | None = None  # page-table width (default: just enough + 1)
+
+    def __str__(self) -> str:
+        parts = [self.layout, f"q{list(self.q_lens)}", f"kv{list(self.kv_lens)}", f"h{self.heads[0]}/{self.heads[1]}",
+                 f"d{self.d_qk}" + (f"-{self.d_v}" if self.d_v != self.d_qk else ""), str(self.dtype)[6:]]
+        if self.layout == "paged":
+            parts.append(f"ps{self.page_size}")
+        if self.causal:
+            parts.append("causal-br" if self.bottom_right else "causal-tl")
+        elif self.bottom_right:
+            parts.append("br")
+        if self.window != (-1, -1):
+            parts.append(f"win{self.window[0]},{self.window[1]}")
+        if self.alibi:
+            parts.append(f"alibi-{self.alibi}")
+        if self.sink:
+            parts.append("sink")
+        parts.append(f"splits{self.num_splits}")
+        return "-".join(parts)
+
+
+def _cu(lengths: list[int], device: str) -> torch.Tensor:
+    return torch.tensor([0] + torch.tensor(lengths, dtype=torch.int64).cumsum(0).tolist(),
+                        dtype=torch.int32, device=device)
+
+
+def _dense_strided(batch: list[torch.Tensor], layout: str, pad: int, gap: int, generator, dtype, device):
+    """Place per-sequence [len, H, D] tensors in a 4-D strided view; return (view, starts, base).
+
+    Garbage (random) values fill every position that belongs to no sequence.
+    """
+    heads, dim = batch[0].shape[1], batch[0].shape[2]
+    num_seqs = len(batch)
+    max_len = max(t.shape[0] for t in batch) + pad
+    if layout in ("bshd", "sbhd"):
+        shape = (max_len, num_seqs, heads, dim) if layout == "sbhd" else (num_seqs, max_len, heads, dim)
+        base = torch.randn(shape, generator=generator).to(dtype).to(device)
+        view = base.transpose(0, 1) if layout == "sbhd" else base
+        for b, t in enumerate(batch):
+            view[b, : t.shape[0]] = t
+        return view, None, base
+    starts, position = [], 0  # thd: `gap` garbage tokens before every sequence (padded starts)
+    for t in batch:
+        position += gap
+        starts.append(position)
+        position += t.shape[0]
+    base = torch.randn(position + pad, heads, dim, generator=generator).to(dtype).to(device)
+    for start, t in zip(starts, batch):
+        base[start: start + t.shape[0]] = t
+    view = base.unsqueeze(0).expand(num_seqs, -1, -1, -1)
+    return view, torch.tensor(starts, dtype=torch.int32, device=device), base
+
+
+def _paged_cache(ks, vs, case: AttentionCase, generator, device):
+    """Scatter per-sequence k/v into a randomly permuted paged cache; return (k, v, page_table)."""
+    ps = case.page_size
+    h_kv = case.heads[1]
+    pages_per_seq = [-(-n // ps) for n in case.kv_lens]
+    num_pages = case.num_pages or sum(pages_per_seq) + 2
+    max_pages = case.max_pages or max(max(pages_per_seq), 1) + 1
+    permutation = torch.randperm(num_pages, generator=generator)
+    page_table = torch.full((len(ks), max_pages), UNUSED_PAGE, dtype=torch.int32)
+    k = torch.randn(num_pages * ps, h_kv, case.d_qk, generator=generator).to(case.dtype)
+    v = torch.randn(num_pages * ps, h_kv, case.d_v, generator=generator).to(case.dtype)
+    next_page = 0
+    for b, n in enumerate(case.kv_lens):
+        pages = permutation[next_page: next_page + pages_per_seq[b]]
+        next_page += pages_per_seq[b]
+        page_table[b, : pages.numel()] = pages.to(torch.int32)
+        positions = torch.arange(n)
+        slots = pages[positions // ps] * ps + positions % ps
+        k[slots], v[slots] = ks[b], vs[b]
+    return (k.view(num_pages, ps, h_kv, case.d_qk).to(device), v.view(num_pages, ps, h_kv, case.d_v).to(device),
+            page_table.to(device))
+
+
+def build_inputs(case: AttentionCase, device: str = DEVICE) -> dict:
+    """Random per-sequence q/k/v, the kernel's arguments for `case`, and the expected rows.
+
+    The expected rows come from tests/reference.py::reference_one_sequence, evaluated on `device`
+    (so GPU tests can afford realistic shapes).
+    """
+    generator = torch.Generator().manual_seed(case.seed)
+    h_q, h_kv = case.heads
+    num_seqs = len(case.q_lens)
+    dtype = case.dtype
+    qs = [torch.randn(n, h_q, case.d_qk, generator=generator).to(dtype) for n in case.q_lens]
+    ks = [torch.randn(n, h_kv, case.d_qk, generator=generator).to(dtype) for n in case.kv_lens]
+    vs = [torch.randn(n, h_kv, case.d_v, generator=generator).to(dtype) for n in case.kv_lens]
+
+    q_layout = case.layout if case.layout in ("bshd", "sbhd", "thd") else "thd"
+    gap = 2 if case.layout == "thd" else 0
+    q, q_start, _ = _dense_strided([t.to(device) for t in qs], q_layout, 1, gap, generator, dtype, device)
+    out_batch = [torch.zeros(n, h_q, case.d_v, dtype=dtype) for n in case.q_lens]
+    out, _, out_base = _dense_strided(out_batch, q_layout, 1, gap, generator, dtype, device)
+    out_base.fill_(SENTINEL)
+
+    kwargs: dict = {}
+    if case.layout == "paged":
+        k, v, kwargs["page_table"] = _paged_cache(ks, vs, case, generator, device)
+    else:
+        kv_layout = "bshd" if case.layout == "cache" else case.layout
+        k, kv_start, _ = _dense_strided([t.to(device) for t in ks], kv_layout, 2, gap, generator, dtype, device)
+        v, _, _ = _dense_strided([t.to(device) for t in vs], kv_layout, 2, gap, generator, dtype, device)
+        if kv_start is not None:
+            kwargs["kv_start"] = kv_start
+    if q_start is not None:
+        kwargs["q_start"] = q_start
+    alibi = None
+    if case.alibi == "h":
+        alibi = torch.rand(h_q, generator=generator) * 0.5 + 0.1
+    elif case.alibi == "bh":
+        alibi = torch.rand(num_seqs, h_q, generator=generator) * 0.5 + 0.1
+    sink = torch.randn(h_q, generator=generator) if case.sink else None
+    scale = 1.0 / math.sqrt(case.d_qk)
+
+    expected = []
+    with torch.device(device):  # the reference's own aranges/constants follow the inputs' device
+        for b in range(num_seqs):
+            slopes = None if alibi is None else (alibi if alibi.dim() == 1 else alibi[b]).to(device)
+            expected.append(reference_one_sequence(
+                qs[b].to(device), ks[b].to(device), vs[b].to(device), softmax_scale=scale, causal=case.causal,
+                window_size=case.window, bottom_right=case.bottom_right, alibi_slopes=slopes,
+                softmax_offset=None if sink is None else sink.to(device)))
+    return dict(
+        q=q, k=k, v=v, out=out, out_base=out_base, expected=expected, q_start=q_start,
+        call=dict(
+            cu_seqlens_q=_cu(list(case.q_lens), device), cu_seqlens_kv=_cu(list(case.kv_lens), device),
+            max_seqlen_q=max(case.q_lens), max_seqlen_kv=max(case.kv_lens),
+            total_q=q.shape[1] if q.stride(0) == 0 else None, softmax_scale=scale, causal=case.causal,
+            window_size=case.window, bottom_right=case.bottom_right, num_splits=case.num_splits,
+            alibi_slopes=None if alibi is None else alibi.to(device),
+            softmax_offset=None if sink is None else sink.to(device), **kwargs),
+    )
+
+
+def check_output(case: AttentionCase, inputs: dict, tolerance: float | None = None) -> None:
+    """Real rows match the reference; every other row of `out` still holds the sentinel."""
+    out = inputs["out"]
+    tol = TOLERANCE[case.dtype] if tolerance is None else tolerance
+    written = torch.zeros(out.shape[:2], dtype=torch.bool, device=out.device)
+    starts = [0] * len(case.q_lens) if inputs["q_start"] is None else inputs["q_start"].tolist()
+    for b, expected in enumerate(inputs["expected"]):
+        got = out[b, starts[b]: starts[b] + case.q_lens[b]].float()
+        torch.testing.assert_close(got, expected, atol=tol, rtol=tol, msg=lambda m: f"{case} seq {b}: {m}")
+        written[b, starts[b]: starts[b] + case.q_lens[b]] = True
+    untouched = out.float()[~written] if out.stride(0) != 0 else out[0].float()[~written.any(0)]
+    assert bool((untouched == SENTINEL).all()), f"{case}: rows of padding tokens were written"
+
+
+def run_and_check(case: AttentionCase, device: str = DEVICE, tolerance: float | None = None) -> None:
+    inputs = build_inputs(case, device)
+    result = attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"])
+    assert result is inputs["out"]
+    check_output(case, inputs, tolerance)
+
+
+C = AttentionCase
+MIXED_Q, MIXED_KV = (1, 5, 1, 9), (13, 5, 21, 17)  # decode, prefill, decode, chunked prefill
+CASES = [
+    # dense layouts x masks
+    *[C((5, 11, 3), (5, 11, 3), layout=layout, causal=causal, dtype=dtype)
+      for layout in ("bshd", "sbhd", "thd") for causal, dtype in ((False, torch.float32), (True, torch.float16))],
+    C((5, 11, 3), (9, 7, 20), layout="thd", causal=True, bottom_right=True),
+    C((6, 11, 3), (9, 7, 20), layout="bshd", causal=True),  # top-left, s_q != s_kv
+    C((12, 3), (5, 9), layout="sbhd", causal=True, bottom_right=True),  # kv shorter than q: rows with no key
+    # dense KV cache (q shorter than kv): decode, chunked prefill, mixed, zero-length tails
+    C((1, 1, 1), (17, 1, 33), layout="cache", causal=True, bottom_right=True, heads=(4, 2)),
+    C((7, 4), (30, 12), layout="cache", causal=True, bottom_right=True),
+    C(MIXED_Q, MIXED_KV, layout="cache", causal=True, bottom_right=True, heads=(4, 1), dtype=torch.float16),
+    C((3, 2, 0, 0), (3, 9, 0, 0), layout="cache", causal=True, bottom_right=True),
+    # paged: page sizes 1, 3, 16; mixed batches; split-KV on and off
+    *[C(MIXED_Q, MIXED_KV, layout="paged", page_size=ps, causal=True, bottom_right=True, heads=(4, 2),
+        num_splits=splits, dtype=dtype)
+      for ps, splits, dtype in ((1, 1, torch.float32), (3, 3, torch.float32), (16, 1, torch.float16),
+                                (16, 3, torch.float32), (3, 1, torch.float16))],
+    C((1, 2, 0), (40, 6, 0), layout="paged", page_size=3, causal=True, bottom_right=True, num_splits=3),
+    C((0, 0, 3), (0, 4, 5), layout="paged", page_size=1, bottom_right=True),  # zero-length heads
+    # GQA packing, d_qk != d_v
+    C((3, 8), (10, 8), heads=(4, 2), d_qk=32, d_v=16, layout="thd", causal=True, bottom_right=True),
+    C((3, 8), (10, 8), heads=(4, 1), d_qk=8, d_v=32, layout="paged", page_size=3, dtype=torch.float16),
+    C((3, 8), (10, 8), heads=(2, 2), d_qk=16, d_v=8, layout="bshd", num_splits=3),
+    # windows, both alignments
+    C((9, 16), (9, 16), window=(2, 0), layout="thd"),
+    C((9, 16), (9, 16), window=(3, 1), layout="bshd", heads=(4, 2), dtype=torch.float16),
+    C((4, 6), (19, 25), window=(5, -1), bottom_right=True, layout="paged", page_size=3, num_splits=3),
+    C((4, 6), (19, 25), window=(4, 4), causal=True, bottom_right=True, layout="cache", heads=(4, 2)),
+    C((10,), (40,), window=(-1, 2), layout="sbhd"),  # top-left, right window only
+    # ALiBi and sinks
+    C((5, 9), (5, 12), alibi="h", causal=True, bottom_right=True, layout="thd", heads=(4, 2)),
+    C((5, 9), (5, 12), alibi="bh", layout="paged", page_size=3, num_splits=3),
+    C((4, 1), (4, 30), sink=True, causal=True, bottom_right=True, layout="cache", heads=(4, 1)),
+    C((4, 1), (4, 30), sink=True, causal=True, bottom_right=True, layout="paged", page_size=16,
+      heads=(4, 1), num_splits=3, dtype=torch.float16),
+    C((6, 2), (3, 2), sink=True, causal=True, bottom_right=True, num_splits=3),  # sinks on rows with no key
+    # split-KV forced on: decode / long kv, heuristic choice (None)
+    C((1, 1), (37, 40), layout="cache", heads=(4, 2), num_splits=3, window=(9, 0), bottom_right=True),
+    C((1, 3), (37, 40), layout="paged", page_size=16, heads=(4, 2), num_splits=None, causal=True, bottom_right=True),
+]
+
+
+@pytest.mark.skipif(triton_available() is not None, reason=str(triton_available()))
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_attention_forward_matches_reference(case: AttentionCase) -> None:
+    run_and_check(case)
+
+
+@pytest.mark.skipif(triton_available() is not None, reason=str(triton_available()))
+def test_out_of_range_tile_programs_exit_and_total_q_bound() -> None:
+    """A tight total_q (== real tokens) still covers every tile; a loose bound changes nothing."""
+    case = C((3, 0, 5, 1), (3, 0, 8, 6), layout="cache", heads=(4, 2), causal=True, bottom_right=True)
+    for total_q in (9, 40):
+        inputs = build_inputs(case)
+        attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **{**inputs["call"], "total_q": total_q})
+        check_output(case, inputs)
+
+
+def _bad_call(**overrides):
+    inputs = build_inputs(C((2, 3), (2, 3), layout="bshd"))
+    args = {"q": inputs["q"], "k": inputs["k"], "v": inputs["v"], "out": inputs["out"], **inputs["call"]}
+    args.update(overrides)
+    return lambda: attention_forward(args.pop("q"), args.pop("k"), args.pop("v"), args.pop("out"), **args)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(cu_seqlens_q=torch.tensor([0, 2, 5], dtype=torch.int64)), "cu_seqlens_q"),
+        (dict(cu_seqlens_kv=torch.tensor([0, 2], dtype=torch.int32)), "cu_seqlens_kv"),
+        (dict(window_size=(-2, 0)), "window_size"),
+        (dict(num_splits=0), "num_splits"),
+        (dict(alibi_slopes=torch.ones(3)), "alibi_slopes"),
+        (dict(softmax_offset=torch.ones(2, dtype=torch.float64)), "softmax_offset"),
+        (dict(page_table=torch.zeros(2, 1, dtype=torch.int64)), "page_table"),
+        (dict(q=torch.zeros(2, 3, 2, 12)), "head dim"),
+        (dict(k=torch.zeros(2, 5, 3, 16), v=torch.zeros(2, 5, 3, 16)), "H_q"),
+        (dict(v=torch.zeros(2, 3, 2, 16, dtype=torch.float16)), "dtype"),
+        (dict(out=lambda device: torch.zeros(2, 3, 2, 32, device=device)[..., ::2]), "contiguous last dimension"),
+    ],
+    ids=lambda x: x if isinstance(x, str) else None,
+)
+def test_bad_arguments_raise_value_error(overrides: dict, message: str) -> None:
+    overrides = {key: value.to(DEVICE) if isinstance(value, torch.Tensor) else value(DEVICE) if callable(value) else value
+                 for key, value in overrides.items()}
+    with pytest.raises(ValueError, match=message):
+        _bad_call(**overrides)()
+
+
+@pytest.mark.parametrize(
+    "sizes, expected",
+    [
+        (dict(num_seqs=1, num_kv_heads=8, total_q=1, max_seqlen_q=1, max_seqlen_kv=32768), 64),  # long decode
+        (dict(num_seqs=8, num_kv_heads=8, total_q=8, max_seqlen_q=1, max_seqlen_kv=4096), 9),  # small batch
+        (dict(num_seqs=64, num_kv_heads=8, total_q=64, max_seqlen_q=1, max_seqlen_kv=4096), 1),  # full GPU
+        (dict(num_seqs=1, num_kv_heads=8, total_q=1, max_seqlen_q=1, max_seqlen_kv=256), 1),  # <= 4 tiles
+        (dict(num_seqs=8, num_kv_heads=32, total_q=16384, max_seqlen_q=2048, max_seqlen_kv=2048), 1),  # prefill
+    ],
+)
+def test_split_heuristic(sizes: dict, expected: int) -> None:
+    assert choose_num_splits(**sizes, block_q=4, block_n=64, num_sms=132) == expected
+
+
+@pytest.mark.parametrize("group_size, max_seqlen_q, d, block_m", [(4, 1, 128, 16), (8, 4, 128, 32), (4, 2048, 128, 128),
+                                                                   (4, 2048, 256, 128), (64, 1, 64, 64), (7, 1, 128, 16)])
+def test_config_packs_group_into_rows(group_size: int, max_seqlen_q: int, d: int, block_m: int) -> None:
+    config = select_forward_config(head_dim_qk=d, head_dim_v=d, group_size=group_size,
+                                   max_seqlen_q=max_seqlen_q, interpret=False)
+    assert config.block_m == block_m and config.block_q == max(1, block_m // group_size)
+    assert config.block_q * group_size <= config.block_m
+
+
+def test_case_ids_are_unique() -> None:
+    assert len({str(case) for case in CASES}) == len(CASES)
+
