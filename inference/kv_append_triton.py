@@ -49,7 +49,9 @@ def _append_kernel(
     cache_slot = page.to(tl.int64) * page_size + logical % page_size
     heads = tl.arange(0, BLOCK_H)[:, None]
     dims = tl.arange(0, BLOCK_D)[None, :]
-    mask = (heads < num_heads) & (dims < head_dim) & valid
+    # `valid` is a scalar; widen it explicitly (the interpreter of triton 3.9 rejects a scalar-broadcast mask).
+    valid_tile = (tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.int32) + valid.to(tl.int32)) != 0
+    mask = (heads < num_heads) & (dims < head_dim) & valid_tile
     tokens = tl.load(new_ptr + source_offset + heads * stride_new_h + dims * stride_new_d, mask=mask)
     tl.store(
         cache_ptr + cache_slot * stride_cache_slot + heads * stride_cache_h + dims * stride_cache_d,
