@@ -27,6 +27,14 @@ def _compute_capability(device: torch.device) -> tuple[int, int] | None:
     return torch.cuda.get_device_capability(device) if device.type == "cuda" else None
 
 
+def _compute_capability_at_trace(device: torch.device) -> tuple[int, int] | None:
+    """``_compute_capability`` for torch.compile: run once at trace time, a constant of the graph."""
+    return _compute_capability(device)
+
+
+_compute_capability_at_trace._dynamo_marked_constant = True  # = torch._dynamo.assume_constant_result
+
+
 class DotProductAttention(nn.Module):
     """``softmax(scale * Q Kᵀ + bias + mask) V`` on the fastest backend that can run the call.
 
@@ -141,7 +149,10 @@ class DotProductAttention(nn.Module):
         """Run attention; see the class docstring for shapes. ``inference_params`` appends k/v to its
         cache for ``layer_number`` and attends over the whole cache (padding masks only)."""
         call = self._prepare(**{k: v for k, v in locals().items() if k not in ("self", "__class__")})
-        backend = selection.select(call.params, self.backend)
+        if torch.compiler.is_compiling():   # the choice is made at trace time, a constant of the graph
+            backend = selection.select_compiled(call.params, self.backend)
+        else:
+            backend = selection.select(call.params, self.backend)
         self.last_backend = backend.name
         out = backend.forward(call)
         return out.reshape(out.shape[:-2] + (-1,))
@@ -283,11 +294,13 @@ class DotProductAttention(nn.Module):
             or (core_attention_bias is not None and core_attention_bias.requires_grad)
             or (self.softmax_type == "learnable" and self.softmax_offset.requires_grad)
         )
-        capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        compiling = torch.compiler.is_compiling()
+        # Under torch.compile a capture happens when the compiled graph runs (cudagraph trees), not now.
+        capturing = device.type == "cuda" and not compiling and torch.cuda.is_current_stream_capturing()
         params = AttentionParams(
             dtype=q.dtype,
             device_type=device.type,
-            compute_capability=_compute_capability(device),
+            compute_capability=(_compute_capability_at_trace if compiling else _compute_capability)(device),
             qkv_format=fmt,
             kv_format=kv_format,
             batch_size=batch,

@@ -11,8 +11,10 @@ import contextlib
 import contextvars
 import functools
 import logging
+import operator
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import fields
 
 from attention.backends.base import Backend
 from attention.params import AttentionParams
@@ -41,6 +43,10 @@ _context_backends: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.
 )
 
 
+#: The registry's backends; a plain dict so that code torch.compile traces reads it without a cache wrapper.
+_BACKENDS: dict[str, Backend] = {}
+
+
 @functools.cache
 def registry() -> dict[str, Backend]:
     """Name -> backend instance. Backends import their optional packages lazily, never here."""
@@ -49,7 +55,8 @@ def registry() -> dict[str, Backend]:
     from attention.backends.unfused import UnfusedBackend
 
     backends = [FusedBackend(), Flash2Backend(), Flash3Backend(), Flash4Backend(), UnfusedBackend()]
-    return {b.name: b for b in backends}
+    _BACKENDS.update({b.name: b for b in backends})
+    return _BACKENDS
 
 
 def expand_names(names: str | Sequence[str], argument: str = "backend") -> tuple[str, ...]:
@@ -150,6 +157,45 @@ def select(params: AttentionParams, requested: tuple[str, ...] | None = None) ->
     names, source = candidates(requested)
     explicit = not source.startswith("automatic")
     return registry()[_select(params, names, source, explicit)]
+
+
+# --- under torch.compile ---------------------------------------------------------------------------
+
+_PARAM_FIELDS = tuple(f.name for f in fields(AttentionParams))
+_SHAPE_FIELDS = frozenset({"batch_size", "max_seqlen_q", "max_seqlen_kv"})
+
+
+def select_compiled(params: AttentionParams, requested: tuple[str, ...] | None = None) -> Backend:
+    """``select`` for code that ``torch.compile`` traces (the module calls it when
+    ``torch.compiler.is_compiling()``): the choice becomes a constant of the graph.
+
+    Dynamo runs ``_select_name_at_trace`` as plain Python once per compilation, so the LRU, the
+    logging and ``use_backends``' context variable stay out of the trace. Guarded (a change
+    recompiles): dtype, device, the module's attributes, the shape fields (``operator.index``
+    specialises them: each new batch size / max_seqlen is a recompilation, so pad to a few sizes)
+    and the ``NVTE_*`` switches read here with ``os.environ.get`` -- but torch 2.13 guards only the
+    variables that were set when the graph was traced. Not guarded: a switch set later,
+    ``use_backends()`` entered after compiling, ``clear_cache()``; call ``torch.compiler.reset()``.
+    """
+    key = tuple(
+        operator.index(getattr(params, name)) if name in _SHAPE_FIELDS else getattr(params, name)
+        for name in _PARAM_FIELDS
+    )
+    disabled = env_disabled()   # compared with "0"/"1" here, so Dynamo guards each NVTE_* switch
+    name = _select_name_at_trace(key, requested, disabled)
+    return _BACKENDS[name]
+
+
+def _select_name_at_trace(key: tuple, requested: tuple[str, ...] | None, disabled: tuple[str, ...]) -> str:
+    """The selected backend's name for ``AttentionParams(*key)`` (``select`` reads the environment
+    again; ``disabled`` only makes the traced caller compare, and so guard, the switches)."""
+    return select(AttentionParams(*key), requested).name
+
+
+# What torch._dynamo.assume_constant_result(fn) does, without importing torch._dynamo (~1.4 s) here:
+# Dynamo calls the function at trace time and puts its result into the graph as a constant.
+# tests/test_compile.py fails (ContextVar.get is untraceable) if this stops working.
+_select_name_at_trace._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
 def explain_params(params: AttentionParams, requested: tuple[str, ...] | None = None) -> str:

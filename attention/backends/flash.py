@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attention import custom_ops
 from attention.backends import flash_probe
 from attention.backends.base import ALL_MASKS, AttentionCall, Backend, Capabilities
 from attention.backends.flash_packing import pack_padded, unpack_to_padded, zero_rows_outside_sequences
@@ -46,11 +47,6 @@ V2_BLOCK = 256
 V2_LARGE_HEAD_DIM_ARCHS = frozenset({(8, 0), (9, 0), (10, 0), (12, 0)})
 
 _V4_NO_PAGED_SM90 = "paged KV not supported on SM 9.0"
-
-
-def _first(result: Any) -> Tensor:
-    """flash functions return ``out`` or ``(out, lse, ...)`` depending on generation and release."""
-    return result[0] if isinstance(result, (tuple, list)) else result
 
 
 def _given(**kwargs: Any) -> dict[str, Any]:
@@ -77,6 +73,16 @@ def _to_bshd(x: Tensor, qkv_format: str) -> Tensor:
 
 def _batch_and_seqlen(x: Tensor, qkv_format: str) -> tuple[int, int]:
     return (x.shape[1], x.shape[0]) if qkv_format == "sbhd" else (x.shape[0], x.shape[1])
+
+
+def _op(name: str, call: AttentionCall) -> Any:
+    """The flash entry point ``name`` (``attention.custom_ops``): a custom op under torch.compile unless
+    a backward pass follows (the ops have no autograd formula; flash-attn's functions do)."""
+    return custom_ops.dispatch(name, differentiable=call.params.requires_grad)
+
+
+def _window(left: int, right: int) -> list[int]:
+    return [left, right]
 
 
 def _version_older(pkg: flash_probe.FlashPackage, bound: tuple[int, ...]) -> bool:
@@ -224,12 +230,13 @@ def _shared_reasons(p: AttentionParams) -> list[str]:
     return reasons
 
 
-def _v4_window(call: AttentionCall) -> tuple[int | None, int | None]:
-    """flash-attn-4 spells an unbounded side as None (-1 would cancel the window)."""
+def _v4_window(call: AttentionCall) -> list[int]:
+    """``[left, right]`` with -1 unbounded; ``custom_ops`` hands flash-attn-4 ``None`` for -1 (its spelling:
+    -1 would cancel the window)."""
     left, right = call.params.window_size
     if is_causal(call.params.attn_mask_type):
         right = 0 if left >= 0 else -1
-    return (None if left < 0 else left, None if right < 0 else right)
+    return _window(left, right)
 
 
 class Flash2Backend(_FlashBackend):
@@ -305,11 +312,11 @@ class Flash2Backend(_FlashBackend):
 
     def _common_kwargs(self, fa: Any, call: AttentionCall, function: str) -> dict[str, Any]:
         p = call.params
-        kwargs: dict[str, Any] = dict(dropout_p=call.dropout_p, softmax_scale=call.softmax_scale,
+        kwargs: dict[str, Any] = dict(generation=2, dropout_p=call.dropout_p, softmax_scale=call.softmax_scale,
                                       causal=is_causal(p.attn_mask_type))
         if not is_trivial_window(p.window_size):
             left, right = p.window_size
-            kwargs["window_size"] = (left, 0 if kwargs["causal"] else right)
+            kwargs["window_size"] = _window(left, 0 if kwargs["causal"] else right)
         if call.alibi_slopes is not None:
             kwargs["alibi_slopes"] = call.alibi_slopes.to(torch.float32).contiguous()
         if p.deterministic and flash_probe.accepts_keyword(getattr(fa, function), "deterministic"):
@@ -318,7 +325,7 @@ class Flash2Backend(_FlashBackend):
 
     def _dense(self, fa: Any, call: AttentionCall, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         q, k, v, d_v = self._pad_head_dims(q, k, v)
-        out = _first(fa.flash_attn_func(q, k, v, **self._common_kwargs(fa, call, "flash_attn_func")))
+        out = _op("flash_attn_func", call)(q, k, v, **self._common_kwargs(fa, call, "flash_attn_func"))
         return out[..., :d_v]
 
     def _varlen(self, fa: Any, call: AttentionCall, q: Tensor, k: Tensor, v: Tensor, cu_q: Tensor, cu_kv: Tensor,
@@ -341,9 +348,9 @@ class Flash2Backend(_FlashBackend):
             # assumes exactly one query row per sequence; thd rows (zero-length tails, filler) break that.
             # max_seqlen_q is only an upper bound, so 2 keeps the plain varlen path.
             max_q = 2
-        out = fa.flash_attn_varlen_func(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_kv, max_seqlen_q=max_q,
-                                        max_seqlen_k=max_kv, **kwargs)
-        return _first(out)[..., :d_v]
+        out = _op("flash_attn_varlen_func", call)(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_kv, max_seqlen_q=max_q,
+                                                  max_seqlen_k=max_kv, **kwargs)
+        return out[..., :d_v]
 
     def _cache_attention(self, fa: Any, call: AttentionCall, q: Tensor, cu_q: Tensor, cu_kv: Tensor, max_q: int,
                          page_table: Tensor | None) -> Tensor:
@@ -400,20 +407,19 @@ class Flash3Backend(_FlashBackend):
         causal = is_causal(p.attn_mask_type)
         window = None
         if not is_trivial_window(p.window_size):
-            window = (p.window_size[0], 0 if causal else p.window_size[1])
+            window = _window(p.window_size[0], 0 if causal else p.window_size[1])
         deterministic = True if backward and p.deterministic and p.requires_grad else None
-        return _given(softmax_scale=call.softmax_scale, causal=causal, window_size=window,
+        return _given(generation=3, softmax_scale=call.softmax_scale, causal=causal, window_size=window,
                       deterministic=deterministic)
 
     def _dense(self, fa: Any, call: AttentionCall, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        return _first(fa.flash_attn_func(q, k, v, **self._kwargs(call)))
+        return _op("flash_attn_func", call)(q, k, v, **self._kwargs(call))
 
     def _varlen(self, fa: Any, call: AttentionCall, q: Tensor, k: Tensor, v: Tensor, cu_q: Tensor, cu_kv: Tensor,
                 max_q: int, max_kv: int, seqused_q: Tensor | None, seqused_kv: Tensor | None) -> Tensor:
-        out = fa.flash_attn_varlen_func(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_kv, max_seqlen_q=max_q,
-                                        max_seqlen_k=max_kv, **_given(seqused_q=seqused_q, seqused_k=seqused_kv),
-                                        **self._kwargs(call))
-        return _first(out)
+        return _op("flash_attn_varlen_func", call)(
+            q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_kv, max_seqlen_q=max_q, max_seqlen_k=max_kv,
+            **_given(seqused_q=seqused_q, seqused_k=seqused_kv), **self._kwargs(call))
 
     def _cache_attention(self, fa: Any, call: AttentionCall, q: Tensor, cu_q: Tensor, cu_kv: Tensor, max_q: int,
                          page_table: Tensor | None) -> Tensor:
@@ -421,11 +427,10 @@ class Flash3Backend(_FlashBackend):
         k_cache, v_cache = call.key, call.value
         if page_table is None:
             k_cache, v_cache = k_cache[:batch], v_cache[:batch]
-        out = fa.flash_attn_with_kvcache(
+        return _op("flash_attn_with_kvcache", call)(
             q, k_cache, v_cache, cache_seqlens=_lengths(cu_kv), page_table=page_table, cu_seqlens_q=cu_q,
             max_seqlen_q=max_q, num_splits=0, **self._kwargs(call, backward=False),
         )
-        return _first(out)
 
 
 def _v4_head_dim_reason(p: AttentionParams, module: Any) -> str | None:
@@ -492,20 +497,19 @@ class Flash4Backend(_FlashBackend):
     def _kwargs(self, call: AttentionCall) -> dict[str, Any]:
         p = call.params
         window = None if is_trivial_window(p.window_size) else _v4_window(call)
-        return _given(softmax_scale=call.softmax_scale, causal=is_causal(p.attn_mask_type), window_size=window,
-                      deterministic=True if p.deterministic and p.requires_grad else None)
+        return _given(generation=4, softmax_scale=call.softmax_scale, causal=is_causal(p.attn_mask_type),
+                      window_size=window, deterministic=True if p.deterministic and p.requires_grad else None)
 
     def _dense(self, fa: Any, call: AttentionCall, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         q, k, v = (x.contiguous() for x in (q, k, v))
-        return _first(fa.flash_attn_func(q, k, v, **self._kwargs(call)))
+        return _op("flash_attn_func", call)(q, k, v, **self._kwargs(call))
 
     def _varlen(self, fa: Any, call: AttentionCall, q: Tensor, k: Tensor, v: Tensor, cu_q: Tensor, cu_kv: Tensor,
                 max_q: int, max_kv: int, seqused_q: Tensor | None, seqused_kv: Tensor | None) -> Tensor:
         q, k, v = (x.contiguous() for x in (q, k, v))
-        out = fa.flash_attn_varlen_func(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_kv, max_seqlen_q=max_q,
-                                        max_seqlen_k=max_kv, **_given(seqused_q=seqused_q, seqused_k=seqused_kv),
-                                        **self._kwargs(call))
-        return _first(out)
+        return _op("flash_attn_varlen_func", call)(
+            q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_kv, max_seqlen_q=max_q, max_seqlen_k=max_kv,
+            **_given(seqused_q=seqused_q, seqused_k=seqused_kv), **self._kwargs(call))
 
     def _cache_attention(self, fa: Any, call: AttentionCall, q: Tensor, cu_q: Tensor, cu_kv: Tensor, max_q: int,
                          page_table: Tensor | None) -> Tensor:
@@ -517,7 +521,6 @@ class Flash4Backend(_FlashBackend):
             k_cache, v_cache = k_cache[:batch], v_cache[:batch]
         else:
             extra["page_table"] = page_table.contiguous()
-        out = fa.flash_attn_varlen_func(q.contiguous(), k_cache, v_cache, cu_seqlens_q=cu_q, max_seqlen_q=max_q,
-                                        max_seqlen_k=call.max_seqlen_kv, seqused_k=_lengths(cu_kv),
-                                        **extra, **self._kwargs(call))
-        return _first(out)
+        return _op("flash_attn_varlen_func", call)(
+            q.contiguous(), k_cache, v_cache, cu_seqlens_q=cu_q, cu_seqlens_k=None, max_seqlen_q=max_q,
+            max_seqlen_k=call.max_seqlen_kv, seqused_k=_lengths(cu_kv), **extra, **self._kwargs(call))

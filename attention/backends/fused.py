@@ -13,6 +13,7 @@ import os
 
 import torch
 
+from attention import custom_ops
 from attention.backends.base import AttentionCall, Backend, Capabilities
 from attention.masks import is_causal
 from attention.params import AttentionParams
@@ -65,58 +66,44 @@ class FusedBackend(Backend):
         return reasons
 
     def forward(self, call: AttentionCall) -> torch.Tensor:
-        from attention.kernels import attention_forward
-
         p = call.params
         q = call.query
         q_starts = None
         if p.qkv_format == "thd":
             batch = call.cu_seqlens_q.numel() - 1
-            q4 = q.unsqueeze(0).expand(batch, -1, -1, -1)
             q_starts = (call.cu_seqlens_q_padded if call.cu_seqlens_q_padded is not None else call.cu_seqlens_q)[:-1]
             total_q = q.shape[0]
         else:
-            q4 = q if p.qkv_format == "bshd" else q.transpose(0, 1)
-            batch = q4.shape[0]
-            total_q = batch * q4.shape[1]
+            batch = q.shape[0] if p.qkv_format == "bshd" else q.shape[1]
+            total_q = q.shape[0] * q.shape[1]
 
         page_table = None
         kv_starts = None
+        kv_format = p.kv_format
         if p.kv_cache == "paged":
-            k4, v4 = call.key, call.value
+            k, v = call.key, call.value
             page_table = call.page_table[:batch]
+            kv_format = "cache"
         elif p.kv_cache == "non_paged":
-            k4, v4 = call.key[:batch], call.value[:batch]
-        elif p.kv_format == "thd":
-            k4 = call.key.unsqueeze(0).expand(batch, -1, -1, -1)
-            v4 = call.value.unsqueeze(0).expand(batch, -1, -1, -1)
-            kv_starts = (call.cu_seqlens_kv_padded if call.cu_seqlens_kv_padded is not None else call.cu_seqlens_kv)[:-1]
+            k, v = call.key[:batch], call.value[:batch]
+            kv_format = "cache"
         else:
-            k4 = call.key if p.kv_format == "bshd" else call.key.transpose(0, 1)
-            v4 = call.value if p.kv_format == "bshd" else call.value.transpose(0, 1)
+            k, v = call.key, call.value
+            if p.kv_format == "thd":
+                kv_starts = (call.cu_seqlens_kv_padded if call.cu_seqlens_kv_padded is not None else call.cu_seqlens_kv)[:-1]
 
         # Rows of padding tokens are never written by the kernel: start from zeros when any exist.
         padded = "padding" in p.attn_mask_type or p.pad_between_seqs or p.kv_cache != "none"
         alloc = torch.zeros if padded else torch.empty
         out = alloc(q.shape[:-1] + (p.head_dim_v,), dtype=q.dtype, device=q.device)
-        out4 = out.unsqueeze(0).expand(batch, -1, -1, -1) if p.qkv_format == "thd" else (
-            out if p.qkv_format == "bshd" else out.transpose(0, 1)
-        )
-        attention_forward(
-            q4, k4, v4, out4,
-            cu_seqlens_q=call.cu_seqlens_q[: batch + 1],
-            cu_seqlens_kv=call.cu_seqlens_kv[: batch + 1],
-            q_start=q_starts,
-            kv_start=kv_starts,
-            page_table=page_table,
-            max_seqlen_q=call.max_seqlen_q,
-            max_seqlen_kv=call.max_seqlen_kv,
-            total_q=total_q,
-            softmax_scale=call.softmax_scale,
-            causal=is_causal(p.attn_mask_type),
-            window_size=p.window_size,
-            bottom_right=p.bottom_right_diagonal,
-            alibi_slopes=call.alibi_slopes,
-            softmax_offset=call.softmax_offset,
+        # The launch is the custom op dpa::fused_attention_forward under torch.compile (attention.custom_ops).
+        custom_ops.dispatch("fused_attention_forward")(
+            q, k, v, out,
+            call.cu_seqlens_q[: batch + 1], call.cu_seqlens_kv[: batch + 1],
+            q_starts, kv_starts, page_table,
+            p.qkv_format, kv_format, batch,
+            call.max_seqlen_q, call.max_seqlen_kv, total_q, call.softmax_scale,
+            is_causal(p.attn_mask_type), p.window_size[0], p.window_size[1], p.bottom_right_diagonal,
+            call.alibi_slopes, call.softmax_offset,
         )
         return out
