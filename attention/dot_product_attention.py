@@ -148,7 +148,14 @@ class DotProductAttention(nn.Module):
     ) -> torch.Tensor:
         """Run attention; see the class docstring for shapes. ``inference_params`` appends k/v to its
         cache for ``layer_number`` and attends over the whole cache (padding masks only)."""
-        call = self._prepare(**{k: v for k, v in locals().items() if k not in ("self", "__class__")})
+        call = self._prepare(
+            query_layer, key_layer, value_layer, attention_mask=attention_mask, qkv_format=qkv_format,
+            cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv, cu_seqlens_q_padded=cu_seqlens_q_padded,
+            cu_seqlens_kv_padded=cu_seqlens_kv_padded, max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
+            attn_mask_type=attn_mask_type, window_size=window_size, core_attention_bias_type=core_attention_bias_type,
+            core_attention_bias=core_attention_bias, alibi_slopes=alibi_slopes, inference_params=inference_params,
+            pad_between_seqs=pad_between_seqs, bottom_right_diagonal=bottom_right_diagonal,
+        )
         if torch.compiler.is_compiling():   # the choice is made at trace time, a constant of the graph
             backend = selection.select_compiled(call.params, self.backend)
         else:
