@@ -19,8 +19,9 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(PY) -m pytest -q -m "not gpu" -p no:cacheprovider
 
+# On a CUDA machine with the project's dependencies installed (parallel shards, logs in gpu-test-logs/).
 gpu-test:
-	python3 -m pytest -q -m gpu tests
+	bash scripts/gpu_tests.sh
 
 bench:
 	python3 -m benchmarks.run_all
