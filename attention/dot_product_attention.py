@@ -158,9 +158,11 @@ class DotProductAttention(nn.Module):
         )
         if torch.compiler.is_compiling():   # the choice is made at trace time, a constant of the graph
             backend = selection.select_compiled(call.params, self.backend)
+            self.last_backend = backend.name
         else:
             backend = selection.select(call.params, self.backend)
-        self.last_backend = backend.name
+            if self.last_backend != backend.name:   # skips nn.Module.__setattr__ (slow) on the hot path
+                self.last_backend = backend.name
         out = backend.forward(call)
         return out.reshape(out.shape[:-2] + (-1,))
 

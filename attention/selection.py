@@ -89,30 +89,54 @@ def use_backends(*names: str) -> Iterator[None]:
         _context_backends.reset(token)
 
 
-def env_flag(name: str) -> bool:
-    value = os.environ.get(name, "1")
+_ENV_NAMES = (*ENV_SWITCHES, "NVTE_DEBUG", "NVTE_DEBUG_LEVEL")
+
+
+def env_snapshot() -> tuple[str | None, ...]:
+    """The values of every ``NVTE_*`` variable selection reads, read afresh (one pass per call)."""
+    get = os.environ.get
+    return tuple(get(name) for name in _ENV_NAMES)
+
+
+def env_flag(name: str, value: str | None = None) -> bool:
+    value = os.environ.get(name, "1") if value is None else value
     if value not in ("0", "1"):
         raise ValueError(f"environment variable {name} must be 0 or 1; got {value!r}")
     return value == "1"
 
 
-def env_disabled() -> tuple[str, ...]:
+def env_disabled(env: tuple[str | None, ...] | None = None) -> tuple[str, ...]:
     """Backends the ``NVTE_*`` switches turn off, in priority order."""
-    off = {member for var, members in ENV_SWITCHES.items() if not env_flag(var) for member in members}
+    if env is None:   # the form torch.compile traces (select_compiled): one guarded read per switch
+        off = {member for var, members in ENV_SWITCHES.items() if not env_flag(var) for member in members}
+    else:
+        off = {
+            member
+            for (var, members), value in zip(ENV_SWITCHES.items(), env)
+            if not env_flag(var, "1" if value is None else value)
+            for member in members
+        }
     return tuple(n for n in PRIORITY if n in off)
+
+
+@functools.lru_cache(maxsize=64)
+def _candidates(
+    env: tuple[str | None, ...], requested: tuple[str, ...] | None, from_context: tuple[str, ...] | None
+) -> tuple[tuple[str, ...], str]:
+    configure_logging(env[-2], env[-1])
+    disabled = env_disabled(env)          # validates the switches even when a backend is named
+    if requested:
+        return requested, "backend= argument"
+    if from_context:
+        return from_context, "use_backends()"
+    return tuple(n for n in PRIORITY if n not in disabled), "automatic priority" + (
+        f" (disabled by environment: {', '.join(disabled)})" if disabled else ""
+    )
 
 
 def candidates(requested: tuple[str, ...] | None) -> tuple[tuple[str, ...], str]:
     """The ordered backends to try and where that list came from (for messages)."""
-    if requested:
-        return requested, "backend= argument"
-    from_context = _context_backends.get()
-    if from_context:
-        return from_context, "use_backends()"
-    disabled = env_disabled()
-    return tuple(n for n in PRIORITY if n not in disabled), "automatic priority" + (
-        f" (disabled by environment: {', '.join(disabled)})" if disabled else ""
-    )
+    return _candidates(env_snapshot(), requested, _context_backends.get())
 
 
 def all_reasons(params: AttentionParams, names: Sequence[str]) -> dict[str, list[str]]:
@@ -153,7 +177,6 @@ def _select(params: AttentionParams, names: tuple[str, ...], source: str, explic
 
 def select(params: AttentionParams, requested: tuple[str, ...] | None = None) -> Backend:
     """The backend for ``params`` (cached per params and candidate list). Raises ``ValueError``."""
-    configure_logging()
     names, source = candidates(requested)
     explicit = not source.startswith("automatic")
     return registry()[_select(params, names, source, explicit)]
@@ -210,6 +233,7 @@ def explain_params(params: AttentionParams, requested: tuple[str, ...] | None = 
 def clear_cache() -> None:
     """Forget cached choices (after installing a package, say). Env changes need no clearing."""
     _select.cache_clear()
+    _candidates.cache_clear()
 
 
 def _short(p: AttentionParams) -> str:
@@ -224,16 +248,19 @@ _LOG_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG}
 _handler: logging.Handler | None = None
 
 
-def configure_logging() -> None:
-    """Honour ``NVTE_DEBUG``/``NVTE_DEBUG_LEVEL``: level = warning/info/debug for 0/1/2.
+def configure_logging(debug: str | None = None, debug_level: str | None = None) -> None:
+    """Honour ``NVTE_DEBUG``/``NVTE_DEBUG_LEVEL`` (read from the environment when not given):
+    level = warning/info/debug for 0/1/2.
 
     Without NVTE_DEBUG=1 the library installs no handler and leaves the logger to the app.
     """
     global _handler
-    if os.environ.get("NVTE_DEBUG", "0") != "1":
+    debug = os.environ.get("NVTE_DEBUG") if debug is None else debug
+    if debug != "1":
         return
+    debug_level = os.environ.get("NVTE_DEBUG_LEVEL") if debug_level is None else debug_level
     try:
-        level = int(os.environ.get("NVTE_DEBUG_LEVEL", "0"))
+        level = int(debug_level or "0")
     except ValueError:
         raise ValueError("environment variable NVTE_DEBUG_LEVEL must be 0, 1 or 2") from None
     logger.setLevel(_LOG_LEVELS.get(min(max(level, 0), 2)))
