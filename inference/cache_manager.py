@@ -15,6 +15,8 @@ from collections.abc import Hashable, Mapping
 import torch
 from torch import Tensor
 
+from inference.kv_append import append_to_kv_cache
+
 __all__ = ["QKV_FORMATS", "KVCacheManager", "validate_step_dict", "validate_new_kv"]
 
 QKV_FORMATS = ("bshd", "sbhd", "thd")
@@ -202,6 +204,17 @@ class KVCacheManager:
     ) -> tuple[Tensor, Tensor]:
         """Append this step's tokens to ``layer_number``'s cache; return the cache views."""
         raise NotImplementedError
+
+    def _append(
+        self, layer_number: int, new_k: Tensor, new_v: Tensor, slot_table: Tensor,
+        cu_new_seqlens: Tensor, cu_cached_seqlens: Tensor, qkv_format: str,
+    ) -> tuple[Tensor, Tensor]:
+        """Validate, then write this step's tokens through ``slot_table`` (page table, or one row per
+        sequence); return the layer's ``(k_cache, v_cache)``. Nothing is written when validation fails."""
+        k_cache, v_cache = self.layer_cache(layer_number)
+        validate_new_kv(new_k, new_v, k_cache, v_cache, qkv_format, self.step_lens, self.max_batch_size)
+        append_to_kv_cache(new_k, new_v, k_cache, v_cache, slot_table, cu_new_seqlens, cu_cached_seqlens, qkv_format)
+        return k_cache, v_cache
 
     def layer_cache(self, layer_number: int) -> tuple[Tensor, Tensor]:
         """Return ``cache[layer_number]`` or raise a ValueError that lists the allocated layers."""

@@ -8,8 +8,8 @@ from collections.abc import Hashable, Mapping
 import torch
 from torch import Tensor
 
-from inference.cache_manager import KVCacheManager, validate_new_kv, validate_step_dict
-from inference.kv_append import append_to_kv_cache, reindex_kv_cache
+from inference.cache_manager import KVCacheManager, validate_step_dict
+from inference.kv_append import reindex_kv_cache
 
 __all__ = ["NonPagedKVCacheManager"]
 
@@ -78,10 +78,8 @@ class NonPagedKVCacheManager(KVCacheManager):
         qkv_format: str,
     ) -> tuple[Tensor, Tensor]:
         """Append the new tokens; return ``cache[:b]`` for bshd/sbhd (b = batch dim), all rows for thd."""
-        k_cache, v_cache = self.layer_cache(layer_number)
-        validate_new_kv(new_k, new_v, k_cache, v_cache, qkv_format, self.step_lens, self.max_batch_size)
-        append_to_kv_cache(
-            new_k, new_v, k_cache, v_cache, self.row_table, cu_new_seqlens, cu_cached_seqlens, qkv_format
+        k_cache, v_cache = self._append(
+            layer_number, new_k, new_v, self.row_table, cu_new_seqlens, cu_cached_seqlens, qkv_format
         )
         if qkv_format == "thd":
             return k_cache, v_cache

@@ -8,9 +8,8 @@ from collections.abc import Hashable, Mapping
 import torch
 from torch import Tensor
 
-from inference.cache_manager import KVCacheManager, validate_new_kv, validate_step_dict
+from inference.cache_manager import KVCacheManager, validate_step_dict
 from inference.errors import KVCacheFullError
-from inference.kv_append import append_to_kv_cache
 from inference.page_allocator import PageAllocator
 
 __all__ = ["PagedKVCacheManager"]
@@ -111,12 +110,7 @@ class PagedKVCacheManager(KVCacheManager):
         qkv_format: str,
     ) -> tuple[Tensor, Tensor]:
         """Append the new tokens through the page table; return the whole paged caches."""
-        k_cache, v_cache = self.layer_cache(layer_number)
-        validate_new_kv(new_k, new_v, k_cache, v_cache, qkv_format, self.step_lens, self.max_batch_size)
-        append_to_kv_cache(
-            new_k, new_v, k_cache, v_cache, self.page_table, cu_new_seqlens, cu_cached_seqlens, qkv_format
-        )
-        return k_cache, v_cache
+        return self._append(layer_number, new_k, new_v, self.page_table, cu_new_seqlens, cu_cached_seqlens, qkv_format)
 
     def reset(self) -> None:
         """Forget every sequence, free every page and zero the page table (in place)."""
