@@ -110,13 +110,15 @@ def _first(result: Any) -> Tensor:
 def flash_attn_func(
     q: Tensor, k: Tensor, v: Tensor, generation: int, softmax_scale: float, causal: bool,
     window_size: list[int] | None = None, dropout_p: float | None = None, alibi_slopes: Tensor | None = None,
-    deterministic: bool | None = None,
+    deterministic: bool | None = None, learnable_sink: Tensor | None = None,
 ) -> Tensor:
-    """``flash_attn_func`` of flash-attn ``generation`` on bshd tensors: ``[b, s_q, h, d_v]``."""
+    """``flash_attn_func`` of flash-attn ``generation`` on bshd tensors: ``[b, s_q, h, d_v]``.
+
+    flash-attn 2 returns ``out``; flash-attn-4 returns ``(out, lse)`` (``lse`` None unless needed)."""
     fa = _flash_module(generation)
     out = fa.flash_attn_func(q, k, v, **_options(generation, window_size, softmax_scale=softmax_scale, causal=causal,
                                                  dropout_p=dropout_p, alibi_slopes=alibi_slopes,
-                                                 deterministic=deterministic))
+                                                 deterministic=deterministic, learnable_sink=learnable_sink))
     return _first(out)
 
 
@@ -125,16 +127,19 @@ def flash_attn_varlen_func(
     max_seqlen_k: int, generation: int, softmax_scale: float, causal: bool, window_size: list[int] | None = None,
     dropout_p: float | None = None, alibi_slopes: Tensor | None = None, deterministic: bool | None = None,
     seqused_q: Tensor | None = None, seqused_k: Tensor | None = None, block_table: Tensor | None = None,
-    page_table: Tensor | None = None,
+    page_table: Tensor | None = None, learnable_sink: Tensor | None = None,
 ) -> Tensor:
-    """``flash_attn_varlen_func`` on packed ``[t, h, d]`` queries: ``[t_q, h, d_v]``."""
+    """``flash_attn_varlen_func`` on packed ``[t, h, d]`` queries: ``[t_q, h, d_v]``.
+
+    ``block_table`` is flash-attn 2's paged cache, ``page_table``/``seqused_*``/``learnable_sink``
+    flash-attn 3/4's (flash-attn 2's varlen function has none of them)."""
     fa = _flash_module(generation)
     out = fa.flash_attn_varlen_func(
         q, k, v, **_options(generation, window_size, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                             max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale,
                             causal=causal, dropout_p=dropout_p, alibi_slopes=alibi_slopes,
                             deterministic=deterministic, seqused_q=seqused_q, seqused_k=seqused_k,
-                            block_table=block_table, page_table=page_table))
+                            block_table=block_table, page_table=page_table, learnable_sink=learnable_sink))
     return _first(out)
 
 

@@ -215,6 +215,11 @@ def flash4_function() -> tuple[Any, str | None]:
     """``flash_attn.cute.interface.flash_attn_varlen_func`` and its readiness."""
     if not torch.cuda.is_available():
         return None, "needs CUDA"
+    from attention.backends.flash_probe import overwritten_reason
+
+    overwritten = overwritten_reason(4)   # flash-attn 2 installed later replaces flash_attn/cute/interface.py
+    if overwritten:
+        return None, overwritten
     try:
         interface = importlib.import_module("flash_attn.cute.interface")
     except Exception as error:  # noqa: BLE001

@@ -37,6 +37,7 @@ class FlashCase:
     pad_between_seqs: bool = False
     kv_cache: str = "none"
     page_size: int | None = None
+    softmax_type: str = "vanilla"     # off-by-one | learnable: a sink logit per head (flash-attn-4's learnable_sink)
 
     def id(self) -> str:
         parts = [self.qkv_format, self.attn_mask_type, f"q{self.s_q}kv{self.s_kv}", f"h{self.heads}/{self.kv_heads}",
@@ -49,6 +50,8 @@ class FlashCase:
             parts.append("padbetween")
         if self.kv_cache != "none":
             parts.append(self.kv_cache + (f"{self.page_size}" if self.page_size else ""))
+        if self.softmax_type != "vanilla":
+            parts.append(self.softmax_type)
         return "-".join(parts)
 
 
@@ -145,9 +148,14 @@ def build_call(case: FlashCase, *, dtype: torch.dtype = torch.float32, device: s
     qs, ks, vs = ([x.to(dtype).float() for x in group] for group in (qs, ks, vs))
     scale = 1.0 / math.sqrt(case.d_qk)
     slopes = default_alibi_slopes(case.heads) if case.alibi else None
+    sink = None
+    if case.softmax_type == "off-by-one":
+        sink = torch.zeros(case.heads)
+    elif case.softmax_type == "learnable":
+        sink = torch.randn(case.heads, generator=gen)
     expected_seqs = [
         reference_one_sequence(q, k, v, softmax_scale=scale, causal=is_causal(mask), window_size=window,
-                               bottom_right=bottom_right, alibi_slopes=slopes)
+                               bottom_right=bottom_right, alibi_slopes=slopes, softmax_offset=sink)
         for q, k, v in zip(qs, ks, vs)
     ]
 
@@ -190,14 +198,14 @@ def build_call(case: FlashCase, *, dtype: torch.dtype = torch.float32, device: s
         max_seqlen_kv=max_kv, attn_mask_type=mask, window_size=window, bottom_right_diagonal=bottom_right,
         core_attention_bias_type="alibi" if case.alibi else "no_bias",
         alibi_slopes_shape=(case.heads,) if case.alibi else None, pad_between_seqs=case.pad_between_seqs,
-        kv_cache=case.kv_cache, page_size=case.page_size,
+        kv_cache=case.kv_cache, page_size=case.page_size, softmax_type=case.softmax_type,
     )
     move = lambda x: None if x is None else x.to(device)  # noqa: E731
     call = AttentionCall(
         params=params, query=query.to(device, dtype), key=key.to(device, dtype), value=value.to(device, dtype),
         cu_seqlens_q=move(cu_q), cu_seqlens_kv=move(cu_kv), cu_seqlens_q_padded=move(cu_q_padded),
         cu_seqlens_kv_padded=move(cu_kv_padded), max_seqlen_q=max_q, max_seqlen_kv=max_kv, softmax_scale=scale,
-        alibi_slopes=move(slopes), page_table=move(page_table),
+        alibi_slopes=move(slopes), page_table=move(page_table), softmax_offset=move(sink),
     )
     return call, expected
 
@@ -248,6 +256,16 @@ def cases_for(generation: int, gpu: bool = False) -> list[FlashCase]:
         cases.append(FlashCase("thd", "padding", s_q=s, s_kv=s, d_qk=64, d_v=512))
     else:
         cases.append(FlashCase("thd", "padding_causal_bottom_right", s_q=s, s_kv=s, d_qk=192, d_v=128))
+        # sink softmax (learnable_sink), through flash_attn_func, varlen with padding between, a paged cache
+        cases += [
+            FlashCase("bshd", "causal", s_q=s, s_kv=s, softmax_type="learnable"),
+            FlashCase("sbhd", "no_mask", s_q=s, s_kv=s, softmax_type="off-by-one"),
+            FlashCase("thd", "padding_causal_bottom_right", s_q=s, s_kv=s, pad_between_seqs=True,
+                      softmax_type="learnable"),
+            FlashCase("thd", "padding", s_q=s // 2, s_kv=s, window=(2, 1), softmax_type="learnable"),
+            FlashCase("bshd", "padding_causal_bottom_right", s_q=4, s_kv=96 if not gpu else 1000, kv_cache="paged",
+                      page_size=16, softmax_type="learnable"),
+        ]
     return _with_head_dim(cases, d)
 
 

@@ -14,6 +14,11 @@ Call paths (all produce the query's format, heads not flattened, padded query ro
 - KV cache (TE 4.7): the query goes to thd; v2 ``flash_attn_varlen_func(block_table=...)`` (a
   non-paged cache is a table of one whole-row block per sequence), v3 ``flash_attn_with_kvcache``,
   v4 ``flash_attn_varlen_func(seqused_k=..., page_table=...)`` (non-paged: the batched cache).
+
+Return values: flash-attn 2 returns ``out`` (a tuple only with ``return_attn_probs``), flash-attn-4
+``(out, lse)``; ``custom_ops`` keeps ``out``. flash-attn-4 spells an unbounded window side ``None`` and
+takes the sink softmax (``off-by-one``/``learnable``) as ``learnable_sink`` (fp32 ``[h]`` logits).
+Checked against flash-attn 2.8.3.post2 and flash-attn-4 4.0.0b36.
 """
 
 from __future__ import annotations
@@ -47,6 +52,8 @@ V2_BLOCK = 256
 V2_LARGE_HEAD_DIM_ARCHS = frozenset({(8, 0), (9, 0), (10, 0), (12, 0)})
 
 _V4_NO_PAGED_SM90 = "paged KV not supported on SM 9.0"
+_V4_PAGED_IRREGULAR_HEAD_DIM = "Paged KV does not support irregular head dim"
+_V4_NO_SINK_BWD_HD256 = "head_dim=256 does not support learnable_sink"
 
 
 def _given(**kwargs: Any) -> dict[str, Any]:
@@ -160,8 +167,10 @@ class _FlashBackend(Backend):
         offsets_q, offsets_kv = cu_q, cu_kv
         if padded_offsets:
             seqused_q, seqused_kv = _lengths(cu_q), _lengths(cu_kv)
+            # flash-attn 3/4 take int32 cu_seqlens with stride 1
             offsets_q = (call.cu_seqlens_q_padded if call.cu_seqlens_q_padded is not None else cu_q).to(torch.int32)
             offsets_kv = (call.cu_seqlens_kv_padded if call.cu_seqlens_kv_padded is not None else cu_kv).to(torch.int32)
+            offsets_q, offsets_kv = offsets_q.contiguous(), offsets_kv.contiguous()
         out = self._varlen(fa, call, q, k, v, offsets_q, offsets_kv, max_q, max_kv, seqused_q, seqused_kv)
         if p.qkv_format == "thd":
             return zero_rows_outside_sequences(out, cu_q, offsets_q.contiguous() if padded_offsets else None)
@@ -323,9 +332,23 @@ class Flash2Backend(_FlashBackend):
             kwargs["deterministic"] = True
         return kwargs
 
+    @staticmethod
+    def _fit_alibi(kwargs: dict[str, Any], batch: int) -> None:
+        """flash-attn 2 checks ``alibi_slopes.sizes() == {h}`` or ``{batch, h}`` exactly: a 2-D table is cut
+        to the batch, or extended with zero rows (sequences past the real ones)."""
+        alibi = kwargs.get("alibi_slopes")
+        if alibi is None or alibi.dim() != 2 or alibi.shape[0] == batch:
+            return
+        if alibi.shape[0] > batch:
+            kwargs["alibi_slopes"] = alibi[:batch].contiguous()
+        else:
+            kwargs["alibi_slopes"] = torch.cat([alibi, alibi.new_zeros(batch - alibi.shape[0], alibi.shape[1])])
+
     def _dense(self, fa: Any, call: AttentionCall, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         q, k, v, d_v = self._pad_head_dims(q, k, v)
-        out = _op("flash_attn_func", call)(q, k, v, **self._common_kwargs(fa, call, "flash_attn_func"))
+        kwargs = self._common_kwargs(fa, call, "flash_attn_func")
+        self._fit_alibi(kwargs, q.shape[0])
+        out = _op("flash_attn_func", call)(q, k, v, **kwargs)
         return out[..., :d_v]
 
     def _varlen(self, fa: Any, call: AttentionCall, q: Tensor, k: Tensor, v: Tensor, cu_q: Tensor, cu_kv: Tensor,
@@ -335,11 +358,7 @@ class Flash2Backend(_FlashBackend):
             raise ValueError("flash-attn 2 has no padding between thd sequences (pad_between_seqs)")
         q, k, v, d_v = self._pad_head_dims(q, k, v)
         kwargs = self._common_kwargs(fa, call, "flash_attn_varlen_func")
-        alibi = kwargs.get("alibi_slopes")
-        batch = cu_q.numel() - 1
-        if alibi is not None and alibi.dim() == 2 and alibi.shape[0] < batch:
-            alibi = torch.cat([alibi, alibi.new_zeros(batch - alibi.shape[0], alibi.shape[1])])
-            kwargs["alibi_slopes"] = alibi
+        self._fit_alibi(kwargs, cu_q.numel() - 1)
         if block_table is not None:
             kwargs["block_table"] = block_table
         p = call.params
@@ -459,8 +478,35 @@ def _v4_head_dim_reason(p: AttentionParams, module: Any) -> str | None:
     return f"flash-attn-4 does not take (head_dim_qk, head_dim_v)=({d_qk}, {d_v}): needs multiples of 8 in {rule}"
 
 
+def _v4_causal_local(p: AttentionParams) -> tuple[bool, bool]:
+    """flash-attn-4's ``_resolve_causal_local_window`` on our window: (causal, local)."""
+    causal = is_causal(p.attn_mask_type)
+    if is_trivial_window(p.window_size):
+        return causal, False
+    left, right = p.window_size
+    if causal:
+        right = 0
+    if left < 0 and right == 0:
+        return True, False
+    return False, left >= 0 or right >= 0
+
+
+def _v4_tile_n(p: AttentionParams, module: Any, major: int) -> int | None:
+    """The forward's KV tile (``n_block_size``) flash-attn-4 picks: a page of that size loads by TMA."""
+    if major in (10, 11):
+        return 128
+    tile = getattr(module, "_tile_size_fwd_sm90", None)
+    if tile is None:
+        return None
+    causal, local = _v4_causal_local(p)
+    try:
+        return tile(p.head_dim_qk, p.head_dim_v, causal, local).n_block_size
+    except Exception:  # noqa: BLE001 - another release's signature
+        return None
+
+
 class Flash4Backend(_FlashBackend):
-    """flash-attn-4 (CuTe DSL, ``flash_attn.cute``): sm90 and sm100 family, no dropout or bias."""
+    """flash-attn-4 (CuTe DSL, ``flash_attn.cute``): sm90 and sm100 family, no dropout or bias, sink softmax."""
 
     name = "flash4"
     generation = 4
@@ -471,7 +517,7 @@ class Flash4Backend(_FlashBackend):
         mask_types=_FLASH_MASKS,
         head_dim_multiple=8,
         bias_types=frozenset({"no_bias"}),
-        softmax_types=frozenset({"vanilla"}),
+        softmax_types=frozenset({"vanilla", "off-by-one", "learnable"}),
         dropout=False,
         pad_between_seqs=True,
         kv_cache=frozenset({"non_paged", "paged"}),
@@ -481,24 +527,50 @@ class Flash4Backend(_FlashBackend):
 
     def _generation_reasons(self, p: AttentionParams, pkg: flash_probe.FlashPackage) -> list[str]:
         reasons = []
+        module = pkg.module
         head_dim_reason = _v4_head_dim_reason(p, pkg.module)
         if head_dim_reason:
             reasons.append(head_dim_reason)
-        major = p.compute_capability[0] if p.compute_capability is not None else None
-        if major == 9 and p.kv_cache == "paged" and pkg.module is not None:
-            if flash_probe.source_mentions(getattr(pkg.module, "_flash_attn_fwd", None), _V4_NO_PAGED_SM90):
-                reasons.append(f"this flash-attn-4 ({pkg.version_text}) has no paged KV cache on sm90")
-        if major in (10, 11) and not is_trivial_window(p.window_size) and 256 in (p.head_dim_qk, p.head_dim_v):
-            reasons.append("flash-attn-4 has no sliding window with head dim 256 on sm100")
-        if major == 9 and p.deterministic and p.requires_grad:
-            reasons.append("flash-attn-4's deterministic backward needs sm100")
+        major = p.compute_capability[0] if p.compute_capability is not None else 9
+        if module is None:
+            return reasons
+        if (major == 9 and p.kv_cache == "paged"
+                and flash_probe.source_mentions(getattr(module, "_flash_attn_fwd", None), _V4_NO_PAGED_SM90)):
+            reasons.append(f"this flash-attn-4 ({pkg.version_text}) has no paged KV cache on sm90")
+        if p.kv_cache == "paged" and (p.head_dim_qk % 16 or p.head_dim_v % 16):
+            # A page of exactly the KV tile loads by TMA; any other page size takes the cp.async path,
+            # whose kernels assert "Paged KV does not support irregular head dim" (not a multiple of 16).
+            kernel = getattr(module, "FlashAttentionForwardSm90" if major == 9 else "FlashAttentionForwardSm100", None)
+            tile_n = _v4_tile_n(p, module, major)
+            if p.page_size != tile_n and flash_probe.source_mentions(kernel, _V4_PAGED_IRREGULAR_HEAD_DIM):
+                reasons.append(
+                    f"flash-attn-4 reads a paged KV cache with page_size={p.page_size} != its KV tile ({tile_n}) only "
+                    f"for head dims that are multiples of 16; got ({p.head_dim_qk}, {p.head_dim_v})")
+        if (major == 9 and p.deterministic and p.requires_grad
+                and not flash_probe.accepts_keyword(getattr(module, "FlashAttentionBackwardSm90", None), "deterministic")):
+            reasons.append(f"this flash-attn-4 ({pkg.version_text}) has no deterministic backward on sm90")
+        if p.softmax_type != "vanilla":
+            if not flash_probe.accepts_keyword(getattr(module, "flash_attn_varlen_func", None), "learnable_sink"):
+                reasons.append(f"softmax_type {p.softmax_type!r}: this flash-attn-4 takes no learnable_sink")
+            elif (p.requires_grad and major in (10, 11) and (p.head_dim_qk, p.head_dim_v) == (256, 256)
+                  and flash_probe.source_mentions(getattr(module, "_flash_attn_bwd", None), _V4_NO_SINK_BWD_HD256)):
+                reasons.append("flash-attn-4's sm100 backward with head dim 256 has no learnable sink")
         return reasons
 
     def _kwargs(self, call: AttentionCall) -> dict[str, Any]:
         p = call.params
         window = None if is_trivial_window(p.window_size) else _v4_window(call)
+        sink = None
+        if p.softmax_type != "vanilla":
+            # flash-attn-4's learnable_sink: one extra logit per query head (natural-log units, not scaled),
+            # fp32 [h]; "off-by-one" is a sink of 0.
+            sink = call.softmax_offset
+            if sink is None:
+                sink = torch.zeros(p.num_heads, dtype=torch.float32, device=call.query.device)
+            sink = sink.contiguous()
         return _given(generation=4, softmax_scale=call.softmax_scale, causal=is_causal(p.attn_mask_type),
-                      window_size=window, deterministic=True if p.deterministic and p.requires_grad else None)
+                      window_size=window, deterministic=True if p.deterministic and p.requires_grad else None,
+                      learnable_sink=sink)
 
     def _dense(self, fa: Any, call: AttentionCall, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         q, k, v = (x.contiguous() for x in (q, k, v))

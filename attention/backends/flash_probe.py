@@ -12,13 +12,17 @@ generation    distribution (pip)      module we call                          in
 
 ``probe(generation)`` imports the package on first use only (cached) and reports the version
 found. On a machine without CUDA nothing is imported: the reason is "needs CUDA", with the install
-hint appended when the package is missing too. Version checks elsewhere are lower bounds or
-feature probes, never upper caps.
+hint appended when the package is missing too. Before importing flash-attn-4 the probe checks that
+``flash_attn/cute/interface.py`` is still the file its distribution installed (flash-attn 2.8.x
+ships an old ``flash_attn/cute`` that overwrites it when installed later). Version checks elsewhere
+are lower bounds or feature probes, never upper caps.
 """
 
 from __future__ import annotations
 
+import base64
 import functools
+import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
@@ -39,6 +43,10 @@ _MODULES = {2: "flash_attn.flash_attn_interface", 3: "flash_attn_interface", 4: 
 _TOP_LEVEL = {2: "flash_attn", 3: "flash_attn_interface", 4: "flash_attn"}
 _DISTRIBUTIONS = {2: ("flash-attn",), 3: ("flash-attn-3", "flash_attn_3", "flashattn-hopper"), 4: ("flash-attn-4",)}
 _LABELS = {2: "flash-attn 2", 3: "flash-attn 3", 4: "flash-attn-4"}
+#: The interface file each pip distribution owns, checked against its RECORD hash before importing:
+#: flash-attn 2 (2.8.x) ships an old ``flash_attn/cute`` of its own, so installing it after
+#: flash-attn-4 overwrites flash-attn-4's ``flash_attn/cute/interface.py`` (same path, other code).
+_OWNED_FILES = {4: "flash_attn/cute/interface.py"}
 
 
 @dataclass(frozen=True)
@@ -91,6 +99,33 @@ def _looks_installed(generation: int) -> bool:
     return False
 
 
+def overwritten_reason(generation: int) -> str | None:
+    """Feature probe on the files themselves: is the interface file on disk the one the distribution
+    installed (its RECORD sha256)? None when it is, or when there is nothing to compare."""
+    owned = _OWNED_FILES.get(generation)
+    if owned is None:
+        return None
+    for name in _DISTRIBUTIONS[generation]:
+        try:
+            files = importlib.metadata.distribution(name).files or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        for entry in files:
+            if str(entry).replace("\\", "/") != owned or entry.hash is None or entry.hash.mode != "sha256":
+                continue
+            try:
+                with open(entry.locate(), "rb") as file:
+                    data = file.read()
+            except OSError:
+                return None
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            if digest != entry.hash.value:
+                return (f"{_LABELS[generation]}'s {owned} was overwritten by another package (flash-attn 2 ships an "
+                        f"old flash_attn/cute): reinstall it last (pip install --force-reinstall --no-deps flash-attn-4)")
+            return None
+    return None
+
+
 def _import_interface(generation: int) -> tuple[ModuleType | None, str | None]:
     try:
         return importlib.import_module(_MODULES[generation]), None
@@ -114,6 +149,10 @@ def probe(generation: int) -> FlashPackage:
         return FlashPackage(generation, reason=reason)
     if not _looks_installed(generation) and importlib.util.find_spec(_TOP_LEVEL[generation]) is None:
         return FlashPackage(generation, reason=INSTALL_HINTS[generation])
+    overwritten = overwritten_reason(generation)
+    if overwritten is not None:
+        return FlashPackage(generation, version_text=_distribution_version(generation),
+                            version=parse_version(_distribution_version(generation)), reason=overwritten)
     module, reason = _import_interface(generation)
     if module is None:
         return FlashPackage(generation, reason=reason)

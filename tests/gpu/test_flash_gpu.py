@@ -2,8 +2,9 @@
 
 Each installed generation runs its grid (``tests/flash_cases.py::cases_for``): formats, masks,
 GQA, windows, ALiBi and MLA zero-padding (v2), padding between thd sequences (v3/v4), paged caches
-(page 256 for v2; 1/16/64 for v3; 16/128 for v4) and non-paged caches, in bf16 and fp16. A
-generation that is not importable skips with its install hint; a case the installed release
+(page 256 for v2; 1/16/64 for v3; 16/128 for v4), non-paged caches and sink softmax (v4), in bf16
+and fp16. A generation that is not importable skips with its install hint (or, for flash-attn-4,
+with the note that flash-attn 2 overwrote its ``flash_attn/cute``); a case the installed release
 cannot run skips with the adapter's reasons (run ``pytest -rs`` to see them).
 """
 
