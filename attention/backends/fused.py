@@ -57,7 +57,7 @@ class FusedBackend(Backend):
 
     def extra_reasons(self, params: AttentionParams) -> list[str]:
         reasons = []
-        if params.device_type == "cpu" and not _interpreting():
+        if params.device_type == "cpu" and not _interpreting() and torch.cuda.is_available():
             reasons.append("CPU tensors run only under TRITON_INTERPRET=1 (tests); move the inputs to CUDA")
         if params.device_type == "cpu" and params.dtype == torch.bfloat16:
             reasons.append("bfloat16 is wrong in the Triton interpreter's tl.dot (triton 3.6); use float16 or float32 on CPU")
