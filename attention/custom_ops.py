@@ -52,9 +52,11 @@ def fused_attention_forward(
     q_format: str, kv_format: str, batch: int,
     max_seqlen_q: int, max_seqlen_kv: int, total_q: int, softmax_scale: float,
     causal: bool, window_left: int, window_right: int, bottom_right: bool,
-    alibi_slopes: Tensor | None, softmax_offset: Tensor | None,
+    alibi_slopes: Tensor | None, softmax_offset: Tensor | None, num_splits: int | None = None,
 ) -> None:
-    """Run the fused kernel, writing the rows of real query tokens of ``out`` (in place)."""
+    """Run the fused kernel, writing the rows of real query tokens of ``out`` (in place).
+
+    ``num_splits``: the split-KV count, or None for the kernel's heuristic."""
     from attention.kernels import attention_forward
 
     attention_forward(
@@ -63,7 +65,7 @@ def fused_attention_forward(
         cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv, q_start=q_start, kv_start=kv_start,
         page_table=page_table, max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv, total_q=total_q,
         softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
-        bottom_right=bottom_right, alibi_slopes=alibi_slopes, softmax_offset=softmax_offset,
+        bottom_right=bottom_right, alibi_slopes=alibi_slopes, softmax_offset=softmax_offset, num_splits=num_splits,
     )
 
 
@@ -110,7 +112,7 @@ def _first(result: Any) -> Tensor:
 def flash_attn_func(
     q: Tensor, k: Tensor, v: Tensor, generation: int, softmax_scale: float, causal: bool,
     window_size: list[int] | None = None, dropout_p: float | None = None, alibi_slopes: Tensor | None = None,
-    deterministic: bool | None = None, learnable_sink: Tensor | None = None,
+    deterministic: bool | None = None, learnable_sink: Tensor | None = None, num_splits: int | None = None,
 ) -> Tensor:
     """``flash_attn_func`` of flash-attn ``generation`` on bshd tensors: ``[b, s_q, h, d_v]``.
 
@@ -118,7 +120,8 @@ def flash_attn_func(
     fa = _flash_module(generation)
     out = fa.flash_attn_func(q, k, v, **_options(generation, window_size, softmax_scale=softmax_scale, causal=causal,
                                                  dropout_p=dropout_p, alibi_slopes=alibi_slopes,
-                                                 deterministic=deterministic, learnable_sink=learnable_sink))
+                                                 deterministic=deterministic, learnable_sink=learnable_sink,
+                                                 num_splits=num_splits))
     return _first(out)
 
 
@@ -127,7 +130,7 @@ def flash_attn_varlen_func(
     max_seqlen_k: int, generation: int, softmax_scale: float, causal: bool, window_size: list[int] | None = None,
     dropout_p: float | None = None, alibi_slopes: Tensor | None = None, deterministic: bool | None = None,
     seqused_q: Tensor | None = None, seqused_k: Tensor | None = None, block_table: Tensor | None = None,
-    page_table: Tensor | None = None, learnable_sink: Tensor | None = None,
+    page_table: Tensor | None = None, learnable_sink: Tensor | None = None, num_splits: int | None = None,
 ) -> Tensor:
     """``flash_attn_varlen_func`` on packed ``[t, h, d]`` queries: ``[t_q, h, d_v]``.
 
@@ -139,7 +142,8 @@ def flash_attn_varlen_func(
                             max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale,
                             causal=causal, dropout_p=dropout_p, alibi_slopes=alibi_slopes,
                             deterministic=deterministic, seqused_q=seqused_q, seqused_k=seqused_k,
-                            block_table=block_table, page_table=page_table, learnable_sink=learnable_sink))
+                            block_table=block_table, page_table=page_table, learnable_sink=learnable_sink,
+                            num_splits=num_splits))
     return _first(out)
 
 

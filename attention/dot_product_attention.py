@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+import torch.utils.checkpoint
 from torch import nn
 
 from attention import inputs, selection
@@ -49,6 +50,10 @@ class DotProductAttention(nn.Module):
         out = attn(q, k, v)            # q [2, 1024, 32, 128], k/v [2, 1024, 8, 128] -> [2, 1024, 4096]
         print(attn.last_backend)       # "fused" on an H200, "unfused" on a CPU
 
+    With ``return_max_logit=True`` the module returns ``(out, max_logit)``: ``max_logit`` is fp32 ``[h]``,
+    the largest logit ``scale * Q Kᵀ + bias`` per head over the batch, the real query rows and the keys
+    each row sees (masked positions and padded rows excluded); only the ``unfused`` backend computes it.
+
     Raises ``ValueError`` for bad inputs (naming the argument) and when no backend can run the call
     ("No dot product attention backend is available ...", with every backend's reasons).
     """
@@ -67,6 +72,7 @@ class DotProductAttention(nn.Module):
         attention_type: str = "self",
         softmax_type: str = "vanilla",
         bottom_right_diagonal: bool | None = None,
+        return_max_logit: bool = False,
         backend: str | Sequence[str] | None = None,
     ) -> None:
         super().__init__()
@@ -104,6 +110,7 @@ class DotProductAttention(nn.Module):
         else:
             self.softmax_offset = None
         self.bottom_right_diagonal = bottom_right_diagonal
+        self.return_max_logit = bool(return_max_logit)
         self.backend = selection.expand_names(backend, "backend") if backend is not None else None
         self.deterministic = (
             os.environ.get("NVTE_ALLOW_NONDETERMINISTIC_ALGO", "1") == "0" or torch.are_deterministic_algorithms_enabled()
@@ -115,6 +122,7 @@ class DotProductAttention(nn.Module):
             f"heads={self.num_attention_heads}, gqa_groups={self.num_gqa_groups}, "
             f"kv_channels=({self.head_dim_qk}, {self.head_dim_v}), qkv_format={self.qkv_format}, "
             f"attn_mask_type={self.attn_mask_type}, backend={self.backend}"
+            + (", return_max_logit=True" if self.return_max_logit else "")
         )
 
     def _softmax_offset_fp32(self) -> torch.Tensor | None:
@@ -145,16 +153,35 @@ class DotProductAttention(nn.Module):
         inference_params: Any = None,
         pad_between_seqs: bool | None = None,
         bottom_right_diagonal: bool | None = None,
-    ) -> torch.Tensor:
+        checkpoint_core_attention: bool = False,
+        fast_zero_fill: bool = True,
+        num_splits: int = 1,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Run attention; see the class docstring for shapes. ``inference_params`` appends k/v to its
-        cache for ``layer_number`` and attends over the whole cache (padding masks only)."""
+        cache for ``layer_number`` and attends over the whole cache (padding masks only).
+
+        TransformerEngine's knobs:
+
+        - ``checkpoint_core_attention``: recompute attention in the backward pass instead of keeping
+          its intermediates (``torch.utils.checkpoint``, non-reentrant, around the backend call; every
+          backend). No effect when no gradient is needed. The KV-cache step is not repeated.
+        - ``fast_zero_fill``: accepted for compatibility and ignored; padded query rows of the output
+          are always zero, on every backend.
+        - ``num_splits``: split-KV count, a positive int. ``1`` (the default, as in TE) leaves the
+          choice to the backend: the fused kernel keeps its own split heuristic (TE's 1 means "no
+          split"; ours may still split) and flash-attn 3 its default. A value > 1 is passed on to the
+          fused kernel (at most 64), flash-attn 3, or flash-attn-4 on sm100+; flash2, flash4 on sm90
+          and unfused refuse it, as in TE.
+
+        Returns ``out``, or ``(out, max_logit)`` when the module was built with ``return_max_logit``.
+        """
         call = self._prepare(
             query_layer, key_layer, value_layer, attention_mask=attention_mask, qkv_format=qkv_format,
             cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv, cu_seqlens_q_padded=cu_seqlens_q_padded,
             cu_seqlens_kv_padded=cu_seqlens_kv_padded, max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
             attn_mask_type=attn_mask_type, window_size=window_size, core_attention_bias_type=core_attention_bias_type,
             core_attention_bias=core_attention_bias, alibi_slopes=alibi_slopes, inference_params=inference_params,
-            pad_between_seqs=pad_between_seqs, bottom_right_diagonal=bottom_right_diagonal,
+            pad_between_seqs=pad_between_seqs, bottom_right_diagonal=bottom_right_diagonal, num_splits=num_splits,
         )
         if torch.compiler.is_compiling():   # the choice is made at trace time, a constant of the graph
             backend = selection.select_compiled(call.params, self.backend)
@@ -163,12 +190,20 @@ class DotProductAttention(nn.Module):
             backend = selection.select(call.params, self.backend)
             if self.last_backend != backend.name:   # skips nn.Module.__setattr__ (slow) on the hot path
                 self.last_backend = backend.name
-        out = backend.forward(call)
-        return out.reshape(out.shape[:-2] + (-1,))
+        if checkpoint_core_attention and call.params.requires_grad:
+            result = torch.utils.checkpoint.checkpoint(backend.forward, call, use_reentrant=False)
+        else:
+            result = backend.forward(call)
+        if self.return_max_logit:
+            out, max_logit = result
+            return out.reshape(out.shape[:-2] + (-1,)), max_logit
+        return result.reshape(result.shape[:-2] + (-1,))
 
     def explain(self, query_layer: torch.Tensor, key_layer: torch.Tensor, value_layer: torch.Tensor, **kwargs: Any) -> str:
         """What ``forward`` with these arguments would choose and why, without running (the KV cache
         is not touched)."""
+        kwargs.pop("checkpoint_core_attention", None)   # forward-only: no effect on the choice
+        kwargs.pop("fast_zero_fill", None)
         call = self._prepare(query_layer, key_layer, value_layer, dry_run=True, **kwargs)
         return selection.explain_params(call.params, self.backend)
 
@@ -193,8 +228,11 @@ class DotProductAttention(nn.Module):
         inference_params: Any = None,
         pad_between_seqs: bool | None = None,
         bottom_right_diagonal: bool | None = None,
+        num_splits: int = 1,
         dry_run: bool = False,
     ) -> AttentionCall:
+        if type(num_splits) is not int or num_splits < 1:
+            raise ValueError(f"num_splits must be a positive int; got {num_splits!r}")
         q, k, v = query_layer, key_layer, value_layer
         fmt = check_format(qkv_format or self.qkv_format)
         inputs.check_qkv(q, k, v, fmt, self.num_attention_heads, self.num_gqa_groups, self.head_dim_qk, self.head_dim_v)
@@ -333,6 +371,8 @@ class DotProductAttention(nn.Module):
             kv_cache=kv_cache,
             page_size=page_size,
             cuda_graph_capture=capturing,
+            num_splits=num_splits,
+            return_max_logit=self.return_max_logit,
         )
         return AttentionCall(
             params=params,

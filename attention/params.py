@@ -41,6 +41,8 @@ class AttentionParams:
     kv_cache: str = "none"                           # none | non_paged | paged
     page_size: int | None = None
     cuda_graph_capture: bool = False
+    num_splits: int = 1                              # split-KV count; 1 = the backend's own choice (TE's default)
+    return_max_logit: bool = False                   # forward also returns the per-head max logit
 
     def describe(self) -> str:
         """One line per field, for error messages and ``explain()``."""

@@ -116,6 +116,8 @@ ROWS: tuple[tuple[str, tuple[str, ...], Callable[[Capabilities], str]], ...] = (
     ("paged page size", ("page_size_multiple",), _page_sizes),
     ("CUDA graph capture", ("cuda_graphs",), lambda c: _yes(c.cuda_graphs)),
     ("deterministic", ("deterministic",), lambda c: _yes(c.deterministic)),
+    ("num_splits ≠ 1 (split KV)", ("num_splits",), lambda c: _yes(c.num_splits)),
+    ("return_max_logit", ("return_max_logit",), lambda c: _yes(c.return_max_logit)),
     ("test tolerance (atol/rtol)", ("tolerances",), _tolerances),
 )
 

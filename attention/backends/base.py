@@ -41,6 +41,8 @@ class Capabilities:
     page_size_multiple: int = 1           # paged caches: page_size % this == 0
     cuda_graphs: bool = False             # a decode step can be captured and replayed
     deterministic: bool = True
+    num_splits: bool = False              # takes an explicit split-KV count (num_splits != 1)
+    return_max_logit: bool = False        # also returns the per-head max logit (fp32 [h])
     tolerances: dict[torch.dtype, tuple[float, float]] = field(default_factory=dict)  # dtype -> (atol, rtol)
 
 
@@ -95,7 +97,9 @@ class Backend:
     def extra_reasons(self, params: AttentionParams) -> list[str]:
         return []
 
-    def forward(self, call: AttentionCall) -> torch.Tensor:
+    def forward(self, call: AttentionCall) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """The output in the query's format, ``[..., h, d_v]``; ``(out, max_logit)`` (fp32 ``[h]``) when
+        ``call.params.return_max_logit`` (only backends whose sheet says ``return_max_logit``)."""
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -151,6 +155,10 @@ def capability_reasons(caps: Capabilities, p: AttentionParams) -> list[str]:
         r.append(f"page_size={p.page_size} is not a multiple of {caps.page_size_multiple}")
     if p.cuda_graph_capture and not caps.cuda_graphs:
         r.append("cannot be captured in a CUDA graph")
+    if p.num_splits != 1 and not caps.num_splits:
+        r.append("num_splits != 1 not supported")
+    if p.return_max_logit and not caps.return_max_logit:
+        r.append("return_max_logit not supported")
     if p.deterministic and not caps.deterministic:
         r.append("not deterministic (NVTE_ALLOW_NONDETERMINISTIC_ALGO=0)")
     return r

@@ -398,11 +398,17 @@ class Flash3Backend(_FlashBackend):
         pad_between_seqs=True,
         kv_cache=frozenset({"non_paged", "paged"}),
         cuda_graphs=True,
+        num_splits=True,
         tolerances=_TOLERANCES,
     )
 
     def _generation_reasons(self, p: AttentionParams, pkg: flash_probe.FlashPackage) -> list[str]:
         reasons = []
+        if p.num_splits != 1 and pkg.module is not None:
+            function = "flash_attn_with_kvcache" if p.kv_cache != "none" else (
+                "flash_attn_varlen_func" if p.qkv_format == "thd" or has_padding(p.attn_mask_type) else "flash_attn_func")
+            if not flash_probe.accepts_keyword(getattr(pkg.module, function, None), "num_splits"):
+                reasons.append(f"num_splits != 1: this flash-attn 3 build's {function} takes no num_splits")
         d_qk, d_v = p.head_dim_qk, p.head_dim_v
         if d_qk > 256:
             reasons.append(f"head_dim_qk={d_qk} exceeds flash-attn 3's maximum 256")
@@ -428,8 +434,9 @@ class Flash3Backend(_FlashBackend):
         if not is_trivial_window(p.window_size):
             window = _window(p.window_size[0], 0 if causal else p.window_size[1])
         deterministic = True if backward and p.deterministic and p.requires_grad else None
+        # num_splits=1 is flash-attn 3's own default for these functions: passed only when asked for.
         return _given(generation=3, softmax_scale=call.softmax_scale, causal=causal, window_size=window,
-                      deterministic=deterministic)
+                      deterministic=deterministic, num_splits=None if p.num_splits == 1 else p.num_splits)
 
     def _dense(self, fa: Any, call: AttentionCall, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         return _op("flash_attn_func", call)(q, k, v, **self._kwargs(call))
@@ -446,9 +453,11 @@ class Flash3Backend(_FlashBackend):
         k_cache, v_cache = call.key, call.value
         if page_table is None:
             k_cache, v_cache = k_cache[:batch], v_cache[:batch]
+        kwargs = self._kwargs(call, backward=False)
+        kwargs.setdefault("num_splits", 0)   # num_splits=1 (our default): flash-attn 3's heuristic (0)
         return _op("flash_attn_with_kvcache", call)(
             q, k_cache, v_cache, cache_seqlens=_lengths(cu_kv), page_table=page_table, cu_seqlens_q=cu_q,
-            max_seqlen_q=max_q, num_splits=0, **self._kwargs(call, backward=False),
+            max_seqlen_q=max_q, **kwargs,
         )
 
 
@@ -522,8 +531,10 @@ class Flash4Backend(_FlashBackend):
         pad_between_seqs=True,
         kv_cache=frozenset({"non_paged", "paged"}),
         cuda_graphs=True,
+        num_splits=True,
         tolerances=_TOLERANCES,
     )
+    notes = ("num_splits ≠ 1 only on sm100 and newer (TE turns flash-attn-4 off for it below sm100)",)
 
     def _generation_reasons(self, p: AttentionParams, pkg: flash_probe.FlashPackage) -> list[str]:
         reasons = []
@@ -532,8 +543,13 @@ class Flash4Backend(_FlashBackend):
         if head_dim_reason:
             reasons.append(head_dim_reason)
         major = p.compute_capability[0] if p.compute_capability is not None else 9
+        if p.num_splits != 1 and major < 10:
+            reasons.append("num_splits != 1 not supported on sm90 (flash-attn-4 splits KV only on sm100+)")
         if module is None:
             return reasons
+        if p.num_splits != 1 and not flash_probe.accepts_keyword(getattr(module, "flash_attn_varlen_func", None),
+                                                                 "num_splits"):
+            reasons.append(f"num_splits != 1: this flash-attn-4 ({pkg.version_text}) takes no num_splits")
         if (major == 9 and p.kv_cache == "paged"
                 and flash_probe.source_mentions(getattr(module, "_flash_attn_fwd", None), _V4_NO_PAGED_SM90)):
             reasons.append(f"this flash-attn-4 ({pkg.version_text}) has no paged KV cache on sm90")
@@ -570,7 +586,7 @@ class Flash4Backend(_FlashBackend):
             sink = sink.contiguous()
         return _given(generation=4, softmax_scale=call.softmax_scale, causal=is_causal(p.attn_mask_type),
                       window_size=window, deterministic=True if p.deterministic and p.requires_grad else None,
-                      learnable_sink=sink)
+                      learnable_sink=sink, num_splits=None if p.num_splits == 1 else p.num_splits)
 
     def _dense(self, fa: Any, call: AttentionCall, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         q, k, v = (x.contiguous() for x in (q, k, v))

@@ -15,6 +15,7 @@ import torch
 
 from attention import custom_ops
 from attention.backends.base import AttentionCall, Backend, Capabilities
+from attention.kernels.configs import MAX_NUM_SPLITS
 from attention.masks import is_causal
 from attention.params import AttentionParams
 
@@ -49,6 +50,7 @@ class FusedBackend(Backend):
         dropout=False,
         backward=False,
         cuda_graphs=True,
+        num_splits=True,
         tolerances={torch.float32: (1e-4, 1e-4), torch.float16: (2e-3, 2e-3), torch.bfloat16: (1e-2, 1e-2)},
     )
 
@@ -63,6 +65,8 @@ class FusedBackend(Backend):
             reasons.append("bfloat16 is wrong in the Triton interpreter's tl.dot (triton 3.6); use float16 or float32 on CPU")
         if params.dtype == torch.float32 and not _interpreting():
             reasons.append("float32 runs only under TRITON_INTERPRET=1 (tests); use float16 or bfloat16")
+        if params.num_splits > MAX_NUM_SPLITS:
+            reasons.append(f"num_splits={params.num_splits} exceeds the fused kernel's maximum {MAX_NUM_SPLITS}")
         return reasons
 
     def forward(self, call: AttentionCall) -> torch.Tensor:
@@ -96,6 +100,7 @@ class FusedBackend(Backend):
         padded = "padding" in p.attn_mask_type or p.pad_between_seqs or p.kv_cache != "none"
         alloc = torch.zeros if padded else torch.empty
         out = alloc(q.shape[:-1] + (p.head_dim_v,), dtype=q.dtype, device=q.device)
+        # num_splits=1 (the default) keeps the kernel's own split-KV heuristic; a larger value is forced.
         # The launch is the custom op dpa::fused_attention_forward under torch.compile (attention.custom_ops).
         custom_ops.dispatch("fused_attention_forward")(
             q, k, v, out,
@@ -104,6 +109,6 @@ class FusedBackend(Backend):
             p.qkv_format, kv_format, batch,
             call.max_seqlen_q, call.max_seqlen_kv, total_q, call.softmax_scale,
             is_causal(p.attn_mask_type), p.window_size[0], p.window_size[1], p.bottom_right_diagonal,
-            call.alibi_slopes, call.softmax_offset,
+            call.alibi_slopes, call.softmax_offset, None if p.num_splits == 1 else p.num_splits,
         )
         return out

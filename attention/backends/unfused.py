@@ -22,10 +22,14 @@ class UnfusedBackend(Backend):
         device_types=frozenset({"cuda", "cpu", "mps", "xpu", "meta"}),
         mask_types=ALL_MASKS,
         cuda_graphs=False,
+        return_max_logit=True,
         tolerances={torch.float32: (1e-5, 1e-5), torch.float16: (1e-3, 1e-3), torch.bfloat16: (1e-2, 1e-2)},
     )
 
-    def forward(self, call: AttentionCall) -> torch.Tensor:
+    def forward(self, call: AttentionCall) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """The output in the query's format; ``(out, max_logit)`` with ``params.return_max_logit``:
+        fp32 ``[h]``, the largest logit (``scale * Q Kᵀ + bias``) over the visible keys of the real
+        query rows of every sequence (-inf for a head that sees no key)."""
         p = call.params
         q, k, v = self._padded_inputs(call)                  # [b, s_q, h, d], [b, s_kv, h_kv, d]
         b, s_q, h, _ = q.shape
@@ -67,6 +71,11 @@ class UnfusedBackend(Backend):
         if call.attention_mask is not None:
             visible = visible & ~call.attention_mask
         scores = scores.masked_fill(~visible, float("-inf"))
+        max_logit = None
+        if p.return_max_logit:
+            real_rows = valid_token_mask(call.cu_seqlens_q[: b + 1], s_q)[:, None, :, None]   # [b, 1, s_q, 1]
+            logits = scores.detach().masked_fill(~real_rows, float("-inf"))
+            max_logit = (logits.amax(dim=(0, 2, 3)) if logits.numel() else logits.new_full((h,), float("-inf"))).float()
 
         if call.softmax_offset is not None:
             sink = call.softmax_offset.to(compute_dtype)[None, :, None, None].expand(b, h, s_q, 1)
@@ -85,7 +94,8 @@ class UnfusedBackend(Backend):
         out = out * valid_token_mask(call.cu_seqlens_q[: b + 1], s_q)[..., None, None]
         out = out.to(q.dtype)
         num_tokens = call.query.shape[0]
-        return from_padded(out, p.qkv_format, call.cu_seqlens_q[: b + 1], num_tokens, call.cu_seqlens_q_padded)
+        out = from_padded(out, p.qkv_format, call.cu_seqlens_q[: b + 1], num_tokens, call.cu_seqlens_q_padded)
+        return out if max_logit is None else (out, max_logit)
 
     @staticmethod
     def _padded_inputs(call: AttentionCall) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -1,0 +1,362 @@
+"""TransformerEngine-compatibility knobs: ``checkpoint_core_attention``, ``fast_zero_fill``,
+``num_splits`` (forward) and ``return_max_logit`` (constructor).
+
+CPU: the unfused backend, and the fused kernel in the Triton interpreter (``tests/conftest.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import attention.kernels
+from attention import DotProductAttention
+from attention.backends.base import capability_reasons
+from attention.backends.flash import Flash3Backend, Flash4Backend
+from attention.backends.unfused import UnfusedBackend
+from attention.params import AttentionParams
+from attention.selection import registry
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Conversion of an array with ndim:DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"),
+]
+
+H, H_KV, D = 4, 2, 16
+
+
+def cu(lengths: list[int]) -> torch.Tensor:
+    return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+
+
+def attn(**kwargs) -> DotProductAttention:
+    base = {"num_attention_heads": H, "kv_channels": D, "num_gqa_groups": H_KV, "qkv_format": "bshd",
+            "attn_mask_type": "causal"}
+    return DotProductAttention(**{**base, **kwargs})
+
+
+def qkv(b=2, s_q=8, s_kv=8, dtype=torch.float32, requires_grad=False):
+    q = torch.randn(b, s_q, H, D, dtype=dtype)
+    k = torch.randn(b, s_kv, H_KV, D, dtype=dtype)
+    v = torch.randn(b, s_kv, H_KV, D, dtype=dtype)
+    return tuple(t.requires_grad_(requires_grad) for t in (q, k, v))
+
+
+def grads(module, q, k, v, **fwd):
+    for t in (q, k, v):
+        t.grad = None
+    out = module(q, k, v, **fwd)
+    out = out[0] if isinstance(out, tuple) else out
+    (out * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum().backward()
+    return out.detach(), [t.grad.clone() for t in (q, k, v)]
+
+
+# ------------------------------------------------------------------------------------------------
+# checkpoint_core_attention
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mask", ["causal", "padding_causal"])
+def test_checkpoint_gives_the_same_gradients_and_recomputes(mask, monkeypatch):
+    module = attn(attn_mask_type=mask, backend="unfused")
+    q, k, v = qkv(b=3, requires_grad=True)
+    fwd = {"cu_seqlens_q": cu([8, 5, 3]), "cu_seqlens_kv": cu([8, 6, 2])} if "padding" in mask else {}
+    out_ref, grads_ref = grads(module, q, k, v, **fwd)
+
+    calls = []
+    real_forward = UnfusedBackend.forward
+    monkeypatch.setattr(UnfusedBackend, "forward", lambda self, call: calls.append(1) or real_forward(self, call))
+    out, grads_ckpt = grads(module, q, k, v, checkpoint_core_attention=True, **fwd)
+    assert len(calls) == 2, "the backend runs again in backward (recomputation)"
+    torch.testing.assert_close(out, out_ref, rtol=0, atol=0)
+    for g, g_ref in zip(grads_ckpt, grads_ref):
+        torch.testing.assert_close(g, g_ref, rtol=1e-6, atol=1e-6)
+
+    calls.clear()
+    with torch.no_grad():
+        module(q, k, v, checkpoint_core_attention=True, **fwd)
+    assert len(calls) == 1, "no checkpoint without grads"
+
+
+def test_checkpoint_with_dropout_replays_the_same_mask():
+    module = attn(attention_dropout=0.3, backend="unfused").train()
+    q, k, v = qkv(requires_grad=True)
+    torch.manual_seed(1)
+    out_ref, grads_ref = grads(module, q, k, v)
+    torch.manual_seed(1)
+    out, grads_ckpt = grads(module, q, k, v, checkpoint_core_attention=True)
+    torch.testing.assert_close(out, out_ref, rtol=0, atol=0)
+    for g, g_ref in zip(grads_ckpt, grads_ref):
+        torch.testing.assert_close(g, g_ref, rtol=1e-6, atol=1e-6)
+
+
+def test_checkpoint_with_learnable_sink_and_bias_gradients():
+    module = attn(backend="unfused", softmax_type="learnable")
+    with torch.no_grad():
+        module.softmax_offset.normal_()
+    q, k, v = qkv(requires_grad=True)
+    bias = torch.randn(1, H, 8, 8, requires_grad=True)
+    fwd = {"core_attention_bias_type": "post_scale_bias", "core_attention_bias": bias}
+    results = []
+    for checkpoint in (False, True):
+        bias.grad = None
+        module.softmax_offset.grad = None
+        _, g = grads(module, q, k, v, checkpoint_core_attention=checkpoint, **fwd)
+        results.append(g + [bias.grad.clone(), module.softmax_offset.grad.clone()])
+    for g, g_ref in zip(results[1], results[0]):
+        torch.testing.assert_close(g, g_ref, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["unfused", "fused"])
+def test_checkpoint_is_accepted_without_grads(backend):
+    module = attn(backend=backend)
+    q, k, v = qkv()
+    torch.testing.assert_close(module(q, k, v, checkpoint_core_attention=True), module(q, k, v), rtol=0, atol=0)
+    assert "Selected backend: " + backend in module.explain(q, k, v, checkpoint_core_attention=True)
+
+
+def test_checkpoint_is_not_a_selection_input():
+    """Every backend keeps its verdict: checkpointing wraps whatever runs."""
+    q, k, v = qkv()
+    module = attn()
+    assert module.explain(q, k, v, checkpoint_core_attention=True) == module.explain(q, k, v)
+
+
+# ------------------------------------------------------------------------------------------------
+# fast_zero_fill
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", ["unfused", "fused"])
+@pytest.mark.parametrize("fast_zero_fill", [True, False])
+def test_fast_zero_fill_changes_nothing(backend, fast_zero_fill):
+    module = attn(attn_mask_type="padding_causal", backend=backend)
+    q, k, v = qkv(b=2)
+    fwd = {"cu_seqlens_q": cu([8, 3]), "cu_seqlens_kv": cu([8, 3])}
+    out = module(q, k, v, fast_zero_fill=fast_zero_fill, **fwd)
+    torch.testing.assert_close(out, module(q, k, v, **fwd), rtol=0, atol=0)
+    assert torch.all(out[1, 3:] == 0), "padded query rows are zero whatever fast_zero_fill says"
+    assert module.explain(q, k, v, fast_zero_fill=fast_zero_fill, **fwd) == module.explain(q, k, v, **fwd)
+
+
+# ------------------------------------------------------------------------------------------------
+# num_splits
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bad", [0, -1, 1.0, 2.5, True, "2", None])
+def test_num_splits_must_be_a_positive_int(bad):
+    q, k, v = qkv()
+    module = attn(backend="unfused")
+    with pytest.raises(ValueError, match="num_splits"):
+        module(q, k, v, num_splits=bad)
+    with pytest.raises(ValueError, match="num_splits"):
+        module.explain(q, k, v, num_splits=bad)
+
+
+def test_num_splits_is_a_params_field():
+    assert AttentionParams().num_splits == 1
+    p = AttentionParams(num_splits=4)
+    assert hash(p) != hash(AttentionParams()) or p != AttentionParams()
+    assert "num_splits = 4" in p.describe()
+
+
+def _sm(cc, **kwargs) -> AttentionParams:
+    return AttentionParams(device_type="cuda", compute_capability=cc, **kwargs)
+
+
+def test_num_splits_capabilities_follow_te():
+    backends = registry()
+    sheet = {name: b.capabilities.num_splits for name, b in backends.items()}
+    assert sheet == {"fused": True, "flash2": False, "flash3": True, "flash4": True, "unfused": False}
+    for cc in ((9, 0), (10, 0)):
+        p = _sm(cc, num_splits=2)
+        for name in ("flash2", "unfused"):
+            assert "num_splits != 1 not supported" in capability_reasons(backends[name].capabilities, p)
+        for name in ("fused", "flash3", "flash4"):
+            assert not any("num_splits" in r for r in capability_reasons(backends[name].capabilities, p))
+        assert not any("num_splits" in r for r in capability_reasons(backends[name].capabilities, _sm(cc)))
+    # flash-attn-4 splits KV on sm100+ only (TE turns it off below)
+    flash4 = backends["flash4"]
+    assert any("num_splits != 1 not supported" in r for r in flash4.extra_reasons(_sm((9, 0), num_splits=2)))
+    assert not any("num_splits" in r for r in flash4.extra_reasons(_sm((10, 0), num_splits=2)))
+    assert not any("num_splits" in r for r in flash4.extra_reasons(_sm((9, 0))))
+    # the fused kernel takes at most 64 splits
+    fused = backends["fused"]
+    assert not any("num_splits" in r for r in fused.extra_reasons(_sm((9, 0), num_splits=64)))
+    assert any("num_splits=65" in r for r in fused.extra_reasons(_sm((9, 0), num_splits=65)))
+
+
+def test_unfused_refuses_num_splits_with_a_reason():
+    q, k, v = qkv()
+    module = attn(backend="unfused")
+    with pytest.raises(ValueError, match="num_splits != 1 not supported"):
+        module(q, k, v, num_splits=2)
+    assert "num_splits != 1 not supported" in module.explain(q, k, v, num_splits=2)
+    module(q, k, v, num_splits=1)   # the default is fine everywhere
+
+
+def test_num_splits_default_keeps_the_automatic_choice():
+    q, k, v = qkv(dtype=torch.float64)   # only unfused runs fp64
+    module = attn()
+    module(q, k, v, num_splits=1)
+    assert module.last_backend == "unfused"
+    with pytest.raises(ValueError, match="No dot product attention backend"):
+        module(q, k, v, num_splits=2)
+
+
+@pytest.mark.parametrize("num_splits", [1, 2, 3])
+def test_fused_honours_num_splits(num_splits, monkeypatch):
+    seen = []
+    real = attention.kernels.attention_forward
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["num_splits"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(attention.kernels, "attention_forward", spy, raising=False)
+    q, k, v = qkv(b=2, s_q=4, s_kv=40)
+    fwd = {"attn_mask_type": "causal_bottom_right", "num_splits": num_splits}
+    out = attn(backend="fused")(q, k, v, **fwd)
+    expected = attn(backend="unfused")(q, k, v, attn_mask_type="causal_bottom_right")
+    assert seen == [None if num_splits == 1 else num_splits], "1 keeps the kernel's heuristic; > 1 is forced"
+    torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_automatic_selection_with_num_splits_skips_unfused():
+    q, k, v = qkv()   # fp32 on CPU: fused (interpreter) and unfused can both run
+    module = attn()
+    module(q, k, v, num_splits=2)
+    assert module.last_backend == "fused"
+
+
+def _call(params: AttentionParams):
+    return SimpleNamespace(params=params, softmax_scale=0.125, softmax_offset=None,
+                           query=torch.empty(0))
+
+
+def test_flash_adapters_pass_num_splits_only_when_asked():
+    flash3, flash4 = Flash3Backend(), Flash4Backend()
+    assert "num_splits" not in flash3._kwargs(_call(_sm((9, 0))))
+    assert flash3._kwargs(_call(_sm((9, 0), num_splits=3)))["num_splits"] == 3
+    assert "num_splits" not in flash4._kwargs(_call(_sm((10, 0))))
+    assert flash4._kwargs(_call(_sm((10, 0), num_splits=3)))["num_splits"] == 3
+
+
+# ------------------------------------------------------------------------------------------------
+# return_max_logit
+# ------------------------------------------------------------------------------------------------
+
+def expected_max_logit(q, k, lens_q, lens_kv, *, causal, bottom_right, scale, bias=None):
+    """Independent: per sequence, per head, per query row, the max over the keys it sees of
+    ``scale * q.k + bias``; padded rows and masked keys never count. fp32 ``[h]``."""
+    h, group = q.shape[2], q.shape[2] // k.shape[2]
+    best = torch.full((h,), -math.inf, dtype=torch.float64)
+    for b, (n_q, n_kv) in enumerate(zip(lens_q, lens_kv)):
+        offset = n_kv - n_q if bottom_right else 0
+        for head in range(h):
+            for i in range(n_q):
+                for j in range(n_kv):
+                    if causal and j > i + offset:
+                        continue
+                    logit = scale * float(q[b, i, head].double() @ k[b, j, head // group].double())
+                    if bias is not None:
+                        logit += float(bias[min(b, bias.shape[0] - 1), min(head, bias.shape[1] - 1), i, j])
+                    best[head] = max(best[head], logit)
+    return best.float()
+
+
+@pytest.mark.parametrize("mask,lens_q,lens_kv", [
+    ("no_mask", [6, 6], [9, 9]),
+    ("causal", [6, 6], [6, 6]),
+    ("causal_bottom_right", [6, 6], [9, 9]),
+    ("padding", [6, 2], [9, 4]),
+    ("padding_causal_bottom_right", [6, 3], [9, 5]),
+])
+def test_max_logit_matches_a_direct_computation(mask, lens_q, lens_kv):
+    q, k, v = qkv(b=2, s_q=6, s_kv=9)
+    q = q * 3   # large logits: the padded rows' values would win if they counted
+    module = attn(attn_mask_type=mask, return_max_logit=True, softmax_scale=0.3)
+    fwd = {"cu_seqlens_q": cu(lens_q), "cu_seqlens_kv": cu(lens_kv)} if "padding" in mask else {}
+    out, max_logit = module(q, k, v, **fwd)
+    assert module.last_backend == "unfused"
+    assert max_logit.dtype == torch.float32 and max_logit.shape == (H,)
+    causal = "causal" in mask
+    expected = expected_max_logit(q, k, lens_q, lens_kv, causal=causal, bottom_right=mask != "causal", scale=0.3)
+    torch.testing.assert_close(max_logit, expected, rtol=1e-5, atol=1e-5)
+    plain = attn(attn_mask_type=mask, softmax_scale=0.3, backend="unfused")(q, k, v, **fwd)
+    torch.testing.assert_close(out, plain, rtol=0, atol=0)
+
+
+def test_max_logit_excludes_padded_rows():
+    q, k, v = qkv(b=2, s_q=6, s_kv=6)
+    q[1, 2:] = 100.0   # padded rows of sequence 1 would dominate
+    module = attn(attn_mask_type="padding", return_max_logit=True)
+    _, max_logit = module(q, k, v, cu_seqlens_q=cu([6, 2]), cu_seqlens_kv=cu([6, 2]))
+    expected = expected_max_logit(q, k, [6, 2], [6, 2], causal=False, bottom_right=True, scale=1 / math.sqrt(D))
+    torch.testing.assert_close(max_logit, expected, rtol=1e-5, atol=1e-5)
+    assert max_logit.max() < 50
+
+
+def test_max_logit_includes_the_bias_and_thd():
+    lens = [5, 3]
+    q, k, v = qkv(b=2, s_q=5, s_kv=5)
+    bias = torch.randn(1, H, 5, 5) * 4
+    module = attn(attn_mask_type="causal", return_max_logit=True)
+    _, max_logit = module(q, k, v, core_attention_bias_type="post_scale_bias", core_attention_bias=bias)
+    expected = expected_max_logit(q, k, [5, 5], [5, 5], causal=True, bottom_right=False, scale=1 / math.sqrt(D),
+                                  bias=bias)
+    torch.testing.assert_close(max_logit, expected, rtol=1e-5, atol=1e-5)
+
+    # thd: the same tokens packed; the out keeps [t, h*d]
+    q_t = torch.cat([q[0, :5], q[1, :3]])
+    k_t = torch.cat([k[0, :5], k[1, :3]])
+    v_t = torch.cat([v[0, :5], v[1, :3]])
+    thd = attn(attn_mask_type="padding_causal", qkv_format="thd", return_max_logit=True)
+    out, max_logit = thd(q_t, k_t, v_t, cu_seqlens_q=cu(lens), cu_seqlens_kv=cu(lens))
+    assert out.shape == (8, H * D)
+    expected = expected_max_logit(q, k, lens, lens, causal=True, bottom_right=False, scale=1 / math.sqrt(D))
+    torch.testing.assert_close(max_logit, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_max_logit_only_on_unfused():
+    sheet = {name: b.capabilities.return_max_logit for name, b in registry().items()}
+    assert sheet == {"fused": False, "flash2": False, "flash3": False, "flash4": False, "unfused": True}
+    p = _sm((9, 0), return_max_logit=True)
+    for name in ("fused", "flash2", "flash3", "flash4"):
+        assert "return_max_logit not supported" in registry()[name].support_reasons(p)
+    q, k, v = qkv()
+    module = attn(return_max_logit=True, backend="fused")
+    with pytest.raises(ValueError, match="return_max_logit not supported"):
+        module(q, k, v)
+
+
+def test_max_logit_with_grads_and_checkpoint():
+    q, k, v = qkv(requires_grad=True)
+    module = attn(return_max_logit=True)
+    plain = attn(backend="unfused")
+    _, grads_ref = grads(plain, q, k, v)
+    for checkpoint in (False, True):
+        out, max_logit = module(q, k, v, checkpoint_core_attention=checkpoint)
+        assert not max_logit.requires_grad and out.requires_grad
+        _, g = grads(module, q, k, v, checkpoint_core_attention=checkpoint)
+        for a, b in zip(g, grads_ref):
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------------
+# torch.compile
+# ------------------------------------------------------------------------------------------------
+
+def test_new_knobs_compile_without_graph_breaks():
+    torch.compiler.reset()
+    try:
+        module = attn(return_max_logit=True, backend="unfused")
+        compiled = torch.compile(module, fullgraph=True, dynamic=False)
+        q, k, v = qkv()
+        out, max_logit = compiled(q, k, v, fast_zero_fill=False, checkpoint_core_attention=True)
+        ref_out, ref_max = module(q, k, v)
+        torch.testing.assert_close(out, ref_out)
+        torch.testing.assert_close(max_logit, ref_max)
+    finally:
+        torch.compiler.reset()
