@@ -6,7 +6,6 @@ ours (a name or a priority list: fused, flash, flash2, flash3, flash4, unfused).
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 from collections.abc import Sequence
@@ -16,24 +15,10 @@ import torch
 import torch.utils.checkpoint
 from torch import nn
 
-from attention import inputs, selection
+from attention import call_setup, inputs, selection
 from attention.backends.base import AttentionCall
-from attention.formats import batch_and_seqlen, check_format, full_cu_seqlens
-from attention.masks import check_set_window_size, has_padding, normalize_mask_type, resolve_bottom_right
-from attention.params import AttentionParams
-
-
-@functools.lru_cache(maxsize=16)
-def _compute_capability(device: torch.device) -> tuple[int, int] | None:
-    return torch.cuda.get_device_capability(device) if device.type == "cuda" else None
-
-
-def _compute_capability_at_trace(device: torch.device) -> tuple[int, int] | None:
-    """``_compute_capability`` for torch.compile: run once at trace time, a constant of the graph."""
-    return _compute_capability(device)
-
-
-_compute_capability_at_trace._dynamo_marked_constant = True  # = torch._dynamo.assume_constant_result
+from attention.formats import check_format
+from attention.masks import check_set_window_size, normalize_mask_type
 
 
 class DotProductAttention(nn.Module):
@@ -237,18 +222,12 @@ class DotProductAttention(nn.Module):
         fmt = check_format(qkv_format or self.qkv_format)
         inputs.check_qkv(q, k, v, fmt, self.num_attention_heads, self.num_gqa_groups, self.head_dim_qk, self.head_dim_v)
         device = q.device
-        mask_type = normalize_mask_type(attn_mask_type or self.attn_mask_type)
-        if inference_params is not None:
-            if not has_padding(mask_type):
-                raise ValueError(
-                    "attn_mask_type must be a padding mask (padding, padding_causal, padding_causal_bottom_right) "
-                    f"with inference_params (KV caching); got {mask_type!r}"
-                )
-            if mask_type == "padding_causal":
-                mask_type = "padding_causal_bottom_right"
-        window = check_set_window_size(mask_type, window_size if window_size is not None else self._window_size_arg)
-        bottom_right = resolve_bottom_right(
-            mask_type, bottom_right_diagonal if bottom_right_diagonal is not None else self.bottom_right_diagonal
+        kv_caching = inference_params is not None
+        mask_type, window, bottom_right = call_setup.resolve_mask(
+            attn_mask_type or self.attn_mask_type,
+            window_size if window_size is not None else self._window_size_arg,
+            bottom_right_diagonal if bottom_right_diagonal is not None else self.bottom_right_diagonal,
+            kv_caching,
         )
         for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_kv", cu_seqlens_kv),
                          ("cu_seqlens_q_padded", cu_seqlens_q_padded), ("cu_seqlens_kv_padded", cu_seqlens_kv_padded)):
@@ -256,123 +235,40 @@ class DotProductAttention(nn.Module):
         self_attention = self.attention_type == "self"
 
         if fmt == "thd":
-            if not has_padding(mask_type):
-                raise ValueError(
-                    f"qkv_format='thd' needs a padding attn_mask_type (padding, padding_causal, ...); got {mask_type!r}"
-                )
-            if cu_seqlens_q is None or (cu_seqlens_kv is None and inference_params is None and not self_attention):
-                raise ValueError("qkv_format='thd' requires cu_seqlens_q and cu_seqlens_kv (int32 [b+1])")
-            if cu_seqlens_kv is None:
-                cu_seqlens_kv = cu_seqlens_q
-            if inference_params is None:
-                inputs.check_cu_seqlens_batch(cu_seqlens_q.numel() - 1, cu_seqlens_q=cu_seqlens_q,
-                                              cu_seqlens_kv=cu_seqlens_kv, cu_seqlens_q_padded=cu_seqlens_q_padded,
-                                              cu_seqlens_kv_padded=cu_seqlens_kv_padded, exact=True)
-            if pad_between_seqs is None:
-                pad_between_seqs = (cu_seqlens_q_padded is not None and cu_seqlens_q_padded is not cu_seqlens_q) or (
-                    cu_seqlens_kv_padded is not None and cu_seqlens_kv_padded is not cu_seqlens_kv
-                )
-            batch = cu_seqlens_q.numel() - 1
-            if max_seqlen_q is None:   # host sync; pass max_seqlen_q to avoid it
-                max_seqlen_q = int((cu_seqlens_q_padded if cu_seqlens_q_padded is not None else cu_seqlens_q).diff().max())
-            if max_seqlen_kv is None and inference_params is None:
-                max_seqlen_kv = int((cu_seqlens_kv_padded if cu_seqlens_kv_padded is not None else cu_seqlens_kv).diff().max())
+            (batch, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv,
+             pad_between_seqs) = call_setup.thd_seqlens(
+                mask_type, self_attention, kv_caching, cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q_padded,
+                cu_seqlens_kv_padded, max_seqlen_q, max_seqlen_kv, pad_between_seqs,
+            )
         else:
-            batch, seqlen_q = batch_and_seqlen(q, fmt)
-            seqlen_kv = batch_and_seqlen(k, fmt)[1]
-            max_seqlen_q, max_seqlen_kv = seqlen_q, seqlen_kv
-            pad_between_seqs = False
+            batch, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv = call_setup.bshd_seqlens(
+                q, k, device, fmt, mask_type, attention_mask, self_attention, kv_caching, cu_seqlens_q, cu_seqlens_kv,
+            )
             cu_seqlens_q_padded = cu_seqlens_kv_padded = None
-            if has_padding(mask_type) and inference_params is None:
-                inputs.check_cu_seqlens_batch(batch, cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv)
-                if cu_seqlens_q is None or cu_seqlens_kv is None:
-                    from_mask = inputs.padding_cu_seqlens(attention_mask, batch, seqlen_q, seqlen_kv, device, self_attention)
-                    if cu_seqlens_q is not None and self_attention and seqlen_q == seqlen_kv:
-                        from_mask = (cu_seqlens_q, cu_seqlens_q)
-                    cu_seqlens_q = cu_seqlens_q if cu_seqlens_q is not None else from_mask[0]
-                    cu_seqlens_kv = cu_seqlens_kv if cu_seqlens_kv is not None else from_mask[1]
-            elif inference_params is None:
-                cu_seqlens_q = full_cu_seqlens(batch, seqlen_q, device)
-                cu_seqlens_kv = full_cu_seqlens(batch, seqlen_kv, device)
+            pad_between_seqs = False
 
         kv_cache, page_size, page_table, kv_format = "none", None, None, fmt
-        if inference_params is not None:
-            ip = inference_params
-            if fmt != "thd" and batch != ip.batch_size:
-                raise ValueError(
-                    f"query_layer batch size {batch} must equal inference_params.batch_size={ip.batch_size} "
-                    "(the sequences of the last pre_step)"
-                )
-            kv_cache = "paged" if ip.is_paged else "non_paged"
-            page_size = ip.page_size if ip.is_paged else None
-            kv_format = "paged" if ip.is_paged else "bshd"
-            if fmt == "thd" and max_seqlen_q is None:
-                max_seqlen_q = getattr(ip, "max_ctx_len", None) or max_seqlen_q
-            if dry_run:
-                cu_seqlens_q, cu_seqlens_kv = ip.cu_seqlens_q, ip.cu_seqlens_kv
-                max_seqlen_kv = ip.max_sequence_length
-            else:
-                k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_kv, _ = ip.step(self.layer_number, k, v, fmt)
-            if fmt == "thd":
-                batch = cu_seqlens_q.numel() - 1
-            if ip.is_paged:
-                page_table = ip.cache_manager.page_table
+        if kv_caching:
+            k, v, batch, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv = call_setup.kv_cache_step(
+                inference_params, self.layer_number, k, v, fmt, batch, max_seqlen_q, dry_run,
+            )
+            kv_cache, page_size, page_table, kv_format = call_setup.cache_layout(inference_params)
             cu_seqlens_q_padded = cu_seqlens_kv_padded = None
             pad_between_seqs = False
 
-        bias_shape = inputs.check_bias(
-            core_attention_bias_type, core_attention_bias, alibi_slopes, batch, self.num_attention_heads,
-            max_seqlen_q, max_seqlen_kv,
+        bias_shape, alibi_slopes = call_setup.check_bias(
+            self, core_attention_bias_type, core_attention_bias, alibi_slopes, batch, max_seqlen_q, max_seqlen_kv,
+            device,
         )
-        if core_attention_bias is not None and core_attention_bias.device != device:
-            raise ValueError(f"core_attention_bias must be on {device} with the inputs; got {core_attention_bias.device}")
-        if core_attention_bias_type == "alibi" and alibi_slopes is None:
-            alibi_slopes = inputs.alibi_slopes_tensor(self.num_attention_heads, device)
-        elif alibi_slopes is not None:
-            alibi_slopes = alibi_slopes.to(device=device, dtype=torch.float32)
         if mask_type == "arbitrary":
-            if not isinstance(attention_mask, torch.Tensor) or attention_mask.dtype != torch.bool:
-                raise ValueError("attention_mask must be a bool tensor broadcastable to [b, h, s_q, s_kv] (True = masked) "
-                                 "for attn_mask_type='arbitrary'")
-            inputs.check_arbitrary_mask(attention_mask, batch, self.num_attention_heads, max_seqlen_q, max_seqlen_kv, device)
+            call_setup.check_arbitrary_mask(
+                attention_mask, batch, self.num_attention_heads, max_seqlen_q, max_seqlen_kv, device,
+            )
         dropout_p = self.attention_dropout if self.training else 0.0
-        requires_grad = torch.is_grad_enabled() and (
-            any(t.requires_grad for t in (q, k, v))
-            or (core_attention_bias is not None and core_attention_bias.requires_grad)
-            or (self.softmax_type == "learnable" and self.softmax_offset.requires_grad)
-        )
-        compiling = torch.compiler.is_compiling()
-        # Under torch.compile a capture happens when the compiled graph runs (cudagraph trees), not now.
-        capturing = device.type == "cuda" and not compiling and torch.cuda.is_current_stream_capturing()
-        params = AttentionParams(
-            dtype=q.dtype,
-            device_type=device.type,
-            compute_capability=(_compute_capability_at_trace if compiling else _compute_capability)(device),
-            qkv_format=fmt,
-            kv_format=kv_format,
-            batch_size=batch,
-            num_heads=self.num_attention_heads,
-            num_gqa_groups=self.num_gqa_groups,
-            head_dim_qk=self.head_dim_qk,
-            head_dim_v=self.head_dim_v,
-            max_seqlen_q=int(max_seqlen_q),
-            max_seqlen_kv=int(max_seqlen_kv),
-            attn_mask_type=mask_type,
-            window_size=window,
-            bottom_right_diagonal=bottom_right,
-            core_attention_bias_type=core_attention_bias_type,
-            core_attention_bias_shape=bias_shape,
-            alibi_slopes_shape=tuple(alibi_slopes.shape) if alibi_slopes is not None else None,
-            softmax_type=self.softmax_type,
-            attention_dropout=dropout_p,
-            requires_grad=requires_grad,
-            deterministic=self.deterministic,
-            pad_between_seqs=bool(pad_between_seqs),
-            kv_cache=kv_cache,
-            page_size=page_size,
-            cuda_graph_capture=capturing,
-            num_splits=num_splits,
-            return_max_logit=self.return_max_logit,
+        params = call_setup.attention_params(
+            self, q, k, v, device, fmt, kv_format, batch, max_seqlen_q, max_seqlen_kv, mask_type, window, bottom_right,
+            core_attention_bias_type, core_attention_bias, bias_shape, alibi_slopes, dropout_p, pad_between_seqs,
+            kv_cache, page_size, num_splits,
         )
         return AttentionCall(
             params=params,

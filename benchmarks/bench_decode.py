@@ -18,7 +18,9 @@ import sys
 from collections.abc import Sequence
 
 from benchmarks import harness
-from benchmarks.harness import BenchConfig, Cell, Problem, Row
+from benchmarks.cells import Cell, Problem
+from benchmarks.config import BenchConfig, bench_dtype
+from benchmarks.harness import Row
 
 SUITE = "decode"
 DEFAULT_BUDGET_S = 140.0
@@ -63,7 +65,7 @@ def _k(tokens: int) -> str:
 
 
 def cells(cfg: BenchConfig) -> list[Cell]:
-    dtype = harness.bench_dtype(cfg)
+    dtype = bench_dtype(cfg)
     if cfg.smoke:
         small = {"heads": (4, 2), "head_dim": 16}
         return [

@@ -19,7 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from benchmarks import harness
-from benchmarks.harness import COMPETITORS, BenchConfig, Cell, Problem, Row
+from benchmarks.cells import Cell, Problem
+from benchmarks.config import BenchConfig, bench_dtype
+from benchmarks.harness import COMPETITORS, Row
 
 SUITE = "mixed"
 DEFAULT_BUDGET_S = 60.0
@@ -49,7 +51,7 @@ def _mixed(name: str, prefill: tuple[int, int], decodes: int, context: int, dtyp
 
 
 def cells(cfg: BenchConfig) -> list[MixedCell]:
-    dtype = harness.bench_dtype(cfg)
+    dtype = bench_dtype(cfg)
     if cfg.smoke:
         return [_mixed("M1 32-token prefill + 4 decodes @48 p16", (32, 32), 4, 48, dtype, heads=(4, 2), head_dim=16)]
     return [

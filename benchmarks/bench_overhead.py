@@ -29,7 +29,10 @@ from typing import Any
 import torch
 
 from benchmarks import harness
-from benchmarks.harness import BenchConfig, Cell, Inputs, Problem, Row
+from benchmarks.cells import Cell, Inputs, Problem
+from benchmarks.config import BenchConfig, bench_dtype
+from benchmarks.harness import Row
+from benchmarks.timing import recover, short_error, synchronize, time_fn
 
 SUITE = "overhead"
 DEFAULT_BUDGET_S = 40.0
@@ -41,15 +44,15 @@ PROVIDERS = ("fused", "fused_dpa", "auto", "flash2", "flash4", "sdpa_cudnn", "sd
 def host_cost_us(fn: Callable[[], Any], cfg: BenchConfig, calls: int, repeats: int) -> tuple[float, float]:
     """(median µs per call of the launch loop alone, median µs per call including the final drain)."""
     fn()
-    harness.synchronize(cfg.device)
+    synchronize(cfg.device)
     loop, drained = [], []
     for _ in range(repeats):
-        harness.synchronize(cfg.device)
+        synchronize(cfg.device)
         start = time.perf_counter()
         for _ in range(calls):
             fn()
         launched = time.perf_counter()
-        harness.synchronize(cfg.device)
+        synchronize(cfg.device)
         end = time.perf_counter()
         loop.append((launched - start) / calls * 1e6)
         drained.append((end - start) / calls * 1e6)
@@ -61,7 +64,7 @@ def _measure(row: Row, fn: Callable[[], Any], cfg: BenchConfig, calls: int, repe
     row.host_us, drained = host_cost_us(fn, cfg, calls, repeats)
     notes = [row.note, f"{drained:.1f} µs/call incl. drain"]
     if kernel:
-        timing = harness.time_fn(fn, cuda_graph=True, cfg=cfg)
+        timing = time_fn(fn, cuda_graph=True, cfg=cfg)
         row.us_eager, row.us_graph = timing.us_eager, timing.us_graph
         row.us = timing.us_graph if timing.us_graph is not None else timing.us_eager
         notes.append("kernel = graph replay" if timing.us_graph is not None else "kernel = eager")
@@ -72,7 +75,7 @@ def _measure(row: Row, fn: Callable[[], Any], cfg: BenchConfig, calls: int, repe
 
 
 def _cell(cfg: BenchConfig, batch: int, context: int) -> Cell:
-    dtype = harness.bench_dtype(cfg)
+    dtype = bench_dtype(cfg)
     heads, head_dim = ((4, 2), 16) if cfg.smoke else ((32, 8), 128)
     problem = Problem(q_lens=(1,) * batch, kv_lens=(context,) * batch, heads_q=heads[0], heads_kv=heads[1],
                       head_dim=head_dim, head_dim_v=head_dim, dtype=dtype)
@@ -89,8 +92,8 @@ def _guarded(rows: list[Row], row: Row, cfg: BenchConfig, action: Callable[[], N
         with torch.no_grad():
             action()
     except Exception as error:  # noqa: BLE001 - report and go on
-        row.status, row.note = "error", harness.short_error(error)
-        harness.recover(cfg, error)
+        row.status, row.note = "error", short_error(error)
+        recover(cfg, error)
     if cfg.verbose:
         print(f"  {row.cell:<14} {row.provider:<40} host {harness.fmt_us(row.host_us)} µs  kernel "
               f"{harness.fmt_us(row.us)} µs  {row.status}  {row.note}", flush=True)
@@ -127,7 +130,7 @@ def _inference_rows(cfg: BenchConfig, cell: Cell, calls: int, repeats: int) -> l
         from inference import InferenceParams
     except Exception as error:  # noqa: BLE001
         return [Row(SUITE, cell.group, cell.name, "InferenceParams", status="n/a",
-                    note=f"inference is not importable: {harness.short_error(error)}")]
+                    note=f"inference is not importable: {short_error(error)}")]
     from attention import DotProductAttention
 
     p = cell.problem

@@ -20,7 +20,9 @@ import sys
 from collections.abc import Sequence
 
 from benchmarks import harness
-from benchmarks.harness import BenchConfig, Cell, Problem, Row
+from benchmarks.cells import Cell, Problem
+from benchmarks.config import BenchConfig, bench_dtype
+from benchmarks.harness import Row
 
 SUITE = "prefill"
 DEFAULT_BUDGET_S = 150.0
@@ -57,7 +59,7 @@ def ragged_prefill_lengths(count: int = 16, shortest: int = 128, longest: int = 
 
 
 def cells(cfg: BenchConfig) -> list[Cell]:
-    dtype = harness.bench_dtype(cfg)
+    dtype = bench_dtype(cfg)
     if cfg.smoke:
         small = {"heads": (4, 2), "head_dim": 16}
         return [

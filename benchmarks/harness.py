@@ -1,20 +1,17 @@
-"""The shared benchmark harness: cells, inputs, timing, the per-cell loop and the run header.
+"""The shared benchmark harness: the per-cell loop, its rows, and one suite's command line.
 
-A *cell* is one attention problem (sequence lengths, heads, dims, mask) plus where its KV lives
-(a paged cache, a non-paged cache or packed ``thd`` tensors). For each cell the harness builds the
-inputs once (``Inputs``), asks every provider (``benchmarks.providers``) for a runner, checks each
-runner's output against a reference provider, and times it:
-
-* eager: ``triton.testing.do_bench`` (median, p20/p80), which zeroes a 256 MB buffer before every
-  call, so L2 is cold;
-* CUDA graph (latency cells): one call captured in a graph, replayed with the same L2 flush before
-  each replay and CUDA events around the replay only (``do_bench_cudagraph`` keeps L2 warm, which
-  flatters cells whose KV fits the H200's 50 MB L2).
+For each cell (``benchmarks.cells``) the harness builds the inputs once (``Inputs``), asks every
+provider (``benchmarks.providers``) for a runner, checks each runner's output against a reference
+provider, and times it (``benchmarks.timing``: eager with a cold L2, plus CUDA-graph replay for
+latency cells). Run-wide settings and the shared command-line options live in ``benchmarks.config``.
 
 A provider that cannot run a cell says why (status ``n/a``); one that raises is reported as an
 ``error`` row with the message and the suite goes on. A CUDA error that poisons the context stops
 the process's remaining cells (``run_all --isolate`` runs each suite in its own process).
 Reporting (run header, console tables, CSV, PNG plots, markdown) lives in ``benchmarks.report``.
+
+``Problem``, ``Cell``, ``Inputs``, ``BenchConfig``, ``Timing`` and the helpers around them are
+re-exported here under their old names (``harness.time_fn``, ``harness.bench_dtype``, ...).
 """
 
 from __future__ import annotations
@@ -23,13 +20,22 @@ import contextlib
 import dataclasses
 import math
 import os
-import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from benchmarks.cells import Cell, Inputs, Problem, round_up
+from benchmarks.config import (
+    BenchConfig,
+    add_common_arguments,
+    bench_dtype,
+    config_from_args,
+    environment_smoke_default,
+)
+from benchmarks.timing import FLUSH_BYTES, Timing, recover, short_error, synchronize, time_fn  # noqa: F401
 
 __all__ = [
     "COMPETITORS",
@@ -58,101 +64,8 @@ REFERENCE_ORDER = ("unfused", "sdpa_flash", "sdpa_cudnn", "flash2", "flash4", "f
 """Execution order inside a cell: the first provider that runs gives the reference output."""
 ERROR_TOLERANCE = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 3e-2}
 """Largest |out - reference| accepted before a row is flagged MISMATCH (it computed something else)."""
-FLUSH_BYTES = 256 * 1024 * 1024
 CELL_GRACE_S = 30.0
 """A cell started before the deadline runs its remaining providers until this long past it."""
-
-
-def round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One attention computation: per-sequence query and KV lengths, heads, dims, mask.
-
-    ``causal`` is bottom-right aligned (query i of a sequence with q_len queries and kv_len keys sees
-    keys up to kv_len - q_len + i), which equals top-left causal when q_len == kv_len.
-    """
-
-    q_lens: tuple[int, ...]
-    kv_lens: tuple[int, ...]
-    heads_q: int = 32
-    heads_kv: int = 8
-    head_dim: int = 128
-    head_dim_v: int = 128
-    causal: bool = False
-    dtype: torch.dtype = torch.bfloat16
-
-    @property
-    def batch(self) -> int:
-        return len(self.q_lens)
-
-    @property
-    def total_q(self) -> int:
-        return sum(self.q_lens)
-
-    @property
-    def total_kv(self) -> int:
-        return sum(self.kv_lens)
-
-    @property
-    def max_q(self) -> int:
-        return max(self.q_lens)
-
-    @property
-    def max_kv(self) -> int:
-        return max(self.kv_lens)
-
-    @property
-    def uniform_q(self) -> bool:
-        return len(set(self.q_lens)) == 1
-
-    @property
-    def uniform_kv(self) -> bool:
-        return len(set(self.kv_lens)) == 1
-
-    @property
-    def element_size(self) -> int:
-        return torch.empty((), dtype=self.dtype).element_size()
-
-    @property
-    def kv_bytes(self) -> int:
-        """Bytes of K and V the kernel must read: sum_i L_i * H_kv * (d + d_v) * elem."""
-        return self.total_kv * self.heads_kv * (self.head_dim + self.head_dim_v) * self.element_size
-
-    @property
-    def flops(self) -> float:
-        """Forward FLOPs, FlashAttention convention: 2 * h * s_q * s_k * (d + d_v) per sequence; with a
-        (bottom-right) causal mask s_k becomes the mean visible keys (max(0, s_k - s_q) + s_k) / 2, the
-        trapezoid of a chunk over a prefix, i.e. halved for causal self-attention."""
-        total = 0.0
-        for s_q, s_k in zip(self.q_lens, self.kv_lens):
-            visible = (max(0, s_k - s_q) + s_k) / 2 if self.causal else s_k
-            total += 2.0 * self.heads_q * s_q * visible * (self.head_dim + self.head_dim_v)
-        return total
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One benchmark cell: a problem and where its KV lives.
-
-    kv_source: ``paged`` (cache ``[pages, page_size, h_kv, d]`` through a random page table),
-    ``dense`` (non-paged cache ``[b, s_max, h_kv, d]`` + lengths) or ``packed`` (``thd`` tensors,
-    prefill). Competitors that need another page size use their own (the row's ``layout`` says).
-    latency: also time CUDA-graph replay (launch-bound cells). metric: ``bandwidth`` (GB/s of K+V)
-    or ``flops`` (TFLOP/s). providers: restrict the providers for this cell (None = all).
-    """
-
-    name: str
-    group: str
-    problem: Problem
-    kv_source: str = "paged"
-    page_size: int | None = 16
-    latency: bool = False
-    metric: str = "bandwidth"
-    providers: tuple[str, ...] | None = None
-    note: str = ""
 
 
 @dataclass
@@ -171,15 +84,6 @@ class Runner:
     note: str = ""
     graphable: bool = True
     describe: Callable[[], str] | None = None
-
-
-@dataclass
-class Timing:
-    us_eager: float | None = None
-    p20: float | None = None
-    p80: float | None = None
-    us_graph: float | None = None
-    note: str = ""
 
 
 ROW_FIELDS = (
@@ -220,248 +124,6 @@ class Row:
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-@dataclass
-class BenchConfig:
-    """Run-wide settings. ``deadline`` (time.monotonic) and a lost CUDA context stop new cells."""
-
-    device: torch.device
-    smoke: bool = False
-    warmup_ms: float = 5.0
-    rep_ms: float = 30.0
-    cpu_reps: int = 1
-    graphs: bool = True
-    check: bool = True
-    providers: tuple[str, ...] | None = None
-    cells: tuple[str, ...] | None = None
-    deadline: float | None = None
-    seed: int = 0
-    verbose: bool = True
-    context_lost: str | None = None
-    progress_csv: str | None = None
-    memo: dict[Any, tuple[Timing, str]] = field(default_factory=dict)
-
-    @property
-    def cuda(self) -> bool:
-        return self.device.type == "cuda"
-
-    def stop_reason(self, grace_s: float = 0.0) -> str | None:
-        """Why new work must not start: a lost CUDA context, or the deadline (+ ``grace_s``) passed."""
-        if self.context_lost:
-            return f"CUDA context lost earlier ({self.context_lost}); rerun this suite alone"
-        if self.deadline is not None and time.monotonic() > self.deadline + grace_s:
-            return "time budget exhausted (raise --budget-s, or run this suite alone)"
-        return None
-
-    def wants_cell(self, name: str) -> bool:
-        return not self.cells or any(part in name for part in self.cells)
-
-    def wants_provider(self, name: str) -> bool:
-        return not self.providers or name in self.providers
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-# ------------------------------------------------------------------------------------------------
-# Inputs: built once per cell, every provider reads the same numbers through its own layout.
-
-
-class Inputs:
-    """The tensors of one problem, in every layout a provider may want (built lazily, cached).
-
-    The source of truth is a dense K/V ``[b, s_pad, h_kv, d]`` (s_pad = max KV length rounded up to
-    256, so every page size up to 256 divides it); paged caches are copies of it scattered through
-    a random page permutation, packed ``thd`` K/V and SDPA's ``[b, h, s, d]`` are gathers of it.
-    """
-
-    def __init__(self, problem: Problem, device: torch.device, seed: int = 0) -> None:
-        p = problem
-        self.problem = p
-        self.device = device
-        self.seed = seed
-        torch.manual_seed(seed)
-        self.s_pad = round_up(p.max_kv, 256)
-        self.q = torch.randn(p.total_q, p.heads_q, p.head_dim, device=device, dtype=p.dtype)
-        self.k_dense = torch.randn(p.batch, self.s_pad, p.heads_kv, p.head_dim, device=device, dtype=p.dtype)
-        self.v_dense = torch.randn(p.batch, self.s_pad, p.heads_kv, p.head_dim_v, device=device, dtype=p.dtype)
-        self.cu_q = self._cumulative(p.q_lens)
-        self.cu_kv = self._cumulative(p.kv_lens)
-        self.q_start = self.cu_q[:-1]
-        self.kv_start = self.cu_kv[:-1]
-        self.kv_lens = torch.tensor(p.kv_lens, dtype=torch.int32, device=device)
-        self.scale = 1.0 / math.sqrt(p.head_dim)
-        self._cache: dict[Any, Any] = {}
-
-    def _cumulative(self, lengths: Sequence[int]) -> torch.Tensor:
-        values = [0]
-        for length in lengths:
-            values.append(values[-1] + int(length))
-        return torch.tensor(values, dtype=torch.int32, device=self.device)
-
-    def paged(self, page_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(k_cache, v_cache, page_table)``: only the pages the sequences use, in random order."""
-        key = ("paged", page_size)
-        if key not in self._cache:
-            p = self.problem
-            if self.s_pad % page_size:
-                raise ValueError(f"page_size {page_size} must divide {self.s_pad}")
-            pages = [-(-length // page_size) for length in p.kv_lens]
-            seq_index = torch.repeat_interleave(torch.arange(p.batch), torch.tensor(pages))
-            page_index = torch.cat([torch.arange(n) for n in pages])
-            generator = torch.Generator().manual_seed(self.seed + page_size)
-            permutation = torch.randperm(len(seq_index), generator=generator)
-            seq_d, page_d, perm_d = (t.to(self.device) for t in (seq_index, page_index, permutation))
-            caches = []
-            for dense in (self.k_dense, self.v_dense):
-                by_page = dense.view(p.batch, self.s_pad // page_size, page_size, *dense.shape[2:])
-                cache = torch.empty((len(seq_index), page_size) + tuple(dense.shape[2:]), dtype=dense.dtype,
-                                    device=self.device)
-                cache[perm_d] = by_page[seq_d, page_d]
-                caches.append(cache)
-            table = torch.zeros(p.batch, max(pages), dtype=torch.int32, device=self.device)
-            table[seq_d, page_d] = perm_d.to(torch.int32)
-            self._cache[key] = (caches[0], caches[1], table)
-        return self._cache[key]
-
-    def packed_kv(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """K/V as ``thd`` ``[total_kv, h_kv, d]``: sequence b's first kv_len_b rows, back to back."""
-        if "packed" not in self._cache:
-            p = self.problem
-            lengths = torch.tensor(p.kv_lens)
-            seq = torch.repeat_interleave(torch.arange(p.batch), lengths)
-            starts = torch.cumsum(lengths, 0) - lengths
-            pos = torch.arange(p.total_kv) - starts[seq]
-            seq, pos = seq.to(self.device), pos.to(self.device)
-            self._cache["packed"] = (self.k_dense[seq, pos].contiguous(), self.v_dense[seq, pos].contiguous())
-        return self._cache["packed"]
-
-    def bhsd(self, repeat_kv: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """SDPA's contiguous ``[b, h, s, d]`` q/k/v (uniform lengths only); ``repeat_kv`` expands GQA."""
-        key = ("bhsd", repeat_kv)
-        if key not in self._cache:
-            p = self.problem
-            if not (p.uniform_q and p.uniform_kv):
-                raise ValueError("bhsd needs equal lengths")
-            q = self.q.view(p.batch, p.max_q, p.heads_q, p.head_dim).transpose(1, 2).contiguous()
-            k = self.k_dense[:, : p.max_kv].transpose(1, 2).contiguous()
-            v = self.v_dense[:, : p.max_kv].transpose(1, 2).contiguous()
-            if repeat_kv:
-                group = p.heads_q // p.heads_kv
-                k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-            self._cache[key] = (q, k, v)
-        return self._cache[key]
-
-    def new_tokens(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Placeholder new K/V ``[total_q, h_kv, d]`` for DotProductAttention calls over a cache."""
-        if "new" not in self._cache:
-            p = self.problem
-            k = torch.zeros(p.total_q, p.heads_kv, p.head_dim, dtype=p.dtype, device=self.device)
-            v = torch.zeros(p.total_q, p.heads_kv, p.head_dim_v, dtype=p.dtype, device=self.device)
-            self._cache["new"] = (k, v)
-        return self._cache["new"]
-
-
-# ------------------------------------------------------------------------------------------------
-# Timing.
-
-_FLUSH: dict[torch.device, torch.Tensor] = {}
-
-
-def _flush_buffer(device: torch.device) -> torch.Tensor:
-    if device not in _FLUSH:
-        _FLUSH[device] = torch.empty(FLUSH_BYTES, dtype=torch.int8, device=device)
-    return _FLUSH[device]
-
-
-def _graph_replay_us(fn: Callable[[], Any], device: torch.device, rep_ms: float) -> float:
-    """Median µs of one CUDA-graph replay of ``fn`` with L2 flushed before each replay."""
-    stream = torch.cuda.Stream(device)
-    stream.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream(device).wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    torch.cuda.synchronize(device)
-    try:
-        flush = _flush_buffer(device)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(5):
-            graph.replay()
-        end.record()
-        torch.cuda.synchronize(device)
-        estimate_ms = max(start.elapsed_time(end) / 5, 1e-3)
-        count = int(min(max(rep_ms / (estimate_ms + 0.1), 10), 500))
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
-        for i in range(count):
-            flush.zero_()
-            starts[i].record()
-            graph.replay()
-            ends[i].record()
-        torch.cuda.synchronize(device)
-        return 1000.0 * statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
-    finally:
-        del graph
-
-
-def time_fn(fn: Callable[[], Any], cuda_graph: bool, cfg: BenchConfig) -> Timing:
-    """Time ``fn``: eager median (p20, p80) with cold L2, plus CUDA-graph replay when asked.
-
-    On CPU (smoke runs) a wall-clock median of ``cfg.cpu_reps`` calls; no graphs.
-    """
-    if not cfg.cuda:
-        times = []
-        for _ in range(max(1, cfg.cpu_reps)):
-            start = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - start) * 1e6)
-        return Timing(us_eager=statistics.median(times), p20=min(times), p80=max(times))
-    import triton.testing
-
-    median, p20, p80 = triton.testing.do_bench(
-        fn, warmup=cfg.warmup_ms, rep=cfg.rep_ms, quantiles=[0.5, 0.2, 0.8], return_mode="median")
-    timing = Timing(us_eager=median * 1000, p20=p20 * 1000, p80=p80 * 1000)
-    if cuda_graph and cfg.graphs:
-        try:
-            timing.us_graph = _graph_replay_us(fn, cfg.device, cfg.rep_ms)
-        except Exception as error:  # noqa: BLE001 - a provider that cannot be captured still has eager numbers
-            timing.note = f"graph capture failed: {short_error(error)}"
-            recover(cfg, error)
-    return timing
-
-
-# ------------------------------------------------------------------------------------------------
-# The per-cell loop.
-
-_FATAL = ("illegal memory access", "device-side assert", "unspecified launch failure", "misaligned address",
-          "an illegal instruction", "CUDA error: unknown error", "uncorrectable ECC")
-
-
-def short_error(error: BaseException, limit: int = 300) -> str:
-    text = " ".join(f"{type(error).__name__}: {error}".split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def recover(cfg: BenchConfig, error: BaseException) -> None:
-    """After an exception: is the CUDA context still usable? If not, stop the remaining cells."""
-    if not cfg.cuda:
-        return
-    message = str(error)
-    try:
-        torch.cuda.synchronize(cfg.device)
-    except Exception as sync_error:  # noqa: BLE001
-        cfg.context_lost = short_error(sync_error, 160)
-        return
-    if any(marker in message for marker in _FATAL):
-        cfg.context_lost = short_error(error, 160)
 
 
 def fmt_us(value: float | None) -> str:
@@ -643,48 +305,3 @@ def suite_main(suite: str, doc: str | None, default_budget_s: float, run: Callab
     written = report.write_suite_outputs(suite, rows, args.out, report.environment_header(cfg.device))
     print("wrote " + ", ".join(written))
     return rows
-
-
-def environment_smoke_default() -> None:
-    """Smoke runs without a GPU execute the fused kernels in Triton's interpreter (before any import)."""
-    if not torch.cuda.is_available():
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-
-
-# ------------------------------------------------------------------------------------------------
-# Command line and configuration (shared by every script).
-
-
-def add_common_arguments(parser: Any, default_budget_s: float) -> None:
-    parser.add_argument("--out", default="benchmarks/results", help="output directory (CSV, PNG, markdown)")
-    parser.add_argument("--smoke", action="store_true",
-                        help="tiny shapes, a few calls: checks the scripts (CPU: fused kernels in the interpreter)")
-    parser.add_argument("--providers", default=None, help="comma list of providers to run (default: all)")
-    parser.add_argument("--cells", default=None, help="comma list of substrings: run only cells whose name matches")
-    parser.add_argument("--budget-s", type=float, default=default_budget_s,
-                        help="wall-clock budget; cells left when it runs out are reported as skipped (0 = none)")
-    parser.add_argument("--warmup-ms", type=float, default=5.0, help="do_bench warmup per measurement")
-    parser.add_argument("--rep-ms", type=float, default=30.0, help="do_bench / graph-replay time per measurement")
-    parser.add_argument("--no-graphs", action="store_true", help="skip CUDA-graph replay timings")
-    parser.add_argument("--no-check", action="store_true", help="skip comparing outputs across providers")
-    parser.add_argument("--quiet", action="store_true", help="no per-measurement progress lines")
-
-
-def _split(text: str | None) -> tuple[str, ...] | None:
-    return tuple(x.strip() for x in text.split(",") if x.strip()) if text else None
-
-
-def config_from_args(args: Any, budget_s: float | None = None) -> BenchConfig:
-    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-    budget = args.budget_s if budget_s is None else budget_s
-    return BenchConfig(
-        device=device, smoke=args.smoke, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms,
-        graphs=not args.no_graphs, check=not args.no_check, providers=_split(args.providers),
-        cells=_split(args.cells), deadline=time.monotonic() + budget if budget and budget > 0 else None,
-        verbose=not args.quiet,
-    )
-
-
-def bench_dtype(cfg: BenchConfig) -> torch.dtype:
-    """bf16 on the GPU; fp16 in the CPU interpreter (its bf16 ``tl.dot`` gives wrong numbers)."""
-    return torch.bfloat16 if cfg.cuda else torch.float16

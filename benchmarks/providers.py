@@ -3,7 +3,7 @@
 A factory takes ``(cell, inputs)`` and returns ``(Runner, None)`` or ``(None, reason)`` when it
 cannot run the cell (package missing, no CUDA, page size unsupported, ragged lengths, ...). Every
 runner computes softmax(q kᵀ / sqrt(d)) v over the cell's sequences with the cell's mask, reading
-the same numbers (``harness.Inputs``) through its own layout; ``Runner.to_thd`` brings its output
+the same numbers (``cells.Inputs``) through its own layout; ``Runner.to_thd`` brings its output
 to ``[total_q, h_q, d_v]`` so the harness can compare it with the reference.
 
 | provider     | call |
@@ -31,7 +31,8 @@ from typing import Any
 import torch
 from torch.nn.attention import SDPBackend
 
-from benchmarks.harness import Cell, Inputs, Runner
+from benchmarks.cells import Cell, Inputs
+from benchmarks.harness import Runner
 
 __all__ = ["FACTORIES", "StaticKVCache", "flash2_module", "flash4_function"]
 

@@ -24,8 +24,9 @@ import tempfile
 import time
 from collections.abc import Sequence
 
-from benchmarks import harness
+from benchmarks import config
 from benchmarks.harness import Row
+from benchmarks.timing import short_error
 
 SUITES = ("decode", "mixed", "prefill", "overhead")
 WEIGHTS = {"decode": 0.35, "mixed": 0.13, "prefill": 0.42, "overhead": 0.10}
@@ -42,7 +43,7 @@ def _module(suite: str):
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    harness.add_common_arguments(parser, DEFAULT_BUDGET_S)
+    config.add_common_arguments(parser, DEFAULT_BUDGET_S)
     parser.add_argument("--only", default=",".join(SUITES), help=f"comma list of suites among {', '.join(SUITES)}")
     parser.add_argument("--isolate", action="store_true", help="run each suite in its own process")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -105,10 +106,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[Row]]:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parse(argv)
     if args.smoke:
-        harness.environment_smoke_default()
+        config.environment_smoke_default()
     os.makedirs(args.out, exist_ok=True)
     if args.child:  # one suite, rows only: the parent renders
-        cfg = harness.config_from_args(args)
+        cfg = config.config_from_args(args)
         cfg.progress_csv = os.path.join(args.out, "progress.csv")
         rows = _module(args.suites[0]).run(cfg)
         from benchmarks import report
@@ -136,11 +137,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[Row]]:
         if args.isolate:
             rows = _run_child(suite, args, share)
         else:
-            cfg = harness.config_from_args(args, budget_s=share)
+            cfg = config.config_from_args(args, budget_s=share)
             try:
                 rows = _module(suite).run(cfg)
             except Exception as error:  # noqa: BLE001 - one broken suite must not lose the others
-                rows = [Row(suite, "-", "(suite)", "-", status="error", note=harness.short_error(error))]
+                rows = [Row(suite, "-", "(suite)", "-", status="error", note=short_error(error))]
         results[suite] = rows
         timings[suite] = f"{time.monotonic() - suite_start:.0f} s"
         report.print_suite(suite, rows)

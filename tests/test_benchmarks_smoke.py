@@ -18,7 +18,8 @@ import pytest
 import torch
 
 from benchmarks import bench_decode, bench_mixed, bench_overhead, bench_prefill, harness, providers, report, run_all
-from benchmarks.harness import BenchConfig, Cell, Inputs, Problem
+from benchmarks.cells import Cell, Inputs, Problem
+from benchmarks.config import BenchConfig
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

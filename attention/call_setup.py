@@ -1,0 +1,260 @@
+"""The steps of ``DotProductAttention._prepare``: from one call's arguments to an ``AttentionCall``.
+
+Mask and window resolution, sequence lengths (thd, or bshd/sbhd), the KV-cache step, bias and
+mask checks, and the ``AttentionParams`` that selection keys on. Plain functions with explicit
+arguments, so torch.compile traces them like the rest of ``forward``; results are plain tuples.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from attention import inputs
+from attention.formats import batch_and_seqlen, full_cu_seqlens
+from attention.masks import check_set_window_size, has_padding, normalize_mask_type, resolve_bottom_right
+from attention.params import AttentionParams
+
+if TYPE_CHECKING:
+    from attention.dot_product_attention import DotProductAttention
+
+
+@functools.lru_cache(maxsize=16)
+def _compute_capability(device: torch.device) -> tuple[int, int] | None:
+    return torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+
+
+def _compute_capability_at_trace(device: torch.device) -> tuple[int, int] | None:
+    """``_compute_capability`` for torch.compile: run once at trace time, a constant of the graph."""
+    return _compute_capability(device)
+
+
+_compute_capability_at_trace._dynamo_marked_constant = True  # = torch._dynamo.assume_constant_result
+
+
+def resolve_mask(
+    attn_mask_type: str, window_size: tuple[int, int] | None, bottom_right_diagonal: bool | None, kv_caching: bool,
+) -> tuple[str, tuple[int, int], bool]:
+    """(mask type, window, bottom-right diagonal) of the call. A KV cache needs a padding mask and
+    makes ``padding_causal`` bottom-right (new queries sit at the end of the cache)."""
+    mask_type = normalize_mask_type(attn_mask_type)
+    if kv_caching:
+        if not has_padding(mask_type):
+            raise ValueError(
+                "attn_mask_type must be a padding mask (padding, padding_causal, padding_causal_bottom_right) "
+                f"with inference_params (KV caching); got {mask_type!r}"
+            )
+        if mask_type == "padding_causal":
+            mask_type = "padding_causal_bottom_right"
+    window = check_set_window_size(mask_type, window_size)
+    return mask_type, window, resolve_bottom_right(mask_type, bottom_right_diagonal)
+
+
+def thd_seqlens(
+    mask_type: str,
+    self_attention: bool,
+    kv_caching: bool,
+    cu_seqlens_q: torch.Tensor | None,
+    cu_seqlens_kv: torch.Tensor | None,
+    cu_seqlens_q_padded: torch.Tensor | None,
+    cu_seqlens_kv_padded: torch.Tensor | None,
+    max_seqlen_q: int | None,
+    max_seqlen_kv: int | None,
+    pad_between_seqs: bool | None,
+) -> tuple[int, torch.Tensor, torch.Tensor, int | None, int | None, bool]:
+    """thd: (batch, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, pad_between_seqs),
+    checked against each other. ``max_seqlen_kv`` stays None with a KV cache (the step sets it)."""
+    if not has_padding(mask_type):
+        raise ValueError(
+            f"qkv_format='thd' needs a padding attn_mask_type (padding, padding_causal, ...); got {mask_type!r}"
+        )
+    if cu_seqlens_q is None or (cu_seqlens_kv is None and not kv_caching and not self_attention):
+        raise ValueError("qkv_format='thd' requires cu_seqlens_q and cu_seqlens_kv (int32 [b+1])")
+    if cu_seqlens_kv is None:
+        cu_seqlens_kv = cu_seqlens_q
+    if not kv_caching:
+        inputs.check_cu_seqlens_batch(cu_seqlens_q.numel() - 1, cu_seqlens_q=cu_seqlens_q,
+                                      cu_seqlens_kv=cu_seqlens_kv, cu_seqlens_q_padded=cu_seqlens_q_padded,
+                                      cu_seqlens_kv_padded=cu_seqlens_kv_padded, exact=True)
+    if pad_between_seqs is None:
+        pad_between_seqs = (cu_seqlens_q_padded is not None and cu_seqlens_q_padded is not cu_seqlens_q) or (
+            cu_seqlens_kv_padded is not None and cu_seqlens_kv_padded is not cu_seqlens_kv
+        )
+    batch = cu_seqlens_q.numel() - 1
+    if max_seqlen_q is None:   # host sync; pass max_seqlen_q to avoid it
+        max_seqlen_q = int((cu_seqlens_q_padded if cu_seqlens_q_padded is not None else cu_seqlens_q).diff().max())
+    if max_seqlen_kv is None and not kv_caching:
+        max_seqlen_kv = int((cu_seqlens_kv_padded if cu_seqlens_kv_padded is not None else cu_seqlens_kv).diff().max())
+    return batch, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, pad_between_seqs
+
+
+def bshd_seqlens(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    device: torch.device,
+    fmt: str,
+    mask_type: str,
+    attention_mask: Any,
+    self_attention: bool,
+    kv_caching: bool,
+    cu_seqlens_q: torch.Tensor | None,
+    cu_seqlens_kv: torch.Tensor | None,
+) -> tuple[int, torch.Tensor | None, torch.Tensor | None, int, int]:
+    """bshd/sbhd: (batch, cu_seqlens_q, cu_seqlens_kv, seqlen_q, seqlen_kv). Padding masks take the
+    given cu_seqlens, else TE's ``[b,1,1,s]`` masks, else full lengths; other masks full lengths.
+    With a KV cache the cu_seqlens are left as given (the step replaces them)."""
+    batch, seqlen_q = batch_and_seqlen(q, fmt)
+    seqlen_kv = batch_and_seqlen(k, fmt)[1]
+    if has_padding(mask_type) and not kv_caching:
+        inputs.check_cu_seqlens_batch(batch, cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv)
+        if cu_seqlens_q is None or cu_seqlens_kv is None:
+            from_mask = inputs.padding_cu_seqlens(attention_mask, batch, seqlen_q, seqlen_kv, device, self_attention)
+            if cu_seqlens_q is not None and self_attention and seqlen_q == seqlen_kv:
+                from_mask = (cu_seqlens_q, cu_seqlens_q)
+            cu_seqlens_q = cu_seqlens_q if cu_seqlens_q is not None else from_mask[0]
+            cu_seqlens_kv = cu_seqlens_kv if cu_seqlens_kv is not None else from_mask[1]
+    elif not kv_caching:
+        cu_seqlens_q = full_cu_seqlens(batch, seqlen_q, device)
+        cu_seqlens_kv = full_cu_seqlens(batch, seqlen_kv, device)
+    return batch, cu_seqlens_q, cu_seqlens_kv, seqlen_q, seqlen_kv
+
+
+def kv_cache_step(
+    inference_params: Any,
+    layer_number: int,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    fmt: str,
+    batch: int,
+    max_seqlen_q: int | None,
+    dry_run: bool,
+) -> tuple[torch.Tensor, torch.Tensor, int, torch.Tensor, torch.Tensor, int | None, int]:
+    """Append k/v to the cache of ``layer_number`` and attend over it: (k, v, batch, cu_seqlens_q,
+    cu_seqlens_kv, max_seqlen_q, max_seqlen_kv) with the cache as k/v. A dry run (``explain``)
+    reads the cache's metadata and leaves the cache alone (k/v as given)."""
+    ip = inference_params
+    if fmt != "thd" and batch != ip.batch_size:
+        raise ValueError(
+            f"query_layer batch size {batch} must equal inference_params.batch_size={ip.batch_size} "
+            "(the sequences of the last pre_step)"
+        )
+    if fmt == "thd" and max_seqlen_q is None:
+        max_seqlen_q = getattr(ip, "max_ctx_len", None) or max_seqlen_q
+    if dry_run:
+        cu_seqlens_q, cu_seqlens_kv = ip.cu_seqlens_q, ip.cu_seqlens_kv
+        max_seqlen_kv = ip.max_sequence_length
+    else:
+        k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_kv, _ = ip.step(layer_number, k, v, fmt)
+    if fmt == "thd":
+        batch = cu_seqlens_q.numel() - 1
+    return k, v, batch, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv
+
+
+def cache_layout(inference_params: Any) -> tuple[str, int | None, torch.Tensor | None, str]:
+    """(kv_cache, page_size, page_table, kv_format) of the cache behind ``inference_params``."""
+    ip = inference_params
+    if ip.is_paged:
+        return "paged", ip.page_size, ip.cache_manager.page_table, "paged"
+    return "non_paged", None, None, "bshd"
+
+
+def check_bias(
+    module: DotProductAttention,
+    core_attention_bias_type: str,
+    core_attention_bias: torch.Tensor | None,
+    alibi_slopes: torch.Tensor | None,
+    batch: int,
+    max_seqlen_q: int,
+    max_seqlen_kv: int,
+    device: torch.device,
+) -> tuple[str | None, torch.Tensor | None]:
+    """(bias shape tag, alibi slopes as fp32 on ``device``; the default slopes for ``alibi``)."""
+    bias_shape = inputs.check_bias(
+        core_attention_bias_type, core_attention_bias, alibi_slopes, batch, module.num_attention_heads,
+        max_seqlen_q, max_seqlen_kv,
+    )
+    if core_attention_bias is not None and core_attention_bias.device != device:
+        raise ValueError(f"core_attention_bias must be on {device} with the inputs; got {core_attention_bias.device}")
+    if core_attention_bias_type == "alibi" and alibi_slopes is None:
+        alibi_slopes = inputs.alibi_slopes_tensor(module.num_attention_heads, device)
+    elif alibi_slopes is not None:
+        alibi_slopes = alibi_slopes.to(device=device, dtype=torch.float32)
+    return bias_shape, alibi_slopes
+
+
+def check_arbitrary_mask(attention_mask: Any, batch: int, heads: int, max_seqlen_q: int, max_seqlen_kv: int,
+                         device: torch.device) -> None:
+    """``attn_mask_type='arbitrary'``: the mask is a bool tensor broadcastable to ``[b, h, s_q, s_kv]``."""
+    if not isinstance(attention_mask, torch.Tensor) or attention_mask.dtype != torch.bool:
+        raise ValueError("attention_mask must be a bool tensor broadcastable to [b, h, s_q, s_kv] (True = masked) "
+                         "for attn_mask_type='arbitrary'")
+    inputs.check_arbitrary_mask(attention_mask, batch, heads, max_seqlen_q, max_seqlen_kv, device)
+
+
+def attention_params(
+    module: DotProductAttention,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    device: torch.device,
+    fmt: str,
+    kv_format: str,
+    batch: int,
+    max_seqlen_q: int,
+    max_seqlen_kv: int,
+    mask_type: str,
+    window: tuple[int, int],
+    bottom_right: bool,
+    core_attention_bias_type: str,
+    core_attention_bias: torch.Tensor | None,
+    bias_shape: str | None,
+    alibi_slopes: torch.Tensor | None,
+    dropout_p: float,
+    pad_between_seqs: bool,
+    kv_cache: str,
+    page_size: int | None,
+    num_splits: int,
+) -> AttentionParams:
+    """The selection key of the call: the resolved arguments plus the module's configuration, whether
+    a backward pass will follow, the device's compute capability and whether a CUDA graph is being
+    captured."""
+    requires_grad = torch.is_grad_enabled() and (
+        any(t.requires_grad for t in (q, k, v))
+        or (core_attention_bias is not None and core_attention_bias.requires_grad)
+        or (module.softmax_type == "learnable" and module.softmax_offset.requires_grad)
+    )
+    compiling = torch.compiler.is_compiling()
+    # Under torch.compile a capture happens when the compiled graph runs (cudagraph trees), not now.
+    capturing = device.type == "cuda" and not compiling and torch.cuda.is_current_stream_capturing()
+    return AttentionParams(
+        dtype=q.dtype,
+        device_type=device.type,
+        compute_capability=(_compute_capability_at_trace if compiling else _compute_capability)(device),
+        qkv_format=fmt,
+        kv_format=kv_format,
+        batch_size=batch,
+        num_heads=module.num_attention_heads,
+        num_gqa_groups=module.num_gqa_groups,
+        head_dim_qk=module.head_dim_qk,
+        head_dim_v=module.head_dim_v,
+        max_seqlen_q=int(max_seqlen_q),
+        max_seqlen_kv=int(max_seqlen_kv),
+        attn_mask_type=mask_type,
+        window_size=window,
+        bottom_right_diagonal=bottom_right,
+        core_attention_bias_type=core_attention_bias_type,
+        core_attention_bias_shape=bias_shape,
+        alibi_slopes_shape=tuple(alibi_slopes.shape) if alibi_slopes is not None else None,
+        softmax_type=module.softmax_type,
+        attention_dropout=dropout_p,
+        requires_grad=requires_grad,
+        deterministic=module.deterministic,
+        pad_between_seqs=bool(pad_between_seqs),
+        kv_cache=kv_cache,
+        page_size=page_size,
+        cuda_graph_capture=capturing,
+        num_splits=num_splits,
+        return_max_logit=module.return_max_logit,
+    )
