@@ -66,7 +66,8 @@ def _fused_reason(inputs: Inputs) -> str | None:
     return triton_available()
 
 
-def _fused(cell: Cell, inputs: Inputs, kv_source: str) -> Result:
+def _fused(cell: Cell, inputs: Inputs, kv_source: str, **overrides: Any) -> Result:
+    """``attention_forward`` on the cell's KV; ``overrides`` (``num_splits``, ``config``) reach it as given."""
     reason = _fused_reason(inputs)
     if reason:
         return None, reason
@@ -78,7 +79,7 @@ def _fused(cell: Cell, inputs: Inputs, kv_source: str) -> Result:
     kwargs: dict[str, Any] = {
         "cu_seqlens_q": inputs.cu_q, "cu_seqlens_kv": inputs.cu_kv, "q_start": inputs.q_start,
         "max_seqlen_q": p.max_q, "max_seqlen_kv": p.max_kv, "total_q": p.total_q, "softmax_scale": inputs.scale,
-        "causal": p.causal, "bottom_right": True}
+        "causal": p.causal, "bottom_right": True, **overrides}
     if kv_source == "paged":
         k, v, kwargs["page_table"] = inputs.paged(cell.page_size)
         layout = f"paged-{cell.page_size}"

@@ -244,3 +244,17 @@ def test_a_provider_computing_something_else_is_flagged(monkeypatch) -> None:
     flash4 = next(r for r in rows if r.provider == "flash4")
     assert flash4.status == "mismatch" and "MISMATCH vs unfused" in flash4.note
     assert flash4.speedup is None  # never counted as the best competitor
+
+
+def test_config_sweep_runs_every_variant_and_agrees_with_the_default() -> None:
+    """benchmarks/sweep.py on two tiny cells: each variant runs and matches the default's output."""
+    from benchmarks import sweep
+
+    if providers._fused_reason(Inputs(Problem(q_lens=(1,), kv_lens=(1,)), torch.device("cpu"))):
+        pytest.skip("the fused kernels cannot run here")
+    cfg = BenchConfig(device=torch.device("cpu"), smoke=True)
+    for cell in (bench_decode.cells(cfg)[1], bench_prefill.cells(cfg)[0]):
+        rows = sweep.sweep_cell(cell, cfg)
+        assert len(rows) == len(sweep._variants(cell, None)) > 1
+        for row in rows:
+            assert "error" not in row and float(row.split("|")[-2]) < 5e-3, row

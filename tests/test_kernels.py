@@ -15,7 +15,7 @@ if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"  # must precede the first `import triton`
 
 import math  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
+from dataclasses import dataclass, replace  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -310,6 +310,9 @@ def test_bad_arguments_raise_value_error(overrides: dict, message: str) -> None:
         (dict(num_seqs=1, num_kv_heads=8, total_q=1, max_seqlen_q=1, max_seqlen_kv=32768), 64),  # long decode
         (dict(num_seqs=8, num_kv_heads=8, total_q=8, max_seqlen_q=1, max_seqlen_kv=4096), 9),  # small batch
         (dict(num_seqs=64, num_kv_heads=8, total_q=64, max_seqlen_q=1, max_seqlen_kv=4096), 1),  # full GPU
+        (dict(num_seqs=32, num_kv_heads=8, total_q=32, max_seqlen_q=1, max_seqlen_kv=2048), 3),  # ~2 per SM: fill
+        (dict(num_seqs=64, num_kv_heads=8, total_q=64, max_seqlen_q=1, max_seqlen_kv=32768), 8),  # ragged: balance
+        (dict(num_seqs=32, num_kv_heads=8, total_q=128, max_seqlen_q=4, max_seqlen_kv=4096), 3),  # verify 4 tokens
         (dict(num_seqs=1, num_kv_heads=8, total_q=1, max_seqlen_q=1, max_seqlen_kv=256), 1),  # <= 4 tiles
         (dict(num_seqs=8, num_kv_heads=32, total_q=16384, max_seqlen_q=2048, max_seqlen_kv=2048), 1),  # prefill
     ],
@@ -330,3 +333,27 @@ def test_config_packs_group_into_rows(group_size: int, max_seqlen_q: int, d: int
 def test_case_ids_are_unique() -> None:
     assert len({str(case) for case in CASES}) == len(CASES)
 
+
+
+def test_config_override_matches_the_default_and_rejects_misfits() -> None:
+    """`config=` (tuning sweeps) computes the same attention; a tile that cannot hold a query token's
+    heads is refused, naming the group size."""
+    case = C((1, 3), (40, 70), heads=(4, 2), layout="paged", page_size=8, causal=True, bottom_right=True,
+             num_splits=None)
+    inputs = build_inputs(case)
+    base = select_forward_config(head_dim_qk=16, head_dim_v=16, group_size=2, max_seqlen_q=3, interpret=True)
+    attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"],
+                      config=replace(base, block_n=32))
+    check_output(case, inputs)
+    with pytest.raises(ValueError, match="group size 2"):
+        attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"],
+                          config=replace(base, block_m=16, block_q=16))
+
+
+def test_ragged_decode_with_balance_splits() -> None:
+    """One long sequence among short ones: the balance rule splits every sequence's range evenly."""
+    lengths = (4500, 3, 17, 64, 200)
+    assert choose_num_splits(num_seqs=5, num_kv_heads=2, total_q=5, max_seqlen_q=1, max_seqlen_kv=4500,
+                             block_q=8, block_n=16, num_sms=4) == 2  # the interpreter's SM count
+    run_and_check(C((1,) * len(lengths), lengths, heads=(4, 2), layout="paged", page_size=16, causal=True,
+                    bottom_right=True, num_splits=None, dtype=torch.float16))

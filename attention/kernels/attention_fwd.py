@@ -10,7 +10,13 @@ from .arguments import normalize_window, validate_forward_arguments
 from .attention_fwd_kernel import attention_fwd_kernel
 from .availability import interpreter_enabled
 from .combine import combine_splits
-from .configs import MAX_NUM_SPLITS, choose_num_splits, num_streaming_multiprocessors, select_forward_config
+from .configs import (
+    MAX_NUM_SPLITS,
+    ForwardConfig,
+    choose_num_splits,
+    num_streaming_multiprocessors,
+    select_forward_config,
+)
 
 __all__ = ["attention_forward"]
 
@@ -36,6 +42,7 @@ def attention_forward(
     alibi_slopes: torch.Tensor | None = None,
     softmax_offset: torch.Tensor | None = None,
     num_splits: int | None = None,
+    config: ForwardConfig | None = None,
 ) -> torch.Tensor:
     """Varlen / paged / GQA attention forward for prefill, decode and mixed batches in one launch.
 
@@ -53,6 +60,9 @@ def attention_forward(
     Host ints (max_seqlen_q, max_seqlen_kv, total_q) only size the grid and pick configurations:
     no device value is read on the host, so the call can be captured in a CUDA graph and replayed
     with new cu_seqlens / page_table contents (within the same bounds).
+
+    `config` overrides the launch configuration `select_forward_config` would pick (tuning sweeps:
+    `python -m benchmarks.sweep`); it must pack whole query tokens (block_q * group <= block_m).
 
     Example:
         >>> q = torch.randn(2, 5, 4, 64, device="cuda", dtype=torch.float16)   # bshd
@@ -80,9 +90,14 @@ def attention_forward(
         return out
 
     group_size = shapes.num_heads_q // shapes.num_heads_kv
-    config = select_forward_config(
-        head_dim_qk=shapes.head_dim_qk, head_dim_v=shapes.head_dim_v, group_size=group_size,
-        max_seqlen_q=max_seqlen_q, interpret=interpreter_enabled())
+    if config is None:
+        config = select_forward_config(
+            head_dim_qk=shapes.head_dim_qk, head_dim_v=shapes.head_dim_v, group_size=group_size,
+            max_seqlen_q=max_seqlen_q, interpret=interpreter_enabled())
+    elif config.block_q * group_size > config.block_m or config.block_dqk < shapes.head_dim_qk \
+            or config.block_dv < shapes.head_dim_v:
+        raise ValueError(f"config {config} does not fit group size {group_size} and head dims "
+                         f"{shapes.head_dim_qk}/{shapes.head_dim_v}")
     if num_splits is None:
         num_splits = choose_num_splits(
             num_seqs=shapes.num_seqs, num_kv_heads=shapes.num_heads_kv, total_q=total_q,

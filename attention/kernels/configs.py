@@ -23,6 +23,12 @@ __all__ = [
 MAX_NUM_SPLITS = 64
 """Upper bound on the split-KV count (bounds the combine kernel's register tile)."""
 
+_FILL_PROGRAMS_PER_SM = 4
+"""Split-KV fills the GPU up to about this many programs per SM."""
+
+_BALANCE_CHUNK_KEYS = 4096
+"""Decode-class splits read at most this many keys each (the per-program length of B64 x 4k)."""
+
 _DECODE_MAX_ROWS = 64
 """Packed rows (query tokens x group size) up to which the small-tile "decode" class is used."""
 
@@ -131,10 +137,16 @@ def choose_num_splits(
 ) -> int:
     """Split-KV count from host-known sizes only (no device sync).
 
-    Split only when the (sequence, q-tile, KV head) programs cannot fill the GPU: fewer than 80 %
-    of the SMs busy. Then aim at about four programs per SM (measured best on the H200 for decode:
-    B1 x 32k -> 64 splits 3.07 TB/s vs 33 splits 2.90; B8 x 4k -> 8 splits 3.16 vs 5 splits 2.82),
-    keeping at least two KV tiles per split and never splitting KV ranges of four tiles or fewer.
+    Two reasons to split, whichever asks for more:
+      fill: fewer than ``_FILL_PROGRAMS_PER_SM / 2`` (sequence, q-tile, KV head) programs per SM
+        leave the memory system idle; aim at about four per SM (measured on the H200 for decode:
+        B1 x 32k -> 64 splits 3.07 TB/s vs 33 splits 2.90; B8 x 4k -> 8 splits 3.16 vs 5 splits 2.82;
+        B64 x 4k, 512 programs, unsplit 4.28 TB/s).
+      balance (decode class only: one q tile per sequence): no program reads more than
+        ``_BALANCE_CHUNK_KEYS`` keys, so one long sequence of a ragged batch does not run alone
+        after the short ones finish (the kernel gives each split an even share of its own
+        sequence's range, so short sequences become short splits).
+    Never split KV ranges of four tiles or fewer, and keep at least two tiles per split.
 
     Example:
         >>> choose_num_splits(num_seqs=1, num_kv_heads=8, total_q=1, max_seqlen_q=1,
@@ -144,10 +156,14 @@ def choose_num_splits(
     q_tiles_per_seq = -(-max(1, max_seqlen_q) // block_q)
     q_tiles = min(-(-total_q // block_q) + num_seqs, num_seqs * q_tiles_per_seq)
     programs = max(1, num_kv_heads * q_tiles)
-    if programs >= 0.8 * num_sms:
-        return 1
     kv_tiles = -(-max(0, max_seqlen_kv) // block_n)
     if kv_tiles <= 4:
         return 1
-    wanted = -(-4 * num_sms // programs)
-    return max(1, min(wanted, kv_tiles // 2, MAX_NUM_SPLITS))
+    fill = 1
+    if 2 * programs < _FILL_PROGRAMS_PER_SM * num_sms:
+        fill = -(-_FILL_PROGRAMS_PER_SM * num_sms // programs)
+    balance = 1
+    if q_tiles_per_seq == 1:
+        balance = -(-max_seqlen_kv // _BALANCE_CHUNK_KEYS)
+    return max(1, min(max(fill, balance), kv_tiles // 2, MAX_NUM_SPLITS))
+

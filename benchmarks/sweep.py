@@ -1,0 +1,123 @@
+"""Launch-configuration sweep of the fused kernel: what to record in ``attention/kernels/configs.py``.
+
+Decode cells try split-KV counts (the heuristic's, then fixed ones) and a few decode tiles; prefill
+cells try tile shapes, warps and pipeline stages. Every variant computes the same attention on the
+same inputs as the default and is checked against it. Writes a markdown table (µs, GB/s or TFLOP/s,
+ratio to the default) per cell.
+
+    python -m benchmarks.sweep --out sweep.md [--budget-s 200] [--only decode,prefill]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+
+import torch
+
+from benchmarks import bench_decode, bench_prefill
+from benchmarks.cells import Cell, Inputs
+from benchmarks.config import BenchConfig
+from benchmarks.providers import _fused
+from benchmarks.timing import short_error, time_fn
+
+DECODE_CELLS = ("1x8k p16", "8x4k p16", "32x2k p16", "64x4k p16", "32x32k p16", "ragged", "MQA", "verify")
+SPLITS = (1, 2, 3, 4, 8, 16, 32, 64)
+DECODE_TILES = ((64, 4, 2), (64, 4, 3), (32, 4, 2), (128, 4, 2), (64, 2, 2), (64, 8, 2))
+"""(block_n, num_warps, num_stages) around the recorded decode tile (64, 4, 2)."""
+DECODE_TILE_CELLS = ("1x8k p16", "64x4k p16", "32x32k p16")
+PREFILL_CELLS = ("GQA 32/8 causal 4x4k", "MHA full 4x4k", "MHA causal 16x1k", "d64 MHA 32 causal",
+                 "d256 MHA 16 causal", "chunk 2k on 30k p16")
+PREFILL_TILES = ((128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 2), (128, 128, 8, 3), (128, 32, 4, 3),
+                 (64, 64, 4, 3), (64, 128, 4, 2), (128, 64, 4, 3))
+"""(block_m, block_n, num_warps, num_stages)."""
+
+
+def _variants(cell: Cell, inputs: Inputs) -> list[tuple[str, dict]]:
+    from attention.kernels.configs import select_forward_config
+
+    p = cell.problem
+    base = select_forward_config(head_dim_qk=p.head_dim, head_dim_v=p.head_dim_v, group_size=p.heads_q // p.heads_kv,
+                                 max_seqlen_q=p.max_q, interpret=False)
+    out: list[tuple[str, dict]] = [("default", {})]
+    if cell.metric == "bandwidth":
+        kv_tiles = -(-p.max_kv // base.block_n)
+        out += [(f"splits={n}", {"num_splits": n}) for n in SPLITS if n <= max(1, kv_tiles // 2)]
+        if any(name in cell.name for name in DECODE_TILE_CELLS):
+            for block_n, warps, stages in DECODE_TILES[1:]:
+                config = replace(base, block_n=block_n, num_warps=warps, num_stages=stages)
+                out.append((f"n{block_n} w{warps} s{stages}", {"config": config}))
+    else:
+        group = p.heads_q // p.heads_kv
+        for block_m, block_n, warps, stages in PREFILL_TILES:
+            if (block_m, block_n, warps, stages) == (base.block_m, base.block_n, base.num_warps, base.num_stages):
+                continue
+            config = replace(base, block_m=block_m, block_q=max(1, block_m // group), block_n=block_n,
+                             num_warps=warps, num_stages=stages)
+            out.append((f"m{block_m} n{block_n} w{warps} s{stages}", {"config": config}))
+    return out
+
+
+def _cells(only: Sequence[str], cfg: BenchConfig) -> list[Cell]:
+    chosen: list[Cell] = []
+    if "decode" in only:
+        chosen += [c for c in bench_decode.cells(cfg) if any(name in c.name for name in DECODE_CELLS)]
+    if "prefill" in only:
+        chosen += [c for c in bench_prefill.cells(cfg) if any(name in c.name for name in PREFILL_CELLS)]
+    return chosen
+
+
+def sweep_cell(cell: Cell, cfg: BenchConfig) -> list[str]:
+    """Markdown rows for one cell: every variant's time, rate and error against the default."""
+    inputs = Inputs(cell.problem, cfg.device)
+    p = cell.problem
+    rows, reference, default_us = [], None, None
+    for name, overrides in _variants(cell, inputs):
+        if cfg.stop_reason():
+            rows.append(f"| {cell.name} | {name} | skipped: budget | | | |")
+            continue
+        try:
+            runner, reason = _fused(cell, inputs, cell.kv_source, **overrides)
+            if runner is None:
+                raise RuntimeError(reason)
+            output = runner.fn().float()
+            if reference is None:
+                reference = output
+            error = (output - reference).abs().max().item()
+            timing = time_fn(runner.fn, cell.latency, cfg)
+            us = timing.us_graph or timing.us_eager
+            default_us = default_us or us
+            rate = (f"{p.kv_bytes / us / 1e3:.0f} GB/s" if cell.metric == "bandwidth"
+                    else f"{p.flops / us / 1e6:.0f} TFLOP/s")
+            rows.append(f"| {cell.name} | {name} | {us:.1f} | {rate} | {default_us / us:.2f}x | {error:.1e} |")
+        except Exception as error:  # noqa: BLE001 - a variant that fails to compile is a result too
+            rows.append(f"| {cell.name} | {name} | error: {short_error(error, 160)} | | | |")
+        print(rows[-1], flush=True)
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="sweep.md")
+    parser.add_argument("--budget-s", type=float, default=200.0)
+    parser.add_argument("--only", default="decode,prefill")
+    parser.add_argument("--cells", default=None, help="comma list of substrings of cell names")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("the sweep measures the GPU kernels: no CUDA device is visible")
+    cfg = BenchConfig(device=torch.device("cuda"), deadline=time.monotonic() + args.budget_s, rep_ms=20.0)
+    wanted = [s.strip() for s in args.cells.split(",")] if args.cells else None
+    lines = [f"# Fused kernel sweep ({torch.cuda.get_device_name()}, {time.strftime('%Y-%m-%d')})", "",
+             "| cell | variant | µs | rate | vs default | max err vs default |", "|---|---|---|---|---|---|"]
+    for cell in _cells(args.only.split(","), cfg):
+        if wanted and not any(part in cell.name for part in wanted):
+            continue
+        lines += sweep_cell(cell, cfg)
+        with open(args.out, "w") as handle:
+            handle.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
