@@ -50,16 +50,17 @@ def default_alibi_slopes(num_heads: int) -> Tensor:
 
 
 def _visible_keys(
-    s_q: int, s_kv: int, *, causal: bool, window_size: tuple[int, int], bottom_right: bool
+    s_q: int, s_kv: int, *, causal: bool, window_size: tuple[int, int], bottom_right: bool,
+    device: torch.device | str | None = None,
 ) -> Tensor:
     """Bool ``[s_q, s_kv]``: True where query ``i`` may see key ``j``."""
     left, right = window_size
     if causal:
         right = 0
     diagonal_offset = s_kv - s_q if bottom_right else 0
-    i = torch.arange(s_q).view(s_q, 1)
-    j = torch.arange(s_kv).view(1, s_kv)
-    visible = torch.ones(s_q, s_kv, dtype=torch.bool)
+    i = torch.arange(s_q, device=device).view(s_q, 1)
+    j = torch.arange(s_kv, device=device).view(1, s_kv)
+    visible = torch.ones(s_q, s_kv, dtype=torch.bool, device=device)
     if right >= 0:
         visible &= j <= i + diagonal_offset + right
     if left >= 0:
@@ -146,13 +147,13 @@ def reference_one_sequence(
         slopes = alibi_slopes.float().reshape(-1)
         if slopes.numel() != num_heads:
             raise ValueError(f"alibi_slopes must have {num_heads} entries, got {slopes.numel()}")
-        i = torch.arange(s_q).view(s_q, 1)
-        j = torch.arange(s_kv).view(1, s_kv)
+        i = torch.arange(s_q, device=q.device).view(s_q, 1)
+        j = torch.arange(s_kv, device=q.device).view(1, s_kv)
         distance = (i + diagonal_offset - j).abs().float()  # [s_q, s_kv]
         logits = logits - slopes.view(num_heads, 1, 1) * distance
 
     visible = _visible_keys(
-        s_q, s_kv, causal=causal, window_size=tuple(window_size), bottom_right=bottom_right
+        s_q, s_kv, causal=causal, window_size=tuple(window_size), bottom_right=bottom_right, device=q.device
     ).expand(num_heads, s_q, s_kv)
     if mask is not None:
         if mask.dtype != torch.bool or mask.dim() != 3:
@@ -169,15 +170,15 @@ def reference_one_sequence(
         logits = torch.cat([logits, sink_column], dim=2)  # [h, s_q, s_kv + 1]
 
     if logits.shape[2] == 0:
-        return torch.zeros(s_q, num_heads, head_dim_v, dtype=torch.float32)
+        return torch.zeros(s_q, num_heads, head_dim_v, dtype=torch.float32, device=q.device)
     # Plain softmax; rows with no visible key come out NaN and are zeroed below.
     row_max = logits.amax(dim=2, keepdim=True)
-    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros(()))
+    row_max = torch.where(torch.isfinite(row_max), row_max, 0.0)
     exp_logits = torch.exp(logits - row_max)
     probs = exp_logits / exp_logits.sum(dim=2, keepdim=True)
     probs = probs[:, :, :s_kv]
     sees_some_key = visible.any(dim=2, keepdim=True)  # [h, s_q, 1]
-    probs = torch.where(sees_some_key, probs, torch.zeros(()))
+    probs = torch.where(sees_some_key, probs, 0.0)
 
     out = torch.einsum("hij,jhd->ihd", probs, v32)  # [s_q, h, d_v]
     return out.reshape(s_q, num_heads, head_dim_v)
