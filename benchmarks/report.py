@@ -44,11 +44,14 @@ def _command_output(command: list[str], cwd: str | None = None) -> str | None:
 
 
 def git_commit() -> str:
-    """``git rev-parse --short HEAD`` (+ ``-dirty``), else $BENCH_COMMIT, else ``unknown``."""
+    """$BENCH_COMMIT when set (a copied tree may carry a stale ``.git``), else ``git rev-parse --short
+    HEAD`` (+ ``-dirty``), else ``unknown``."""
+    if os.environ.get("BENCH_COMMIT"):
+        return os.environ["BENCH_COMMIT"]
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     commit = _command_output(["git", "rev-parse", "--short", "HEAD"], cwd=root)
     if commit is None:
-        return os.environ.get("BENCH_COMMIT", "unknown")
+        return "unknown"
     dirty = _command_output(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root)
     return commit + ("-dirty" if dirty else "")
 

@@ -24,7 +24,7 @@ MAX_NUM_SPLITS = 64
 """Upper bound on the split-KV count (bounds the combine kernel's register tile)."""
 
 _FILL_PROGRAMS_PER_SM = 4
-"""Split-KV fills the GPU up to about this many programs per SM."""
+"""Split-KV fills the GPU up to about this many (sequence, q-tile, KV head, split) programs per SM."""
 
 _BALANCE_CHUNK_KEYS = 4096
 """Decode-class splits read at most this many keys each (the per-program length of B64 x 4k)."""
@@ -137,16 +137,22 @@ def choose_num_splits(
 ) -> int:
     """Split-KV count from host-known sizes only (no device sync).
 
-    Two reasons to split, whichever asks for more:
-      fill: fewer than ``_FILL_PROGRAMS_PER_SM / 2`` (sequence, q-tile, KV head) programs per SM
-        leave the memory system idle; aim at about four per SM (measured on the H200 for decode:
-        B1 x 32k -> 64 splits 3.07 TB/s vs 33 splits 2.90; B8 x 4k -> 8 splits 3.16 vs 5 splits 2.82;
-        B64 x 4k, 512 programs, unsplit 4.28 TB/s).
+    Two reasons to split, whichever asks for more, rounded to a power of two:
+      fill: fewer than ``_FILL_PROGRAMS_PER_SM`` (sequence, q-tile, KV head) programs per SM leave
+        the memory system idle; split up to about that many, never past it.
       balance (decode class only: one q tile per sequence): no program reads more than
         ``_BALANCE_CHUNK_KEYS`` keys, so one long sequence of a ragged batch does not run alone
         after the short ones finish (the kernel gives each split an even share of its own
         sequence's range, so short sequences become short splits).
     Never split KV ranges of four tiles or fewer, and keep at least two tiles per split.
+
+    Measured on the H200 (benchmarks/sweep.py, bf16 GQA 32/8 d128 page 16, 2026-11-30, µs):
+      1x8k: 64 splits 26.6 (32: 27.4, 16: 33.8); 8x4k: 8 splits 53.5 (4: 60.2, 16: 57.2);
+      32x2k: 2 splits 85.1 (1: 106.7, 3: 97.6, 4: 89.8); 32x4k verify q4: 2 splits 150.3 (3: 172.1);
+      64x4k: 1 split 266.8 (2: 273.3); 32x32k: 2, 4 or 8 splits ~1000 (1: 1490, 3: 1151);
+      MQA 32/1 64x4k: 4 splits 69.8, 8: 75.7 (9: 79.0); ragged 64 (mean 4k, max 32k): 8 splits 373.8,
+      16: 356.4 (1: 1214). Odd split counts measured consistently slower than their power-of-two
+      neighbours.
 
     Example:
         >>> choose_num_splits(num_seqs=1, num_kv_heads=8, total_q=1, max_seqlen_q=1,
@@ -159,11 +165,13 @@ def choose_num_splits(
     kv_tiles = -(-max(0, max_seqlen_kv) // block_n)
     if kv_tiles <= 4:
         return 1
-    fill = 1
-    if 2 * programs < _FILL_PROGRAMS_PER_SM * num_sms:
-        fill = -(-_FILL_PROGRAMS_PER_SM * num_sms // programs)
+    fill = _floor_power_of_2(_FILL_PROGRAMS_PER_SM * num_sms // programs)
     balance = 1
     if q_tiles_per_seq == 1:
-        balance = -(-max_seqlen_kv // _BALANCE_CHUNK_KEYS)
-    return max(1, min(max(fill, balance), kv_tiles // 2, MAX_NUM_SPLITS))
+        balance = next_power_of_2(-(-max_seqlen_kv // _BALANCE_CHUNK_KEYS))
+    return max(1, min(max(fill, balance), _floor_power_of_2(kv_tiles // 2), MAX_NUM_SPLITS))
 
+
+def _floor_power_of_2(value: int) -> int:
+    """Largest power of 2 <= value (1 for value <= 1)."""
+    return 1 if value <= 1 else 1 << (int(value).bit_length() - 1)
