@@ -72,12 +72,16 @@ def select_forward_config(
     work; "prefill" uses 128-row tiles (64 for head dim 256, register/smem bound). Interpreter mode
     uses the smallest legal tiles so CPU tests stay fast.
 
-    Measured on the H200 (bf16, GQA 32/8 or 16/4, Triton 3.6, 2026-11-30; sweep of block_m 64/128,
-    block_n 32/64/128, warps 4/8, stages 2/3/4):
-      decode d128 (block_m 16): block_n 64, 4 warps, 2 stages -> 4.28 TB/s at B64 x 4k, page 16
-        (3 stages: 2.97 TB/s); block_n 128 is no better.
-      prefill causal: d64 128x64 8 warps 3 stages 340 TFLOP/s (4 warps: 318); d128 128x64 8w 3s
-        360 TFLOP/s (B8 x 2k); d256 128x64 8w 2s 402 TFLOP/s (64x64 4w: 280).
+    Measured on the H200 with L2 flushed (benchmarks/sweep.py, bf16, Triton 3.6, 2026-11-30; the
+    full table is docs/results/2026-11-30-h200/sweep.md):
+      decode d128 GQA 32/8 (block_m 16): block_n 64, 4 warps, 2 stages: 64x4k page 16 266.7 µs
+        (4.03 TB/s); 3 stages 277, block_n 128 286, block_n 32 307, 2 warps 391, 8 warps 378.
+      prefill d128 (4x4k, GQA causal / MHA full): 128x64 8 warps 3 stages 427 / 453 TFLOP/s;
+        4 stages 415 / 458, 128x128 2 stages 418 / 461, 64x64 4 warps 411 / 443.
+        Exceptions to follow up: 16x1k causal 64x64 4 warps 281 vs 264; a 2k chunk over a 30k
+        paged prefix 128x128 3 stages 287 vs 246.
+      d64 causal: 128x64 8 warps 3 stages 363 (64x64 4 warps 349). d256 causal: 128x64 8 warps
+        2 stages 467 (3 stages and 128x128 exceed shared memory; 64x64 4 warps 327).
 
     Example:
         >>> select_forward_config(head_dim_qk=128, head_dim_v=128, group_size=4,
