@@ -2,18 +2,27 @@
 multi-token steps, finishing sequences and a refilled batch, driven through
 ``DotProductAttention`` + ``InferenceParams``. Every new token of every step is compared with
 full causal attention over that sequence's whole history.
+
+Backends: unfused and fused everywhere (fused in Triton's interpreter on CPU), and each flash
+generation: on a GPU through the installed package (skipped with the probe's reason when absent),
+on CPU through the fake packages of ``tests/flash_fakes.py``, which enforce each package's argument
+rules, so the adapters' cache plumbing is checked in CI too.
 """
 
 from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from dataclasses import replace
 
 import pytest
 import torch
 
+from attention import selection
+from attention.backends import flash_probe
 from inference import InferenceParams
 from inference.scheduler import ContinuousBatchingScheduler
+from tests.flash_fakes import install_fake
 from tests.reference import reference_one_sequence
 
 attention = pytest.importorskip("attention")
@@ -31,18 +40,55 @@ PAGINGS = [
 ]
 FORMATS = ["bshd", "sbhd", "thd"]
 
+FLASH_MAX_SEQLEN, FLASH_HEAD_DIM = 512, 64
+"""flash-attn 2 drives a non-paged cache as one block per row (max_sequence_length % 256 == 0);
+flash-attn-4 on sm90 takes head dims 64 and up."""
+FLASH_PAGINGS = {
+    # the page sizes each generation's paged path takes (flash-attn 2: multiples of 256 only)
+    "flash2": [pytest.param(None, False, id="non-paged"), pytest.param(256, False, id="page256"),
+               pytest.param(256, True, id="page256-oversubscribed")],
+    "flash3": [pytest.param(None, False, id="non-paged"), pytest.param(16, False, id="page16"),
+               pytest.param(1, True, id="page1-oversubscribed")],
+    "flash4": [pytest.param(None, False, id="non-paged"), pytest.param(128, False, id="page128"),
+               pytest.param(16, True, id="page16-oversubscribed")],
+}
+
 
 def simulation_cases():
-    """Every format x paging for unfused; for fused (slow under TRITON_INTERPRET on CPU) a few."""
+    """Every format x paging for unfused; for fused (slow under TRITON_INTERPRET on CPU) a few; for
+    each flash generation the page sizes it reads."""
+    interpreted = {"bshd": ("non-paged",), "sbhd": ("page16-oversubscribed",), "thd": ("page3", "page1-oversubscribed")}
     for backend in ("unfused", "fused"):
         for qkv_format in FORMATS:
             for paging in PAGINGS:
-                page_size = paging.values[0]
                 tiny = backend == "fused" and not ON_GPU
-                if tiny and paging.id not in {"bshd": ("non-paged",), "sbhd": ("page16-oversubscribed",), "thd": ("page3", "page1-oversubscribed")}[qkv_format]:
+                if tiny and paging.id not in interpreted[qkv_format]:
                     continue
                 yield pytest.param(backend, qkv_format, *paging.values, tiny,
                                    id=f"{backend}-{qkv_format}-{paging.id}")
+    for backend, pagings in FLASH_PAGINGS.items():
+        for index, qkv_format in enumerate(FORMATS):
+            # CPU (fakes): one paging per format; GPU: every combination
+            for paging in pagings if ON_GPU else pagings[index:index + 1]:
+                yield pytest.param(backend, qkv_format, *paging.values, not ON_GPU,
+                                   id=f"{backend}-{qkv_format}-{paging.id}")
+
+
+def use_flash(backend: str, monkeypatch) -> None:
+    """On a GPU: the installed generation or a skip with its reason. On CPU: its fake package, and
+    the backend's sheet widened to CPU tensors (the fakes compute on any device)."""
+    generation = int(backend[-1])
+    if ON_GPU:
+        reason = selection.registry()[backend].availability_reason()
+        if reason:
+            pytest.skip(f"{backend}: {reason}")
+        return
+    install_fake(monkeypatch, generation)
+    monkeypatch.setattr(flash_probe, "cuda_available", lambda: True)
+    flash_class = type(selection.registry()[backend])
+    widened = replace(flash_class.capabilities, device_types=frozenset({"cpu", "cuda"}))
+    monkeypatch.setattr(flash_class, "capabilities", widened)
+    selection.clear_cache()
 
 
 def pack_new_tokens(tensors: list[torch.Tensor], qkv_format: str) -> torch.Tensor:
@@ -75,19 +121,32 @@ def check_pages(params: InferenceParams) -> None:
 
 
 @pytest.mark.parametrize("backend, qkv_format, page_size, oversubscribed, tiny", list(simulation_cases()))
-def test_serving_simulation(backend, qkv_format, page_size, oversubscribed, tiny):
+def test_serving_simulation(backend, qkv_format, page_size, oversubscribed, tiny, monkeypatch):
     device = torch.device("cuda" if ON_GPU else "cpu")
     num_requests, max_seqlen = (3, 24) if tiny else (7, MAX_SEQLEN)
+    dtype, head_dim = DTYPE, HEAD_DIM
+    if backend.startswith("flash"):
+        use_flash(backend, monkeypatch)
+        num_requests, max_seqlen, dtype, head_dim = (4 if tiny else 7), FLASH_MAX_SEQLEN, torch.float16, FLASH_HEAD_DIM
+    try:
+        _simulate(backend, qkv_format, page_size, oversubscribed, tiny, device, num_requests, max_seqlen, dtype,
+                  head_dim)
+    finally:
+        selection.clear_cache()
+
+
+def _simulate(backend, qkv_format, page_size, oversubscribed, tiny, device, num_requests, max_seqlen, dtype,
+              head_dim):
     max_pages_per_seq = -(-max_seqlen // page_size) if page_size else 0
     params = InferenceParams(
-        MAX_BATCH, max_seqlen, HEADS_KV, HEAD_DIM, DTYPE, is_paged=page_size is not None,
+        MAX_BATCH, max_seqlen, HEADS_KV, head_dim, dtype, is_paged=page_size is not None,
         page_size=page_size,
         total_num_pages=(max_pages_per_seq * 3) // 2 if oversubscribed else None,
         max_ctx_len=8, qkv_format=qkv_format, device=device,
     )
     params.allocate_memory(1)
     attn = attention.DotProductAttention(
-        HEADS, HEAD_DIM, num_gqa_groups=HEADS_KV, qkv_format=qkv_format,
+        HEADS, head_dim, num_gqa_groups=HEADS_KV, qkv_format=qkv_format,
         attn_mask_type="padding_causal", layer_number=1, backend=backend,
     )
     scheduler = ContinuousBatchingScheduler(
@@ -95,7 +154,7 @@ def test_serving_simulation(backend, qkv_format, page_size, oversubscribed, tiny
         prefill_chunk_size=8, max_decode_tokens=3, arrival_rate=0.7, seed=len(qkv_format) + (page_size or 0),
     )
     q_all, k_all, v_all = (
-        {r.seq_id: 0.5 * torch.randn(r.total_len, heads, HEAD_DIM) for r in scheduler.requests}
+        {r.seq_id: 0.5 * torch.randn(r.total_len, heads, head_dim) for r in scheduler.requests}
         for heads in (HEADS, HEADS_KV, HEADS_KV)
     )
     checked_tokens, multi_token_continuations = 0, 0
@@ -111,7 +170,7 @@ def test_serving_simulation(backend, qkv_format, page_size, oversubscribed, tiny
         multi_token_continuations += sum(n > 1 and s > 0 for n, s in zip(step_lens, starts))
         q, k, v = (
             pack_new_tokens([tensors[seq_id][s : s + n] for seq_id, s, n in zip(step_dict, starts, step_lens)],
-                            qkv_format).to(device=device, dtype=DTYPE)
+                            qkv_format).to(device=device, dtype=dtype)
             for tensors in (q_all, k_all, v_all)
         )
         cu_seqlens_q = torch.tensor([0, *torch.tensor(step_lens).cumsum(0).tolist()], dtype=torch.int32, device=device)
@@ -124,10 +183,10 @@ def test_serving_simulation(backend, qkv_format, page_size, oversubscribed, tiny
             raise
         for seq_id, s, n, got in zip(step_dict, starts, step_lens, new_token_outputs(out, qkv_format, step_lens)):
             expected = reference_one_sequence(
-                q_all[seq_id][s : s + n].to(DTYPE), k_all[seq_id][: s + n].to(DTYPE), v_all[seq_id][: s + n].to(DTYPE),
-                softmax_scale=1 / math.sqrt(HEAD_DIM), causal=True, bottom_right=True,
+                q_all[seq_id][s : s + n].to(dtype), k_all[seq_id][: s + n].to(dtype), v_all[seq_id][: s + n].to(dtype),
+                softmax_scale=1 / math.sqrt(head_dim), causal=True, bottom_right=True,
             )
-            torch.testing.assert_close(got.float().cpu(), expected.reshape(n, -1), **TOLERANCE[DTYPE],
+            torch.testing.assert_close(got.float().cpu(), expected.reshape(n, -1), **TOLERANCE[dtype],
                                        msg=lambda m: f"step {scheduler.time}, seq {seq_id}, tokens {s}..{s + n}: {m}")
             checked_tokens += n
         scheduler.complete_step()
