@@ -26,6 +26,7 @@ Shapes: ``q``/``out`` keep the caller's format (``q_format``: bshd ``[b, s, h, d
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -37,6 +38,14 @@ __all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache
 # ------------------------------------------------------------------------------------------------
 # fused: our Triton kernel
 # ------------------------------------------------------------------------------------------------
+
+@functools.cache
+def _attention_forward() -> Any:
+    """The kernel launcher, imported on first use (Triton stays unimported until a fused call)."""
+    from attention.kernels.attention_fwd import attention_forward
+
+    return attention_forward
+
 
 def _batched(x: Tensor, fmt: str, batch: int) -> Tensor:
     """The kernel's ``[B, S, H, D]`` strided view of a bshd / sbhd / thd (or cache) tensor; no copy."""
@@ -57,9 +66,7 @@ def fused_attention_forward(
     """Run the fused kernel, writing the rows of real query tokens of ``out`` (in place).
 
     ``num_splits``: the split-KV count, or None for the kernel's heuristic."""
-    from attention.kernels import attention_forward
-
-    attention_forward(
+    _attention_forward()(
         _batched(q, q_format, batch), _batched(k, kv_format, batch), _batched(v, kv_format, batch),
         _batched(out, q_format, batch),
         cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv, q_start=q_start, kv_start=kv_start,

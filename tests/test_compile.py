@@ -348,16 +348,16 @@ def test_fused_bf16_cuda_prefill_and_decode():
 @pytest.mark.parametrize("generation", [2, 3, 4])
 @pytest.mark.parametrize("layout", ["bshd-causal", "thd", "thd-paged-decode"])
 def test_flash_backend_forward_has_no_graph_break(generation, layout, monkeypatch):
+    from attention.selection import registry
     from tests.flash_cases import FlashCase, build_call
-    from tests.test_flash_backend import BACKENDS, FAKES
+    from tests.flash_fakes import install_fake
 
-    package = flash_probe.FlashPackage(generation, module=FAKES[generation](), version=(9, 9, 9), version_text="9.9.9")
-    monkeypatch.setattr(flash_probe, "probe", lambda g: package)
+    install_fake(monkeypatch, generation)
     page_size = 256 if generation == 2 else 16
     case = {"bshd-causal": FlashCase("bshd", attn_mask_type="causal"), "thd": FlashCase("thd"),
             "thd-paged-decode": FlashCase("thd", kv_cache="paged", page_size=page_size, s_q=1, s_kv=2 * page_size)}[layout]
     call, expected = build_call(case, param_dtype=torch.bfloat16)
-    backend = BACKENDS[generation]
+    backend = registry()[f"flash{generation}"]
     explanation = torch._dynamo.explain(backend.forward)(call)
     assert explanation.graph_break_count == 0, explanation.break_reasons
     assert "dpa.flash_attn" in "".join(str(g.code) for g in explanation.graphs)
