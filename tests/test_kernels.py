@@ -357,3 +357,23 @@ def test_ragged_decode_with_balance_splits() -> None:
                              block_q=8, block_n=16, num_sms=4) == 2  # the interpreter's SM count
     run_and_check(C((1,) * len(lengths), lengths, heads=(4, 2), layout="paged", page_size=16, causal=True,
                     bottom_right=True, num_splits=None, dtype=torch.float16))
+
+
+@pytest.mark.parametrize("scalar_ids, prefetch", [(True, False), (False, True), (True, True)],
+                         ids=["scalar-ids", "prefetch", "scalar-ids+prefetch"])
+@pytest.mark.parametrize("page_size, window", [(16, (-1, 0)), (32, (7, 0)), (3, (-1, 0)), (8, (5, 0))],
+                         ids=["page16", "page32-window", "page3", "page8-window"])
+def test_paged_addressing_variants_match_the_reference(scalar_ids, prefetch, page_size, window) -> None:
+    """The opt-in page-table variants (benchmarks/sweep.py measures them) compute the same attention:
+    a decode, a chunk over a prefix and a short prefill in one launch, with and without splits."""
+    case = C(MIXED_Q, MIXED_KV, heads=(4, 2), layout="paged", page_size=page_size, causal=True,
+             bottom_right=True, window=window, num_splits=None, dtype=torch.float16)
+    inputs = build_inputs(case)
+    base = select_forward_config(head_dim_qk=16, head_dim_v=16, group_size=2, max_seqlen_q=max(MIXED_Q),
+                                 interpret=True)
+    config = replace(base, paged_scalar_ids=scalar_ids, prefetch_page_ids=prefetch)
+    for num_splits in (1, 3):
+        inputs["out_base"].fill_(SENTINEL)
+        attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"],
+                          **{**inputs["call"], "num_splits": num_splits}, config=config)
+        check_output(case, inputs)

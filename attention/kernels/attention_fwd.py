@@ -151,6 +151,8 @@ def attention_forward(
         BOTTOM_RIGHT=bool(bottom_right), HAS_ALIBI=alibi_slopes is not None,
         HAS_SINK=softmax_offset is not None and not write_partial, WRITE_PARTIAL=write_partial,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        PAGE_SCALAR=config.paged_scalar_ids and shapes.paged and shapes.page_size % config.block_n == 0,
+        PREFETCH_PAGES=config.prefetch_page_ids and shapes.paged,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if write_partial:

@@ -26,6 +26,16 @@ LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
+def _page_ids(page_table_row_ptr, stride_pt_p, page_size, tile, kv_len, valid,
+              BLOCK_N: tl.constexpr, PAGE_SCALAR: tl.constexpr):
+    """Cache page ids of KV tile `tile`: a scalar (PAGE_SCALAR) or one per key; 0 where not `valid`."""
+    if PAGE_SCALAR:
+        return tl.load(page_table_row_ptr + ((tile * BLOCK_N) // page_size) * stride_pt_p, mask=valid, other=0)
+    offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    return tl.load(page_table_row_ptr + (offs_n // page_size) * stride_pt_p, mask=valid & (offs_n < kv_len), other=0)
+
+
+@triton.jit
 def _attend_kv_tiles(
     acc, l_i, m_i, q,
     tile_begin, tile_end,
@@ -40,25 +50,42 @@ def _attend_kv_tiles(
     PAGED: tl.constexpr, MASKED: tl.constexpr,
     WINDOW_LEFT_BOUNDED: tl.constexpr, WINDOW_RIGHT_BOUNDED: tl.constexpr,
     HAS_ALIBI: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    PAGE_SCALAR: tl.constexpr, PREFETCH_PAGES: tl.constexpr,
 ):
     """Online-softmax accumulation over KV tiles [tile_begin, tile_end) of one sequence.
 
     MASKED=False is the fast path for tiles that every row sees entirely (no key-position
     masks, no bounds checks on keys); MASKED=True handles band edges and the ragged last tile.
+    Paged caches: PAGE_SCALAR (page_size a multiple of BLOCK_N) reads one page id per tile and
+    addresses the tile as one contiguous run of slots; PREFETCH_PAGES loads the next tile's page
+    ids one iteration ahead, so the K/V loads do not wait on a page-table load of their own
+    iteration.
     """
     dqk_in_bounds = offs_dqk < HEAD_DIM_QK
     dv_in_bounds = offs_dv < HEAD_DIM_V
+    if PAGED and PREFETCH_PAGES:
+        next_page = _page_ids(page_table_row_ptr, stride_pt_p, page_size, tile_begin, kv_len,
+                              tile_begin < tile_end, BLOCK_N, PAGE_SCALAR)
     for tile in range(tile_begin, tile_end):
         offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
         key_in_bounds = offs_n < kv_len
         if PAGED:
-            # One vector of page ids per tile (a tile may span several pages).
-            if MASKED:
+            if PREFETCH_PAGES:
+                page = next_page
+                next_page = _page_ids(page_table_row_ptr, stride_pt_p, page_size, tile + 1, kv_len,
+                                      tile + 1 < tile_end, BLOCK_N, PAGE_SCALAR)
+            elif PAGE_SCALAR:
+                page = tl.load(page_table_row_ptr + ((tile * BLOCK_N) // page_size) * stride_pt_p)
+            elif MASKED:
+                # One vector of page ids per tile (a tile may span several pages).
                 page = tl.load(page_table_row_ptr + (offs_n // page_size) * stride_pt_p,
                                mask=key_in_bounds, other=0)
             else:
                 page = tl.load(page_table_row_ptr + (offs_n // page_size) * stride_pt_p)
-            slot = (offs_n % page_size).to(tl.int64)
+            if PAGE_SCALAR:
+                slot = ((tile * BLOCK_N) % page_size + tl.arange(0, BLOCK_N)).to(tl.int64)
+            else:
+                slot = (offs_n % page_size).to(tl.int64)
             k_rows = page.to(tl.int64) * stride_kp + slot * stride_ks
             v_rows = page.to(tl.int64) * stride_vp + slot * stride_vs
         else:
@@ -126,7 +153,7 @@ def attention_fwd_kernel(
     PAGED: tl.constexpr, HAS_Q_START: tl.constexpr, HAS_KV_START: tl.constexpr,
     WINDOW_LEFT_BOUNDED: tl.constexpr, WINDOW_RIGHT_BOUNDED: tl.constexpr, BOTTOM_RIGHT: tl.constexpr,
     HAS_ALIBI: tl.constexpr, HAS_SINK: tl.constexpr, WRITE_PARTIAL: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, PAGE_SCALAR: tl.constexpr, PREFETCH_PAGES: tl.constexpr,
 ):
     """Strides: dense k/v use (batch, token, head); paged k/v use (page, slot, head).
 
@@ -218,21 +245,21 @@ def attention_fwd_kernel(
         page_table_row_ptr, stride_pt_p, page_size, stride_ks, stride_kb, stride_vs, stride_vb,
         kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope, qk_scale,
         offs_dqk, offs_dv, HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, BLOCK_N, PAGED, True,
-        WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION)
+        WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES)
     acc, l_i, m_i = _attend_kv_tiles(
         acc, l_i, m_i, q, tl.maximum(split_lo, full_tile_lo), tl.minimum(full_tile_hi, split_hi),
         k_ptr, v_ptr, k_head_offset, v_head_offset, kv_seq_offset_k, kv_seq_offset_v,
         page_table_row_ptr, stride_pt_p, page_size, stride_ks, stride_kb, stride_vs, stride_vb,
         kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope, qk_scale,
         offs_dqk, offs_dv, HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, BLOCK_N, PAGED, False,
-        WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION)
+        WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES)
     acc, l_i, m_i = _attend_kv_tiles(
         acc, l_i, m_i, q, tl.maximum(split_lo, full_tile_hi), split_hi,
         k_ptr, v_ptr, k_head_offset, v_head_offset, kv_seq_offset_k, kv_seq_offset_v,
         page_table_row_ptr, stride_pt_p, page_size, stride_ks, stride_kb, stride_vs, stride_vb,
         kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope, qk_scale,
         offs_dqk, offs_dv, HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, BLOCK_N, PAGED, True,
-        WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION)
+        WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES)
 
     dv_mask = row_valid[:, None] & (offs_dv < HEAD_DIM_V)[None, :]
     if WRITE_PARTIAL:

@@ -41,6 +41,10 @@ class ForwardConfig:
     block_q: query tokens per program, block_m // group_size (>= 1).
     block_n: keys per KV tile, a power of 2 >= 16.
     block_dqk / block_dv: head dims padded to a power of 2 >= 16 (masked when padded).
+    paged_scalar_ids: with a paged cache whose page_size is a multiple of block_n, read one page id
+        per KV tile and address the tile as contiguous slots (else one page id per key).
+    prefetch_page_ids: with a paged cache, load the next KV tile's page ids one iteration ahead.
+    Both are off until measured on the H200 (benchmarks/sweep.py has the variants).
     """
 
     block_m: int
@@ -50,6 +54,8 @@ class ForwardConfig:
     block_dv: int
     num_warps: int
     num_stages: int
+    paged_scalar_ids: bool = False
+    prefetch_page_ids: bool = False
 
 
 def next_power_of_2(value: int) -> int:
