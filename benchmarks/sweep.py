@@ -2,7 +2,8 @@
 
 Decode cells try split-KV counts (the heuristic's, then fixed ones) and a few decode tiles; prefill
 cells try tile shapes, warps and pipeline stages; paged cells (decode, chunks, mixed batches) also
-try the page-table variants (one page id per tile, page ids prefetched a tile ahead). Every variant
+try the page-table variants (one page id per tile, page ids prefetched a tile ahead), and mixed or
+ragged batches a small second tile for their short sequences. Every variant
 computes the same attention on the same inputs as the default and is checked against it. Writes a
 markdown table (µs, GB/s or TFLOP/s, ratio to the default) per cell.
 
@@ -37,34 +38,69 @@ PREFILL_TILES = ((128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 2), (128, 128, 
 """(block_m, block_n, num_warps, num_stages)."""
 
 
-def _variants(cell: Cell, inputs: Inputs) -> list[tuple[str, dict]]:
+Variant = tuple[str, dict]
+
+
+def _variants(cell: Cell, inputs: Inputs | None) -> list[Variant]:
+    """The default, then the layout variants (small tile, page-table addressing), then tiles and splits."""
     from attention.kernels.configs import select_forward_config
 
     p = cell.problem
     base = select_forward_config(head_dim_qk=p.head_dim, head_dim_v=p.head_dim_v, group_size=p.heads_q // p.heads_kv,
                                  max_seqlen_q=p.max_q, interpret=False)
-    out: list[tuple[str, dict]] = [("default", {})]
-    if base.block_m < 128:  # the decode class: split counts and decode tiles
-        kv_tiles = -(-p.max_kv // base.block_n)
-        out += [(f"splits={n}", {"num_splits": n}) for n in SPLITS if n <= max(1, kv_tiles // 2)]
-        if any(name in cell.name for name in DECODE_TILE_CELLS):
-            for block_n, warps, stages in DECODE_TILES[1:]:
-                config = replace(base, block_n=block_n, num_warps=warps, num_stages=stages)
-                out.append((f"n{block_n} w{warps} s{stages}", {"config": config}))
-    else:
-        group = p.heads_q // p.heads_kv
-        for block_m, block_n, warps, stages in PREFILL_TILES:
-            if (block_m, block_n, warps, stages) == (base.block_m, base.block_n, base.num_warps, base.num_stages):
-                continue
-            config = replace(base, block_m=block_m, block_q=max(1, block_m // group), block_n=block_n,
-                             num_warps=warps, num_stages=stages)
-            out.append((f"m{block_m} n{block_n} w{warps} s{stages}", {"config": config}))
+    decode_class = base.block_m < 128
+    out: list[Variant] = [("default", {})]
+    out += _small_tile_variants(cell, base) + _paged_variants(cell, base, decode_class)
+    out += _decode_variants(cell, base) if decode_class else _prefill_variants(cell, base)
+    return out
+
+
+def _small_tile_variants(cell: Cell, base) -> list[Variant]:
+    """Mixed / ragged prefill-class batches: a small second tile for their short sequences."""
+    if base.block_m < 64 or cell.problem.uniform_q:
+        return []
+    small = max(16, base.block_m // 8)
+    out = [(f"small tile {small}", {"config": replace(base, small_block_m=small)})]
     if cell.kv_source == "paged":
-        tiles = [("", base)] + ([("n128 s3 ", replace(base, block_n=128, num_stages=3))] if base.block_m >= 64 else [])
-        for prefix, tile in tiles:
-            if cell.page_size % tile.block_n == 0:
-                out.append((f"{prefix}scalar ids", {"config": replace(tile, paged_scalar_ids=True)}))
-            out.append((f"{prefix}prefetch ids", {"config": replace(tile, prefetch_page_ids=True)}))
+        out.append((f"small tile {small} + prefetch ids",
+                    {"config": replace(base, small_block_m=small, prefetch_page_ids=True)}))
+    return out
+
+
+def _paged_variants(cell: Cell, base, decode_class: bool) -> list[Variant]:
+    """One page id per tile (pages holding whole tiles) and page ids prefetched a tile ahead."""
+    if cell.kv_source != "paged":
+        return []
+    tiles = [("", base)] + ([] if decode_class else [("n128 s3 ", replace(base, block_n=128, num_stages=3))])
+    out: list[Variant] = []
+    for prefix, tile in tiles:
+        if cell.page_size % tile.block_n == 0:
+            out.append((f"{prefix}scalar ids", {"config": replace(tile, paged_scalar_ids=True)}))
+        out.append((f"{prefix}prefetch ids", {"config": replace(tile, prefetch_page_ids=True)}))
+    return out
+
+
+def _decode_variants(cell: Cell, base) -> list[Variant]:
+    """Split counts, and decode tiles on a few cells."""
+    kv_tiles = -(-cell.problem.max_kv // base.block_n)
+    out: list[Variant] = [(f"splits={n}", {"num_splits": n}) for n in SPLITS if n <= max(1, kv_tiles // 2)]
+    if any(name in cell.name for name in DECODE_TILE_CELLS):
+        for block_n, warps, stages in DECODE_TILES[1:]:
+            out.append((f"n{block_n} w{warps} s{stages}",
+                        {"config": replace(base, block_n=block_n, num_warps=warps, num_stages=stages)}))
+    return out
+
+
+def _prefill_variants(cell: Cell, base) -> list[Variant]:
+    """Prefill tile shapes, warps and stages."""
+    group = cell.problem.heads_q // cell.problem.heads_kv
+    out: list[Variant] = []
+    for block_m, block_n, warps, stages in PREFILL_TILES:
+        if (block_m, block_n, warps, stages) == (base.block_m, base.block_n, base.num_warps, base.num_stages):
+            continue
+        config = replace(base, block_m=block_m, block_q=max(1, block_m // group), block_n=block_n,
+                         num_warps=warps, num_stages=stages)
+        out.append((f"m{block_m} n{block_n} w{warps} s{stages}", {"config": config}))
     return out
 
 

@@ -377,3 +377,21 @@ def test_paged_addressing_variants_match_the_reference(scalar_ids, prefetch, pag
         attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"],
                           **{**inputs["call"], "num_splits": num_splits}, config=config)
         check_output(case, inputs)
+
+
+@pytest.mark.parametrize("options", [
+    dict(causal=True, bottom_right=True),
+    dict(causal=True, bottom_right=True, window=(6, 0), alibi="h"),
+    dict(sink=True, num_splits=3),
+    dict(causal=True, bottom_right=True, layout="cache"),
+], ids=["causal", "window-alibi", "sink-splits", "non-paged"])
+def test_small_tile_for_short_sequences_in_a_mixed_batch(options: dict) -> None:
+    """small_block_m: decodes and short steps run a 16-row tile, longer sequences the 32-row tile,
+    all in one launch (the small tile holds 8 tokens of group 2: q lens 1, 5 and 8 take it)."""
+    fields = dict(layout="paged", page_size=8, num_splits=1, dtype=torch.float16) | options
+    case = C((1, 17, 5, 8, 9), (13, 40, 5, 30, 17), heads=(4, 2), **fields)
+    inputs = build_inputs(case)
+    base = select_forward_config(head_dim_qk=16, head_dim_v=16, group_size=2, max_seqlen_q=17, interpret=True)
+    config = replace(base, block_m=32, block_q=16, small_block_m=16)
+    attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"], config=config)
+    check_output(case, inputs)

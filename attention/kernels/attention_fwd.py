@@ -95,7 +95,8 @@ def attention_forward(
             head_dim_qk=shapes.head_dim_qk, head_dim_v=shapes.head_dim_v, group_size=group_size,
             max_seqlen_q=max_seqlen_q, interpret=interpreter_enabled())
     elif config.block_q * group_size > config.block_m or config.block_dqk < shapes.head_dim_qk \
-            or config.block_dv < shapes.head_dim_v:
+            or config.block_dv < shapes.head_dim_v \
+            or (config.small_block_m and not group_size <= config.small_block_m <= config.block_m):
         raise ValueError(f"config {config} does not fit group size {group_size} and head dims "
                          f"{shapes.head_dim_qk}/{shapes.head_dim_v}")
     if num_splits is None:
@@ -153,6 +154,7 @@ def attention_forward(
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         PAGE_SCALAR=config.paged_scalar_ids and shapes.paged and shapes.page_size % config.block_n == 0,
         PREFETCH_PAGES=config.prefetch_page_ids and shapes.paged,
+        SMALL_BLOCK_M=config.small_block_m, SMALL_BLOCK_Q=max(1, config.small_block_m // group_size),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if write_partial:

@@ -1,6 +1,8 @@
 """The Triton forward kernel: varlen / paged / GQA-packed / split-KV attention in one launch.
 
-Grid: (q-tile programs over the flattened query tokens, KV heads, KV splits).
+Grid: (q-tile programs over the flattened query tokens, KV heads, KV splits). The kernel finds
+its program's sequence and q tile; `_attend_q_tile` computes it (with the prefill tile, or in mixed
+batches with SMALL_BLOCK_M > 0 a small tile for sequences of few queries).
  - Program (t, h, s) finds its sequence b by a binary search over cu_seqlens_q (vLLM's static
    bound: sequence b owns program ids cu_seqlens_q[b] // BLOCK_Q + b ...), exits when the tile is
    past b's queries.
@@ -132,46 +134,27 @@ def _attend_kv_tiles(
 
 
 @triton.jit
-def attention_fwd_kernel(
-    q_ptr, k_ptr, v_ptr, out_ptr,
-    partial_out_ptr, partial_lse_ptr,
-    cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr,
-    page_table_ptr, alibi_slopes_ptr, softmax_offset_ptr,
-    num_seqs, page_size,
-    stride_qb, stride_qs, stride_qh,
-    stride_kb, stride_ks, stride_kh,
-    stride_vb, stride_vs, stride_vh,
-    stride_ob, stride_os, stride_oh,
-    stride_pt_b, stride_pt_p,
-    stride_alibi_b,
-    stride_part_split, stride_part_tok, stride_part_head,
-    stride_lse_split, stride_lse_tok,
+def _attend_q_tile(
+    seq, q_begin, q_len, first_query, kv_head, split, num_splits,
+    q_ptr, k_ptr, v_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
+    cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr, alibi_slopes_ptr,
+    softmax_offset_ptr, page_size,
+    stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+    stride_ob, stride_os, stride_oh, stride_pt_b, stride_pt_p, stride_alibi_b,
+    stride_part_split, stride_part_tok, stride_part_head, stride_lse_split, stride_lse_tok,
     qk_scale, window_left, window_right,
-    HEAD_DIM_QK: tl.constexpr, HEAD_DIM_V: tl.constexpr,
-    BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
-    GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr,
+    HEAD_DIM_QK: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
+    GROUP_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
     PAGED: tl.constexpr, HAS_Q_START: tl.constexpr, HAS_KV_START: tl.constexpr,
     WINDOW_LEFT_BOUNDED: tl.constexpr, WINDOW_RIGHT_BOUNDED: tl.constexpr, BOTTOM_RIGHT: tl.constexpr,
     HAS_ALIBI: tl.constexpr, HAS_SINK: tl.constexpr, WRITE_PARTIAL: tl.constexpr,
     DOT_PRECISION: tl.constexpr, PAGE_SCALAR: tl.constexpr, PREFETCH_PAGES: tl.constexpr,
 ):
-    """Strides: dense k/v use (batch, token, head); paged k/v use (page, slot, head).
-
-    WRITE_PARTIAL (split-KV): write fp32 O normalised by this split's sum and its LSE (log2 units)
-    to the workspace at the packed token index; the combine kernel merges splits and applies sinks.
-    """
-    tile_id = tl.program_id(0)
-    kv_head = tl.program_id(1)
-    split = tl.program_id(2)
+    """Attention of one q tile (BLOCK_Q query tokens x GROUP_SIZE heads = BLOCK_M packed rows) of
+    sequence `seq` against KV split `split`, written to out (or to the split workspace)."""
     split64 = split.to(tl.int64)
-    num_splits = tl.num_programs(2)
 
-    seq = find_sequence(cu_seqlens_q_ptr, num_seqs, tile_id, BLOCK_Q, True)
-    q_begin = tl.load(cu_seqlens_q_ptr + seq)
-    q_len = tl.load(cu_seqlens_q_ptr + seq + 1) - q_begin
-    first_query = (tile_id - (q_begin // BLOCK_Q + seq)) * BLOCK_Q
-    if first_query >= q_len:
-        return
     kv_len = tl.load(cu_seqlens_kv_ptr + seq + 1) - tl.load(cu_seqlens_kv_ptr + seq)
     if BOTTOM_RIGHT:
         diag_offset = kv_len - q_len
@@ -283,3 +266,79 @@ def attention_fwd_kernel(
         out_ptrs = (out_ptr + seq64 * stride_ob + q_row_token.to(tl.int64)[:, None] * stride_os
                     + row_head[:, None] * stride_oh + offs_dv[None, :])
         tl.store(out_ptrs, o.to(out_ptr.dtype.element_ty), mask=dv_mask)
+
+
+@triton.jit
+def attention_fwd_kernel(
+    q_ptr, k_ptr, v_ptr, out_ptr,
+    partial_out_ptr, partial_lse_ptr,
+    cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr,
+    page_table_ptr, alibi_slopes_ptr, softmax_offset_ptr,
+    num_seqs, page_size,
+    stride_qb, stride_qs, stride_qh,
+    stride_kb, stride_ks, stride_kh,
+    stride_vb, stride_vs, stride_vh,
+    stride_ob, stride_os, stride_oh,
+    stride_pt_b, stride_pt_p,
+    stride_alibi_b,
+    stride_part_split, stride_part_tok, stride_part_head,
+    stride_lse_split, stride_lse_tok,
+    qk_scale, window_left, window_right,
+    HEAD_DIM_QK: tl.constexpr, HEAD_DIM_V: tl.constexpr,
+    BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
+    GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
+    PAGED: tl.constexpr, HAS_Q_START: tl.constexpr, HAS_KV_START: tl.constexpr,
+    WINDOW_LEFT_BOUNDED: tl.constexpr, WINDOW_RIGHT_BOUNDED: tl.constexpr, BOTTOM_RIGHT: tl.constexpr,
+    HAS_ALIBI: tl.constexpr, HAS_SINK: tl.constexpr, WRITE_PARTIAL: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, PAGE_SCALAR: tl.constexpr, PREFETCH_PAGES: tl.constexpr,
+    SMALL_BLOCK_M: tl.constexpr, SMALL_BLOCK_Q: tl.constexpr,
+):
+    """Strides: dense k/v use (batch, token, head); paged k/v use (page, slot, head).
+
+    WRITE_PARTIAL (split-KV): write fp32 O normalised by this split's sum and its LSE (log2 units)
+    to the workspace at the packed token index; the combine kernel merges splits and applies sinks.
+    SMALL_BLOCK_M > 0 (mixed batches): a sequence with at most SMALL_BLOCK_Q queries (a decode, a
+    short verification step) runs a SMALL_BLOCK_M-row tile instead of the BLOCK_M-row prefill tile.
+    """
+    tile_id = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    num_splits = tl.num_programs(2)
+
+    seq = find_sequence(cu_seqlens_q_ptr, num_seqs, tile_id, BLOCK_Q, True)
+    q_begin = tl.load(cu_seqlens_q_ptr + seq)
+    q_len = tl.load(cu_seqlens_q_ptr + seq + 1) - q_begin
+    first_query = (tile_id - (q_begin // BLOCK_Q + seq)) * BLOCK_Q
+    if first_query >= q_len:
+        return
+    small = False
+    if SMALL_BLOCK_M > 0:
+        small = q_len <= SMALL_BLOCK_Q  # then first_query == 0: the whole sequence is this tile
+    if small:
+        _attend_q_tile(
+            seq, q_begin, q_len, first_query, kv_head, split, num_splits,
+            q_ptr, k_ptr, v_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
+            cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr, alibi_slopes_ptr,
+            softmax_offset_ptr, page_size,
+            stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+            stride_ob, stride_os, stride_oh, stride_pt_b, stride_pt_p, stride_alibi_b,
+            stride_part_split, stride_part_tok, stride_part_head, stride_lse_split, stride_lse_tok,
+            qk_scale, window_left, window_right,
+            SMALL_BLOCK_M, SMALL_BLOCK_Q,
+            HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, GROUP_SIZE, BLOCK_N,
+            PAGED, HAS_Q_START, HAS_KV_START, WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, BOTTOM_RIGHT,
+            HAS_ALIBI, HAS_SINK, WRITE_PARTIAL, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES)
+    else:
+        _attend_q_tile(
+            seq, q_begin, q_len, first_query, kv_head, split, num_splits,
+            q_ptr, k_ptr, v_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
+            cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr, alibi_slopes_ptr,
+            softmax_offset_ptr, page_size,
+            stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+            stride_ob, stride_os, stride_oh, stride_pt_b, stride_pt_p, stride_alibi_b,
+            stride_part_split, stride_part_tok, stride_part_head, stride_lse_split, stride_lse_tok,
+            qk_scale, window_left, window_right,
+            BLOCK_M, BLOCK_Q,
+            HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, GROUP_SIZE, BLOCK_N,
+            PAGED, HAS_Q_START, HAS_KV_START, WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, BOTTOM_RIGHT,
+            HAS_ALIBI, HAS_SINK, WRITE_PARTIAL, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES)

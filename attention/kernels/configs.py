@@ -44,7 +44,10 @@ class ForwardConfig:
     paged_scalar_ids: with a paged cache whose page_size is a multiple of block_n, read one page id
         per KV tile and address the tile as contiguous slots (else one page id per key).
     prefetch_page_ids: with a paged cache, load the next KV tile's page ids one iteration ahead.
-    Both are off until measured on the H200 (benchmarks/sweep.py has the variants).
+    small_block_m: 0, or a packed-row count (power of 2, >= group size, <= block_m) for a second,
+        small tile that sequences with at most small_block_m // group queries (decodes in a mixed
+        batch) use instead of the block_m-row tile.
+    These three are off until measured on the H200 (benchmarks/sweep.py has the variants).
     """
 
     block_m: int
@@ -56,6 +59,7 @@ class ForwardConfig:
     num_stages: int
     paged_scalar_ids: bool = False
     prefetch_page_ids: bool = False
+    small_block_m: int = 0
 
 
 def next_power_of_2(value: int) -> int:
