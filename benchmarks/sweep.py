@@ -2,8 +2,8 @@
 
 Decode cells try split-KV counts (the heuristic's, then fixed ones) and a few decode tiles; prefill
 cells try tile shapes, warps and pipeline stages; paged cells (decode, chunks, mixed batches) also
-try the page-table variants (one page id per tile, page ids prefetched a tile ahead), and mixed or
-ragged batches a small second tile for their short sequences. Every variant
+try the page-table variants (one page id per tile, page ids prefetched a tile ahead), mixed or
+ragged batches a small second tile for their short sequences, decode cells a rotated KV walk. Every variant
 computes the same attention on the same inputs as the default and is checked against it. Writes a
 markdown table (µs, GB/s or TFLOP/s, ratio to the default) per cell.
 
@@ -26,7 +26,7 @@ from benchmarks.providers import _fused
 from benchmarks.timing import short_error, time_fn
 
 DECODE_CELLS = ("1x8k p16", "8x4k p16", "32x2k p16", "64x4k p16", "32x32k p16", "ragged", "MQA", "verify",
-                "64x4k p256")
+                "64x4k p256", "64x4k non-paged")
 SPLITS = (1, 2, 3, 4, 8, 16, 32, 64)
 DECODE_TILES = ((64, 4, 2), (64, 4, 3), (32, 4, 2), (128, 4, 2), (64, 2, 2), (64, 8, 2))
 """(block_n, num_warps, num_stages) around the recorded decode tile (64, 4, 2)."""
@@ -51,6 +51,8 @@ def _variants(cell: Cell, inputs: Inputs | None) -> list[Variant]:
     decode_class = base.block_m < 128
     out: list[Variant] = [("default", {})]
     out += _small_tile_variants(cell, base) + _paged_variants(cell, base, decode_class)
+    if decode_class:
+        out.append(("rotated kv walk", {"config": replace(base, rotate_kv_tiles=True)}))
     out += _decode_variants(cell, base) if decode_class else _prefill_variants(cell, base)
     return out
 

@@ -395,3 +395,20 @@ def test_small_tile_for_short_sequences_in_a_mixed_batch(options: dict) -> None:
     config = replace(base, block_m=32, block_q=16, small_block_m=16)
     attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"], config=config)
     check_output(case, inputs)
+
+
+@pytest.mark.parametrize("layout, prefetch", [("cache", False), ("thd", False), ("paged", True)])
+@pytest.mark.parametrize("window", [(-1, 0), (20, 0)], ids=["causal", "window"])
+def test_rotated_kv_walk_matches_the_reference(layout: str, prefetch: bool, window: tuple[int, int]) -> None:
+    """rotate_kv_tiles (opt-in): the fully visible tiles in a program-dependent order, same attention."""
+    case = C(MIXED_Q, (70, 45, 90, 66), heads=(4, 2), layout=layout, page_size=8, causal=True,
+             bottom_right=True, window=window, num_splits=None, dtype=torch.float16)
+    inputs = build_inputs(case)
+    base = select_forward_config(head_dim_qk=16, head_dim_v=16, group_size=2, max_seqlen_q=max(MIXED_Q),
+                                 interpret=True)
+    config = replace(base, rotate_kv_tiles=True, prefetch_page_ids=prefetch)
+    for num_splits in (1, 2):
+        inputs["out_base"].fill_(SENTINEL)
+        attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"],
+                          **{**inputs["call"], "num_splits": num_splits}, config=config)
+        check_output(case, inputs)

@@ -38,6 +38,14 @@ def _page_ids(page_table_row_ptr, stride_pt_p, page_size, tile, kv_len, valid,
 
 
 @triton.jit
+def _tile_at(step, tile_begin, num_tiles, rotation, ROTATE: tl.constexpr):
+    """The KV tile visited at loop step `step` of [tile_begin, tile_begin + num_tiles)."""
+    if ROTATE:
+        return tile_begin + (step - tile_begin + rotation) % num_tiles
+    return step
+
+
+@triton.jit
 def _attend_kv_tiles(
     acc, l_i, m_i, q,
     tile_begin, tile_end,
@@ -52,7 +60,7 @@ def _attend_kv_tiles(
     PAGED: tl.constexpr, MASKED: tl.constexpr,
     WINDOW_LEFT_BOUNDED: tl.constexpr, WINDOW_RIGHT_BOUNDED: tl.constexpr,
     HAS_ALIBI: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    PAGE_SCALAR: tl.constexpr, PREFETCH_PAGES: tl.constexpr,
+    PAGE_SCALAR: tl.constexpr, PREFETCH_PAGES: tl.constexpr, rotation, ROTATE: tl.constexpr,
 ):
     """Online-softmax accumulation over KV tiles [tile_begin, tile_end) of one sequence.
 
@@ -61,21 +69,26 @@ def _attend_kv_tiles(
     Paged caches: PAGE_SCALAR (page_size a multiple of BLOCK_N) reads one page id per tile and
     addresses the tile as one contiguous run of slots; PREFETCH_PAGES loads the next tile's page
     ids one iteration ahead, so the K/V loads do not wait on a page-table load of their own
-    iteration.
+    iteration. ROTATE starts the walk at tile_begin + rotation % num_tiles and wraps around, so
+    programs of different sequences do not stream the same cache offsets in lockstep.
     """
     dqk_in_bounds = offs_dqk < HEAD_DIM_QK
     dv_in_bounds = offs_dv < HEAD_DIM_V
+    num_tiles = tl.maximum(tile_end - tile_begin, 1)
     if PAGED and PREFETCH_PAGES:
-        next_page = _page_ids(page_table_row_ptr, stride_pt_p, page_size, tile_begin, kv_len,
+        next_page = _page_ids(page_table_row_ptr, stride_pt_p, page_size,
+                              _tile_at(tile_begin, tile_begin, num_tiles, rotation, ROTATE), kv_len,
                               tile_begin < tile_end, BLOCK_N, PAGE_SCALAR)
-    for tile in range(tile_begin, tile_end):
+    for step in range(tile_begin, tile_end):
+        tile = _tile_at(step, tile_begin, num_tiles, rotation, ROTATE)
         offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
         key_in_bounds = offs_n < kv_len
         if PAGED:
             if PREFETCH_PAGES:
                 page = next_page
-                next_page = _page_ids(page_table_row_ptr, stride_pt_p, page_size, tile + 1, kv_len,
-                                      tile + 1 < tile_end, BLOCK_N, PAGE_SCALAR)
+                next_page = _page_ids(page_table_row_ptr, stride_pt_p, page_size,
+                                      _tile_at(step + 1, tile_begin, num_tiles, rotation, ROTATE), kv_len,
+                                      step + 1 < tile_end, BLOCK_N, PAGE_SCALAR)
             elif PAGE_SCALAR:
                 page = tl.load(page_table_row_ptr + ((tile * BLOCK_N) // page_size) * stride_pt_p)
             elif MASKED:
@@ -150,6 +163,7 @@ def _attend_q_tile(
     WINDOW_LEFT_BOUNDED: tl.constexpr, WINDOW_RIGHT_BOUNDED: tl.constexpr, BOTTOM_RIGHT: tl.constexpr,
     HAS_ALIBI: tl.constexpr, HAS_SINK: tl.constexpr, WRITE_PARTIAL: tl.constexpr,
     DOT_PRECISION: tl.constexpr, PAGE_SCALAR: tl.constexpr, PREFETCH_PAGES: tl.constexpr,
+    ROTATE_KV: tl.constexpr,
 ):
     """Attention of one q tile (BLOCK_Q query tokens x GROUP_SIZE heads = BLOCK_M packed rows) of
     sequence `seq` against KV split `split`, written to out (or to the split workspace)."""
@@ -216,6 +230,7 @@ def _attend_q_tile(
         page_table_row_ptr = page_table_ptr
     k_head_offset = kv_head.to(tl.int64) * stride_kh
     v_head_offset = kv_head.to(tl.int64) * stride_vh
+    rotation = seq * 13 + kv_head * 7 + split * 3  # any spread; taken modulo the tile count
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -228,21 +243,24 @@ def _attend_q_tile(
         page_table_row_ptr, stride_pt_p, page_size, stride_ks, stride_kb, stride_vs, stride_vb,
         kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope, qk_scale,
         offs_dqk, offs_dv, HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, BLOCK_N, PAGED, True,
-        WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES)
+        WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES,
+        rotation, False)
     acc, l_i, m_i = _attend_kv_tiles(
         acc, l_i, m_i, q, tl.maximum(split_lo, full_tile_lo), tl.minimum(full_tile_hi, split_hi),
         k_ptr, v_ptr, k_head_offset, v_head_offset, kv_seq_offset_k, kv_seq_offset_v,
         page_table_row_ptr, stride_pt_p, page_size, stride_ks, stride_kb, stride_vs, stride_vb,
         kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope, qk_scale,
         offs_dqk, offs_dv, HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, BLOCK_N, PAGED, False,
-        WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES)
+        WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES,
+        rotation, ROTATE_KV)
     acc, l_i, m_i = _attend_kv_tiles(
         acc, l_i, m_i, q, tl.maximum(split_lo, full_tile_hi), split_hi,
         k_ptr, v_ptr, k_head_offset, v_head_offset, kv_seq_offset_k, kv_seq_offset_v,
         page_table_row_ptr, stride_pt_p, page_size, stride_ks, stride_kb, stride_vs, stride_vb,
         kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope, qk_scale,
         offs_dqk, offs_dv, HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, BLOCK_N, PAGED, True,
-        WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES)
+        WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES,
+        rotation, False)
 
     dv_mask = row_valid[:, None] & (offs_dv < HEAD_DIM_V)[None, :]
     if WRITE_PARTIAL:
@@ -291,7 +309,7 @@ def attention_fwd_kernel(
     WINDOW_LEFT_BOUNDED: tl.constexpr, WINDOW_RIGHT_BOUNDED: tl.constexpr, BOTTOM_RIGHT: tl.constexpr,
     HAS_ALIBI: tl.constexpr, HAS_SINK: tl.constexpr, WRITE_PARTIAL: tl.constexpr,
     DOT_PRECISION: tl.constexpr, PAGE_SCALAR: tl.constexpr, PREFETCH_PAGES: tl.constexpr,
-    SMALL_BLOCK_M: tl.constexpr, SMALL_BLOCK_Q: tl.constexpr,
+    ROTATE_KV: tl.constexpr, SMALL_BLOCK_M: tl.constexpr, SMALL_BLOCK_Q: tl.constexpr,
 ):
     """Strides: dense k/v use (batch, token, head); paged k/v use (page, slot, head).
 
@@ -327,7 +345,7 @@ def attention_fwd_kernel(
             SMALL_BLOCK_M, SMALL_BLOCK_Q,
             HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, GROUP_SIZE, BLOCK_N,
             PAGED, HAS_Q_START, HAS_KV_START, WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, BOTTOM_RIGHT,
-            HAS_ALIBI, HAS_SINK, WRITE_PARTIAL, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES)
+            HAS_ALIBI, HAS_SINK, WRITE_PARTIAL, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES, ROTATE_KV)
     else:
         _attend_q_tile(
             seq, q_begin, q_len, first_query, kv_head, split, num_splits,
@@ -341,4 +359,4 @@ def attention_fwd_kernel(
             BLOCK_M, BLOCK_Q,
             HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, GROUP_SIZE, BLOCK_N,
             PAGED, HAS_Q_START, HAS_KV_START, WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, BOTTOM_RIGHT,
-            HAS_ALIBI, HAS_SINK, WRITE_PARTIAL, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES)
+            HAS_ALIBI, HAS_SINK, WRITE_PARTIAL, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES, ROTATE_KV)

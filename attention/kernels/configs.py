@@ -47,7 +47,10 @@ class ForwardConfig:
     small_block_m: 0, or a packed-row count (power of 2, >= group size, <= block_m) for a second,
         small tile that sequences with at most small_block_m // group queries (decodes in a mixed
         batch) use instead of the block_m-row tile.
-    These three are off until measured on the H200 (benchmarks/sweep.py has the variants).
+    rotate_kv_tiles: each program walks its fully visible KV tiles starting at a program-dependent
+        offset (wrapping around), so sequences of a non-paged cache, whose rows start at the same
+        offsets, are not streamed in lockstep (non-paged decode measured 14 % below paged).
+    These four are off until measured on the H200 (benchmarks/sweep.py has the variants).
     """
 
     block_m: int
@@ -60,6 +63,7 @@ class ForwardConfig:
     paged_scalar_ids: bool = False
     prefetch_page_ids: bool = False
     small_block_m: int = 0
+    rotate_kv_tiles: bool = False
 
 
 def next_power_of_2(value: int) -> int:
