@@ -154,7 +154,8 @@ def attention_forward(
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         PAGE_SCALAR=config.paged_scalar_ids and shapes.paged and shapes.page_size % config.block_n == 0,
         PREFETCH_PAGES=config.prefetch_page_ids and shapes.paged,
-        ROTATE_KV=config.rotate_kv_tiles, SMALL_BLOCK_M=config.small_block_m, SMALL_BLOCK_Q=max(1, config.small_block_m // group_size),
+        ROTATE_KV=config.rotate_kv_tiles,
+        SMALL_BLOCK_M=config.small_block_m, SMALL_BLOCK_Q=max(1, config.small_block_m // group_size),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if write_partial:
