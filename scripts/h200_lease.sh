@@ -11,7 +11,8 @@
 #          simulation and its share of the cross-backend grid; then waits for the fa2 build   ~9.5 min
 #   call3  (no carry)                              fa2 installed, flash-attn-4 reinstalled over it (fa2's
 #          archive ships an old flash_attn/cute); fa2 tests; benchmarks decode, mixed, prefill ~6-9 min
-#   call4  (no carry)                              host-overhead suite, benchmarks/sweep.py   ~3-4 min
+#   call4  (no carry)                              host-overhead suite, where its time goes
+#          (benchmarks/profile_call.py), benchmarks/sweep.py                                  ~4 min
 # Each call leaves $OUT/callN.tar.gz (all logs so far) and call3/call4 the reports.
 # Measured 2026-11-30: 289 s, 564 s, 350 s, 181 s; 1430 s held in all.
 set -u
@@ -88,6 +89,7 @@ call4)
   stamp call4
   timeout 150 python3 -m benchmarks.run_all --out $L/overhead --only overhead > $L/overhead.log 2>&1; echo "overhead rc=$?"
   cp $L/overhead/results.md $OUT/overhead.md 2>/dev/null
+  timeout 60 python3 -m benchmarks.profile_call --out $OUT/profile.txt > $L/profile.log 2>&1; echo "profile rc=$?"
   timeout ${S:-200} python3 -m benchmarks.sweep --out $L/sweep.md --budget-s $(( ${S:-200} - 25 )) > $L/sweep.log 2>&1
   echo "sweep rc=$?"; cp $L/sweep.md $OUT/ 2>/dev/null
   stamp "call4 done"; pack call4;;
