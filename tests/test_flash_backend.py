@@ -147,6 +147,7 @@ def _check(backend, params, fragment):
     (2, P(head_dim_qk=264, head_dim_v=264), "exceeds the maximum 256"),
     (2, P(head_dim_qk=100, head_dim_v=100), "not a multiple of 8"),
     (2, P(head_dim_qk=192, head_dim_v=128), None),
+    (2, P(head_dim_qk=192, head_dim_v=128, kv_cache="paged", page_size=256), "zero-pad a copy of the whole cache"),
     (2, P(head_dim_qk=256, head_dim_v=256, compute_capability=(8, 6)), "> 192 needs sm80/sm90/sm100/sm120"),
     (3, P(head_dim_qk=192, head_dim_v=128), None),
     (3, P(head_dim_qk=64, head_dim_v=512), None),

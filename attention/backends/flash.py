@@ -294,6 +294,9 @@ class Flash2Backend(_FlashBackend):
         if p.kv_cache != "none":
             reasons += self._feature_reason(pkg, "KV cache (block_table)", V2_BLOCK_TABLE, "flash_attn_varlen_func",
                                             "block_table")
+            if p.head_dim_qk != p.head_dim_v:
+                reasons.append(f"MLA head dims ({p.head_dim_qk}/{p.head_dim_v}) with a KV cache: flash-attn 2 would "
+                               "zero-pad a copy of the whole cache to one head dim on every call")
         if p.kv_cache == "non_paged" and p.max_seqlen_kv % V2_BLOCK:
             reasons.append(
                 f"a non-paged KV cache runs through flash-attn 2's block table with one block per cache row, so "
