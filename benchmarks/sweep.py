@@ -3,11 +3,13 @@
 Decode cells try split-KV counts (the heuristic's, then fixed ones) and a few decode tiles; prefill
 cells try tile shapes, warps and pipeline stages; paged cells (decode, chunks, mixed batches) also
 try the page-table variants (one page id per tile, page ids prefetched a tile ahead), mixed or
-ragged batches a small second tile for their short sequences, decode cells a rotated KV walk. Every variant
+ragged batches a small second tile for their short sequences, decode cells a rotated KV walk,
+non-paged cells tensor-descriptor (TMA) loads. Every variant
 computes the same attention on the same inputs as the default and is checked against it. Writes a
 markdown table (µs, GB/s or TFLOP/s, ratio to the default) per cell.
 
     python -m benchmarks.sweep --out sweep.md [--budget-s 200] [--only mixed,decode,prefill] [--cells a,b]
+                                              [--layout-only]
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ DECODE_TILES = ((64, 4, 2), (64, 4, 3), (32, 4, 2), (128, 4, 2), (64, 2, 2), (64
 """(block_n, num_warps, num_stages) around the recorded decode tile (64, 4, 2)."""
 DECODE_TILE_CELLS = ("1x8k p16", "64x4k p16", "32x32k p16")
 PREFILL_CELLS = ("GQA 32/8 causal 4x4k", "MHA full 4x4k", "MHA causal 16x1k", "d64 MHA 32 causal",
-                 "d256 MHA 16 causal", "chunk 2k on 30k p16", "chunk 2k on 6k p256")
+                 "d256 MHA 16 causal", "chunk 2k on 30k p16", "chunk 2k on 6k p256", "chunk 2k on 30k non-paged",
+                 "MHA causal 1x16k")
 PREFILL_TILES = ((128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 2), (128, 128, 8, 3), (128, 32, 4, 3),
                  (64, 64, 4, 3), (64, 128, 4, 2), (128, 64, 4, 3))
 """(block_m, block_n, num_warps, num_stages)."""
@@ -41,8 +44,9 @@ PREFILL_TILES = ((128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 2), (128, 128, 
 Variant = tuple[str, dict]
 
 
-def _variants(cell: Cell, inputs: Inputs | None) -> list[Variant]:
-    """The default, then the layout variants (small tile, page-table addressing), then tiles and splits."""
+def _variants(cell: Cell, inputs: Inputs | None, layout_only: bool = False) -> list[Variant]:
+    """The default, then the layout variants (small tile, page-table addressing, rotated walk, TMA),
+    then (unless ``layout_only``) tiles and split counts."""
     from attention.kernels.configs import select_forward_config
 
     p = cell.problem
@@ -53,7 +57,12 @@ def _variants(cell: Cell, inputs: Inputs | None) -> list[Variant]:
     out += _small_tile_variants(cell, base) + _paged_variants(cell, base, decode_class)
     if decode_class:
         out.append(("rotated kv walk", {"config": replace(base, rotate_kv_tiles=True)}))
-    out += _decode_variants(cell, base) if decode_class else _prefill_variants(cell, base)
+    if cell.kv_source != "paged":
+        out.append(("tma", {"config": replace(base, tma=True)}))
+        if not decode_class:
+            out.append(("tma s4", {"config": replace(base, tma=True, num_stages=4)}))
+    if not layout_only:
+        out += _decode_variants(cell, base) if decode_class else _prefill_variants(cell, base)
     return out
 
 
@@ -116,12 +125,12 @@ def _cells(only: Sequence[str], cfg: BenchConfig) -> list[Cell]:
     return [cell for suite in only for cell in by_suite[suite]()]
 
 
-def sweep_cell(cell: Cell, cfg: BenchConfig) -> list[str]:
+def sweep_cell(cell: Cell, cfg: BenchConfig, layout_only: bool = False) -> list[str]:
     """Markdown rows for one cell: every variant's time, rate and error against the default."""
     inputs = Inputs(cell.problem, cfg.device)
     p = cell.problem
     rows, reference, default_us = [], None, None
-    for name, overrides in _variants(cell, inputs):
+    for name, overrides in _variants(cell, inputs, layout_only):
         if cfg.stop_reason():
             rows.append(f"| {cell.name} | {name} | skipped: budget | | | |")
             continue
@@ -151,6 +160,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--budget-s", type=float, default=200.0)
     parser.add_argument("--only", default="mixed,decode,prefill")
     parser.add_argument("--cells", default=None, help="comma list of substrings of cell names")
+    parser.add_argument("--layout-only", action="store_true",
+                        help="only the layout variants (small tile, page ids, rotated walk, TMA), no tile/split sweep")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("the sweep measures the GPU kernels: no CUDA device is visible")
@@ -161,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for cell in _cells(args.only.split(","), cfg):
         if wanted and not any(part in cell.name for part in wanted):
             continue
-        lines += sweep_cell(cell, cfg)
+        lines += sweep_cell(cell, cfg, args.layout_only)
         with open(args.out, "w") as handle:
             handle.write("\n".join(lines) + "\n")
 

@@ -412,3 +412,19 @@ def test_rotated_kv_walk_matches_the_reference(layout: str, prefetch: bool, wind
         attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"],
                           **{**inputs["call"], "num_splits": num_splits}, config=config)
         check_output(case, inputs)
+
+
+@pytest.mark.parametrize("layout", ["bshd", "sbhd", "thd", "cache"])
+@pytest.mark.parametrize("options", [dict(causal=True, bottom_right=True), dict(window=(9, 3), d_qk=24),
+                                     dict(causal=True, num_splits=3, alibi="bh")], ids=["causal", "window-d24", "splits-alibi"])
+def test_tma_descriptors_match_the_reference(layout: str, options: dict) -> None:
+    """config.tma (opt-in): non-paged K/V through tensor descriptors, zero rows past each sequence."""
+    fields = dict(layout=layout, dtype=torch.float16) | options
+    case = C(MIXED_Q, MIXED_KV if fields.get("bottom_right") or layout == "cache" else (1, 5, 3, 9), heads=(4, 2),
+             **fields)
+    inputs = build_inputs(case)
+    base = select_forward_config(head_dim_qk=case.d_qk, head_dim_v=16, group_size=2, max_seqlen_q=max(case.q_lens),
+                                 interpret=True)
+    attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"],
+                      config=replace(base, tma=True))
+    check_output(case, inputs)

@@ -61,6 +61,7 @@ def _attend_kv_tiles(
     WINDOW_LEFT_BOUNDED: tl.constexpr, WINDOW_RIGHT_BOUNDED: tl.constexpr,
     HAS_ALIBI: tl.constexpr, DOT_PRECISION: tl.constexpr,
     PAGE_SCALAR: tl.constexpr, PREFETCH_PAGES: tl.constexpr, rotation, ROTATE: tl.constexpr,
+    k_desc, v_desc, USE_TMA: tl.constexpr,
 ):
     """Online-softmax accumulation over KV tiles [tile_begin, tile_end) of one sequence.
 
@@ -71,6 +72,8 @@ def _attend_kv_tiles(
     ids one iteration ahead, so the K/V loads do not wait on a page-table load of their own
     iteration. ROTATE starts the walk at tile_begin + rotation % num_tiles and wraps around, so
     programs of different sequences do not stream the same cache offsets in lockstep.
+    USE_TMA (non-paged K/V): tiles come through the tensor descriptors k_desc / v_desc (Hopper's
+    bulk tensor copies; rows past the sequence and columns past the head dim read as zeros).
     """
     dqk_in_bounds = offs_dqk < HEAD_DIM_QK
     dv_in_bounds = offs_dv < HEAD_DIM_V
@@ -108,7 +111,10 @@ def _attend_kv_tiles(
             v_rows = kv_seq_offset_v + offs_n.to(tl.int64) * stride_vs
         k_ptrs = k_ptr + k_head_offset + k_rows[None, :] + offs_dqk[:, None]
         v_ptrs = v_ptr + v_head_offset + v_rows[:, None] + offs_dv[None, :]
-        if MASKED:
+        if USE_TMA:
+            k_t = tl.trans(k_desc.load([tile * BLOCK_N, 0]))
+            v = v_desc.load([tile * BLOCK_N, 0])
+        elif MASKED:
             k_t = tl.load(k_ptrs, mask=dqk_in_bounds[:, None] & key_in_bounds[None, :], other=0.0)
             v = tl.load(v_ptrs, mask=key_in_bounds[:, None] & dv_in_bounds[None, :], other=0.0)
         elif BLOCK_DQK == HEAD_DIM_QK and BLOCK_DV == HEAD_DIM_V:
@@ -163,7 +169,7 @@ def _attend_q_tile(
     WINDOW_LEFT_BOUNDED: tl.constexpr, WINDOW_RIGHT_BOUNDED: tl.constexpr, BOTTOM_RIGHT: tl.constexpr,
     HAS_ALIBI: tl.constexpr, HAS_SINK: tl.constexpr, WRITE_PARTIAL: tl.constexpr,
     DOT_PRECISION: tl.constexpr, PAGE_SCALAR: tl.constexpr, PREFETCH_PAGES: tl.constexpr,
-    ROTATE_KV: tl.constexpr,
+    ROTATE_KV: tl.constexpr, USE_TMA: tl.constexpr,
 ):
     """Attention of one q tile (BLOCK_Q query tokens x GROUP_SIZE heads = BLOCK_M packed rows) of
     sequence `seq` against KV split `split`, written to out (or to the split workspace)."""
@@ -231,6 +237,13 @@ def _attend_q_tile(
     k_head_offset = kv_head.to(tl.int64) * stride_kh
     v_head_offset = kv_head.to(tl.int64) * stride_vh
     rotation = seq * 13 + kv_head * 7 + split * 3  # any spread; taken modulo the tile count
+    k_desc = None
+    v_desc = None
+    if USE_TMA:
+        k_desc = tl.make_tensor_descriptor(k_ptr + kv_seq_offset_k + k_head_offset, shape=[kv_len, HEAD_DIM_QK],
+                                           strides=[stride_ks, 1], block_shape=[BLOCK_N, BLOCK_DQK])
+        v_desc = tl.make_tensor_descriptor(v_ptr + kv_seq_offset_v + v_head_offset, shape=[kv_len, HEAD_DIM_V],
+                                           strides=[stride_vs, 1], block_shape=[BLOCK_N, BLOCK_DV])
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -244,7 +257,7 @@ def _attend_q_tile(
         kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope, qk_scale,
         offs_dqk, offs_dv, HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, BLOCK_N, PAGED, True,
         WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES,
-        rotation, False)
+        rotation, False, k_desc, v_desc, USE_TMA)
     acc, l_i, m_i = _attend_kv_tiles(
         acc, l_i, m_i, q, tl.maximum(split_lo, full_tile_lo), tl.minimum(full_tile_hi, split_hi),
         k_ptr, v_ptr, k_head_offset, v_head_offset, kv_seq_offset_k, kv_seq_offset_v,
@@ -252,7 +265,7 @@ def _attend_q_tile(
         kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope, qk_scale,
         offs_dqk, offs_dv, HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, BLOCK_N, PAGED, False,
         WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES,
-        rotation, ROTATE_KV)
+        rotation, ROTATE_KV, k_desc, v_desc, USE_TMA)
     acc, l_i, m_i = _attend_kv_tiles(
         acc, l_i, m_i, q, tl.maximum(split_lo, full_tile_hi), split_hi,
         k_ptr, v_ptr, k_head_offset, v_head_offset, kv_seq_offset_k, kv_seq_offset_v,
@@ -260,7 +273,7 @@ def _attend_q_tile(
         kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope, qk_scale,
         offs_dqk, offs_dv, HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, BLOCK_N, PAGED, True,
         WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES,
-        rotation, False)
+        rotation, False, k_desc, v_desc, USE_TMA)
 
     dv_mask = row_valid[:, None] & (offs_dv < HEAD_DIM_V)[None, :]
     if WRITE_PARTIAL:
@@ -309,7 +322,7 @@ def attention_fwd_kernel(
     WINDOW_LEFT_BOUNDED: tl.constexpr, WINDOW_RIGHT_BOUNDED: tl.constexpr, BOTTOM_RIGHT: tl.constexpr,
     HAS_ALIBI: tl.constexpr, HAS_SINK: tl.constexpr, WRITE_PARTIAL: tl.constexpr,
     DOT_PRECISION: tl.constexpr, PAGE_SCALAR: tl.constexpr, PREFETCH_PAGES: tl.constexpr,
-    ROTATE_KV: tl.constexpr, SMALL_BLOCK_M: tl.constexpr, SMALL_BLOCK_Q: tl.constexpr,
+    ROTATE_KV: tl.constexpr, USE_TMA: tl.constexpr, SMALL_BLOCK_M: tl.constexpr, SMALL_BLOCK_Q: tl.constexpr,
 ):
     """Strides: dense k/v use (batch, token, head); paged k/v use (page, slot, head).
 
@@ -345,7 +358,8 @@ def attention_fwd_kernel(
             SMALL_BLOCK_M, SMALL_BLOCK_Q,
             HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, GROUP_SIZE, BLOCK_N,
             PAGED, HAS_Q_START, HAS_KV_START, WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, BOTTOM_RIGHT,
-            HAS_ALIBI, HAS_SINK, WRITE_PARTIAL, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES, ROTATE_KV)
+            HAS_ALIBI, HAS_SINK, WRITE_PARTIAL, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES, ROTATE_KV,
+            USE_TMA)
     else:
         _attend_q_tile(
             seq, q_begin, q_len, first_query, kv_head, split, num_splits,
@@ -359,4 +373,5 @@ def attention_fwd_kernel(
             BLOCK_M, BLOCK_Q,
             HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, GROUP_SIZE, BLOCK_N,
             PAGED, HAS_Q_START, HAS_KV_START, WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, BOTTOM_RIGHT,
-            HAS_ALIBI, HAS_SINK, WRITE_PARTIAL, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES, ROTATE_KV)
+            HAS_ALIBI, HAS_SINK, WRITE_PARTIAL, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES, ROTATE_KV,
+            USE_TMA)

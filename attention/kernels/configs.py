@@ -50,7 +50,9 @@ class ForwardConfig:
     rotate_kv_tiles: each program walks its fully visible KV tiles starting at a program-dependent
         offset (wrapping around), so sequences of a non-paged cache, whose rows start at the same
         offsets, are not streamed in lockstep (non-paged decode measured 14 % below paged).
-    These four are off until measured on the H200 (benchmarks/sweep.py has the variants).
+    tma: non-paged K/V tiles through device-side tensor descriptors (Hopper's bulk tensor copies);
+        falls back to pointer loads when a stride or base is not 16-byte aligned.
+    These five are off until measured on the H200 (benchmarks/sweep.py has the variants).
     """
 
     block_m: int
@@ -64,6 +66,7 @@ class ForwardConfig:
     prefetch_page_ids: bool = False
     small_block_m: int = 0
     rotate_kv_tiles: bool = False
+    tma: bool = False
 
 
 def next_power_of_2(value: int) -> int:
