@@ -80,7 +80,9 @@ def _reindex_kernel(
 @functools.cache
 def _jitted(interpret: bool) -> tuple:
     del interpret  # the cache key: triton.jit reads TRITON_INTERPRET when it wraps
-    return triton.jit(_append_kernel), triton.jit(_reindex_kernel)
+    from attention.kernels.launch import CachedLaunch
+
+    return CachedLaunch(triton.jit(_append_kernel)), triton.jit(_reindex_kernel)
 
 
 def _kernels() -> tuple:
@@ -113,7 +115,8 @@ def append_triton(
             stride_row, stride_pos = new.stride(1), new.stride(0)
         if num_slots == 0:
             continue
-        append_kernel[(num_slots,)](
+        append_kernel(
+            (num_slots,),
             new, cache, page_table, cu_seqlens_q, cu_seqlens_kv,
             stride_row, stride_pos, new.stride(-2), new.stride(-1),
             cache.stride(1), cache.stride(2), cache.stride(3), page_table.stride(0),

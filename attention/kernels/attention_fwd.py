@@ -10,6 +10,7 @@ from .arguments import normalize_window, validate_forward_arguments
 from .attention_fwd_kernel import attention_fwd_kernel
 from .availability import interpreter_enabled
 from .combine import combine_splits
+from .launch import CachedLaunch
 from .configs import (
     MAX_NUM_SPLITS,
     ForwardConfig,
@@ -19,6 +20,9 @@ from .configs import (
 )
 
 __all__ = ["attention_forward"]
+
+
+_launch_attention = CachedLaunch(attention_fwd_kernel)
 
 
 def _tma_ready(k: torch.Tensor, v: torch.Tensor) -> bool:
@@ -136,7 +140,8 @@ def attention_forward(
     use_tma = config.tma and not shapes.paged and _tma_ready(k, v)
     placeholder = cu_seqlens_q  # any device tensor for pointers a constexpr flag disables
     grid = (-(-total_q // config.block_q) + shapes.num_seqs, shapes.num_heads_kv, num_splits)
-    attention_fwd_kernel[grid](
+    _launch_attention(
+        grid,
         q, k, v, out,
         partial_out, partial_lse,
         cu_seqlens_q, cu_seqlens_kv,
