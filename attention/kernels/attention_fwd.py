@@ -10,7 +10,6 @@ from .arguments import normalize_window, validate_forward_arguments
 from .attention_fwd_kernel import attention_fwd_kernel
 from .availability import interpreter_enabled
 from .combine import combine_splits
-from .launch import CachedLaunch
 from .configs import (
     MAX_NUM_SPLITS,
     ForwardConfig,
@@ -18,6 +17,7 @@ from .configs import (
     num_streaming_multiprocessors,
     select_forward_config,
 )
+from .launch import CachedLaunch
 
 __all__ = ["attention_forward"]
 
