@@ -7,8 +7,8 @@ compiled kernel by what Triton specializes on (argument dtypes; 16-byte alignmen
 of pointers and integers; the constexpr values; warps, stages; device) and afterwards launches
 the compiled kernel directly (``CompiledKernel[grid](*all_args)``).
 
-``ATTN_TRITON_FAST_LAUNCH=0`` (read at import) always takes Triton's own path; so does the
-interpreter.
+Opt-in until measured on the H200: ``ATTN_TRITON_FAST_LAUNCH=1`` (read at import) turns it on;
+otherwise, and in the interpreter, every launch takes Triton's own path.
 
 Example:
     >>> launch = CachedLaunch(my_kernel)                                   # doctest: +SKIP
@@ -26,7 +26,7 @@ from .availability import interpreter_enabled
 
 __all__ = ["CachedLaunch", "FAST_LAUNCH", "specialization_key"]
 
-FAST_LAUNCH = os.environ.get("ATTN_TRITON_FAST_LAUNCH", "1") != "0"
+FAST_LAUNCH = os.environ.get("ATTN_TRITON_FAST_LAUNCH", "0") == "1"
 _INT32 = (-(1 << 31), 1 << 31)
 
 
