@@ -61,6 +61,10 @@ class PagedKVCacheManager(KVCacheManager):
         self.page_table = torch.zeros(
             max_batch_size, self.max_pages_per_seq, dtype=torch.int32, device=self.device
         )
+        # Host mirror of page_table and, per row, the (sequence, page count) it holds: a step
+        # rewrites only what changed (a decode step usually adds no page at all).
+        self._host_table = torch.zeros(max_batch_size, self.max_pages_per_seq, dtype=torch.int32)
+        self._rows: list[tuple[Hashable, int]] = []
 
     def allocate_memory(self, layer_number: int) -> tuple[Tensor, Tensor]:
         """Allocate ``layer_number``'s zeroed ``[total_num_pages, page_size, h_kv, d]`` K and V."""
@@ -94,11 +98,22 @@ class PagedKVCacheManager(KVCacheManager):
         return self.sequences
 
     def _write_page_table(self) -> None:
-        host_table = torch.zeros(self.max_batch_size, self.max_pages_per_seq, dtype=torch.int32)
+        """Row r of the table = the pages of the r-th sequence in batch order, zeros after them."""
+        table = self._host_table
+        rows: list[tuple[Hashable, int]] = []
         for row, seq_id in enumerate(self.sequences):
             pages = self.allocator.allocated_pages[seq_id]
-            host_table[row, : len(pages)] = torch.tensor(pages, dtype=torch.int32)
-        self.page_table.copy_(host_table)
+            held, count = self._rows[row] if row < len(self._rows) else (None, 0)
+            start = count if held == seq_id and count <= len(pages) else 0  # the same sequence only grows
+            if start < len(pages):
+                table[row, start : len(pages)] = torch.tensor(pages[start:], dtype=torch.int32)
+            if count > len(pages):
+                table[row, len(pages) : count] = 0
+            rows.append((seq_id, len(pages)))
+        for row in range(len(rows), len(self._rows)):
+            table[row, : self._rows[row][1]] = 0
+        self._rows = rows
+        self.page_table.copy_(table)
 
     def step(
         self,
@@ -117,6 +132,8 @@ class PagedKVCacheManager(KVCacheManager):
         super().reset()
         self.allocator.reset()
         self.page_table.zero_()
+        self._host_table.zero_()
+        self._rows = []
 
     def get_page_list(self, seq_id: Hashable) -> list[int]:
         """The pages of ``seq_id`` in logical order."""

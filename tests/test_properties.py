@@ -154,9 +154,11 @@ def _check_pages(ip) -> None:
     assert len(flat) == len(set(flat)), "a page belongs to two sequences"
     assert len(flat) + manager.allocator.num_free == ip.total_num_pages
     assert set(flat).isdisjoint(manager.allocator.free_pages)
+    expected_table = torch.zeros_like(manager.page_table)
     for row, (seq, length) in enumerate(ip.sequences.items()):
         assert len(owned[seq]) == math.ceil(length / PAGE)
-        assert manager.page_table[row, : len(owned[seq])].tolist() == owned[seq]
+        expected_table[row, : len(owned[seq])] = torch.tensor(owned[seq], dtype=torch.int32)
+    assert torch.equal(manager.page_table, expected_table), "the page table is not rows of pages, zeros after"
 
 
 def _state(ip):
