@@ -246,16 +246,10 @@ def make_flash2(cell: Cell, inputs: Inputs) -> Result:
             return module.flash_attn_varlen_func(q, k, v, inputs.cu_q, inputs.cu_kv, p.max_q, p.max_kv,
                                                  softmax_scale=scale, causal=causal)
         return Runner(run, lambda out: out, "thd"), None
-    table, note = None, ""
-    if cell.kv_source == "paged":
-        page_size = cell.page_size if cell.page_size % FLASH2_PAGE_MULTIPLE == 0 else FLASH2_PAGE_MULTIPLE
-        if page_size != cell.page_size:
-            note = f"page {cell.page_size} unsupported (needs a multiple of 256): page {page_size}"
-        k, v, table = inputs.paged(page_size)
-        layout = f"paged-{page_size}"
-    else:
-        k, v = inputs.k_dense, inputs.v_dense
-        layout = "dense"
+    page_size = FLASH2_PAGE_MULTIPLE if cell.page_size and cell.page_size % FLASH2_PAGE_MULTIPLE else cell.page_size
+    k, v, table, layout = _cache_kv(cell, inputs, page_size)
+    note = "" if table is None or page_size == cell.page_size else \
+        f"page {cell.page_size} unsupported (needs a multiple of 256): page {page_size}"
     if p.uniform_q:
         q_batched = q.view(p.batch, p.max_q, p.heads_q, p.head_dim)
 
@@ -270,6 +264,15 @@ def make_flash2(cell: Cell, inputs: Inputs) -> Result:
         return module.flash_attn_varlen_func(q, k, v, inputs.cu_q, inputs.cu_kv, p.max_q, p.max_kv,
                                              softmax_scale=scale, causal=causal, block_table=table)
     return Runner(run_varlen, lambda out: out, layout, note), None
+
+
+def _cache_kv(cell: Cell, inputs: Inputs, page_size: int | None) -> tuple[Any, Any, Any, str]:
+    """A competitor's KV cache for a paged or dense cell: ``(k, v, page_table or None, layout)``;
+    paged cells are re-paged at ``page_size`` (the competitor's own)."""
+    if cell.kv_source == "paged":
+        k, v, table = inputs.paged(page_size)
+        return k, v, table, f"paged-{page_size}"
+    return inputs.k_dense, inputs.v_dense, None, "dense"
 
 
 def _first(result: Any) -> torch.Tensor:
@@ -289,16 +292,8 @@ def make_flash4(cell: Cell, inputs: Inputs) -> Result:
             return _first(function(q, k, v, cu_seqlens_q=inputs.cu_q, cu_seqlens_k=inputs.cu_kv, max_seqlen_q=p.max_q,
                                    max_seqlen_k=p.max_kv, softmax_scale=scale, causal=causal))
         return Runner(run, lambda out: out, "thd"), None
-    table, note = None, ""
-    if cell.kv_source == "paged":
-        page_size = FLASH4_PAGE_SIZE
-        if page_size != cell.page_size:
-            note = f"its fastest page size, {page_size}"
-        k, v, table = inputs.paged(page_size)
-        layout = f"paged-{page_size}"
-    else:
-        k, v = inputs.k_dense, inputs.v_dense
-        layout = "dense"
+    k, v, table, layout = _cache_kv(cell, inputs, FLASH4_PAGE_SIZE)
+    note = "" if table is None or FLASH4_PAGE_SIZE == cell.page_size else f"its fastest page size, {FLASH4_PAGE_SIZE}"
     kwargs = {"seqused_k": inputs.kv_lens, "page_table": table, "max_seqlen_k": p.max_kv, "softmax_scale": scale,
               "causal": causal}
     if p.uniform_q:

@@ -155,9 +155,12 @@ class KVCacheManager:
         sequences: ``OrderedDict{seq_id: cached length after the last pre_step}`` in batch order.
         step_lens: the step lengths of the last ``pre_step``, in batch order.
 
-    Subclasses implement ``allocate_memory``, ``pre_step`` and ``step``; ``reset`` forgets every
-    sequence (cache contents are left as they are).
+    Subclasses set ``cache_rows`` (the two leading dims of each layer's K and V; or override
+    ``allocate_memory``) and implement ``pre_step`` and ``step``; ``reset`` forgets every sequence
+    (cache contents are left as they are).
     """
+
+    cache_rows: tuple[int, int] | None = None
 
     def __init__(
         self,
@@ -186,8 +189,12 @@ class KVCacheManager:
         self.step_lens = []
 
     def allocate_memory(self, layer_number: int) -> tuple[Tensor, Tensor]:
-        """Allocate (once) and return the ``(k_cache, v_cache)`` of ``layer_number``."""
-        raise NotImplementedError
+        """Allocate (once) and return ``layer_number``'s zeroed ``[*cache_rows, h_kv, d_k | d_v]`` K and V."""
+        if self.cache_rows is None:
+            raise NotImplementedError(f"{type(self).__name__} sets no cache_rows and does not override allocate_memory")
+        if layer_number not in self.cache:
+            self.cache[layer_number] = self._allocate_pair(self.cache_rows)
+        return self.cache[layer_number]
 
     def pre_step(self, step_dict: Mapping[Hashable, int]) -> "OrderedDict[Hashable, int]":
         """Advance the bookkeeping by one iteration; return ``{seq_id: length after the step}``."""

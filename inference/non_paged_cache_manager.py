@@ -41,15 +41,10 @@ class NonPagedKVCacheManager(KVCacheManager):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__(max_batch_size, max_seqlen, num_heads, head_dim_k, dtype, head_dim_v, device)
+        self.cache_rows = (max_batch_size, max_seqlen)
         # Row i of the cache is "page" i of size max_seqlen; TE's FA2 path reads the same table.
         self.batch_indices_post_step = torch.arange(max_batch_size, dtype=torch.int32, device=self.device)
         self.row_table = self.batch_indices_post_step.view(max_batch_size, 1)
-
-    def allocate_memory(self, layer_number: int) -> tuple[Tensor, Tensor]:
-        """Allocate ``layer_number``'s zeroed ``[max_batch_size, max_seqlen, h_kv, d]`` K and V."""
-        if layer_number not in self.cache:
-            self.cache[layer_number] = self._allocate_pair((self.max_batch_size, self.max_seqlen))
-        return self.cache[layer_number]
 
     def pre_step(self, step_dict: Mapping[Hashable, int]) -> "OrderedDict[Hashable, int]":
         """Drop finished sequences, move surviving rows into ``step_dict`` order, grow lengths."""

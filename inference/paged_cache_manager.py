@@ -56,6 +56,7 @@ class PagedKVCacheManager(KVCacheManager):
         super().__init__(max_batch_size, max_seqlen, num_heads, head_dim_k, dtype, head_dim_v, device)
         self.total_num_pages = total_num_pages
         self.page_size = page_size
+        self.cache_rows = (total_num_pages, page_size)
         self.max_pages_per_seq = pages_for(max_seqlen, page_size)
         self.allocator = PageAllocator(total_num_pages)
         self.page_table = torch.zeros(
@@ -65,12 +66,6 @@ class PagedKVCacheManager(KVCacheManager):
         # rewrites only what changed (a decode step usually adds no page at all).
         self._host_table = torch.zeros(max_batch_size, self.max_pages_per_seq, dtype=torch.int32)
         self._rows: list[tuple[Hashable, int]] = []
-
-    def allocate_memory(self, layer_number: int) -> tuple[Tensor, Tensor]:
-        """Allocate ``layer_number``'s zeroed ``[total_num_pages, page_size, h_kv, d]`` K and V."""
-        if layer_number not in self.cache:
-            self.cache[layer_number] = self._allocate_pair((self.total_num_pages, self.page_size))
-        return self.cache[layer_number]
 
     def pre_step(self, step_dict: Mapping[Hashable, int]) -> "OrderedDict[Hashable, int]":
         """Free finished sequences' pages, allocate the pages this step needs, rebuild the table."""
