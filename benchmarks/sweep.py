@@ -1,11 +1,15 @@
 """Launch-configuration sweep of the fused kernel: what to record in ``attention/kernels/configs.py``.
 
 Decode cells try split-KV counts (the heuristic's, then fixed ones) and a few decode tiles; prefill
-cells try tile shapes, warps and pipeline stages. Every variant computes the same attention on the
-same inputs as the default and is checked against it. Writes a markdown table (µs, GB/s or TFLOP/s,
-ratio to the default) per cell.
+cells try tile shapes, warps and pipeline stages; paged cells (decode, chunks, mixed batches) also
+try the page-table variants (one page id per tile, page ids prefetched a tile ahead), mixed or
+ragged batches a small second tile for their short sequences, decode cells a rotated KV walk,
+non-paged cells tensor-descriptor (TMA) loads. Every variant
+computes the same attention on the same inputs as the default and is checked against it. Writes a
+markdown table (µs, GB/s or TFLOP/s, ratio to the default) per cell.
 
-    python -m benchmarks.sweep --out sweep.md [--budget-s 200] [--only decode,prefill]
+    python -m benchmarks.sweep --out sweep.md [--budget-s 200] [--only mixed,decode,prefill] [--cells a,b]
+                                              [--layout-only]
 """
 
 from __future__ import annotations
@@ -17,64 +21,116 @@ from dataclasses import replace
 
 import torch
 
-from benchmarks import bench_decode, bench_prefill
+from benchmarks import bench_decode, bench_mixed, bench_prefill
 from benchmarks.cells import Cell, Inputs
 from benchmarks.config import BenchConfig
 from benchmarks.providers import _fused
 from benchmarks.timing import short_error, time_fn
 
-DECODE_CELLS = ("1x8k p16", "8x4k p16", "32x2k p16", "64x4k p16", "32x32k p16", "ragged", "MQA", "verify")
+DECODE_CELLS = ("1x8k p16", "8x4k p16", "32x2k p16", "64x4k p16", "32x32k p16", "ragged", "MQA", "verify",
+                "64x4k p256", "64x4k non-paged")
 SPLITS = (1, 2, 3, 4, 8, 16, 32, 64)
 DECODE_TILES = ((64, 4, 2), (64, 4, 3), (32, 4, 2), (128, 4, 2), (64, 2, 2), (64, 8, 2))
 """(block_n, num_warps, num_stages) around the recorded decode tile (64, 4, 2)."""
 DECODE_TILE_CELLS = ("1x8k p16", "64x4k p16", "32x32k p16")
 PREFILL_CELLS = ("GQA 32/8 causal 4x4k", "MHA full 4x4k", "MHA causal 16x1k", "d64 MHA 32 causal",
-                 "d256 MHA 16 causal", "chunk 2k on 30k p16")
+                 "d256 MHA 16 causal", "chunk 2k on 30k p16", "chunk 2k on 6k p256", "chunk 2k on 30k non-paged",
+                 "MHA causal 1x16k")
 PREFILL_TILES = ((128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 2), (128, 128, 8, 3), (128, 32, 4, 3),
                  (64, 64, 4, 3), (64, 128, 4, 2), (128, 64, 4, 3))
 """(block_m, block_n, num_warps, num_stages)."""
 
 
-def _variants(cell: Cell, inputs: Inputs) -> list[tuple[str, dict]]:
+Variant = tuple[str, dict]
+
+
+def _variants(cell: Cell, inputs: Inputs | None, layout_only: bool = False) -> list[Variant]:
+    """The default, then the layout variants (small tile, page-table addressing, rotated walk, TMA),
+    then (unless ``layout_only``) tiles and split counts."""
     from attention.kernels.configs import select_forward_config
 
     p = cell.problem
     base = select_forward_config(head_dim_qk=p.head_dim, head_dim_v=p.head_dim_v, group_size=p.heads_q // p.heads_kv,
                                  max_seqlen_q=p.max_q, interpret=False)
-    out: list[tuple[str, dict]] = [("default", {})]
-    if cell.metric == "bandwidth":
-        kv_tiles = -(-p.max_kv // base.block_n)
-        out += [(f"splits={n}", {"num_splits": n}) for n in SPLITS if n <= max(1, kv_tiles // 2)]
-        if any(name in cell.name for name in DECODE_TILE_CELLS):
-            for block_n, warps, stages in DECODE_TILES[1:]:
-                config = replace(base, block_n=block_n, num_warps=warps, num_stages=stages)
-                out.append((f"n{block_n} w{warps} s{stages}", {"config": config}))
-    else:
-        group = p.heads_q // p.heads_kv
-        for block_m, block_n, warps, stages in PREFILL_TILES:
-            if (block_m, block_n, warps, stages) == (base.block_m, base.block_n, base.num_warps, base.num_stages):
-                continue
-            config = replace(base, block_m=block_m, block_q=max(1, block_m // group), block_n=block_n,
-                             num_warps=warps, num_stages=stages)
-            out.append((f"m{block_m} n{block_n} w{warps} s{stages}", {"config": config}))
+    decode_class = base.block_m < 128
+    out: list[Variant] = [("default", {})]
+    out += _small_tile_variants(cell, base) + _paged_variants(cell, base, decode_class)
+    if decode_class:
+        out.append(("rotated kv walk", {"config": replace(base, rotate_kv_tiles=True)}))
+    if cell.kv_source != "paged":
+        out.append(("tma", {"config": replace(base, tma=True)}))
+        if not decode_class:
+            out.append(("tma s4", {"config": replace(base, tma=True, num_stages=4)}))
+    if not layout_only:
+        out += _decode_variants(cell, base) if decode_class else _prefill_variants(cell, base)
+    return out
+
+
+def _small_tile_variants(cell: Cell, base) -> list[Variant]:
+    """Mixed / ragged prefill-class batches: a small second tile for their short sequences."""
+    if base.block_m < 64 or cell.problem.uniform_q:
+        return []
+    small = max(16, base.block_m // 8)
+    out = [(f"small tile {small}", {"config": replace(base, small_block_m=small)})]
+    if cell.kv_source == "paged":
+        out.append((f"small tile {small} + prefetch ids",
+                    {"config": replace(base, small_block_m=small, prefetch_page_ids=True)}))
+    return out
+
+
+def _paged_variants(cell: Cell, base, decode_class: bool) -> list[Variant]:
+    """One page id per tile (pages holding whole tiles) and page ids prefetched a tile ahead."""
+    if cell.kv_source != "paged":
+        return []
+    tiles = [("", base)] + ([] if decode_class else [("n128 s3 ", replace(base, block_n=128, num_stages=3))])
+    out: list[Variant] = []
+    for prefix, tile in tiles:
+        if cell.page_size % tile.block_n == 0:
+            out.append((f"{prefix}scalar ids", {"config": replace(tile, paged_scalar_ids=True)}))
+        out.append((f"{prefix}prefetch ids", {"config": replace(tile, prefetch_page_ids=True)}))
+    return out
+
+
+def _decode_variants(cell: Cell, base) -> list[Variant]:
+    """Split counts, and decode tiles on a few cells."""
+    kv_tiles = -(-cell.problem.max_kv // base.block_n)
+    out: list[Variant] = [(f"splits={n}", {"num_splits": n}) for n in SPLITS if n <= max(1, kv_tiles // 2)]
+    if any(name in cell.name for name in DECODE_TILE_CELLS):
+        for block_n, warps, stages in DECODE_TILES[1:]:
+            out.append((f"n{block_n} w{warps} s{stages}",
+                        {"config": replace(base, block_n=block_n, num_warps=warps, num_stages=stages)}))
+    return out
+
+
+def _prefill_variants(cell: Cell, base) -> list[Variant]:
+    """Prefill tile shapes, warps and stages."""
+    group = cell.problem.heads_q // cell.problem.heads_kv
+    out: list[Variant] = []
+    for block_m, block_n, warps, stages in PREFILL_TILES:
+        if (block_m, block_n, warps, stages) == (base.block_m, base.block_n, base.num_warps, base.num_stages):
+            continue
+        config = replace(base, block_m=block_m, block_q=max(1, block_m // group), block_n=block_n,
+                         num_warps=warps, num_stages=stages)
+        out.append((f"m{block_m} n{block_n} w{warps} s{stages}", {"config": config}))
     return out
 
 
 def _cells(only: Sequence[str], cfg: BenchConfig) -> list[Cell]:
-    chosen: list[Cell] = []
-    if "decode" in only:
-        chosen += [c for c in bench_decode.cells(cfg) if any(name in c.name for name in DECODE_CELLS)]
-    if "prefill" in only:
-        chosen += [c for c in bench_prefill.cells(cfg) if any(name in c.name for name in PREFILL_CELLS)]
-    return chosen
+    """The sweep's cells, suite by suite in the order asked for."""
+    by_suite = {
+        "decode": lambda: [c for c in bench_decode.cells(cfg) if any(name in c.name for name in DECODE_CELLS)],
+        "prefill": lambda: [c for c in bench_prefill.cells(cfg) if any(name in c.name for name in PREFILL_CELLS)],
+        "mixed": lambda: [mixed.whole for mixed in bench_mixed.cells(cfg)],
+    }
+    return [cell for suite in only for cell in by_suite[suite]()]
 
 
-def sweep_cell(cell: Cell, cfg: BenchConfig) -> list[str]:
+def sweep_cell(cell: Cell, cfg: BenchConfig, layout_only: bool = False) -> list[str]:
     """Markdown rows for one cell: every variant's time, rate and error against the default."""
     inputs = Inputs(cell.problem, cfg.device)
     p = cell.problem
     rows, reference, default_us = [], None, None
-    for name, overrides in _variants(cell, inputs):
+    for name, overrides in _variants(cell, inputs, layout_only):
         if cfg.stop_reason():
             rows.append(f"| {cell.name} | {name} | skipped: budget | | | |")
             continue
@@ -102,8 +158,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="sweep.md")
     parser.add_argument("--budget-s", type=float, default=200.0)
-    parser.add_argument("--only", default="decode,prefill")
+    parser.add_argument("--only", default="mixed,decode,prefill")
     parser.add_argument("--cells", default=None, help="comma list of substrings of cell names")
+    parser.add_argument("--layout-only", action="store_true",
+                        help="only the layout variants (small tile, page ids, rotated walk, TMA), no tile/split sweep")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("the sweep measures the GPU kernels: no CUDA device is visible")
@@ -114,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for cell in _cells(args.only.split(","), cfg):
         if wanted and not any(part in cell.name for part in wanted):
             continue
-        lines += sweep_cell(cell, cfg)
+        lines += sweep_cell(cell, cfg, args.layout_only)
         with open(args.out, "w") as handle:
             handle.write("\n".join(lines) + "\n")
 

@@ -18,14 +18,17 @@ __all__ = ["append_triton", "reindex_triton"]
 
 
 def _append_kernel(
-    new_ptr, cache_ptr, page_table_ptr, cu_q_ptr, cu_kv_ptr,
-    stride_new_row, stride_new_pos, stride_new_h, stride_new_d,
-    stride_cache_slot, stride_cache_h, stride_cache_d, stride_page_table_row,
-    num_positions, num_rows, page_size, num_heads, head_dim,
+    new_k_ptr, new_v_ptr, k_cache_ptr, v_cache_ptr, page_table_ptr, cu_q_ptr, cu_kv_ptr,
+    stride_k_row, stride_k_pos, stride_k_h, stride_k_d,
+    stride_v_row, stride_v_pos, stride_v_h, stride_v_d,
+    stride_kc_slot, stride_kc_h, stride_kc_d,
+    stride_vc_slot, stride_vc_h, stride_vc_d,
+    stride_page_table_row,
+    num_positions, num_rows, page_size, num_heads, head_dim_k, head_dim_v,
     IS_THD: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    # One program per token slot of the new K (or V) tensor; it copies that token's
-    # [h_kv, d] tile to its cache slot. Slots past a row's new length copy nothing.
+    # One program per token slot of the new K/V tensors; it copies that token's K and V
+    # [h_kv, d] tiles to its cache slot (one launch per step). Slots past a row's new length copy nothing.
     slot_id = tl.program_id(0)
     if IS_THD:
         # The row of packed token `slot_id` = number of sequence ends at or before it.
@@ -35,12 +38,14 @@ def _append_kernel(
         row_exists = row < num_rows
         row = tl.minimum(row, num_rows - 1)
         position = slot_id - tl.load(cu_q_ptr + row)
-        source_offset = slot_id.to(tl.int64) * stride_new_pos
+        source_row = slot_id * 0
+        source_position = slot_id
     else:
         row = slot_id // num_positions
         position = slot_id % num_positions
         row_exists = row < num_rows
-        source_offset = row.to(tl.int64) * stride_new_row + position.to(tl.int64) * stride_new_pos
+        source_row = row
+        source_position = position
     new_len = tl.load(cu_q_ptr + row + 1) - tl.load(cu_q_ptr + row)
     total_len = tl.load(cu_kv_ptr + row + 1) - tl.load(cu_kv_ptr + row)
     valid = row_exists & (position < new_len)
@@ -51,13 +56,20 @@ def _append_kernel(
     dims = tl.arange(0, BLOCK_D)[None, :]
     # `valid` is a scalar; widen it explicitly (the interpreter of triton 3.9 rejects a scalar-broadcast mask).
     valid_tile = (tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.int32) + valid.to(tl.int32)) != 0
-    mask = (heads < num_heads) & (dims < head_dim) & valid_tile
-    tokens = tl.load(new_ptr + source_offset + heads * stride_new_h + dims * stride_new_d, mask=mask)
-    tl.store(
-        cache_ptr + cache_slot * stride_cache_slot + heads * stride_cache_h + dims * stride_cache_d,
-        tokens,
-        mask=mask,
-    )
+    for which in tl.static_range(2):  # K, then V: the same copy with each tensor's pointers and strides
+        if which == 0:
+            new_ptr, cache_ptr, head_dim = new_k_ptr, k_cache_ptr, head_dim_k
+            stride_row, stride_pos, stride_h, stride_d = stride_k_row, stride_k_pos, stride_k_h, stride_k_d
+            stride_slot, stride_cache_h, stride_cache_d = stride_kc_slot, stride_kc_h, stride_kc_d
+        else:
+            new_ptr, cache_ptr, head_dim = new_v_ptr, v_cache_ptr, head_dim_v
+            stride_row, stride_pos, stride_h, stride_d = stride_v_row, stride_v_pos, stride_v_h, stride_v_d
+            stride_slot, stride_cache_h, stride_cache_d = stride_vc_slot, stride_vc_h, stride_vc_d
+        mask = (heads < num_heads) & (dims < head_dim) & valid_tile
+        source = source_row.to(tl.int64) * stride_row + source_position.to(tl.int64) * stride_pos
+        tokens = tl.load(new_ptr + source + heads * stride_h + dims * stride_d, mask=mask)
+        tl.store(cache_ptr + cache_slot * stride_slot + heads * stride_cache_h + dims * stride_cache_d, tokens,
+                 mask=mask)
 
 
 def _reindex_kernel(
@@ -80,7 +92,9 @@ def _reindex_kernel(
 @functools.cache
 def _jitted(interpret: bool) -> tuple:
     del interpret  # the cache key: triton.jit reads TRITON_INTERPRET when it wraps
-    return triton.jit(_append_kernel), triton.jit(_reindex_kernel)
+    from attention.kernels.launch import CachedLaunch
+
+    return CachedLaunch(triton.jit(_append_kernel)), triton.jit(_reindex_kernel)
 
 
 def _kernels() -> tuple:
@@ -101,28 +115,31 @@ def append_triton(
     append_kernel, _ = _kernels()
     num_rows = cu_seqlens_q.numel() - 1
     page_size = k_cache.shape[1]
-    for new, cache in ((new_k, k_cache), (new_v, v_cache)):
-        if qkv_format == "thd":
-            num_slots, num_positions = new.shape[0], 1
-            stride_row, stride_pos = 0, new.stride(0)
-        elif qkv_format == "bshd":
-            num_slots, num_positions = new.shape[0] * new.shape[1], new.shape[1]
-            stride_row, stride_pos = new.stride(0), new.stride(1)
-        else:
-            num_slots, num_positions = new.shape[0] * new.shape[1], new.shape[0]
-            stride_row, stride_pos = new.stride(1), new.stride(0)
-        if num_slots == 0:
-            continue
-        append_kernel[(num_slots,)](
-            new, cache, page_table, cu_seqlens_q, cu_seqlens_kv,
-            stride_row, stride_pos, new.stride(-2), new.stride(-1),
-            cache.stride(1), cache.stride(2), cache.stride(3), page_table.stride(0),
-            num_positions, num_rows, page_size, cache.shape[2], cache.shape[3],
-            IS_THD=qkv_format == "thd",
-            BLOCK_ROWS=triton.next_power_of_2(num_rows),
-            BLOCK_H=triton.next_power_of_2(cache.shape[2]),
-            BLOCK_D=triton.next_power_of_2(cache.shape[3]),
-        )
+    if qkv_format == "thd":
+        num_slots, num_positions, row_dim, pos_dim = new_k.shape[0], 1, None, 0
+    elif qkv_format == "bshd":
+        num_slots, num_positions, row_dim, pos_dim = new_k.shape[0] * new_k.shape[1], new_k.shape[1], 0, 1
+    else:
+        num_slots, num_positions, row_dim, pos_dim = new_k.shape[0] * new_k.shape[1], new_k.shape[0], 1, 0
+    if num_slots == 0:
+        return
+
+    def token_strides(new: Tensor) -> tuple[int, int, int, int]:
+        return (0 if row_dim is None else new.stride(row_dim), new.stride(pos_dim), new.stride(-2), new.stride(-1))
+
+    append_kernel(
+        (num_slots,),
+        new_k, new_v, k_cache, v_cache, page_table, cu_seqlens_q, cu_seqlens_kv,
+        *token_strides(new_k), *token_strides(new_v),
+        k_cache.stride(1), k_cache.stride(2), k_cache.stride(3),
+        v_cache.stride(1), v_cache.stride(2), v_cache.stride(3),
+        page_table.stride(0),
+        num_positions, num_rows, page_size, k_cache.shape[2], k_cache.shape[3], v_cache.shape[3],
+        IS_THD=qkv_format == "thd",
+        BLOCK_ROWS=triton.next_power_of_2(num_rows),
+        BLOCK_H=triton.next_power_of_2(k_cache.shape[2]),
+        BLOCK_D=triton.next_power_of_2(max(k_cache.shape[3], v_cache.shape[3])),
+    )
 
 
 def reindex_triton(

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU test suite in parallel shards: Triton compiles are CPU-bound, so on a 16-core GPU host
-# seven pytest processes finish in about 3 minutes where one takes over 10.
+# eight pytest processes finish in about 3 minutes where one takes over 10.
 # Usage: scripts/gpu_tests.sh [LOG_DIR]   (env T = per-shard time limit in seconds, default 600)
 set -u
 cd "$(dirname "$0")/.."
@@ -16,6 +16,7 @@ shard() {
 }
 shard kernels-a -m gpu tests/gpu/test_kernels_gpu.py -k "paged or ragged or fuzz or graph or split"
 shard kernels-b -m gpu tests/gpu/test_kernels_gpu.py -k "not (paged or ragged or fuzz or graph or split)"
+shard variants -m gpu tests/gpu/test_variants_gpu.py
 shard grid-a -m gpu "$grid" -k "fused and (masks_heads or padding_masks or automatic)"
 shard grid-b -m gpu "$grid" -k "fused and (head_dims or softmax)"
 shard grid-c -m gpu "$grid" -k "fused and (sliding or alibi)"

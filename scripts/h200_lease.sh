@@ -89,8 +89,11 @@ call4)
   stamp call4
   timeout 150 python3 -m benchmarks.run_all --out $L/overhead --only overhead > $L/overhead.log 2>&1; echo "overhead rc=$?"
   cp $L/overhead/results.md $OUT/overhead.md 2>/dev/null
+  ATTN_TRITON_FAST_LAUNCH=1 timeout 100 python3 -m benchmarks.run_all --out $L/overhead-fast --only overhead \
+    > $L/overhead-fast.log 2>&1; echo "overhead (fast launch) rc=$?"
+  cp $L/overhead-fast/results.md $OUT/overhead-fast.md 2>/dev/null
   timeout 60 python3 -m benchmarks.profile_call --out $OUT/profile.txt > $L/profile.log 2>&1; echo "profile rc=$?"
-  timeout ${S:-200} python3 -m benchmarks.sweep --out $L/sweep.md --budget-s $(( ${S:-200} - 25 )) > $L/sweep.log 2>&1
+  timeout ${S:-200} python3 -m benchmarks.sweep --out $L/sweep.md ${SWEEP_ARGS:---layout-only} --budget-s $(( ${S:-200} - 25 )) > $L/sweep.log 2>&1
   echo "sweep rc=$?"; cp $L/sweep.md $OUT/ 2>/dev/null
   stamp "call4 done"; pack call4;;
 *) sed -n 2,20p "$0";;

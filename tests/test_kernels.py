@@ -357,3 +357,74 @@ def test_ragged_decode_with_balance_splits() -> None:
                              block_q=8, block_n=16, num_sms=4) == 2  # the interpreter's SM count
     run_and_check(C((1,) * len(lengths), lengths, heads=(4, 2), layout="paged", page_size=16, causal=True,
                     bottom_right=True, num_splits=None, dtype=torch.float16))
+
+
+@pytest.mark.parametrize("scalar_ids, prefetch", [(True, False), (False, True), (True, True)],
+                         ids=["scalar-ids", "prefetch", "scalar-ids+prefetch"])
+@pytest.mark.parametrize("page_size, window", [(16, (-1, 0)), (32, (7, 0)), (3, (-1, 0)), (8, (5, 0))],
+                         ids=["page16", "page32-window", "page3", "page8-window"])
+def test_paged_addressing_variants_match_the_reference(scalar_ids, prefetch, page_size, window) -> None:
+    """The opt-in page-table variants (benchmarks/sweep.py measures them) compute the same attention:
+    a decode, a chunk over a prefix and a short prefill in one launch, with and without splits."""
+    case = C(MIXED_Q, MIXED_KV, heads=(4, 2), layout="paged", page_size=page_size, causal=True,
+             bottom_right=True, window=window, num_splits=None, dtype=torch.float16)
+    inputs = build_inputs(case)
+    base = select_forward_config(head_dim_qk=16, head_dim_v=16, group_size=2, max_seqlen_q=max(MIXED_Q),
+                                 interpret=True)
+    config = replace(base, paged_scalar_ids=scalar_ids, prefetch_page_ids=prefetch)
+    for num_splits in (1, 3):
+        inputs["out_base"].fill_(SENTINEL)
+        attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"],
+                          **{**inputs["call"], "num_splits": num_splits}, config=config)
+        check_output(case, inputs)
+
+
+@pytest.mark.parametrize("options", [
+    dict(causal=True, bottom_right=True),
+    dict(causal=True, bottom_right=True, window=(6, 0), alibi="h"),
+    dict(sink=True, num_splits=3),
+    dict(causal=True, bottom_right=True, layout="cache"),
+], ids=["causal", "window-alibi", "sink-splits", "non-paged"])
+def test_small_tile_for_short_sequences_in_a_mixed_batch(options: dict) -> None:
+    """small_block_m: decodes and short steps run a 16-row tile, longer sequences the 32-row tile,
+    all in one launch (the small tile holds 8 tokens of group 2: q lens 1, 5 and 8 take it)."""
+    fields = dict(layout="paged", page_size=8, num_splits=1, dtype=torch.float16) | options
+    case = C((1, 17, 5, 8, 9), (13, 40, 5, 30, 17), heads=(4, 2), **fields)
+    inputs = build_inputs(case)
+    base = select_forward_config(head_dim_qk=16, head_dim_v=16, group_size=2, max_seqlen_q=17, interpret=True)
+    config = replace(base, block_m=32, block_q=16, small_block_m=16)
+    attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"], config=config)
+    check_output(case, inputs)
+
+
+@pytest.mark.parametrize("layout, prefetch", [("cache", False), ("thd", False), ("paged", True)])
+@pytest.mark.parametrize("window", [(-1, 0), (20, 0)], ids=["causal", "window"])
+def test_rotated_kv_walk_matches_the_reference(layout: str, prefetch: bool, window: tuple[int, int]) -> None:
+    """rotate_kv_tiles (opt-in): the fully visible tiles in a program-dependent order, same attention."""
+    case = C(MIXED_Q, (70, 45, 90, 66), heads=(4, 2), layout=layout, page_size=8, causal=True,
+             bottom_right=True, window=window, num_splits=None, dtype=torch.float16)
+    inputs = build_inputs(case)
+    base = select_forward_config(head_dim_qk=16, head_dim_v=16, group_size=2, max_seqlen_q=max(MIXED_Q),
+                                 interpret=True)
+    config = replace(base, rotate_kv_tiles=True, prefetch_page_ids=prefetch)
+    for num_splits in (1, 2):
+        inputs["out_base"].fill_(SENTINEL)
+        attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"],
+                          **{**inputs["call"], "num_splits": num_splits}, config=config)
+        check_output(case, inputs)
+
+
+@pytest.mark.parametrize("layout", ["bshd", "sbhd", "thd", "cache"])
+@pytest.mark.parametrize("options", [dict(causal=True, bottom_right=True), dict(window=(9, 3), d_qk=24),
+                                     dict(causal=True, num_splits=3, alibi="bh")], ids=["causal", "window-d24", "splits-alibi"])
+def test_tma_descriptors_match_the_reference(layout: str, options: dict) -> None:
+    """config.tma (opt-in): non-paged K/V through tensor descriptors, zero rows past each sequence."""
+    fields = dict(layout=layout, dtype=torch.float16) | options
+    case = C(MIXED_Q, MIXED_KV if fields.get("bottom_right") or layout == "cache" else (1, 5, 3, 9), heads=(4, 2),
+             **fields)
+    inputs = build_inputs(case)
+    base = select_forward_config(head_dim_qk=case.d_qk, head_dim_v=16, group_size=2, max_seqlen_q=max(case.q_lens),
+                                 interpret=True)
+    attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"],
+                      config=replace(base, tma=True))
+    check_output(case, inputs)

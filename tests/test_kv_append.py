@@ -85,13 +85,16 @@ def test_non_paged_append_is_one_page_per_row(implementation, qkv_format, monkey
     assert k_cache[2].abs().sum() == 0
 
 
-def test_non_contiguous_new_tokens_are_read_through_strides():
-    cache = torch.zeros(2, 4, NUM_HEADS_KV, HEAD_DIM_K)
+@pytest.mark.parametrize("implementation", ["torch", "triton"])
+def test_non_contiguous_new_tokens_are_read_through_strides(implementation, monkeypatch):
+    k_cache, v_cache = torch.zeros(2, 4, NUM_HEADS_KV, HEAD_DIM_K), torch.zeros(2, 4, NUM_HEADS_KV, HEAD_DIM_K)
     qkv = torch.randn(1, 3, 3, NUM_HEADS_KV, HEAD_DIM_K)  # a packed [b, s, 3, h, d] buffer
-    new_k, new_v = qkv[:, :, 1], qkv[:, :, 2]
+    new_k = qkv[:, :, 1]
+    new_v = torch.randn(3, 1, NUM_HEADS_KV, HEAD_DIM_K).transpose(0, 1)  # V with other strides than K
     cu = torch.tensor([0, 3], dtype=torch.int32)
-    append_to_kv_cache(new_k, new_v, cache, cache.clone(), torch.tensor([[1]], dtype=torch.int32), cu, cu, "bshd")
-    assert torch.equal(cache[1, :3], new_k[0])
+    run_append(implementation, monkeypatch, new_k, new_v, k_cache, v_cache, torch.tensor([[1]], dtype=torch.int32),
+               cu, cu, "bshd")
+    assert torch.equal(k_cache[1, :3], new_k[0]) and torch.equal(v_cache[1, :3], new_v[0])
 
 
 @pytest.mark.parametrize("implementation", ["torch", "triton"])

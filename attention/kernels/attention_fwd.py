@@ -17,8 +17,27 @@ from .configs import (
     num_streaming_multiprocessors,
     select_forward_config,
 )
+from .launch import CachedLaunch
 
 __all__ = ["attention_forward"]
+
+
+_launch_attention = CachedLaunch(attention_fwd_kernel)
+
+
+def _tma_ready(k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Tensor descriptors need 16-byte aligned bases and 16-byte multiples for every non-unit stride;
+    on a GPU the device-side descriptors also need Triton's scratch allocator (set here if unset)."""
+    for x in (k, v):
+        if x.data_ptr() % 16 or any(stride * x.element_size() % 16 for stride in x.stride()[:-1]):
+            return False
+    if k.is_cuda:
+        import triton
+        from triton.runtime._allocation import NullAllocator, _allocator
+
+        if isinstance(_allocator.get(), NullAllocator):
+            triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=k.device))
+    return True
 
 
 def attention_forward(
@@ -95,7 +114,8 @@ def attention_forward(
             head_dim_qk=shapes.head_dim_qk, head_dim_v=shapes.head_dim_v, group_size=group_size,
             max_seqlen_q=max_seqlen_q, interpret=interpreter_enabled())
     elif config.block_q * group_size > config.block_m or config.block_dqk < shapes.head_dim_qk \
-            or config.block_dv < shapes.head_dim_v:
+            or config.block_dv < shapes.head_dim_v \
+            or (config.small_block_m and not group_size <= config.small_block_m <= config.block_m):
         raise ValueError(f"config {config} does not fit group size {group_size} and head dims "
                          f"{shapes.head_dim_qk}/{shapes.head_dim_v}")
     if num_splits is None:
@@ -117,9 +137,11 @@ def attention_forward(
         alibi_stride_b = alibi_slopes.stride(0)
     if softmax_offset is not None:
         softmax_offset = softmax_offset.reshape(-1)
+    use_tma = config.tma and not shapes.paged and _tma_ready(k, v)
     placeholder = cu_seqlens_q  # any device tensor for pointers a constexpr flag disables
     grid = (-(-total_q // config.block_q) + shapes.num_seqs, shapes.num_heads_kv, num_splits)
-    attention_fwd_kernel[grid](
+    _launch_attention(
+        grid,
         q, k, v, out,
         partial_out, partial_lse,
         cu_seqlens_q, cu_seqlens_kv,
@@ -151,6 +173,10 @@ def attention_forward(
         BOTTOM_RIGHT=bool(bottom_right), HAS_ALIBI=alibi_slopes is not None,
         HAS_SINK=softmax_offset is not None and not write_partial, WRITE_PARTIAL=write_partial,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        PAGE_SCALAR=config.paged_scalar_ids and shapes.paged and shapes.page_size % config.block_n == 0,
+        PREFETCH_PAGES=config.prefetch_page_ids and shapes.paged,
+        ROTATE_KV=config.rotate_kv_tiles, USE_TMA=use_tma,
+        SMALL_BLOCK_M=config.small_block_m, SMALL_BLOCK_Q=max(1, config.small_block_m // group_size),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if write_partial:

@@ -1,6 +1,8 @@
 """The Triton forward kernel: varlen / paged / GQA-packed / split-KV attention in one launch.
 
-Grid: (q-tile programs over the flattened query tokens, KV heads, KV splits).
+Grid: (q-tile programs over the flattened query tokens, KV heads, KV splits). The kernel finds
+its program's sequence and q tile; `_attend_q_tile` computes it (with the prefill tile, or in mixed
+batches with SMALL_BLOCK_M > 0 a small tile for sequences of few queries).
  - Program (t, h, s) finds its sequence b by a binary search over cu_seqlens_q (vLLM's static
    bound: sequence b owns program ids cu_seqlens_q[b] // BLOCK_Q + b ...), exits when the tile is
    past b's queries.
@@ -26,6 +28,24 @@ LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
+def _page_ids(page_table_row_ptr, stride_pt_p, page_size, tile, kv_len, valid,
+              BLOCK_N: tl.constexpr, PAGE_SCALAR: tl.constexpr):
+    """Cache page ids of KV tile `tile`: a scalar (PAGE_SCALAR) or one per key; 0 where not `valid`."""
+    if PAGE_SCALAR:
+        return tl.load(page_table_row_ptr + ((tile * BLOCK_N) // page_size) * stride_pt_p, mask=valid, other=0)
+    offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    return tl.load(page_table_row_ptr + (offs_n // page_size) * stride_pt_p, mask=valid & (offs_n < kv_len), other=0)
+
+
+@triton.jit
+def _tile_at(step, tile_begin, num_tiles, rotation, ROTATE: tl.constexpr):
+    """The KV tile visited at loop step `step` of [tile_begin, tile_begin + num_tiles)."""
+    if ROTATE:
+        return tile_begin + (step - tile_begin + rotation) % num_tiles
+    return step
+
+
+@triton.jit
 def _attend_kv_tiles(
     acc, l_i, m_i, q,
     tile_begin, tile_end,
@@ -40,25 +60,50 @@ def _attend_kv_tiles(
     PAGED: tl.constexpr, MASKED: tl.constexpr,
     WINDOW_LEFT_BOUNDED: tl.constexpr, WINDOW_RIGHT_BOUNDED: tl.constexpr,
     HAS_ALIBI: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    PAGE_SCALAR: tl.constexpr, PREFETCH_PAGES: tl.constexpr, rotation, ROTATE: tl.constexpr,
+    k_desc, v_desc, USE_TMA: tl.constexpr,
 ):
     """Online-softmax accumulation over KV tiles [tile_begin, tile_end) of one sequence.
 
     MASKED=False is the fast path for tiles that every row sees entirely (no key-position
     masks, no bounds checks on keys); MASKED=True handles band edges and the ragged last tile.
+    Paged caches: PAGE_SCALAR (page_size a multiple of BLOCK_N) reads one page id per tile and
+    addresses the tile as one contiguous run of slots; PREFETCH_PAGES loads the next tile's page
+    ids one iteration ahead, so the K/V loads do not wait on a page-table load of their own
+    iteration. ROTATE starts the walk at tile_begin + rotation % num_tiles and wraps around, so
+    programs of different sequences do not stream the same cache offsets in lockstep.
+    USE_TMA (non-paged K/V): tiles come through the tensor descriptors k_desc / v_desc (Hopper's
+    bulk tensor copies; rows past the sequence and columns past the head dim read as zeros).
     """
     dqk_in_bounds = offs_dqk < HEAD_DIM_QK
     dv_in_bounds = offs_dv < HEAD_DIM_V
-    for tile in range(tile_begin, tile_end):
+    num_tiles = tl.maximum(tile_end - tile_begin, 1)
+    if PAGED and PREFETCH_PAGES:
+        next_page = _page_ids(page_table_row_ptr, stride_pt_p, page_size,
+                              _tile_at(tile_begin, tile_begin, num_tiles, rotation, ROTATE), kv_len,
+                              tile_begin < tile_end, BLOCK_N, PAGE_SCALAR)
+    for step in range(tile_begin, tile_end):
+        tile = _tile_at(step, tile_begin, num_tiles, rotation, ROTATE)
         offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
         key_in_bounds = offs_n < kv_len
         if PAGED:
-            # One vector of page ids per tile (a tile may span several pages).
-            if MASKED:
+            if PREFETCH_PAGES:
+                page = next_page
+                next_page = _page_ids(page_table_row_ptr, stride_pt_p, page_size,
+                                      _tile_at(step + 1, tile_begin, num_tiles, rotation, ROTATE), kv_len,
+                                      step + 1 < tile_end, BLOCK_N, PAGE_SCALAR)
+            elif PAGE_SCALAR:
+                page = tl.load(page_table_row_ptr + ((tile * BLOCK_N) // page_size) * stride_pt_p)
+            elif MASKED:
+                # One vector of page ids per tile (a tile may span several pages).
                 page = tl.load(page_table_row_ptr + (offs_n // page_size) * stride_pt_p,
                                mask=key_in_bounds, other=0)
             else:
                 page = tl.load(page_table_row_ptr + (offs_n // page_size) * stride_pt_p)
-            slot = (offs_n % page_size).to(tl.int64)
+            if PAGE_SCALAR:
+                slot = ((tile * BLOCK_N) % page_size + tl.arange(0, BLOCK_N)).to(tl.int64)
+            else:
+                slot = (offs_n % page_size).to(tl.int64)
             k_rows = page.to(tl.int64) * stride_kp + slot * stride_ks
             v_rows = page.to(tl.int64) * stride_vp + slot * stride_vs
         else:
@@ -66,7 +111,10 @@ def _attend_kv_tiles(
             v_rows = kv_seq_offset_v + offs_n.to(tl.int64) * stride_vs
         k_ptrs = k_ptr + k_head_offset + k_rows[None, :] + offs_dqk[:, None]
         v_ptrs = v_ptr + v_head_offset + v_rows[:, None] + offs_dv[None, :]
-        if MASKED:
+        if USE_TMA:
+            k_t = tl.trans(k_desc.load([tile * BLOCK_N, 0]))
+            v = v_desc.load([tile * BLOCK_N, 0])
+        elif MASKED:
             k_t = tl.load(k_ptrs, mask=dqk_in_bounds[:, None] & key_in_bounds[None, :], other=0.0)
             v = tl.load(v_ptrs, mask=key_in_bounds[:, None] & dv_in_bounds[None, :], other=0.0)
         elif BLOCK_DQK == HEAD_DIM_QK and BLOCK_DV == HEAD_DIM_V:
@@ -105,46 +153,28 @@ def _attend_kv_tiles(
 
 
 @triton.jit
-def attention_fwd_kernel(
-    q_ptr, k_ptr, v_ptr, out_ptr,
-    partial_out_ptr, partial_lse_ptr,
-    cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr,
-    page_table_ptr, alibi_slopes_ptr, softmax_offset_ptr,
-    num_seqs, page_size,
-    stride_qb, stride_qs, stride_qh,
-    stride_kb, stride_ks, stride_kh,
-    stride_vb, stride_vs, stride_vh,
-    stride_ob, stride_os, stride_oh,
-    stride_pt_b, stride_pt_p,
-    stride_alibi_b,
-    stride_part_split, stride_part_tok, stride_part_head,
-    stride_lse_split, stride_lse_tok,
+def _attend_q_tile(
+    seq, q_begin, q_len, first_query, kv_head, split, num_splits,
+    q_ptr, k_ptr, v_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
+    cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr, alibi_slopes_ptr,
+    softmax_offset_ptr, page_size,
+    stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+    stride_ob, stride_os, stride_oh, stride_pt_b, stride_pt_p, stride_alibi_b,
+    stride_part_split, stride_part_tok, stride_part_head, stride_lse_split, stride_lse_tok,
     qk_scale, window_left, window_right,
-    HEAD_DIM_QK: tl.constexpr, HEAD_DIM_V: tl.constexpr,
-    BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
-    GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr,
+    HEAD_DIM_QK: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
+    GROUP_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
     PAGED: tl.constexpr, HAS_Q_START: tl.constexpr, HAS_KV_START: tl.constexpr,
     WINDOW_LEFT_BOUNDED: tl.constexpr, WINDOW_RIGHT_BOUNDED: tl.constexpr, BOTTOM_RIGHT: tl.constexpr,
     HAS_ALIBI: tl.constexpr, HAS_SINK: tl.constexpr, WRITE_PARTIAL: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, PAGE_SCALAR: tl.constexpr, PREFETCH_PAGES: tl.constexpr,
+    ROTATE_KV: tl.constexpr, USE_TMA: tl.constexpr,
 ):
-    """Strides: dense k/v use (batch, token, head); paged k/v use (page, slot, head).
-
-    WRITE_PARTIAL (split-KV): write fp32 O normalised by this split's sum and its LSE (log2 units)
-    to the workspace at the packed token index; the combine kernel merges splits and applies sinks.
-    """
-    tile_id = tl.program_id(0)
-    kv_head = tl.program_id(1)
-    split = tl.program_id(2)
+    """Attention of one q tile (BLOCK_Q query tokens x GROUP_SIZE heads = BLOCK_M packed rows) of
+    sequence `seq` against KV split `split`, written to out (or to the split workspace)."""
     split64 = split.to(tl.int64)
-    num_splits = tl.num_programs(2)
 
-    seq = find_sequence(cu_seqlens_q_ptr, num_seqs, tile_id, BLOCK_Q, True)
-    q_begin = tl.load(cu_seqlens_q_ptr + seq)
-    q_len = tl.load(cu_seqlens_q_ptr + seq + 1) - q_begin
-    first_query = (tile_id - (q_begin // BLOCK_Q + seq)) * BLOCK_Q
-    if first_query >= q_len:
-        return
     kv_len = tl.load(cu_seqlens_kv_ptr + seq + 1) - tl.load(cu_seqlens_kv_ptr + seq)
     if BOTTOM_RIGHT:
         diag_offset = kv_len - q_len
@@ -206,6 +236,14 @@ def attention_fwd_kernel(
         page_table_row_ptr = page_table_ptr
     k_head_offset = kv_head.to(tl.int64) * stride_kh
     v_head_offset = kv_head.to(tl.int64) * stride_vh
+    rotation = seq * 13 + kv_head * 7 + split * 3  # any spread; taken modulo the tile count
+    k_desc = None
+    v_desc = None
+    if USE_TMA:
+        k_desc = tl.make_tensor_descriptor(k_ptr + kv_seq_offset_k + k_head_offset, shape=[kv_len, HEAD_DIM_QK],
+                                           strides=[stride_ks, 1], block_shape=[BLOCK_N, BLOCK_DQK])
+        v_desc = tl.make_tensor_descriptor(v_ptr + kv_seq_offset_v + v_head_offset, shape=[kv_len, HEAD_DIM_V],
+                                           strides=[stride_vs, 1], block_shape=[BLOCK_N, BLOCK_DV])
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -218,21 +256,24 @@ def attention_fwd_kernel(
         page_table_row_ptr, stride_pt_p, page_size, stride_ks, stride_kb, stride_vs, stride_vb,
         kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope, qk_scale,
         offs_dqk, offs_dv, HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, BLOCK_N, PAGED, True,
-        WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION)
+        WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES,
+        rotation, False, k_desc, v_desc, USE_TMA)
     acc, l_i, m_i = _attend_kv_tiles(
         acc, l_i, m_i, q, tl.maximum(split_lo, full_tile_lo), tl.minimum(full_tile_hi, split_hi),
         k_ptr, v_ptr, k_head_offset, v_head_offset, kv_seq_offset_k, kv_seq_offset_v,
         page_table_row_ptr, stride_pt_p, page_size, stride_ks, stride_kb, stride_vs, stride_vb,
         kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope, qk_scale,
         offs_dqk, offs_dv, HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, BLOCK_N, PAGED, False,
-        WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION)
+        WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES,
+        rotation, ROTATE_KV, k_desc, v_desc, USE_TMA)
     acc, l_i, m_i = _attend_kv_tiles(
         acc, l_i, m_i, q, tl.maximum(split_lo, full_tile_hi), split_hi,
         k_ptr, v_ptr, k_head_offset, v_head_offset, kv_seq_offset_k, kv_seq_offset_v,
         page_table_row_ptr, stride_pt_p, page_size, stride_ks, stride_kb, stride_vs, stride_vb,
         kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope, qk_scale,
         offs_dqk, offs_dv, HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, BLOCK_N, PAGED, True,
-        WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION)
+        WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES,
+        rotation, False, k_desc, v_desc, USE_TMA)
 
     dv_mask = row_valid[:, None] & (offs_dv < HEAD_DIM_V)[None, :]
     if WRITE_PARTIAL:
@@ -256,3 +297,81 @@ def attention_fwd_kernel(
         out_ptrs = (out_ptr + seq64 * stride_ob + q_row_token.to(tl.int64)[:, None] * stride_os
                     + row_head[:, None] * stride_oh + offs_dv[None, :])
         tl.store(out_ptrs, o.to(out_ptr.dtype.element_ty), mask=dv_mask)
+
+
+@triton.jit
+def attention_fwd_kernel(
+    q_ptr, k_ptr, v_ptr, out_ptr,
+    partial_out_ptr, partial_lse_ptr,
+    cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr,
+    page_table_ptr, alibi_slopes_ptr, softmax_offset_ptr,
+    num_seqs, page_size,
+    stride_qb, stride_qs, stride_qh,
+    stride_kb, stride_ks, stride_kh,
+    stride_vb, stride_vs, stride_vh,
+    stride_ob, stride_os, stride_oh,
+    stride_pt_b, stride_pt_p,
+    stride_alibi_b,
+    stride_part_split, stride_part_tok, stride_part_head,
+    stride_lse_split, stride_lse_tok,
+    qk_scale, window_left, window_right,
+    HEAD_DIM_QK: tl.constexpr, HEAD_DIM_V: tl.constexpr,
+    BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
+    GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
+    PAGED: tl.constexpr, HAS_Q_START: tl.constexpr, HAS_KV_START: tl.constexpr,
+    WINDOW_LEFT_BOUNDED: tl.constexpr, WINDOW_RIGHT_BOUNDED: tl.constexpr, BOTTOM_RIGHT: tl.constexpr,
+    HAS_ALIBI: tl.constexpr, HAS_SINK: tl.constexpr, WRITE_PARTIAL: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, PAGE_SCALAR: tl.constexpr, PREFETCH_PAGES: tl.constexpr,
+    ROTATE_KV: tl.constexpr, USE_TMA: tl.constexpr, SMALL_BLOCK_M: tl.constexpr, SMALL_BLOCK_Q: tl.constexpr,
+):
+    """Strides: dense k/v use (batch, token, head); paged k/v use (page, slot, head).
+
+    WRITE_PARTIAL (split-KV): write fp32 O normalised by this split's sum and its LSE (log2 units)
+    to the workspace at the packed token index; the combine kernel merges splits and applies sinks.
+    SMALL_BLOCK_M > 0 (mixed batches): a sequence with at most SMALL_BLOCK_Q queries (a decode, a
+    short verification step) runs a SMALL_BLOCK_M-row tile instead of the BLOCK_M-row prefill tile.
+    """
+    tile_id = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    num_splits = tl.num_programs(2)
+
+    seq = find_sequence(cu_seqlens_q_ptr, num_seqs, tile_id, BLOCK_Q, True)
+    q_begin = tl.load(cu_seqlens_q_ptr + seq)
+    q_len = tl.load(cu_seqlens_q_ptr + seq + 1) - q_begin
+    first_query = (tile_id - (q_begin // BLOCK_Q + seq)) * BLOCK_Q
+    if first_query >= q_len:
+        return
+    small = False
+    if SMALL_BLOCK_M > 0:
+        small = q_len <= SMALL_BLOCK_Q  # then first_query == 0: the whole sequence is this tile
+    if small:
+        _attend_q_tile(
+            seq, q_begin, q_len, first_query, kv_head, split, num_splits,
+            q_ptr, k_ptr, v_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
+            cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr, alibi_slopes_ptr,
+            softmax_offset_ptr, page_size,
+            stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+            stride_ob, stride_os, stride_oh, stride_pt_b, stride_pt_p, stride_alibi_b,
+            stride_part_split, stride_part_tok, stride_part_head, stride_lse_split, stride_lse_tok,
+            qk_scale, window_left, window_right,
+            SMALL_BLOCK_M, SMALL_BLOCK_Q,
+            HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, GROUP_SIZE, BLOCK_N,
+            PAGED, HAS_Q_START, HAS_KV_START, WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, BOTTOM_RIGHT,
+            HAS_ALIBI, HAS_SINK, WRITE_PARTIAL, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES, ROTATE_KV,
+            USE_TMA)
+    else:
+        _attend_q_tile(
+            seq, q_begin, q_len, first_query, kv_head, split, num_splits,
+            q_ptr, k_ptr, v_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
+            cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr, alibi_slopes_ptr,
+            softmax_offset_ptr, page_size,
+            stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+            stride_ob, stride_os, stride_oh, stride_pt_b, stride_pt_p, stride_alibi_b,
+            stride_part_split, stride_part_tok, stride_part_head, stride_lse_split, stride_lse_tok,
+            qk_scale, window_left, window_right,
+            BLOCK_M, BLOCK_Q,
+            HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, GROUP_SIZE, BLOCK_N,
+            PAGED, HAS_Q_START, HAS_KV_START, WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, BOTTOM_RIGHT,
+            HAS_ALIBI, HAS_SINK, WRITE_PARTIAL, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES, ROTATE_KV,
+            USE_TMA)

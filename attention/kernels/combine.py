@@ -7,6 +7,7 @@ import triton
 import triton.language as tl
 
 from .configs import next_power_of_2
+from .launch import CachedLaunch
 from .sequence_lookup import find_sequence
 
 __all__ = ["combine_splits", "combine_splits_kernel"]
@@ -65,6 +66,9 @@ def combine_splits_kernel(
     tl.store(out_ptrs, o.to(out_ptr.dtype.element_ty), mask=offs_dv < HEAD_DIM_V)
 
 
+_launch_combine = CachedLaunch(combine_splits_kernel)
+
+
 def combine_splits(
     partial_out: torch.Tensor,
     partial_lse: torch.Tensor,
@@ -88,7 +92,8 @@ def combine_splits(
     num_splits, total_q, num_heads, head_dim_v = partial_out.shape
     if total_q == 0 or num_heads == 0:
         return out
-    combine_splits_kernel[(total_q, num_heads)](
+    _launch_combine(
+        (total_q, num_heads),
         partial_out, partial_lse, out,
         cu_seqlens_q, q_start if q_start is not None else cu_seqlens_q,
         softmax_offset if softmax_offset is not None else partial_lse,

@@ -41,6 +41,18 @@ class ForwardConfig:
     block_q: query tokens per program, block_m // group_size (>= 1).
     block_n: keys per KV tile, a power of 2 >= 16.
     block_dqk / block_dv: head dims padded to a power of 2 >= 16 (masked when padded).
+    paged_scalar_ids: with a paged cache whose page_size is a multiple of block_n, read one page id
+        per KV tile and address the tile as contiguous slots (else one page id per key).
+    prefetch_page_ids: with a paged cache, load the next KV tile's page ids one iteration ahead.
+    small_block_m: 0, or a packed-row count (power of 2, >= group size, <= block_m) for a second,
+        small tile that sequences with at most small_block_m // group queries (decodes in a mixed
+        batch) use instead of the block_m-row tile.
+    rotate_kv_tiles: each program walks its fully visible KV tiles starting at a program-dependent
+        offset (wrapping around), so sequences of a non-paged cache, whose rows start at the same
+        offsets, are not streamed in lockstep (non-paged decode measured 14 % below paged).
+    tma: non-paged K/V tiles through device-side tensor descriptors (Hopper's bulk tensor copies);
+        falls back to pointer loads when a stride or base is not 16-byte aligned.
+    These five are off until measured on the H200 (benchmarks/sweep.py has the variants).
     """
 
     block_m: int
@@ -50,6 +62,11 @@ class ForwardConfig:
     block_dv: int
     num_warps: int
     num_stages: int
+    paged_scalar_ids: bool = False
+    prefetch_page_ids: bool = False
+    small_block_m: int = 0
+    rotate_kv_tiles: bool = False
+    tma: bool = False
 
 
 def next_power_of_2(value: int) -> int:

@@ -1,0 +1,82 @@
+"""The opt-in kernel variants (``ForwardConfig`` fields) and the launch cache on CUDA, vs the fp32 reference.
+
+Each variant runs realistic cases it is meant for: page-table addressing on paged mixed batches,
+the small second tile on mixed batches, the rotated walk on non-paged caches, TMA descriptors on
+varlen prefill and non-paged caches. ``CachedLaunch`` must launch the very kernel Triton's own
+path launches: outputs bit-identical, in eager calls and in a captured CUDA graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from tests.test_kernels import AttentionCase, build_inputs, check_output
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+if torch.cuda.is_available():
+    from attention.kernels import attention_forward, launch
+    from attention.kernels.configs import select_forward_config
+
+TOLERANCE = {torch.float16: 4e-3, torch.bfloat16: 2.5e-2}
+C = AttentionCase
+MIXED_Q = (1,) * 12 + (300, 700, 4)
+MIXED_KV = (4096, 17, 900, 2048, 1, 3000, 64, 4000, 129, 2500, 800, 1000) + (300, 2900, 1500)
+
+CASES = {
+    "paged": C(MIXED_Q, MIXED_KV, heads=(32, 8), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="paged",
+               page_size=16, causal=True, bottom_right=True, num_splits=None),
+    "paged256": C(MIXED_Q, MIXED_KV, heads=(32, 8), d_qk=128, d_v=128, dtype=torch.float16, layout="paged",
+                  page_size=256, causal=True, bottom_right=True, num_splits=None),
+    "cache": C(MIXED_Q, MIXED_KV, heads=(32, 8), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="cache",
+               causal=True, bottom_right=True, num_splits=None),
+    "decode": C((1,) * 16, (4096,) * 8 + (100, 2000, 3000, 7, 5000, 4096, 64, 1), heads=(32, 8), d_qk=128,
+                d_v=128, dtype=torch.bfloat16, layout="cache", causal=True, bottom_right=True, num_splits=None),
+    "thd": C((1, 17, 513, 2048, 3001), (1, 17, 513, 2048, 3001), heads=(32, 8), d_qk=128, d_v=128,
+             dtype=torch.float16, layout="thd", causal=True, num_splits=None),
+    "thd-d64-window": C((700, 2048), (700, 2048), heads=(16, 4), d_qk=64, d_v=64, dtype=torch.bfloat16,
+                        layout="bshd", window=(128, 128)),
+}
+VARIANTS = [
+    ("paged_scalar_ids", "paged256"), ("prefetch_page_ids", "paged"), ("prefetch_page_ids", "paged256"),
+    ("small_block_m", "paged"), ("small_block_m", "cache"), ("rotate_kv_tiles", "decode"),
+    ("rotate_kv_tiles", "cache"), ("tma", "thd"), ("tma", "cache"), ("tma", "thd-d64-window"),
+]
+
+
+def _config(case: AttentionCase, field: str):
+    base = select_forward_config(head_dim_qk=case.d_qk, head_dim_v=case.d_v, group_size=case.heads[0] // case.heads[1],
+                                 max_seqlen_q=max(case.q_lens), interpret=False)
+    value = 16 if field == "small_block_m" else True
+    return replace(base, **{field: value})
+
+
+@pytest.mark.parametrize("field, case_name", VARIANTS, ids=[f"{f}-{c}" for f, c in VARIANTS])
+def test_variant_matches_the_reference(field: str, case_name: str) -> None:
+    case = CASES[case_name]
+    inputs = build_inputs(case, "cuda")
+    attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"],
+                      config=_config(case, field))
+    check_output(case, inputs, TOLERANCE[case.dtype])
+
+
+@pytest.mark.parametrize("case_name", ["paged", "decode", "thd"])
+def test_cached_launch_runs_the_same_kernel(case_name: str, monkeypatch) -> None:
+    case = CASES[case_name]
+    inputs = build_inputs(case, "cuda")
+    monkeypatch.setattr(launch, "FAST_LAUNCH", False)
+    expected = attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"].clone(), **inputs["call"])
+    monkeypatch.setattr(launch, "FAST_LAUNCH", True)
+    for _ in range(3):  # the first call compiles and caches, the next ones launch directly
+        out = attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"].clone(), **inputs["call"])
+        assert torch.equal(out, expected)
+    graph_out = inputs["out"].clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        attention_forward(inputs["q"], inputs["k"], inputs["v"], graph_out, **inputs["call"])
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(graph_out, expected)
