@@ -5,19 +5,21 @@ cells try tile shapes, warps and pipeline stages; paged cells (decode, chunks, m
 try the page-table variants (one page id per tile, page ids prefetched a tile ahead), mixed or
 ragged batches a small second tile for their short sequences, decode cells a rotated KV walk,
 non-paged cells tensor-descriptor (TMA) loads. Every variant
-computes the same attention on the same inputs as the default and is checked against it. Writes a
-markdown table (µs, GB/s or TFLOP/s, ratio to the default) per cell.
+computes the same attention on the same inputs as the default (every variant off) and is checked
+against it. Writes a markdown table (µs, GB/s or TFLOP/s, ratio to the default) per cell, and with
+``--variants-out`` the ``ATTN_FUSED_VARIANTS`` string the measurements favour (``pick_variants``).
 
     python -m benchmarks.sweep --out sweep.md [--budget-s 200] [--only mixed,decode,prefill] [--cells a,b]
-                                              [--layout-only]
+                                              [--layout-only] [--variants-out variants.txt]
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -43,17 +45,85 @@ PREFILL_TILES = ((128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 2), (128, 128, 
 
 Variant = tuple[str, dict]
 
+PICK_MIN_GAIN = 1.02
+"""A variant set is picked for a shape class only if its geometric-mean speedup reaches this ..."""
+PICK_MAX_LOSS = 0.98
+"""... and no cell of the class runs slower than this ratio to the default (timing noise is ~1 %)."""
 
-def _variants(cell: Cell, inputs: Inputs | None, layout_only: bool = False) -> list[Variant]:
-    """The default, then the layout variants (small tile, page-table addressing, rotated walk, TMA),
-    then (unless ``layout_only``) tiles and split counts."""
+
+@dataclass(frozen=True)
+class Measured:
+    """One variant's speedup over the default on one cell; ``variants`` is its ATTN_FUSED_VARIANTS form
+    (empty when the variant also changes tile sizes or split counts: those go to configs.py by hand)."""
+
+    shape_class: str
+    cell: str
+    variants: str
+    speedup: float
+
+
+def _base_config(cell: Cell, tuned: bool):
     from attention.kernels.configs import select_forward_config
 
     p = cell.problem
-    base = select_forward_config(head_dim_qk=p.head_dim, head_dim_v=p.head_dim_v, group_size=p.heads_q // p.heads_kv,
-                                 max_seqlen_q=p.max_q, interpret=False)
+    return select_forward_config(head_dim_qk=p.head_dim, head_dim_v=p.head_dim_v, group_size=p.heads_q // p.heads_kv,
+                                 max_seqlen_q=p.max_q, interpret=False, paged=cell.kv_source == "paged", tuned=tuned)
+
+
+def _shape_class(cell: Cell) -> str:
+    decode_class = _base_config(cell, tuned=False).block_m < 128
+    return ("decode" if decode_class else "prefill") + ("/paged" if cell.kv_source == "paged" else "/contiguous")
+
+
+def _variant_string(base, config) -> str:
+    """``paged_scalar_ids+small_block_m:16`` for a config that differs from ``base`` in variant fields
+    only; "" otherwise."""
+    from attention.kernels.configs import VARIANT_FIELDS
+
+    if config is None or replace(config, **{f: getattr(base, f) for f in VARIANT_FIELDS}) != base:
+        return ""
+    flags = []
+    for name in VARIANT_FIELDS:
+        value = getattr(config, name)
+        if value != getattr(base, name):
+            flags.append(name if value is True else f"{name}:{int(value)}")
+    return "+".join(flags)
+
+
+def pick_variants(measured: Sequence[Measured]) -> str:
+    """The ATTN_FUSED_VARIANTS string: per shape class, the variant set with the best geometric-mean
+    speedup over the cells it ran on, if that reaches PICK_MIN_GAIN and no cell fell below
+    PICK_MAX_LOSS; classes with no such set are written as ``none``.
+
+    Example:
+        >>> pick_variants([Measured("decode/paged", "a", "tma", 1.05), Measured("decode/paged", "b", "tma", 1.01)])
+        'decode/paged=tma'
+    """
+    by_class: dict[str, dict[str, list[float]]] = {}
+    for m in measured:
+        if m.variants:
+            by_class.setdefault(m.shape_class, {}).setdefault(m.variants, []).append(m.speedup)
+    entries = []
+    for shape_class, candidates in sorted(by_class.items()):
+        best, best_gain = "none", PICK_MIN_GAIN
+        for variants, speedups in sorted(candidates.items(), key=lambda item: item[0].count("+")):
+            gain = math.exp(sum(map(math.log, speedups)) / len(speedups))
+            if min(speedups) >= PICK_MAX_LOSS and gain > best_gain:
+                best, best_gain = variants, gain
+        entries.append(f"{shape_class}={best}")
+    return ";".join(entries)
+
+
+def _variants(cell: Cell, inputs: Inputs | None, layout_only: bool = False) -> list[Variant]:
+    """The default (every variant off), the tuned table's choice if it differs, then the layout variants
+    (small tile, page-table addressing, rotated walk, TMA), then (unless ``layout_only``) tiles and
+    split counts."""
+    base = _base_config(cell, tuned=False)
+    tuned = _base_config(cell, tuned=True)
     decode_class = base.block_m < 128
-    out: list[Variant] = [("default", {})]
+    out: list[Variant] = [("default", {"config": base})]
+    if tuned != base:
+        out.append((f"tuned ({_variant_string(base, tuned)})", {"config": tuned}))
     out += _small_tile_variants(cell, base) + _paged_variants(cell, base, decode_class)
     if decode_class:
         out.append(("rotated kv walk", {"config": replace(base, rotate_kv_tiles=True)}))
@@ -94,7 +164,8 @@ def _paged_variants(cell: Cell, base, decode_class: bool) -> list[Variant]:
 def _decode_variants(cell: Cell, base) -> list[Variant]:
     """Split counts, and decode tiles on a few cells."""
     kv_tiles = -(-cell.problem.max_kv // base.block_n)
-    out: list[Variant] = [(f"splits={n}", {"num_splits": n}) for n in SPLITS if n <= max(1, kv_tiles // 2)]
+    out: list[Variant] = [(f"splits={n}", {"num_splits": n, "config": base})
+                          for n in SPLITS if n <= max(1, kv_tiles // 2)]
     if any(name in cell.name for name in DECODE_TILE_CELLS):
         for block_n, warps, stages in DECODE_TILES[1:]:
             out.append((f"n{block_n} w{warps} s{stages}",
@@ -125,10 +196,13 @@ def _cells(only: Sequence[str], cfg: BenchConfig) -> list[Cell]:
     return [cell for suite in only for cell in by_suite[suite]()]
 
 
-def sweep_cell(cell: Cell, cfg: BenchConfig, layout_only: bool = False) -> list[str]:
-    """Markdown rows for one cell: every variant's time, rate and error against the default."""
+def sweep_cell(cell: Cell, cfg: BenchConfig, layout_only: bool = False,
+               measured: list[Measured] | None = None) -> list[str]:
+    """Markdown rows for one cell: every variant's time, rate and error against the default; each
+    variant's speedup is appended to ``measured``."""
     inputs = Inputs(cell.problem, cfg.device)
     p = cell.problem
+    base, shape_class = _base_config(cell, tuned=False), _shape_class(cell)
     rows, reference, default_us = [], None, None
     for name, overrides in _variants(cell, inputs, layout_only):
         if cfg.stop_reason():
@@ -148,6 +222,9 @@ def sweep_cell(cell: Cell, cfg: BenchConfig, layout_only: bool = False) -> list[
             rate = (f"{p.kv_bytes / us / 1e3:.0f} GB/s" if cell.metric == "bandwidth"
                     else f"{p.flops / us / 1e6:.0f} TFLOP/s")
             rows.append(f"| {cell.name} | {name} | {us:.1f} | {rate} | {default_us / us:.2f}x | {error:.1e} |")
+            if measured is not None and "num_splits" not in overrides and not name.startswith("tuned"):
+                measured.append(Measured(shape_class, cell.name, _variant_string(base, overrides.get("config")),
+                                         default_us / us))
         except Exception as error:  # noqa: BLE001 - a variant that fails to compile is a result too
             rows.append(f"| {cell.name} | {name} | error: {short_error(error, 160)} | | | |")
         print(rows[-1], flush=True)
@@ -162,6 +239,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--cells", default=None, help="comma list of substrings of cell names")
     parser.add_argument("--layout-only", action="store_true",
                         help="only the layout variants (small tile, page ids, rotated walk, TMA), no tile/split sweep")
+    parser.add_argument("--variants-out", default=None,
+                        help="write the ATTN_FUSED_VARIANTS string the measurements favour to this file")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("the sweep measures the GPU kernels: no CUDA device is visible")
@@ -169,12 +248,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     wanted = [s.strip() for s in args.cells.split(",")] if args.cells else None
     lines = [f"# Fused kernel sweep ({torch.cuda.get_device_name()}, {time.strftime('%Y-%m-%d')})", "",
              "| cell | variant | µs | rate | vs default | max err vs default |", "|---|---|---|---|---|---|"]
+    measured: list[Measured] = []
     for cell in _cells(args.only.split(","), cfg):
         if wanted and not any(part in cell.name for part in wanted):
             continue
-        lines += sweep_cell(cell, cfg, args.layout_only)
+        lines += sweep_cell(cell, cfg, args.layout_only, measured)
         with open(args.out, "w") as handle:
             handle.write("\n".join(lines) + "\n")
+    if args.variants_out:
+        picked = pick_variants(measured)
+        print(f"ATTN_FUSED_VARIANTS={picked}")
+        with open(args.variants_out, "w") as handle:
+            handle.write(picked + "\n")
+        with open(args.out, "a") as handle:
+            handle.write(f"\nPicked (benchmarks.sweep.pick_variants): `ATTN_FUSED_VARIANTS={picked}`\n")
 
 
 if __name__ == "__main__":

@@ -1,20 +1,23 @@
 #!/bin/bash
-# One lease on the lent H200: the GPU suite, flash-attn 2 built and flash-attn-4 installed, their
-# tests, the side-by-side benchmarks, the host-overhead suite and the config sweep, in four `run`
-# calls sent back to back (the machine stays warm only ~30 s between calls; about 25 minutes held).
+# One lease on the lent H200: the config sweep and the GPU suite, flash-attn 2 built and flash-attn-4
+# installed, their tests, the side-by-side benchmarks and the host-overhead suite, in four `run`
+# calls sent back to back (the machine stays warm only ~30 s between calls; about 27 minutes held).
 #
 # Here, once per checkout:  bash scripts/h200_lease.sh prepare      (downloads into .device/, ignored)
 # Then four device calls, each `COMMIT=$(git rev-parse --short HEAD) bash scripts/h200_lease.sh callN`:
-#   call1  carry [".device/fa2", ".device/fa4-a"]  fa2 build starts in the background (~15 min with
-#          the tests beside it), the GPU suite (scripts/gpu_tests.sh) runs                   ~5 min
+#   call1  carry [".device/fa2", ".device/fa4-a"]  fa2 build starts in the background (~16 min: it is
+#          the lease's critical path), the layout-variant sweep picks ATTN_FUSED_VARIANTS, then the
+#          GPU suite (scripts/gpu_tests.sh)                                                 ~7.5 min
 #   call2  carry [".device/fa4-b"]                 flash-attn-4 installed; its tests, its serving
-#          simulation and its share of the cross-backend grid; then waits for the fa2 build   ~9.5 min
-#   call3  (no carry)                              fa2 installed, flash-attn-4 reinstalled over it (fa2's
-#          archive ships an old flash_attn/cute); fa2 tests; benchmarks decode, mixed, prefill ~6-9 min
-#   call4  (no carry)                              host-overhead suite, where its time goes
-#          (benchmarks/profile_call.py), benchmarks/sweep.py                                  ~4 min
-# Each call leaves $OUT/callN.tar.gz (all logs so far) and call3/call4 the reports.
-# Measured 2026-11-30: 289 s, 564 s, 350 s, 181 s; 1430 s held in all.
+#          simulation and its share of the cross-backend grid; then waits for the fa2 build   ~8 min
+#   call3  (no carry)                              fa2 installed (and packed into $OUT: fa2-built.part.*,
+#          keep them in .device/fa2-built/ to skip the build next time), flash-attn-4 reinstalled
+#          over it (fa2's archive ships an old flash_attn/cute); fa2 tests and grid; benchmarks
+#          decode, mixed, prefill with call1's variants                                    ~6-9 min
+#   call4  (no carry)                              host-overhead suite (Triton's launcher and the
+#          cached launch), where its time goes (benchmarks/profile_call.py)                   ~3 min
+# Each call leaves $OUT/callN.tar.gz (all logs and reports so far).
+# Measured 2026-11-30 (sweep then in call4): 289 s, 564 s, 350 s, 181 s; 1430 s held in all.
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1
@@ -51,8 +54,11 @@ call1)
     export NVCC_APPEND_FLAGS="-DFLASHATTENTION_DISABLE_BACKWARD -DFLASHATTENTION_DISABLE_DROPOUT"
     setsid nohup bash -c 'date +%s > /tmp/fa/start; python3 -m pip install --no-build-isolation --no-deps --no-index . > /tmp/fa/build.log 2>&1; echo $? > /tmp/fa/rc' >/dev/null 2>&1 </dev/null & )
   mkdir -p /tmp/fa4w && cp .device/fa4-a/* /tmp/fa4w/
-  stamp "fa2 build started; GPU suite"
-  T=${T:-400} bash scripts/gpu_tests.sh $L/gpu
+  stamp "fa2 build started; layout-variant sweep"
+  timeout 200 python3 -m benchmarks.sweep --layout-only --out $L/sweep.md --variants-out $L/variants.txt \
+    --budget-s 170 > $L/sweep.log 2>&1; echo "sweep rc=$?"; cat $L/variants.txt
+  stamp "GPU suite"
+  T=${T:-330} bash scripts/gpu_tests.sh $L/gpu
   stamp "GPU suite done"; fa2_state | tee -a $L/timeline.txt
   pack call1;;
 call2)
@@ -73,6 +79,10 @@ call3)
   stamp call3
   for _ in $(seq 1 20); do [ -f /tmp/fa/rc ] && break; sleep 5; done
   fa2_state | tee -a $L/timeline.txt; tail -3 /tmp/fa/build.log
+  so=$(python3 -c "import flash_attn_2_cuda; print(flash_attn_2_cuda.__file__)") && site=${so%/*} && \
+    tar czf /tmp/fa2-built.tgz --exclude=flash_attn/cute -C $site ${so##*/} flash_attn flash_attn-2.8.3.post2.dist-info && \
+    ls -l $so /tmp/fa2-built.tgz && [ $(stat -c %s /tmp/fa2-built.tgz) -lt 50000000 ] && \
+    split -b 15M /tmp/fa2-built.tgz $OUT/fa2-built.part.
   python3 -m pip install -q --force-reinstall --no-index --no-deps --no-compile --no-cache-dir /tmp/fa4w/flash_attn_4-*.whl 2>&1 | tail -2
   python3 -c "import flash_attn, flash_attn.cute; print('flash-attn', flash_attn.__version__, '+ flash-attn-4 cute ok')"
   python3 -m pip list 2>/dev/null | grep -iE "^(flash|nvidia-cutlass|torch |triton)" | tee -a $L/env.txt
@@ -80,21 +90,20 @@ call3)
   shards flash2 8 170 tests/gpu/test_flash_gpu.py tests/test_serving_simulation.py tests/gpu/test_attention_grid_gpu.py \
     -m "gpu or not gpu" -k "flash2 or cuda_graph or (flash4 and paged)"
   stamp "benchmarks"
+  export ATTN_FUSED_VARIANTS=$(cat $L/variants.txt 2>/dev/null); echo "ATTN_FUSED_VARIANTS=$ATTN_FUSED_VARIANTS" | tee -a $L/env.txt
   timeout $(( 590 - SECONDS )) python3 -m benchmarks.run_all --out $L/bench --isolate --only decode,mixed,prefill \
     --budget-s $(( 590 - SECONDS - 60 )) > $L/bench.log 2>&1
   echo "run_all rc=$?"; tail -3 $L/bench.log
-  cp $L/bench/results.md $L/bench/results.csv $L/bench/*.png $OUT/ 2>/dev/null
   stamp "call3 done"; pack call3;;
 call4)
   stamp call4
+  export ATTN_FUSED_VARIANTS=$(cat $L/variants.txt 2>/dev/null)
   timeout 150 python3 -m benchmarks.run_all --out $L/overhead --only overhead > $L/overhead.log 2>&1; echo "overhead rc=$?"
   cp $L/overhead/results.md $OUT/overhead.md 2>/dev/null
   ATTN_TRITON_FAST_LAUNCH=1 timeout 100 python3 -m benchmarks.run_all --out $L/overhead-fast --only overhead \
     > $L/overhead-fast.log 2>&1; echo "overhead (fast launch) rc=$?"
   cp $L/overhead-fast/results.md $OUT/overhead-fast.md 2>/dev/null
   timeout 60 python3 -m benchmarks.profile_call --out $OUT/profile.txt > $L/profile.log 2>&1; echo "profile rc=$?"
-  timeout ${S:-200} python3 -m benchmarks.sweep --out $L/sweep.md ${SWEEP_ARGS:---layout-only} --budget-s $(( ${S:-200} - 25 )) > $L/sweep.log 2>&1
-  echo "sweep rc=$?"; cp $L/sweep.md $OUT/ 2>/dev/null
   stamp "call4 done"; pack call4;;
 *) sed -n 2,20p "$0";;
 esac

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from attention.kernels import configs
 from benchmarks import bench_decode, bench_mixed, bench_overhead, bench_prefill, harness, providers, report, run_all
 from benchmarks.cells import Cell, Inputs, Problem
 from benchmarks.config import BenchConfig
@@ -253,8 +254,13 @@ def test_config_sweep_runs_every_variant_and_agrees_with_the_default() -> None:
     if providers._fused_reason(Inputs(Problem(q_lens=(1,), kv_lens=(1,)), torch.device("cpu"))):
         pytest.skip("the fused kernels cannot run here")
     cfg = BenchConfig(device=torch.device("cpu"), smoke=True)
+    measured: list[sweep.Measured] = []
     for cell in (bench_decode.cells(cfg)[1], bench_prefill.cells(cfg)[0]):
-        rows = sweep.sweep_cell(cell, cfg)
+        rows = sweep.sweep_cell(cell, cfg, measured=measured)
         assert len(rows) == len(sweep._variants(cell, None)) > 1
         for row in rows:
             assert "error" not in row and float(row.split("|")[-2]) < 5e-3, row
+    assert {m.shape_class for m in measured} == {"decode/paged", "prefill/contiguous"}
+    assert any("rotate_kv_tiles" in m.variants for m in measured)
+    picked = configs.parse_variants(sweep.pick_variants(measured))  # whatever won, a string the kernel reads
+    assert set(picked) == {"decode/paged", "prefill/contiguous"}

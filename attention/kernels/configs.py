@@ -7,7 +7,8 @@ CUDA graph can capture it. Tune the tables below on the H200 and record the resu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -18,6 +19,8 @@ __all__ = [
     "num_streaming_multiprocessors",
     "next_power_of_2",
     "MAX_NUM_SPLITS",
+    "VARIANTS_ENV",
+    "parse_variants",
 ]
 
 MAX_NUM_SPLITS = 64
@@ -52,7 +55,8 @@ class ForwardConfig:
         offsets, are not streamed in lockstep (non-paged decode measured 14 % below paged).
     tma: non-paged K/V tiles through device-side tensor descriptors (Hopper's bulk tensor copies);
         falls back to pointer loads when a stride or base is not 16-byte aligned.
-    These five are off until measured on the H200 (benchmarks/sweep.py has the variants).
+    Which of these five a shape class turns on is the table ``TUNED_VARIANTS`` (measured on the H200 by
+    ``python -m benchmarks.sweep``), overridable with ``ATTN_FUSED_VARIANTS``.
     """
 
     block_m: int
@@ -69,6 +73,74 @@ class ForwardConfig:
     tma: bool = False
 
 
+VARIANT_FIELDS = ("paged_scalar_ids", "prefetch_page_ids", "small_block_m", "rotate_kv_tiles", "tma")
+"""The ForwardConfig fields that change how the kernel walks memory, not its tile sizes."""
+
+SHAPE_CLASSES = ("decode/paged", "decode/contiguous", "prefill/paged", "prefill/contiguous")
+"""Keys of the variant table: the config's class ("decode": packed rows <= 64) and the KV layout."""
+
+TUNED_VARIANTS: dict[str, dict[str, int]] = {
+    "decode/paged": {},
+    "decode/contiguous": {},
+    "prefill/paged": {},
+    "prefill/contiguous": {},
+}
+"""Variants on by default per shape class (empty: none measured faster yet)."""
+
+VARIANTS_ENV = "ATTN_FUSED_VARIANTS"
+"""Environment override of ``TUNED_VARIANTS``, e.g. ``decode/paged=paged_scalar_ids+prefetch_page_ids;
+prefill/paged=small_block_m:16`` (classes not named keep their table entry; ``none`` clears one).
+``python -m benchmarks.sweep --variants-out FILE`` writes the string its measurements favour."""
+
+
+def parse_variants(text: str) -> dict[str, dict[str, int]]:
+    """Parse a ``ATTN_FUSED_VARIANTS`` string into ``{shape class: {field: value}}``.
+
+    Example:
+        >>> parse_variants("decode/paged=paged_scalar_ids+small_block_m:16;prefill/contiguous=none")
+        {'decode/paged': {'paged_scalar_ids': 1, 'small_block_m': 16}, 'prefill/contiguous': {}}
+    """
+    table: dict[str, dict[str, int]] = {}
+    for entry in filter(None, (part.strip() for part in text.split(";"))):
+        shape_class, _, flags = entry.partition("=")
+        shape_class = shape_class.strip()
+        if shape_class not in SHAPE_CLASSES:
+            raise ValueError(f"{VARIANTS_ENV}: unknown shape class {shape_class!r} in {entry!r}; "
+                             f"expected one of {', '.join(SHAPE_CLASSES)}")
+        table[shape_class] = {}
+        for flag in filter(None, (f.strip() for f in flags.split("+"))):
+            if flag == "none":
+                continue
+            name, _, value = flag.partition(":")
+            if name not in VARIANT_FIELDS or (value and not value.isdigit()):
+                raise ValueError(f"{VARIANTS_ENV}: bad variant {flag!r} in {entry!r}; expected one of "
+                                 f"{', '.join(VARIANT_FIELDS)}, optionally ':<int>'")
+            table[shape_class][name] = int(value) if value else 1
+    return table
+
+
+_VARIANTS_CACHE: dict[str, dict[str, dict[str, int]]] = {}
+
+
+def _active_variants() -> dict[str, dict[str, int]]:
+    """TUNED_VARIANTS with the environment override applied (parsed once per distinct value)."""
+    text = os.environ.get(VARIANTS_ENV, "")
+    if text not in _VARIANTS_CACHE:
+        _VARIANTS_CACHE[text] = {**TUNED_VARIANTS, **parse_variants(text)}
+    return _VARIANTS_CACHE[text]
+
+
+def _with_variants(config: ForwardConfig, shape_class: str, group_size: int) -> ForwardConfig:
+    variants = _active_variants().get(shape_class)
+    if not variants:
+        return config
+    values = {name: bool(value) for name, value in variants.items() if name != "small_block_m"}
+    small = variants.get("small_block_m", 0)
+    if small and group_size <= small < config.block_m:  # else the second tile would be no smaller
+        values["small_block_m"] = next_power_of_2(small)
+    return replace(config, **values)
+
+
 def next_power_of_2(value: int) -> int:
     """Smallest power of 2 >= value (1 for value <= 1)."""
     return 1 if value <= 1 else 1 << (int(value) - 1).bit_length()
@@ -81,13 +153,17 @@ def select_forward_config(
     group_size: int,
     max_seqlen_q: int,
     interpret: bool,
+    paged: bool = False,
+    tuned: bool = True,
 ) -> ForwardConfig:
-    """Pick block sizes, warps and stages for one call.
+    """Pick block sizes, warps and stages for one call, then the class's tuned variants.
 
     Shape classes: "decode" (few packed rows per sequence: decode, speculative verify, short
     chunks) uses a 16..64-row tile so tensor cores serve the packed GQA heads without wasting much
     work; "prefill" uses 128-row tiles (64 for head dim 256, register/smem bound). Interpreter mode
-    uses the smallest legal tiles so CPU tests stay fast.
+    uses the smallest legal tiles so CPU tests stay fast (with the same variants, so CI runs them).
+    ``paged`` picks the variant table's layout; ``tuned=False`` leaves every variant off (the sweep's
+    baseline).
 
     Measured on the H200 with L2 flushed (benchmarks/sweep.py, bf16, Triton 3.6, 2026-11-30; the
     full table is docs/results/2026-11-30-h200/sweep.md):
@@ -121,7 +197,7 @@ def select_forward_config(
     else:
         block_m, block_n, num_warps, num_stages = 128, 64, 8, 2
     block_m = max(block_m, group_rows)
-    return ForwardConfig(
+    config = ForwardConfig(
         block_m=block_m,
         block_q=max(1, block_m // group_size),
         block_n=block_n,
@@ -130,6 +206,10 @@ def select_forward_config(
         num_warps=num_warps,
         num_stages=num_stages,
     )
+    if not tuned:
+        return config
+    shape_class = ("decode" if packed_rows <= _DECODE_MAX_ROWS else "prefill") + ("/paged" if paged else "/contiguous")
+    return _with_variants(config, shape_class, group_size)
 
 
 _SM_COUNT_CACHE: dict[int, int] = {}

@@ -44,22 +44,25 @@ VARIANTS = [
     ("paged_scalar_ids", "paged256"), ("prefetch_page_ids", "paged"), ("prefetch_page_ids", "paged256"),
     ("small_block_m", "paged"), ("small_block_m", "cache"), ("rotate_kv_tiles", "decode"),
     ("rotate_kv_tiles", "cache"), ("tma", "thd"), ("tma", "cache"), ("tma", "thd-d64-window"),
+    ("paged_scalar_ids+prefetch_page_ids", "paged256"), ("small_block_m+prefetch_page_ids", "paged"),
+    ("small_block_m+paged_scalar_ids+prefetch_page_ids+rotate_kv_tiles", "paged256"),
+    ("small_block_m+rotate_kv_tiles+tma", "cache"),
 ]
+"""(ForwardConfig fields joined by '+', case): single variants, then the combinations the sweep measures."""
 
 
-def _config(case: AttentionCase, field: str):
+def _config(case: AttentionCase, fields: str):
     base = select_forward_config(head_dim_qk=case.d_qk, head_dim_v=case.d_v, group_size=case.heads[0] // case.heads[1],
-                                 max_seqlen_q=max(case.q_lens), interpret=False)
-    value = 16 if field == "small_block_m" else True
-    return replace(base, **{field: value})
+                                 max_seqlen_q=max(case.q_lens), interpret=False, tuned=False)
+    return replace(base, **{field: 16 if field == "small_block_m" else True for field in fields.split("+")})
 
 
-@pytest.mark.parametrize("field, case_name", VARIANTS, ids=[f"{f}-{c}" for f, c in VARIANTS])
-def test_variant_matches_the_reference(field: str, case_name: str) -> None:
+@pytest.mark.parametrize("fields, case_name", VARIANTS, ids=[f"{f}-{c}" for f, c in VARIANTS])
+def test_variant_matches_the_reference(fields: str, case_name: str) -> None:
     case = CASES[case_name]
     inputs = build_inputs(case, "cuda")
     attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"],
-                      config=_config(case, field))
+                      config=_config(case, fields))
     check_output(case, inputs, TOLERANCE[case.dtype])
 
 

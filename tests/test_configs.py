@@ -1,0 +1,79 @@
+"""Launch-configuration choice: the tuned variant table, its ATTN_FUSED_VARIANTS override, and the
+sweep's rule for what to turn on (benchmarks.sweep.pick_variants)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attention.kernels.configs import VARIANTS_ENV, parse_variants, select_forward_config
+from benchmarks.sweep import Measured, pick_variants
+from tests.test_kernels import AttentionCase, build_inputs, check_output
+
+
+def _config(max_seqlen_q: int, paged: bool, **kwargs):
+    return select_forward_config(head_dim_qk=128, head_dim_v=128, group_size=4, max_seqlen_q=max_seqlen_q,
+                                 interpret=False, paged=paged, **kwargs)
+
+
+def test_parse_variants_reads_classes_flags_and_values() -> None:
+    assert parse_variants(" decode/paged = paged_scalar_ids + prefetch_page_ids ; prefill/paged=small_block_m:16;"
+                          "prefill/contiguous=none") == {
+        "decode/paged": {"paged_scalar_ids": 1, "prefetch_page_ids": 1},
+        "prefill/paged": {"small_block_m": 16},
+        "prefill/contiguous": {},
+    }
+    assert parse_variants("") == {}
+
+
+@pytest.mark.parametrize("text, message", [
+    ("decode=tma", "unknown shape class 'decode'"),
+    ("decode/paged=fast", "bad variant 'fast'"),
+    ("decode/paged=small_block_m:x", "bad variant 'small_block_m:x'"),
+])
+def test_parse_variants_names_what_is_wrong(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_variants(text)
+
+
+def test_the_override_reaches_only_its_class(monkeypatch) -> None:
+    monkeypatch.setenv(VARIANTS_ENV, "decode/paged=paged_scalar_ids+rotate_kv_tiles;prefill/paged=small_block_m:16;"
+                                     "decode/contiguous=none;prefill/contiguous=tma")
+    decode_paged = _config(1, paged=True)
+    assert decode_paged.paged_scalar_ids and decode_paged.rotate_kv_tiles and not decode_paged.tma
+    assert _config(1, paged=False) == _config(1, paged=False, tuned=False)
+    assert _config(512, paged=True).small_block_m == 16 and not _config(512, paged=True).paged_scalar_ids
+    assert _config(512, paged=False).tma
+    untuned = _config(1, paged=True, tuned=False)
+    assert not (untuned.paged_scalar_ids or untuned.rotate_kv_tiles or untuned.small_block_m or untuned.tma)
+
+
+def test_small_tile_is_dropped_when_it_would_not_be_smaller(monkeypatch) -> None:
+    """A decode-class tile of 16 rows has no smaller second tile: the override leaves it at 0."""
+    monkeypatch.setenv(VARIANTS_ENV, "decode/paged=small_block_m:16")
+    assert _config(1, paged=True).small_block_m == 0
+
+
+def test_the_override_is_applied_by_attention_forward(monkeypatch) -> None:
+    """Every variant a class can take, set through the environment, still computes the reference
+    attention: a paged decode-class batch and a paged prefill-class batch (interpreter on CPU)."""
+    from attention.kernels import attention_forward
+
+    monkeypatch.setenv(VARIANTS_ENV, "decode/paged=paged_scalar_ids+prefetch_page_ids+rotate_kv_tiles;"
+                                     "prefill/paged=paged_scalar_ids+prefetch_page_ids+rotate_kv_tiles")
+    for q_lens in ((1, 1, 1), (1, 40, 3)):
+        case = AttentionCase(q_lens, (50, 70, 33), heads=(4, 2), layout="paged", page_size=16, causal=True,
+                             bottom_right=True, num_splits=None, dtype=torch.float16)
+        inputs = build_inputs(case)
+        attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"])
+        check_output(case, inputs)
+
+
+def test_pick_variants_wants_a_gain_everywhere() -> None:
+    measured = [
+        Measured("decode/paged", "a", "paged_scalar_ids", 1.10), Measured("decode/paged", "b", "paged_scalar_ids", 0.95),
+        Measured("decode/paged", "a", "prefetch_page_ids", 1.06), Measured("decode/paged", "b", "prefetch_page_ids", 1.0),
+        Measured("prefill/paged", "c", "small_block_m:16", 1.01),
+        Measured("prefill/contiguous", "d", "", 1.5),  # a tile change: never picked
+    ]
+    assert pick_variants(measured) == "decode/paged=prefetch_page_ids;prefill/paged=none"
