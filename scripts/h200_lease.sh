@@ -70,9 +70,9 @@ call2)
   stamp "fa4 installed; its tests and serving simulation"
   shards flash4 6 240 tests/gpu/test_flash_gpu.py tests/test_serving_simulation.py -k "flash4 or cuda_graph"
   stamp "fa4 share of the cross-backend grid"
-  shards grid4 8 $(( 520 - SECONDS )) -m gpu tests/gpu/test_attention_grid_gpu.py -k flash4
+  shards grid4 8 $(( 430 - SECONDS )) -m gpu tests/gpu/test_attention_grid_gpu.py -k flash4
   stamp "fa4 tests done"; fa2_state | tee -a $L/timeline.txt
-  while [ ! -f /tmp/fa/rc ] && [ $SECONDS -lt 560 ]; do sleep 5; done
+  while [ ! -f /tmp/fa/rc ] && [ $SECONDS -lt 480 ]; do sleep 5; done
   fa2_state | tee -a $L/timeline.txt
   pack call2;;
 call3)
@@ -100,10 +100,10 @@ call4)
   export ATTN_FUSED_VARIANTS=$(cat $L/variants.txt 2>/dev/null)
   timeout 150 python3 -m benchmarks.run_all --out $L/overhead --only overhead > $L/overhead.log 2>&1; echo "overhead rc=$?"
   cp $L/overhead/results.md $OUT/overhead.md 2>/dev/null
-  ATTN_TRITON_FAST_LAUNCH=1 timeout 100 python3 -m benchmarks.run_all --out $L/overhead-fast --only overhead \
+  ATTN_TRITON_FAST_LAUNCH=1 timeout 120 python3 -m benchmarks.run_all --out $L/overhead-fast --only overhead \
     > $L/overhead-fast.log 2>&1; echo "overhead (fast launch) rc=$?"
   cp $L/overhead-fast/results.md $OUT/overhead-fast.md 2>/dev/null
-  timeout 60 python3 -m benchmarks.profile_call --out $OUT/profile.txt > $L/profile.log 2>&1; echo "profile rc=$?"
+  timeout 50 python3 -m benchmarks.profile_call --out $OUT/profile.txt > $L/profile.log 2>&1; echo "profile rc=$?"
   stamp "call4 done"; pack call4;;
 *) sed -n 2,20p "$0";;
 esac
