@@ -33,8 +33,9 @@ def _page_ids(page_table_row_ptr, stride_pt_p, page_size, tile, kv_len, valid,
     """Cache page ids of KV tile `tile`: a scalar (PAGE_SCALAR) or one per key; 0 where not `valid`."""
     if PAGE_SCALAR:
         return tl.load(page_table_row_ptr + ((tile * BLOCK_N) // page_size) * stride_pt_p, mask=valid, other=0)
-    offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-    return tl.load(page_table_row_ptr + (offs_n // page_size) * stride_pt_p, mask=valid & (offs_n < kv_len), other=0)
+    else:
+        offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+        return tl.load(page_table_row_ptr + (offs_n // page_size) * stride_pt_p, mask=valid & (offs_n < kv_len), other=0)
 
 
 @triton.jit
@@ -42,7 +43,8 @@ def _tile_at(step, tile_begin, num_tiles, rotation, ROTATE: tl.constexpr):
     """The KV tile visited at loop step `step` of [tile_begin, tile_begin + num_tiles)."""
     if ROTATE:
         return tile_begin + (step - tile_begin + rotation) % num_tiles
-    return step
+    else:
+        return step
 
 
 @triton.jit
@@ -342,36 +344,34 @@ def attention_fwd_kernel(
     first_query = (tile_id - (q_begin // BLOCK_Q + seq)) * BLOCK_Q
     if first_query >= q_len:
         return
-    small = False
-    if SMALL_BLOCK_M > 0:
-        small = q_len <= SMALL_BLOCK_Q  # then first_query == 0: the whole sequence is this tile
-    if small:
-        _attend_q_tile(
-            seq, q_begin, q_len, first_query, kv_head, split, num_splits,
-            q_ptr, k_ptr, v_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
-            cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr, alibi_slopes_ptr,
-            softmax_offset_ptr, page_size,
-            stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-            stride_ob, stride_os, stride_oh, stride_pt_b, stride_pt_p, stride_alibi_b,
-            stride_part_split, stride_part_tok, stride_part_head, stride_lse_split, stride_lse_tok,
-            qk_scale, window_left, window_right,
-            SMALL_BLOCK_M, SMALL_BLOCK_Q,
-            HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, GROUP_SIZE, BLOCK_N,
-            PAGED, HAS_Q_START, HAS_KV_START, WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, BOTTOM_RIGHT,
-            HAS_ALIBI, HAS_SINK, WRITE_PARTIAL, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES, ROTATE_KV,
-            USE_TMA)
-    else:
-        _attend_q_tile(
-            seq, q_begin, q_len, first_query, kv_head, split, num_splits,
-            q_ptr, k_ptr, v_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
-            cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr, alibi_slopes_ptr,
-            softmax_offset_ptr, page_size,
-            stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-            stride_ob, stride_os, stride_oh, stride_pt_b, stride_pt_p, stride_alibi_b,
-            stride_part_split, stride_part_tok, stride_part_head, stride_lse_split, stride_lse_tok,
-            qk_scale, window_left, window_right,
-            BLOCK_M, BLOCK_Q,
-            HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, GROUP_SIZE, BLOCK_N,
-            PAGED, HAS_Q_START, HAS_KV_START, WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, BOTTOM_RIGHT,
-            HAS_ALIBI, HAS_SINK, WRITE_PARTIAL, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES, ROTATE_KV,
-            USE_TMA)
+    if SMALL_BLOCK_M > 0:  # constexpr: with SMALL_BLOCK_M == 0 the small-tile call is not compiled at all
+        if q_len <= SMALL_BLOCK_Q:  # then first_query == 0: the whole sequence is this tile
+            _attend_q_tile(
+                seq, q_begin, q_len, first_query, kv_head, split, num_splits,
+                q_ptr, k_ptr, v_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
+                cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr, alibi_slopes_ptr,
+                softmax_offset_ptr, page_size,
+                stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+                stride_ob, stride_os, stride_oh, stride_pt_b, stride_pt_p, stride_alibi_b,
+                stride_part_split, stride_part_tok, stride_part_head, stride_lse_split, stride_lse_tok,
+                qk_scale, window_left, window_right,
+                SMALL_BLOCK_M, SMALL_BLOCK_Q,
+                HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, GROUP_SIZE, BLOCK_N,
+                PAGED, HAS_Q_START, HAS_KV_START, WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, BOTTOM_RIGHT,
+                HAS_ALIBI, HAS_SINK, WRITE_PARTIAL, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES, ROTATE_KV,
+                USE_TMA)
+            return
+    _attend_q_tile(
+        seq, q_begin, q_len, first_query, kv_head, split, num_splits,
+        q_ptr, k_ptr, v_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
+        cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr, alibi_slopes_ptr,
+        softmax_offset_ptr, page_size,
+        stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+        stride_ob, stride_os, stride_oh, stride_pt_b, stride_pt_p, stride_alibi_b,
+        stride_part_split, stride_part_tok, stride_part_head, stride_lse_split, stride_lse_tok,
+        qk_scale, window_left, window_right,
+        BLOCK_M, BLOCK_Q,
+        HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, GROUP_SIZE, BLOCK_N,
+        PAGED, HAS_Q_START, HAS_KV_START, WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, BOTTOM_RIGHT,
+        HAS_ALIBI, HAS_SINK, WRITE_PARTIAL, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES, ROTATE_KV,
+        USE_TMA)

@@ -1,0 +1,157 @@
+"""Compile the Triton kernels' front end (Python -> TTIR) for sm90 on a machine without a GPU.
+
+Triton's interpreter (TRITON_INTERPRET=1, the CPU tests) runs kernels as Python: code that the real
+compiler rejects can pass there. Two such bugs once reached the H200: a small-tile branch behind a
+runtime bool, compiled with a 0-row tile when the variant was off, and a helper with two `return`s
+of different shapes under a constexpr `if`. This script records every launch that
+``attention_forward`` makes for a set of configurations (``CachedLaunch`` is patched to record, not
+launch), and the KV-append kernel's launches, and lowers each to TTIR with Triton's CUDA back end, which needs no driver.
+
+Run without TRITON_INTERPRET (tests/test_kernel_compile.py starts it in a subprocess):
+    python -m tests.ttir_compile          # prints one line per launch, exits 1 on a failure
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", torch.int32: "i32",
+          torch.int64: "i64", torch.int8: "i8"}
+
+
+def _signature_type(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return "*" + DTYPES[value.dtype]
+    if isinstance(value, bool):
+        return "i1"
+    if isinstance(value, int):
+        return "i32" if -(1 << 31) <= value < (1 << 31) else "i64"
+    if isinstance(value, float):
+        return "fp32"
+    raise TypeError(f"no Triton signature type for {type(value).__name__}")
+
+
+def lower_to_ttir(fn: Any, args: tuple, constexprs: dict, num_warps: int, num_stages: int) -> str:
+    """TTIR of one launch of JIT function ``fn`` for sm90 (raises Triton's CompilationError)."""
+    from triton._C.libtriton import ir
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from triton.compiler.compiler import make_backend
+
+    values = dict(zip(fn.arg_names, args)) | constexprs
+    signature, constants = {}, {}
+    for index, param in enumerate(fn.params):
+        if param.is_constexpr:
+            signature[param.name], constants[(index,)] = "constexpr", values[param.name]
+        else:
+            signature[param.name] = _signature_type(values[param.name])
+    target = GPUTarget("cuda", 90, 32)
+    backend = make_backend(target)
+    options = backend.parse_options({"num_warps": num_warps, "num_stages": num_stages})
+    context = ir.context()
+    ir.load_dialects(context)
+    backend.load_dialects(context)
+    module = ASTSource(fn, signature, constants).make_ir(
+        target, options, backend.get_codegen_implementation(options), backend.get_module_map(), context)
+    return str(module)
+
+
+def recorded_launches(calls: list[dict]) -> list[tuple[str, Any, tuple, dict, int, int]]:
+    """Run ``attention_forward`` once per keyword set in ``calls`` with launches recorded, not run."""
+    from attention.kernels import attention_forward, launch
+
+    recorded: list[tuple[str, Any, tuple, dict, int, int]] = []
+
+    def record(self, grid, *args, num_warps=None, num_stages=None, **constexprs):
+        recorded.append((label, self.fn, args, constexprs, num_warps or 4, num_stages or 3))
+
+    launch.CachedLaunch.__call__ = record
+    for call in calls:
+        label = call.pop("label")
+        inputs = _inputs(call.pop("paged"))
+        attention_forward(*inputs.pop("tensors"), **inputs, **call)
+    from inference.kv_append_triton import append_triton
+
+    cache = torch.zeros(8, 16, 2, 64, dtype=torch.bfloat16)
+    page_table = torch.zeros(2, 4, dtype=torch.int32)
+    cu_q, cu_kv = torch.tensor([0, 1, 4], dtype=torch.int32), torch.tensor([0, 9, 40], dtype=torch.int32)
+    for qkv_format, new in (("thd", torch.zeros(4, 2, 64)), ("bshd", torch.zeros(2, 3, 2, 64)),
+                            ("sbhd", torch.zeros(3, 2, 2, 64))):
+        label = f"KV append {qkv_format}"
+        new = new.to(torch.bfloat16)
+        append_triton(new, new, cache, cache, page_table, cu_q, cu_kv, qkv_format)
+    return recorded
+
+
+def _inputs(paged: bool) -> dict:
+    """Small CPU tensors: 3 sequences (a decode, a chunk, a prefill), GQA 4/2, d 64."""
+    q = torch.zeros(1, 24, 4, 64, dtype=torch.bfloat16).expand(3, -1, -1, -1)
+    out = torch.zeros(1, 24, 4, 64, dtype=torch.bfloat16).expand(3, -1, -1, -1)
+    cu_q = torch.tensor([0, 1, 9, 24], dtype=torch.int32)
+    cu_kv = torch.tensor([0, 300, 700, 715], dtype=torch.int32)
+    inputs = dict(cu_seqlens_q=cu_q, cu_seqlens_kv=cu_kv, q_start=cu_q[:-1], max_seqlen_q=15, max_seqlen_kv=400,
+                  total_q=24, softmax_scale=0.125, causal=True, bottom_right=True)
+    if paged:
+        k = v = torch.zeros(64, 16, 2, 64, dtype=torch.bfloat16)
+        inputs["page_table"] = torch.zeros(3, 25, dtype=torch.int32)
+    else:
+        k = v = torch.zeros(3, 512, 2, 64, dtype=torch.bfloat16)
+    inputs["tensors"] = (q, k, v, out)
+    return inputs
+
+
+def configurations() -> list[dict]:
+    """Default configs, each variant alone and together, splits (the combine kernel), ALiBi, sinks, windows."""
+    from attention.kernels.configs import select_forward_config
+
+    prefill = select_forward_config(head_dim_qk=64, head_dim_v=64, group_size=2, max_seqlen_q=400, interpret=False,
+                                    tuned=False)
+    decode = select_forward_config(head_dim_qk=64, head_dim_v=64, group_size=2, max_seqlen_q=1, interpret=False,
+                                   tuned=False)
+    calls: list[dict] = []
+    for paged in (True, False):
+        layout = "paged" if paged else "contiguous"
+        calls += [
+            dict(label=f"{layout} default", paged=paged),
+            dict(label=f"{layout} decode tile, 4 splits", paged=paged, config=decode, num_splits=4),
+            dict(label=f"{layout} window + alibi + sink", paged=paged, window_size=(64, 0),
+                 alibi_slopes=torch.zeros(4), softmax_offset=torch.zeros(4), num_splits=1),
+        ]
+        for name, values in (
+            ("paged_scalar_ids", dict(paged_scalar_ids=True)),
+            ("prefetch_page_ids", dict(prefetch_page_ids=True)),
+            ("small_block_m", dict(small_block_m=16)),
+            ("rotate_kv_tiles", dict(rotate_kv_tiles=True)),
+            ("tma", dict(tma=True)),
+            ("all", dict(paged_scalar_ids=True, prefetch_page_ids=True, small_block_m=16, rotate_kv_tiles=True,
+                         tma=True)),
+        ):
+            for base in (prefill, decode):
+                if values.get("small_block_m") and base.block_m <= 16:
+                    continue
+                calls.append(dict(label=f"{layout} {name} m{base.block_m}", paged=paged,
+                                  config=replace(base, block_n=16, **values), num_splits=2))
+    return calls
+
+
+def main() -> int:
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        raise SystemExit("unset TRITON_INTERPRET: the interpreter replaces the JIT functions this compiles")
+    failures = 0
+    for label, fn, args, constexprs, warps, stages in recorded_launches(configurations()):
+        try:
+            lower_to_ttir(fn, args, constexprs, warps, stages)
+            print(f"ok    {fn.__name__:24} {label}")
+        except Exception as error:  # noqa: BLE001 - report every failing launch, then fail
+            failures += 1
+            print(f"FAIL  {fn.__name__:24} {label}: {type(error).__name__}: {str(error)[-600:]}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
