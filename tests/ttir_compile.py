@@ -4,8 +4,8 @@ Triton's interpreter (TRITON_INTERPRET=1, the CPU tests) runs kernels as Python:
 compiler rejects can pass there. Two such bugs once reached the H200: a small-tile branch behind a
 runtime bool, compiled with a 0-row tile when the variant was off, and a helper with two `return`s
 of different shapes under a constexpr `if`. This script records every launch that
-``attention_forward`` makes for a set of configurations (``CachedLaunch`` is patched to record, not
-launch), and the KV-append kernel's launches, and lowers each to TTIR with Triton's CUDA back end, which needs no driver.
+``attention_forward`` and the KV append make for a set of configurations (``CachedLaunch`` is
+patched to record, not launch) and lowers each to TTIR with Triton's CUDA back end (no driver needed).
 
 Run without TRITON_INTERPRET (tests/test_kernel_compile.py starts it in a subprocess):
     python -m tests.ttir_compile          # prints one line per launch, exits 1 on a failure
