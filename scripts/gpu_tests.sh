@@ -4,7 +4,7 @@
 # Usage: scripts/gpu_tests.sh [LOG_DIR]   (env T = per-shard time limit in seconds, default 600)
 set -u
 cd "$(dirname "$0")/.."
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # 8 shards x 16 threads stall CPU-side work
 logs=${1:-gpu-test-logs}
 mkdir -p "$logs"
 T=${T:-600}
