@@ -3,8 +3,9 @@
 Decode cells try split-KV counts (the heuristic's, then fixed ones) and a few decode tiles; prefill
 cells try tile shapes, warps and pipeline stages; paged cells (decode, chunks, mixed batches) also
 try the page-table variants (one page id per tile, page ids prefetched a tile ahead), mixed or
-ragged batches a small second tile for their short sequences, decode cells a rotated KV walk,
-non-paged cells tensor-descriptor (TMA) loads. Every variant
+ragged batches a small second tile for their short sequences, decode cells a rotated KV walk and
+the split merge done by the last split (no combine launch), non-paged cells tensor-descriptor
+(TMA) loads. Every variant
 computes the same attention on the same inputs as the default (every variant off) and is checked
 against it. Writes a markdown table (µs, GB/s or TFLOP/s, ratio to the default) per cell, and with
 ``--variants-out`` the ``ATTN_FUSED_VARIANTS`` string the measurements favour (``pick_variants``).
@@ -127,6 +128,7 @@ def _variants(cell: Cell, inputs: Inputs | None, layout_only: bool = False) -> l
     out += _small_tile_variants(cell, base) + _paged_variants(cell, base, decode_class)
     if decode_class:
         out.append(("rotated kv walk", {"config": replace(base, rotate_kv_tiles=True)}))
+        out.append(("fused combine", {"config": replace(base, fused_combine=True)}))
     if cell.kv_source != "paged":
         out.append(("tma", {"config": replace(base, tma=True)}))
         if not decode_class:

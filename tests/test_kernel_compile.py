@@ -1,6 +1,6 @@
-"""The Triton kernels compile for sm90 (front end to TTIR), on CPU: catches code the interpreter
-runs but the compiler rejects. tests/ttir_compile.py does the work in a subprocess, because the
-interpreter (set by the other kernel tests of this session) replaces the JIT functions."""
+"""The Triton kernels compile for sm90 (to the cubin, within its shared memory), on CPU: catches code
+the interpreter runs but the compiler rejects. tests/sm90_compile.py does the work in a subprocess,
+because the interpreter (set by the other kernel tests of this session) replaces the JIT functions."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.skipif(triton_available() is not None, reason=f"Triton unavailable: {triton_available()}")
-def test_every_kernel_configuration_lowers_to_ttir_for_sm90() -> None:
+def test_every_kernel_configuration_compiles_for_sm90() -> None:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"PYTHONPATH": str(ROOT)}
-    result = subprocess.run([sys.executable, "-m", "tests.ttir_compile"], cwd=ROOT, env=env, capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "tests.sm90_compile"], cwd=ROOT, env=env, capture_output=True,
                             text=True, timeout=600)
     failures = [line for line in result.stdout.splitlines() if not line.startswith("ok")]
     assert result.returncode == 0 and not failures, "\n".join(failures) or result.stderr[-3000:]

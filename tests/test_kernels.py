@@ -428,3 +428,27 @@ def test_tma_descriptors_match_the_reference(layout: str, options: dict) -> None
     attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"],
                       config=replace(base, tma=True))
     check_output(case, inputs)
+
+
+@pytest.mark.parametrize("options", [
+    dict(layout="paged", page_size=8, causal=True, bottom_right=True),
+    dict(layout="cache", causal=True, bottom_right=True, window=(20, 0), alibi="h"),
+    dict(layout="thd", sink=True),
+], ids=["paged-causal", "cache-window-alibi", "thd-sink"])
+def test_fused_combine_merges_in_the_last_split(options: dict) -> None:
+    """fused_combine: the last split of each (q tile, KV head) merges the workspace, no combine launch;
+    its arrival counters are zeros again afterwards, so a second call computes the same."""
+    from attention.kernels import attention_fwd
+
+    case = C(MIXED_Q, (70, 45, 90, 66) if options.get("bottom_right") else (1, 5, 1, 9), heads=(4, 2),
+             num_splits=None, dtype=torch.float16, **options)
+    inputs = build_inputs(case)
+    base = select_forward_config(head_dim_qk=16, head_dim_v=16, group_size=2, max_seqlen_q=max(MIXED_Q),
+                                 interpret=True)
+    config = replace(base, fused_combine=True)
+    for num_splits in (3, 3, 1):
+        inputs["out_base"].fill_(SENTINEL)
+        attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"],
+                          **{**inputs["call"], "num_splits": num_splits}, config=config)
+        check_output(case, inputs)
+        assert all(not counters.any() for counters in attention_fwd._split_counters.values())

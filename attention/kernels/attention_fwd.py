@@ -23,6 +23,19 @@ __all__ = ["attention_forward"]
 
 
 _launch_attention = CachedLaunch(attention_fwd_kernel)
+_split_counters: dict[tuple, torch.Tensor] = {}
+
+
+def _split_counter_buffer(device: torch.device, size: int) -> torch.Tensor:
+    """Arrival counters of the fused split combine, one per (q tile, KV head): zeros, and left zeros
+    by every launch. Kept per device and stream (two streams must not share counters); grown on demand."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (device, stream)
+    buffer = _split_counters.get(key)
+    if buffer is None or buffer.numel() < size:
+        buffer = torch.zeros(max(size, 2 * (0 if buffer is None else buffer.numel())), dtype=torch.int32, device=device)
+        _split_counters[key] = buffer
+    return buffer
 
 
 def _tma_ready(k: torch.Tensor, v: torch.Tensor) -> bool:
@@ -140,6 +153,8 @@ def attention_forward(
     use_tma = config.tma and not shapes.paged and _tma_ready(k, v)
     placeholder = cu_seqlens_q  # any device tensor for pointers a constexpr flag disables
     grid = (-(-total_q // config.block_q) + shapes.num_seqs, shapes.num_heads_kv, num_splits)
+    fused_combine = write_partial and config.fused_combine
+    split_counters = _split_counter_buffer(q.device, grid[0] * grid[1]) if fused_combine else placeholder
     _launch_attention(
         grid,
         q, k, v, out,
@@ -150,6 +165,7 @@ def attention_forward(
         page_table if page_table is not None else placeholder,
         alibi_slopes if alibi_slopes is not None else placeholder,
         softmax_offset if softmax_offset is not None else placeholder,
+        split_counters,
         shapes.num_seqs, shapes.page_size,
         q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2),
@@ -171,15 +187,16 @@ def attention_forward(
         PAGED=shapes.paged, HAS_Q_START=q_start is not None, HAS_KV_START=kv_start is not None,
         WINDOW_LEFT_BOUNDED=window_left >= 0, WINDOW_RIGHT_BOUNDED=window_right >= 0,
         BOTTOM_RIGHT=bool(bottom_right), HAS_ALIBI=alibi_slopes is not None,
-        HAS_SINK=softmax_offset is not None and not write_partial, WRITE_PARTIAL=write_partial,
+        HAS_SINK=softmax_offset is not None and (fused_combine or not write_partial), WRITE_PARTIAL=write_partial,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         PAGE_SCALAR=config.paged_scalar_ids and shapes.paged and shapes.page_size % config.block_n == 0,
         PREFETCH_PAGES=config.prefetch_page_ids and shapes.paged,
         ROTATE_KV=config.rotate_kv_tiles, USE_TMA=use_tma,
         SMALL_BLOCK_M=config.small_block_m, SMALL_BLOCK_Q=max(1, config.small_block_m // group_size),
+        FUSED_COMBINE=fused_combine,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
-    if write_partial:
+    if write_partial and not fused_combine:
         combine_splits(partial_out, partial_lse, out, cu_seqlens_q=cu_seqlens_q, q_start=q_start,
                        softmax_offset=softmax_offset)
     return out

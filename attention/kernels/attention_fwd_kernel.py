@@ -159,7 +159,7 @@ def _attend_q_tile(
     seq, q_begin, q_len, first_query, kv_head, split, num_splits,
     q_ptr, k_ptr, v_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
     cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr, alibi_slopes_ptr,
-    softmax_offset_ptr, page_size,
+    softmax_offset_ptr, split_counter_ptr, page_size,
     stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
     stride_ob, stride_os, stride_oh, stride_pt_b, stride_pt_p, stride_alibi_b,
     stride_part_split, stride_part_tok, stride_part_head, stride_lse_split, stride_lse_tok,
@@ -171,10 +171,11 @@ def _attend_q_tile(
     WINDOW_LEFT_BOUNDED: tl.constexpr, WINDOW_RIGHT_BOUNDED: tl.constexpr, BOTTOM_RIGHT: tl.constexpr,
     HAS_ALIBI: tl.constexpr, HAS_SINK: tl.constexpr, WRITE_PARTIAL: tl.constexpr,
     DOT_PRECISION: tl.constexpr, PAGE_SCALAR: tl.constexpr, PREFETCH_PAGES: tl.constexpr,
-    ROTATE_KV: tl.constexpr, USE_TMA: tl.constexpr,
+    ROTATE_KV: tl.constexpr, USE_TMA: tl.constexpr, FUSED_COMBINE: tl.constexpr,
 ):
     """Attention of one q tile (BLOCK_Q query tokens x GROUP_SIZE heads = BLOCK_M packed rows) of
-    sequence `seq` against KV split `split`, written to out (or to the split workspace)."""
+    sequence `seq` against KV split `split`, written to out (or to the split workspace; with
+    FUSED_COMBINE the last split of the tile to finish merges the workspace into out)."""
     split64 = split.to(tl.int64)
 
     kv_len = tl.load(cu_seqlens_kv_ptr + seq + 1) - tl.load(cu_seqlens_kv_ptr + seq)
@@ -278,16 +279,28 @@ def _attend_q_tile(
         rotation, False, k_desc, v_desc, USE_TMA)
 
     dv_mask = row_valid[:, None] & (offs_dv < HEAD_DIM_V)[None, :]
+    out_ptrs = (out_ptr + seq64 * stride_ob + q_row_token.to(tl.int64)[:, None] * stride_os
+                + row_head[:, None] * stride_oh + offs_dv[None, :])
     if WRITE_PARTIAL:
         has_keys = l_i > 0.0
         o = acc / tl.where(has_keys, l_i, 1.0)[:, None]
         lse = tl.where(has_keys, m_i + tl.math.log2(tl.where(has_keys, l_i, 1.0)), float("-inf"))
         packed_token = (q_begin + row_token).to(tl.int64)
-        part_ptrs = (partial_out_ptr + split64 * stride_part_split + packed_token[:, None] * stride_part_tok
+        part_ptrs = (partial_out_ptr + packed_token[:, None] * stride_part_tok
                      + row_head[:, None] * stride_part_head + offs_dv[None, :])
-        tl.store(part_ptrs, o, mask=dv_mask)
-        lse_ptrs = partial_lse_ptr + split64 * stride_lse_split + packed_token * stride_lse_tok + row_head
-        tl.store(lse_ptrs, lse, mask=row_valid)
+        tl.store(part_ptrs + split64 * stride_part_split, o, mask=dv_mask)
+        lse_ptrs = partial_lse_ptr + packed_token * stride_lse_tok + row_head
+        tl.store(lse_ptrs + split64 * stride_lse_split, lse, mask=row_valid)
+        if FUSED_COMBINE:
+            # Every thread's partial stores precede the arrival count (barrier, then a release by the
+            # counting thread); the last split to arrive acquires them and merges. It resets the
+            # counter, so the buffer is all zeros again for the next launch.
+            tl.debug_barrier()
+            arrived = tl.atomic_add(split_counter_ptr, 1, sem="acq_rel")
+            if arrived == num_splits - 1:
+                _merge_splits(part_ptrs, lse_ptrs, out_ptrs, softmax_offset_ptr, row_head, row_valid, dv_mask,
+                              num_splits, stride_part_split, stride_lse_split, BLOCK_M, BLOCK_DV, HAS_SINK)
+                tl.atomic_xchg(split_counter_ptr, 0)
     else:
         if HAS_SINK:
             sink = tl.load(softmax_offset_ptr + row_head).to(tl.float32) * LOG2E
@@ -296,9 +309,37 @@ def _attend_q_tile(
             l_i = l_i * rescale + tl.math.exp2(sink - m_total)
             acc = acc * rescale[:, None]
         o = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
-        out_ptrs = (out_ptr + seq64 * stride_ob + q_row_token.to(tl.int64)[:, None] * stride_os
-                    + row_head[:, None] * stride_oh + offs_dv[None, :])
         tl.store(out_ptrs, o.to(out_ptr.dtype.element_ty), mask=dv_mask)
+
+
+@triton.jit
+def _merge_splits(part_ptrs, lse_ptrs, out_ptrs, softmax_offset_ptr, row_head, row_valid, dv_mask,
+                  num_splits, stride_part_split, stride_lse_split,
+                  BLOCK_M: tl.constexpr, BLOCK_DV: tl.constexpr, HAS_SINK: tl.constexpr):
+    """out = sum_s w_s O_s / (sum_s w_s + exp(sink)), w_s = exp2(lse_s - m), for one q tile's rows
+    (what combine_splits_kernel computes per token); loads bypass L1 (".cg"): other SMs wrote them."""
+    m = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    denominator = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
+    for s in range(num_splits):
+        lse = tl.load(lse_ptrs + s * stride_lse_split, mask=row_valid, other=float("-inf"), cache_modifier=".cg")
+        partial = tl.load(part_ptrs + s * stride_part_split, mask=dv_mask, other=0.0, cache_modifier=".cg")
+        m_new = tl.maximum(m, lse)
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.math.exp2(m - m_safe)
+        weight = tl.math.exp2(lse - m_safe)
+        acc = acc * alpha[:, None] + partial * weight[:, None]
+        denominator = denominator * alpha + weight
+        m = m_new
+    if HAS_SINK:
+        sink = tl.load(softmax_offset_ptr + row_head).to(tl.float32) * LOG2E
+        m_new = tl.maximum(m, sink)
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.math.exp2(m - m_safe)
+        acc = acc * alpha[:, None]
+        denominator = denominator * alpha + tl.math.exp2(sink - m_safe)
+    o = acc / tl.where(denominator > 0.0, denominator, 1.0)[:, None]
+    tl.store(out_ptrs, o.to(out_ptrs.dtype.element_ty), mask=dv_mask)
 
 
 @triton.jit
@@ -306,7 +347,7 @@ def attention_fwd_kernel(
     q_ptr, k_ptr, v_ptr, out_ptr,
     partial_out_ptr, partial_lse_ptr,
     cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr,
-    page_table_ptr, alibi_slopes_ptr, softmax_offset_ptr,
+    page_table_ptr, alibi_slopes_ptr, softmax_offset_ptr, split_counter_ptr,
     num_seqs, page_size,
     stride_qb, stride_qs, stride_qh,
     stride_kb, stride_ks, stride_kh,
@@ -325,11 +366,14 @@ def attention_fwd_kernel(
     HAS_ALIBI: tl.constexpr, HAS_SINK: tl.constexpr, WRITE_PARTIAL: tl.constexpr,
     DOT_PRECISION: tl.constexpr, PAGE_SCALAR: tl.constexpr, PREFETCH_PAGES: tl.constexpr,
     ROTATE_KV: tl.constexpr, USE_TMA: tl.constexpr, SMALL_BLOCK_M: tl.constexpr, SMALL_BLOCK_Q: tl.constexpr,
+    FUSED_COMBINE: tl.constexpr,
 ):
     """Strides: dense k/v use (batch, token, head); paged k/v use (page, slot, head).
 
     WRITE_PARTIAL (split-KV): write fp32 O normalised by this split's sum and its LSE (log2 units)
-    to the workspace at the packed token index; the combine kernel merges splits and applies sinks.
+    to the workspace at the packed token index; the combine kernel merges splits and applies sinks,
+    or with FUSED_COMBINE the last split program of each (q tile, KV head) does, counting arrivals
+    in split_counter_ptr[tile_id * H_kv + kv_head] (zeros before the launch, zeros after).
     SMALL_BLOCK_M > 0 (mixed batches): a sequence with at most SMALL_BLOCK_Q queries (a decode, a
     short verification step) runs a SMALL_BLOCK_M-row tile instead of the BLOCK_M-row prefill tile.
     """
@@ -350,7 +394,7 @@ def attention_fwd_kernel(
                 seq, q_begin, q_len, first_query, kv_head, split, num_splits,
                 q_ptr, k_ptr, v_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
                 cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr, alibi_slopes_ptr,
-                softmax_offset_ptr, page_size,
+                softmax_offset_ptr, split_counter_ptr + tile_id * tl.num_programs(1) + kv_head, page_size,
                 stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
                 stride_ob, stride_os, stride_oh, stride_pt_b, stride_pt_p, stride_alibi_b,
                 stride_part_split, stride_part_tok, stride_part_head, stride_lse_split, stride_lse_tok,
@@ -359,13 +403,13 @@ def attention_fwd_kernel(
                 HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, GROUP_SIZE, BLOCK_N,
                 PAGED, HAS_Q_START, HAS_KV_START, WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, BOTTOM_RIGHT,
                 HAS_ALIBI, HAS_SINK, WRITE_PARTIAL, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES, ROTATE_KV,
-                USE_TMA)
+                USE_TMA, FUSED_COMBINE)
             return
     _attend_q_tile(
         seq, q_begin, q_len, first_query, kv_head, split, num_splits,
         q_ptr, k_ptr, v_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
         cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr, alibi_slopes_ptr,
-        softmax_offset_ptr, page_size,
+        softmax_offset_ptr, split_counter_ptr + tile_id * tl.num_programs(1) + kv_head, page_size,
         stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
         stride_ob, stride_os, stride_oh, stride_pt_b, stride_pt_p, stride_alibi_b,
         stride_part_split, stride_part_tok, stride_part_head, stride_lse_split, stride_lse_tok,
@@ -374,4 +418,4 @@ def attention_fwd_kernel(
         HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, GROUP_SIZE, BLOCK_N,
         PAGED, HAS_Q_START, HAS_KV_START, WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, BOTTOM_RIGHT,
         HAS_ALIBI, HAS_SINK, WRITE_PARTIAL, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES, ROTATE_KV,
-        USE_TMA)
+        USE_TMA, FUSED_COMBINE)

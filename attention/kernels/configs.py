@@ -55,7 +55,9 @@ class ForwardConfig:
         offsets, are not streamed in lockstep (non-paged decode measured 14 % below paged).
     tma: non-paged K/V tiles through device-side tensor descriptors (Hopper's bulk tensor copies);
         falls back to pointer loads when a stride or base is not 16-byte aligned.
-    Which of these five a shape class turns on is the table ``TUNED_VARIANTS`` (measured on the H200 by
+    fused_combine: with split-KV, the last split program of each (q tile, KV head) to finish merges
+        the splits itself (arrival counters), instead of a second kernel launch.
+    Which of these six a shape class turns on is the table ``TUNED_VARIANTS`` (measured on the H200 by
     ``python -m benchmarks.sweep``), overridable with ``ATTN_FUSED_VARIANTS``.
     """
 
@@ -71,9 +73,10 @@ class ForwardConfig:
     small_block_m: int = 0
     rotate_kv_tiles: bool = False
     tma: bool = False
+    fused_combine: bool = False
 
 
-VARIANT_FIELDS = ("paged_scalar_ids", "prefetch_page_ids", "small_block_m", "rotate_kv_tiles", "tma")
+VARIANT_FIELDS = ("paged_scalar_ids", "prefetch_page_ids", "small_block_m", "rotate_kv_tiles", "tma", "fused_combine")
 """The ForwardConfig fields that change how the kernel walks memory, not its tile sizes."""
 
 SHAPE_CLASSES = ("decode/paged", "decode/contiguous", "prefill/paged", "prefill/contiguous")

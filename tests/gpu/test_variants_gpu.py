@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from tests.test_kernels import AttentionCase, build_inputs, check_output
+from tests.test_kernels import SENTINEL, AttentionCase, build_inputs, check_output
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -47,6 +47,7 @@ VARIANTS = [
     ("paged_scalar_ids+prefetch_page_ids", "paged256"), ("small_block_m+prefetch_page_ids", "paged"),
     ("small_block_m+paged_scalar_ids+prefetch_page_ids+rotate_kv_tiles", "paged256"),
     ("small_block_m+rotate_kv_tiles+tma", "cache"),
+    ("fused_combine", "decode"), ("fused_combine", "paged"), ("fused_combine+prefetch_page_ids", "paged256"),
 ]
 """(ForwardConfig fields joined by '+', case): single variants, then the combinations the sweep measures."""
 
@@ -83,3 +84,27 @@ def test_cached_launch_runs_the_same_kernel(case_name: str, monkeypatch) -> None
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(graph_out, expected)
+
+
+@pytest.mark.parametrize("case_name, num_splits", [("decode", 8), ("paged", 4), ("paged256", 16)])
+def test_fused_combine_eager_and_captured(case_name: str, num_splits: int) -> None:
+    """The last split merges (no combine launch): right in eager calls and in replays of a captured
+    graph, and its arrival counters are back to zeros after every launch."""
+    from attention.kernels import attention_fwd
+
+    case = replace(CASES[case_name], num_splits=num_splits)
+    inputs = build_inputs(case, "cuda")
+    config = _config(case, "fused_combine")
+    call = {**inputs["call"], "num_splits": num_splits}
+    for _ in range(2):
+        attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **call, config=config)
+        check_output(case, inputs, TOLERANCE[case.dtype])
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **call, config=config)
+    for _ in range(3):
+        inputs["out_base"].fill_(SENTINEL)
+        graph.replay()
+        torch.cuda.synchronize()
+        check_output(case, inputs, TOLERANCE[case.dtype])
+        assert all(not counters.any() for counters in attention_fwd._split_counters.values())

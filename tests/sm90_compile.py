@@ -1,14 +1,15 @@
-"""Compile the Triton kernels' front end (Python -> TTIR) for sm90 on a machine without a GPU.
+"""Compile the Triton kernels for sm90 (down to the cubin) on a machine without a GPU.
 
 Triton's interpreter (TRITON_INTERPRET=1, the CPU tests) runs kernels as Python: code that the real
 compiler rejects can pass there. Two such bugs once reached the H200: a small-tile branch behind a
 runtime bool, compiled with a 0-row tile when the variant was off, and a helper with two `return`s
 of different shapes under a constexpr `if`. This script records every launch that
 ``attention_forward`` and the KV append make for a set of configurations (``CachedLaunch`` is
-patched to record, not launch) and lowers each to TTIR with Triton's CUDA back end (no driver needed).
+patched to record, not launch) and compiles each with Triton's CUDA back end, which needs no driver
+(Triton ships ptxas), checking the shared memory it asks for against sm90's limit.
 
-Run without TRITON_INTERPRET (tests/test_kernel_compile.py starts it in a subprocess):
-    python -m tests.ttir_compile          # prints one line per launch, exits 1 on a failure
+Run without TRITON_INTERPRET (tests/test_kernel_compile.py starts it in a subprocess; ~30 s on 2 cores):
+    python -m tests.sm90_compile          # prints one line per launch, exits 1 on a failure
 """
 
 from __future__ import annotations
@@ -36,12 +37,16 @@ def _signature_type(value: Any) -> str:
     raise TypeError(f"no Triton signature type for {type(value).__name__}")
 
 
-def lower_to_ttir(fn: Any, args: tuple, constexprs: dict, num_warps: int, num_stages: int) -> str:
-    """TTIR of one launch of JIT function ``fn`` for sm90 (raises Triton's CompilationError)."""
-    from triton._C.libtriton import ir
+SHARED_MEMORY_LIMIT = 232448
+"""Bytes of shared memory one block may use on sm90 (H100 / H200): a launch above it fails there."""
+
+
+def compile_for_sm90(fn: Any, args: tuple, constexprs: dict, num_warps: int, num_stages: int) -> Any:
+    """Compile one launch of JIT function ``fn`` for sm90 down to a cubin (Triton bundles ptxas);
+    raises Triton's CompilationError, or ValueError when it needs more shared memory than sm90 has."""
+    import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    from triton.compiler.compiler import make_backend
 
     values = dict(zip(fn.arg_names, args)) | constexprs
     signature, constants = {}, {}
@@ -50,15 +55,11 @@ def lower_to_ttir(fn: Any, args: tuple, constexprs: dict, num_warps: int, num_st
             signature[param.name], constants[(index,)] = "constexpr", values[param.name]
         else:
             signature[param.name] = _signature_type(values[param.name])
-    target = GPUTarget("cuda", 90, 32)
-    backend = make_backend(target)
-    options = backend.parse_options({"num_warps": num_warps, "num_stages": num_stages})
-    context = ir.context()
-    ir.load_dialects(context)
-    backend.load_dialects(context)
-    module = ASTSource(fn, signature, constants).make_ir(
-        target, options, backend.get_codegen_implementation(options), backend.get_module_map(), context)
-    return str(module)
+    kernel = triton.compile(ASTSource(fn, signature, constants), target=GPUTarget("cuda", 90, 32),
+                            options={"num_warps": num_warps, "num_stages": num_stages})
+    if kernel.metadata.shared > SHARED_MEMORY_LIMIT:
+        raise ValueError(f"needs {kernel.metadata.shared} bytes of shared memory; sm90 has {SHARED_MEMORY_LIMIT}")
+    return kernel
 
 
 def recorded_launches(calls: list[dict]) -> list[tuple[str, Any, tuple, dict, int, int]]:
@@ -73,7 +74,7 @@ def recorded_launches(calls: list[dict]) -> list[tuple[str, Any, tuple, dict, in
     launch.CachedLaunch.__call__ = record
     for call in calls:
         label = call.pop("label")
-        inputs = _inputs(call.pop("paged"))
+        inputs = _inputs(call.pop("paged"), call.pop("head_dim", 64))
         attention_forward(*inputs.pop("tensors"), **inputs, **call)
     from inference.kv_append_triton import append_triton
 
@@ -88,25 +89,26 @@ def recorded_launches(calls: list[dict]) -> list[tuple[str, Any, tuple, dict, in
     return recorded
 
 
-def _inputs(paged: bool) -> dict:
-    """Small CPU tensors: 3 sequences (a decode, a chunk, a prefill), GQA 4/2, d 64."""
-    q = torch.zeros(1, 24, 4, 64, dtype=torch.bfloat16).expand(3, -1, -1, -1)
-    out = torch.zeros(1, 24, 4, 64, dtype=torch.bfloat16).expand(3, -1, -1, -1)
+def _inputs(paged: bool, head_dim: int) -> dict:
+    """Small CPU tensors: 3 sequences (a decode, a chunk, a prefill), GQA 4/2."""
+    q = torch.zeros(1, 24, 4, head_dim, dtype=torch.bfloat16).expand(3, -1, -1, -1)
+    out = torch.zeros(1, 24, 4, head_dim, dtype=torch.bfloat16).expand(3, -1, -1, -1)
     cu_q = torch.tensor([0, 1, 9, 24], dtype=torch.int32)
     cu_kv = torch.tensor([0, 300, 700, 715], dtype=torch.int32)
     inputs = dict(cu_seqlens_q=cu_q, cu_seqlens_kv=cu_kv, q_start=cu_q[:-1], max_seqlen_q=15, max_seqlen_kv=400,
                   total_q=24, softmax_scale=0.125, causal=True, bottom_right=True)
     if paged:
-        k = v = torch.zeros(64, 16, 2, 64, dtype=torch.bfloat16)
+        k = v = torch.zeros(64, 16, 2, head_dim, dtype=torch.bfloat16)
         inputs["page_table"] = torch.zeros(3, 25, dtype=torch.int32)
     else:
-        k = v = torch.zeros(3, 512, 2, 64, dtype=torch.bfloat16)
+        k = v = torch.zeros(3, 512, 2, head_dim, dtype=torch.bfloat16)
     inputs["tensors"] = (q, k, v, out)
     return inputs
 
 
 def configurations() -> list[dict]:
-    """Default configs, each variant alone and together, splits (the combine kernel), ALiBi, sinks, windows."""
+    """The production tiles of head dims 128 and 256; at d 64 the default configs, each variant alone and
+    together, splits (the combine kernel), ALiBi, sinks, windows."""
     from attention.kernels.configs import select_forward_config
 
     prefill = select_forward_config(head_dim_qk=64, head_dim_v=64, group_size=2, max_seqlen_q=400, interpret=False,
@@ -114,10 +116,18 @@ def configurations() -> list[dict]:
     decode = select_forward_config(head_dim_qk=64, head_dim_v=64, group_size=2, max_seqlen_q=1, interpret=False,
                                    tuned=False)
     calls: list[dict] = []
+    for head_dim in (128, 256):  # the H200's production tiles: they must fit sm90's shared memory
+        for max_q, splits in ((400, 1), (1, 4)):
+            config = select_forward_config(head_dim_qk=head_dim, head_dim_v=head_dim, group_size=2, max_seqlen_q=max_q,
+                                           interpret=False, tuned=False)
+            calls.append(dict(label=f"d{head_dim} m{config.block_m} n{config.block_n} s{config.num_stages}",
+                              paged=False, head_dim=head_dim, config=config, num_splits=splits))
     for paged in (True, False):
         layout = "paged" if paged else "contiguous"
         calls += [
             dict(label=f"{layout} default", paged=paged),
+            dict(label=f"{layout} fused combine with sinks", paged=paged, config=replace(decode, fused_combine=True),
+                 num_splits=4, softmax_offset=torch.zeros(4)),
             dict(label=f"{layout} decode tile, 4 splits", paged=paged, config=decode, num_splits=4),
             dict(label=f"{layout} window + alibi + sink", paged=paged, window_size=(64, 0),
                  alibi_slopes=torch.zeros(4), softmax_offset=torch.zeros(4), num_splits=1),
@@ -128,8 +138,9 @@ def configurations() -> list[dict]:
             ("small_block_m", dict(small_block_m=16)),
             ("rotate_kv_tiles", dict(rotate_kv_tiles=True)),
             ("tma", dict(tma=True)),
+            ("fused_combine", dict(fused_combine=True)),
             ("all", dict(paged_scalar_ids=True, prefetch_page_ids=True, small_block_m=16, rotate_kv_tiles=True,
-                         tma=True)),
+                         tma=True, fused_combine=True)),
         ):
             for base in (prefill, decode):
                 if values.get("small_block_m") and base.block_m <= 16:
@@ -145,7 +156,7 @@ def main() -> int:
     failures = 0
     for label, fn, args, constexprs, warps, stages in recorded_launches(configurations()):
         try:
-            lower_to_ttir(fn, args, constexprs, warps, stages)
+            compile_for_sm90(fn, args, constexprs, warps, stages)
             print(f"ok    {fn.__name__:24} {label}")
         except Exception as error:  # noqa: BLE001 - report every failing launch, then fail
             failures += 1
