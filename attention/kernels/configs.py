@@ -7,6 +7,7 @@ CUDA graph can capture it. Tune the tables below on the H200 and record the resu
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, replace
 
@@ -122,19 +123,8 @@ def parse_variants(text: str) -> dict[str, dict[str, int]]:
     return table
 
 
-_VARIANTS_CACHE: dict[str, dict[str, dict[str, int]]] = {}
-
-
-def _active_variants() -> dict[str, dict[str, int]]:
-    """TUNED_VARIANTS with the environment override applied (parsed once per distinct value)."""
-    text = os.environ.get(VARIANTS_ENV, "")
-    if text not in _VARIANTS_CACHE:
-        _VARIANTS_CACHE[text] = {**TUNED_VARIANTS, **parse_variants(text)}
-    return _VARIANTS_CACHE[text]
-
-
-def _with_variants(config: ForwardConfig, shape_class: str, group_size: int) -> ForwardConfig:
-    variants = _active_variants().get(shape_class)
+def _with_variants(config: ForwardConfig, shape_class: str, group_size: int, override: str) -> ForwardConfig:
+    variants = {**TUNED_VARIANTS, **parse_variants(override)}.get(shape_class)
     if not variants:
         return config
     values = {name: bool(value) for name, value in variants.items() if name != "small_block_m"}
@@ -184,6 +174,14 @@ def select_forward_config(
         ...                       max_seqlen_q=1, interpret=False).block_m
         16
     """
+    return _select_forward_config(head_dim_qk, head_dim_v, group_size, max_seqlen_q, interpret, paged, tuned,
+                                  os.environ.get(VARIANTS_ENV, "") if tuned else "")
+
+
+@functools.lru_cache(maxsize=512)
+def _select_forward_config(head_dim_qk: int, head_dim_v: int, group_size: int, max_seqlen_q: int, interpret: bool,
+                           paged: bool, tuned: bool, variants_override: str) -> ForwardConfig:
+    """select_forward_config's work, cached: a decode call asks the same question every step."""
     block_dqk = max(16, next_power_of_2(head_dim_qk))
     block_dv = max(16, next_power_of_2(head_dim_v))
     block_d = max(block_dqk, block_dv)
@@ -212,7 +210,7 @@ def select_forward_config(
     if not tuned:
         return config
     shape_class = ("decode" if packed_rows <= _DECODE_MAX_ROWS else "prefill") + ("/paged" if paged else "/contiguous")
-    return _with_variants(config, shape_class, group_size)
+    return _with_variants(config, shape_class, group_size, variants_override)
 
 
 _SM_COUNT_CACHE: dict[int, int] = {}
