@@ -129,6 +129,9 @@ def _variants(cell: Cell, inputs: Inputs | None, layout_only: bool = False) -> l
     if decode_class:
         out.append(("rotated kv walk", {"config": replace(base, rotate_kv_tiles=True)}))
         out.append(("fused combine", {"config": replace(base, fused_combine=True)}))
+        if cell.kv_source == "paged":  # a combination for pick_variants to weigh against each alone
+            out.append(("fused combine + prefetch ids",
+                        {"config": replace(base, fused_combine=True, prefetch_page_ids=True)}))
     if cell.kv_source != "paged":
         out.append(("tma", {"config": replace(base, tma=True)}))
         if not decode_class:
