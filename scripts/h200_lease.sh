@@ -1,23 +1,23 @@
 #!/bin/bash
 # One lease on the lent H200: the config sweep, the GPU suite with flash-attn 2 and flash-attn-4
 # installed, the side-by-side benchmarks and the host-overhead suite, in four `run` calls sent back
-# to back (the machine stays warm only ~30 s between calls; about 22 minutes held).
+# to back (the machine stays warm only ~30 s between calls; about 27 minutes held).
 #
 # Here, once per checkout:  bash scripts/h200_lease.sh prepare      (downloads into .device/, ignored)
 # flash-attn 2 has no wheel for this torch: it is built on the device once (~16 min, `fa2-build`,
 # see below) and brought back as .device/fa2-built/ (3 parts, 42 MB); later leases untar it.
 # Then four device calls, each `COMMIT=$(git rev-parse --short HEAD) bash scripts/h200_lease.sh callN`:
 #   call1  carry [".device/fa2-built"]  flash-attn 2 installed; the layout-variant sweep picks
-#          ATTN_FUSED_VARIANTS (GPU to itself); the GPU suite, flash-attn 2 cases included  ~8 min
-#   call2  carry [".device/fa4-a"]      first half of flash-attn-4 staged; host-overhead suite
-#          (Triton's launcher and the cached launch), where its time goes (profile_call)    ~4 min
+#          ATTN_FUSED_VARIANTS (the GPU to itself); where an eager call's host time goes   ~7 min
+#   call2  carry [".device/fa4-a"]      first half of flash-attn-4 staged; the GPU suite (flash-attn 2
+#          cases included); host-overhead suite (Triton's launcher and the cached launch)  ~9 min
 #   call3  carry [".device/fa4-b"]      flash-attn-4 installed; its tests, serving simulation and
-#          share of the cross-backend grid                                                  ~4 min
+#          share of the cross-backend grid                                                  ~5 min
 #   call4  (no carry)                   benchmarks decode, mixed, prefill with call1's variants ~5 min
 # Each call leaves $OUT/callN.tar.gz (all logs and reports so far).
 # Without .device/fa2-built: `fa2-build` as call1 (carry [".device/fa2"]; starts the build in the
-# background and runs the sweep and the GPU suite), the other calls as above; call4 then waits for
-# the build, packs it into $OUT/fa2-built.part.* (keep them in .device/fa2-built/) and installs it.
+# background and runs the sweep), the other calls as above; call4 then waits for the build, packs it
+# into $OUT/fa2-built.part.* (keep them in .device/fa2-built/) and installs it.
 # Every pytest process runs with one OpenMP thread: eight shards of 16 threads each on 16 cores
 # stalled the serving simulations (2026-11-30: >150 s per test; 7-13 s with OMP_NUM_THREADS=1).
 set -u
@@ -46,13 +46,13 @@ environment() {
     python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
     echo "commit $BENCH_COMMIT"; nproc; } | tee $L/env.txt
 }
-sweep_and_suite() {
+sweep() {
   stamp "layout-variant sweep"
-  timeout 200 python3 -m benchmarks.sweep --layout-only --out $L/sweep.md --variants-out $L/variants.txt \
-    --budget-s 170 > $L/sweep.log 2>&1; echo "sweep rc=$?"; cat $L/variants.txt
-  stamp "GPU suite"
-  T=${T:-300} bash scripts/gpu_tests.sh $L/gpu
-  stamp "GPU suite done"
+  timeout 340 python3 -m benchmarks.sweep --layout-only --out $L/sweep.md --variants-out $L/variants.txt \
+    --budget-s 310 > $L/sweep.log 2>&1; echo "sweep rc=$?"; cat $L/variants.txt
+  export ATTN_FUSED_VARIANTS=$(cat $L/variants.txt 2>/dev/null)
+  timeout 50 python3 -m benchmarks.profile_call --out $L/profile.txt > $L/profile.log 2>&1; echo "profile rc=$?"
+  stamp "sweep done"
 }
 case "${1:-help}" in
 prepare)
@@ -61,7 +61,7 @@ prepare)
 call1)
   stamp call1; environment
   cat .device/fa2-built/fa2-built.part.* | tar xzf - -C "$(site)" && fa2_ready | tee -a $L/env.txt
-  sweep_and_suite; pack call1;;
+  sweep; pack call1;;
 fa2-build)
   stamp "call1 (fa2 build)"; environment
   mkdir -p /tmp/fa && tar xzf .device/fa2/flash_attn-2.8.3.post2.tar.gz -C /tmp/fa
@@ -69,15 +69,17 @@ fa2-build)
     export MAX_JOBS=16 NVCC_THREADS=1 FLASH_ATTENTION_FORCE_BUILD=TRUE FLASH_ATTN_CUDA_ARCHS=90
     export NVCC_APPEND_FLAGS="-DFLASHATTENTION_DISABLE_BACKWARD -DFLASHATTENTION_DISABLE_DROPOUT"
     setsid nohup bash -c 'date +%s > /tmp/fa/start; python3 -m pip install --no-build-isolation --no-deps --no-index . > /tmp/fa/build.log 2>&1; echo $? > /tmp/fa/rc' >/dev/null 2>&1 </dev/null & )
-  sweep_and_suite; pack call1;;
+  sweep; pack call1;;
 call2)
   stamp call2
   mkdir -p /tmp/fa4w && cp .device/fa4-a/* /tmp/fa4w/
+  stamp "GPU suite (variants on as picked)"
   export ATTN_FUSED_VARIANTS=$(cat $L/variants.txt 2>/dev/null)
-  timeout 150 python3 -m benchmarks.run_all --out $L/overhead --only overhead > $L/overhead.log 2>&1; echo "overhead rc=$?"
-  ATTN_TRITON_FAST_LAUNCH=1 timeout 120 python3 -m benchmarks.run_all --out $L/overhead-fast --only overhead \
+  T=${T:-290} bash scripts/gpu_tests.sh $L/gpu
+  stamp "host-overhead suite"
+  timeout 120 python3 -m benchmarks.run_all --out $L/overhead --only overhead > $L/overhead.log 2>&1; echo "overhead rc=$?"
+  ATTN_TRITON_FAST_LAUNCH=1 timeout 100 python3 -m benchmarks.run_all --out $L/overhead-fast --only overhead \
     > $L/overhead-fast.log 2>&1; echo "overhead (fast launch) rc=$?"
-  timeout 50 python3 -m benchmarks.profile_call --out $L/profile.txt > $L/profile.log 2>&1; echo "profile rc=$?"
   stamp "call2 done"; pack call2;;
 call3)
   stamp call3
@@ -104,5 +106,5 @@ call4)
     --budget-s $(( 590 - SECONDS - 60 )) > $L/bench.log 2>&1
   echo "run_all rc=$?"; tail -3 $L/bench.log
   stamp "call4 done"; pack call4;;
-*) sed -n 2,24p "$0";;
+*) sed -n 2,23p "$0";;
 esac
