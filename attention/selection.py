@@ -79,8 +79,14 @@ def expand_names(names: str | Sequence[str], argument: str = "backend") -> tuple
 def use_backends(*names: str) -> Iterator[None]:
     """Restrict and order the backends for a block of code (below a module's own ``backend=``).
 
-    >>> with use_backends("fused", "unfused"):
+    >>> import torch
+    >>> from attention import DotProductAttention, use_backends
+    >>> attn = DotProductAttention(num_attention_heads=4, kv_channels=16, qkv_format="bshd")
+    >>> q = k = v = torch.randn(2, 8, 4, 16)   # bshd
+    >>> with use_backends("flash", "unfused"):   # flash needs CUDA tensors: these CPU ones get unfused
     ...     out = attn(q, k, v)
+    >>> out.shape, attn.last_backend
+    (torch.Size([2, 8, 64]), 'unfused')
     """
     token = _context_backends.set(expand_names(list(names), "use_backends"))
     try:

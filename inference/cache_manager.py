@@ -46,8 +46,14 @@ def validate_step_dict(
 
     Example::
 
-        >>> validate_step_dict({0: 1, 7: 12}, {0: 30}, max_batch_size=4, max_sequence_length=64)
-        OrderedDict({0: 31, 7: 12})
+        >>> from inference.cache_manager import validate_step_dict
+        >>> lengths = validate_step_dict({0: 1, 7: 12}, {0: 30}, max_batch_size=4, max_sequence_length=64)
+        >>> dict(lengths)   # an OrderedDict in step_dict order: sequence 0 grew by 1, sequence 7 is new
+        {0: 31, 7: 12}
+        >>> validate_step_dict({0: 40}, {0: 30}, max_batch_size=4, max_sequence_length=64)
+        Traceback (most recent call last):
+            ...
+        ValueError: step_dict[0] = 40 would grow sequence 0 from 30 to 70 tokens, past max_sequence_length = 64
     """
     if not isinstance(step_dict, Mapping):
         raise ValueError(f"step_dict must be a mapping {{seq_id: step_len}}, got {type(step_dict).__name__}")

@@ -14,10 +14,16 @@ class KVCacheFullError(RuntimeError):
 
     Example::
 
+        >>> import torch
+        >>> from collections import OrderedDict
+        >>> from inference import InferenceParams, KVCacheFullError
+        >>> inference_params = InferenceParams(2, 64, num_heads_kv=2, head_dim_k=16, dtype=torch.float32,
+        ...                                    is_paged=True, page_size=16, total_num_pages=2)
         >>> try:
-        ...     inference_params.pre_step(step_dict)
+        ...     inference_params.pre_step(OrderedDict({"a": 20, "b": 20}))   # 2 pages each
         ... except KVCacheFullError as error:
         ...     print(error.pages_needed, error.pages_free)   # retry with fewer new sequences
+        4 2
     """
 
     def __init__(self, pages_needed: int, pages_free: int, detail: str = "") -> None:

@@ -60,8 +60,10 @@ class InferenceParams:
 
     Example::
 
+        >>> import torch
+        >>> from collections import OrderedDict
         >>> ip = InferenceParams(4, 128, num_heads_kv=2, head_dim_k=64, dtype=torch.float16,
-        ...                      is_paged=True, page_size=16, total_num_pages=16)
+        ...                      is_paged=True, page_size=16, total_num_pages=16, device="cpu")
         >>> ip.allocate_memory(layer_number=1)
         >>> ip.pre_step(OrderedDict({"prompt-a": 12, "prompt-b": 30}))   # two prefills
         >>> ip.cu_seqlens_q[:3], ip.cu_seqlens_kv[:3]

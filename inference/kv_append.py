@@ -182,7 +182,13 @@ def reindex_kv_cache(
 
     Example::
 
+        >>> import torch
+        >>> from inference import reindex_kv_cache
+        >>> k_cache = torch.arange(4.0).view(4, 1, 1, 1).repeat(1, 64, 2, 16)   # row i holds i
+        >>> v_cache = k_cache.clone()
         >>> reindex_kv_cache(k_cache, v_cache, destination_rows=[1, 2], source_rows=[2, 3], num_tokens=40)
+        >>> k_cache[:, 0, 0, 0], k_cache[:, 40, 0, 0]   # rows 2, 3 moved up; positions >= 40 untouched
+        (tensor([0., 2., 3., 3.]), tensor([0., 1., 2., 3.]))
     """
     if len(destination_rows) != len(source_rows):
         raise ValueError(

@@ -23,11 +23,18 @@ class NonPagedKVCacheManager(KVCacheManager):
 
     Example::
 
+        >>> import torch
+        >>> from collections import OrderedDict
+        >>> from inference import NonPagedKVCacheManager
         >>> manager = NonPagedKVCacheManager(max_batch_size=4, max_seqlen=64, num_heads=2,
         ...                                  head_dim_k=16, dtype=torch.float32)
-        >>> k_cache, v_cache = manager.allocate_memory(layer_number=1)   # [4, 64, 2, 16] each
-        >>> manager.pre_step(OrderedDict({"a": 5}))
-        OrderedDict({'a': 5})
+        >>> k_cache, v_cache = manager.allocate_memory(layer_number=1)
+        >>> k_cache.shape
+        torch.Size([4, 64, 2, 16])
+        >>> dict(manager.pre_step(OrderedDict({"a": 5, "b": 3})))   # lengths after the step
+        {'a': 5, 'b': 3}
+        >>> dict(manager.pre_step(OrderedDict({"b": 1})))   # "a" finished: b's row 1 moves to row 0
+        {'b': 4}
     """
 
     def __init__(

@@ -33,11 +33,15 @@ class PagedKVCacheManager(KVCacheManager):
 
     Example::
 
+        >>> import torch
+        >>> from collections import OrderedDict
+        >>> from inference import PagedKVCacheManager
         >>> manager = PagedKVCacheManager(total_num_pages=8, page_size=16, num_heads=2, head_dim_k=64,
         ...                               dtype=torch.float16, max_batch_size=4, max_seqlen=128)
         >>> manager.allocate_memory(layer_number=1)[0].shape
         torch.Size([8, 16, 2, 64])
-        >>> manager.pre_step(OrderedDict({"a": 20})); manager.page_table[0, :3]
+        >>> lengths = manager.pre_step(OrderedDict({"a": 20}))   # 20 tokens: 2 pages
+        >>> manager.page_table[0, :3]
         tensor([0, 1, 0], dtype=torch.int32)
     """
 

@@ -58,12 +58,19 @@ class ContinuousBatchingScheduler:
 
     Example::
 
+        >>> import torch
+        >>> from inference import InferenceParams
+        >>> from inference.scheduler import ContinuousBatchingScheduler
+        >>> inference_params = InferenceParams(4, 64, num_heads_kv=2, head_dim_k=16, dtype=torch.float32,
+        ...                                    is_paged=True, page_size=16, total_num_pages=8)
         >>> scheduler = ContinuousBatchingScheduler(8, max_batch_size=4, max_sequence_length=64,
         ...                                         max_prompt_len=20, mean_new_tokens=10)
         >>> while not scheduler.done:
         ...     step_dict = scheduler.schedule(inference_params.pre_step)
-        ...     if step_dict: model(...)      # tokens [processed, processed + step_len) of each
+        ...     # run the model here on tokens [processed, processed + step_len) of each sequence
         ...     scheduler.complete_step()
+        >>> scheduler.time, scheduler.preemptions   # steps taken; 8 pages for 4 x 64 tokens is over-subscribed
+        (65, 4)
     """
 
     def __init__(

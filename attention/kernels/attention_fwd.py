@@ -96,14 +96,22 @@ def attention_forward(
     `config` overrides the launch configuration `select_forward_config` would pick (tuning sweeps:
     `python -m benchmarks.sweep`); it must pack whole query tokens (block_q * group <= block_m).
 
+    The example needs a CUDA GPU (compute capability 8.0+), so doctest skips its GPU lines. Two
+    sequences in bshd: 5 queries over 7 keys, and 3 queries over 5 keys.
+
     Example:
-        >>> q = torch.randn(2, 5, 4, 64, device="cuda", dtype=torch.float16)   # bshd
-        >>> k = v = torch.randn(2, 7, 2, 64, device="cuda", dtype=torch.float16)
-        >>> cu_q = torch.tensor([0, 5, 8], dtype=torch.int32, device="cuda")
-        >>> cu_kv = torch.tensor([0, 7, 12], dtype=torch.int32, device="cuda")
+        >>> import torch
+        >>> from attention.kernels import attention_forward
+        >>> q = torch.randn(2, 5, 4, 64, device="cuda", dtype=torch.float16)  # doctest: +SKIP
+        >>> k = v = torch.randn(2, 7, 2, 64, device="cuda", dtype=torch.float16)  # doctest: +SKIP
+        >>> cu_q = torch.tensor([0, 5, 8], dtype=torch.int32, device="cuda")  # doctest: +SKIP
+        >>> cu_kv = torch.tensor([0, 7, 12], dtype=torch.int32, device="cuda")  # doctest: +SKIP
         >>> out = attention_forward(q, k, v, torch.zeros(2, 5, 4, 64, device="cuda", dtype=torch.float16),
         ...                         cu_seqlens_q=cu_q, cu_seqlens_kv=cu_kv, max_seqlen_q=5,
-        ...                         max_seqlen_kv=7, softmax_scale=0.125, causal=True, bottom_right=True)
+        ...                         max_seqlen_kv=7, softmax_scale=0.125, causal=True,
+        ...                         bottom_right=True)  # doctest: +SKIP
+        >>> out.shape   # doctest: +SKIP
+        torch.Size([2, 5, 4, 64])
     """
     shapes = validate_forward_arguments(
         q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, alibi_slopes, softmax_offset)
