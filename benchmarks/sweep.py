@@ -4,8 +4,8 @@ Decode cells try split-KV counts (the heuristic's, then fixed ones) and a few de
 cells try tile shapes, warps and pipeline stages; paged cells (decode, chunks, mixed batches) also
 try the page-table variants (one page id per tile, page ids prefetched a tile ahead), mixed or
 ragged batches a small second tile for their short sequences, decode cells a rotated KV walk and
-the split merge done by the last split (no combine launch), non-paged cells tensor-descriptor
-(TMA) loads. Every variant
+the split merge done by the last split (no combine launch), tensor-descriptor (TMA) loads (paged
+caches: when a page holds whole tiles, or with one page per tile). Every variant
 computes the same attention on the same inputs as the default (every variant off) and is checked
 against it. Writes a markdown table (µs, GB/s or TFLOP/s, ratio to the default) per cell, and with
 ``--variants-out`` the ``ATTN_FUSED_VARIANTS`` string the measurements favour (``pick_variants``).
@@ -132,10 +132,12 @@ def _variants(cell: Cell, inputs: Inputs | None, layout_only: bool = False) -> l
         if cell.kv_source == "paged":  # a combination for pick_variants to weigh against each alone
             out.append(("fused combine + prefetch ids",
                         {"config": replace(base, fused_combine=True, prefetch_page_ids=True)}))
-    if cell.kv_source != "paged":
+    if cell.kv_source != "paged" or cell.page_size % base.block_n == 0:
         out.append(("tma", {"config": replace(base, tma=True)}))
         if not decode_class:
             out.append(("tma s4", {"config": replace(base, tma=True, num_stages=4)}))
+    elif cell.page_size >= 16:  # pages smaller than the tile: a tile per page (a tile change: not picked)
+        out.append((f"tma n{cell.page_size}", {"config": replace(base, tma=True, block_n=cell.page_size)}))
     if not layout_only:
         out += _decode_variants(cell, base) if decode_class else _prefill_variants(cell, base)
     return out

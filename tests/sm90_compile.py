@@ -9,7 +9,8 @@ patched to record, not launch) and compiles each with Triton's CUDA back end, wh
 (Triton ships ptxas), checking the shared memory it asks for against sm90's limit.
 
 Run without TRITON_INTERPRET (tests/test_kernel_compile.py starts it in a subprocess; ~30 s on 2 cores):
-    python -m tests.sm90_compile          # prints one line per launch, exits 1 on a failure
+    python -m tests.sm90_compile [--registers]   # one line per launch (with ptxas's register and
+                                                 # spill counts); exits 1 on a failure
 """
 
 from __future__ import annotations
@@ -60,6 +61,26 @@ def compile_for_sm90(fn: Any, args: tuple, constexprs: dict, num_warps: int, num
     if kernel.metadata.shared > SHARED_MEMORY_LIMIT:
         raise ValueError(f"needs {kernel.metadata.shared} bytes of shared memory; sm90 has {SHARED_MEMORY_LIMIT}")
     return kernel
+
+
+def register_usage(kernel: Any) -> str:
+    """ptxas's verdict on a compiled kernel's PTX: registers per thread and spill bytes (Triton's own
+    counts need a driver). Spills of the production tiles are a hint of where a kernel loses time."""
+    import re
+    import subprocess
+    import tempfile
+
+    import triton
+
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as handle:
+        handle.write(kernel.asm["ptx"])
+        handle.flush()
+        result = subprocess.run([ptxas, "-arch=sm_90a", "-v", handle.name, "-o", os.devnull], capture_output=True,
+                                text=True)
+    registers = re.search(r"Used (\d+) registers", result.stderr)
+    spills = re.search(r"(\d+) bytes spill stores", result.stderr)
+    return f"{registers.group(1) if registers else '?'} registers, {spills.group(1) if spills else '?'} B spilled"
 
 
 def recorded_launches(calls: list[dict]) -> list[tuple[str, Any, tuple, dict, int, int]]:
@@ -153,11 +174,13 @@ def configurations() -> list[dict]:
 def main() -> int:
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise SystemExit("unset TRITON_INTERPRET: the interpreter replaces the JIT functions this compiles")
+    registers = "--registers" in sys.argv
     failures = 0
     for label, fn, args, constexprs, warps, stages in recorded_launches(configurations()):
         try:
-            compile_for_sm90(fn, args, constexprs, warps, stages)
-            print(f"ok    {fn.__name__:24} {label}")
+            kernel = compile_for_sm90(fn, args, constexprs, warps, stages)
+            usage = f"  ({register_usage(kernel)}, {kernel.metadata.shared} B shared)" if registers else ""
+            print(f"ok    {fn.__name__:24} {label}{usage}")
         except Exception as error:  # noqa: BLE001 - report every failing launch, then fail
             failures += 1
             print(f"FAIL  {fn.__name__:24} {label}: {type(error).__name__}: {str(error)[-600:]}")

@@ -110,7 +110,8 @@ def _dense_strided(batch: list[torch.Tensor], layout: str, pad: int, gap: int, g
 
 
 def _paged_cache(ks, vs, case: AttentionCase, generator, device):
-    """Scatter per-sequence k/v into a randomly permuted paged cache; return (k, v, page_table)."""
+    """Scatter per-sequence k/v into a randomly permuted paged cache (other slots NaN); return
+    (k, v, page_table)."""
     ps = case.page_size
     h_kv = case.heads[1]
     pages_per_seq = [-(-n // ps) for n in case.kv_lens]
@@ -118,8 +119,9 @@ def _paged_cache(ks, vs, case: AttentionCase, generator, device):
     max_pages = case.max_pages or max(max(pages_per_seq), 1) + 1
     permutation = torch.randperm(num_pages, generator=generator)
     page_table = torch.full((len(ks), max_pages), UNUSED_PAGE, dtype=torch.int32)
-    k = torch.randn(num_pages * ps, h_kv, case.d_qk, generator=generator).to(case.dtype)
-    v = torch.randn(num_pages * ps, h_kv, case.d_v, generator=generator).to(case.dtype)
+    # Slots no sequence owns hold NaN: a kernel that lets one reach its output fails the check.
+    k = torch.full((num_pages * ps, h_kv, case.d_qk), float("nan"), dtype=case.dtype)
+    v = torch.full((num_pages * ps, h_kv, case.d_v), float("nan"), dtype=case.dtype)
     next_page = 0
     for b, n in enumerate(case.kv_lens):
         pages = permutation[next_page: next_page + pages_per_seq[b]]
@@ -414,11 +416,12 @@ def test_rotated_kv_walk_matches_the_reference(layout: str, prefetch: bool, wind
         check_output(case, inputs)
 
 
-@pytest.mark.parametrize("layout", ["bshd", "sbhd", "thd", "cache"])
+@pytest.mark.parametrize("layout", ["bshd", "sbhd", "thd", "cache", "paged"])
 @pytest.mark.parametrize("options", [dict(causal=True, bottom_right=True), dict(window=(9, 3), d_qk=24),
                                      dict(causal=True, num_splits=3, alibi="bh")], ids=["causal", "window-d24", "splits-alibi"])
 def test_tma_descriptors_match_the_reference(layout: str, options: dict) -> None:
-    """config.tma (opt-in): non-paged K/V through tensor descriptors, zero rows past each sequence."""
+    """config.tma (opt-in): K/V through tensor descriptors; non-paged ones zero rows past each
+    sequence, paged ones (a page per tile) read stale slots, which the kernel must zero (NaN here)."""
     fields = dict(layout=layout, dtype=torch.float16) | options
     case = C(MIXED_Q, MIXED_KV if fields.get("bottom_right") or layout == "cache" else (1, 5, 3, 9), heads=(4, 2),
              **fields)

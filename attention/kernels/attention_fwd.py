@@ -158,7 +158,9 @@ def attention_forward(
         alibi_stride_b = alibi_slopes.stride(0)
     if softmax_offset is not None:
         softmax_offset = softmax_offset.reshape(-1)
-    use_tma = config.tma and not shapes.paged and _tma_ready(k, v)
+    page_scalar = shapes.paged and shapes.page_size % config.block_n == 0
+    pages_contiguous = all(x.stride(0) == shapes.page_size * x.stride(1) for x in (k, v))
+    use_tma = config.tma and _tma_ready(k, v) and (not shapes.paged or (page_scalar and pages_contiguous))
     placeholder = cu_seqlens_q  # any device tensor for pointers a constexpr flag disables
     grid = (-(-total_q // config.block_q) + shapes.num_seqs, shapes.num_heads_kv, num_splits)
     fused_combine = write_partial and config.fused_combine
@@ -174,7 +176,7 @@ def attention_forward(
         alibi_slopes if alibi_slopes is not None else placeholder,
         softmax_offset if softmax_offset is not None else placeholder,
         split_counters,
-        shapes.num_seqs, shapes.page_size,
+        shapes.num_seqs, shapes.page_size, k.shape[0] * k.shape[1] if shapes.paged else 0,
         q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2),
@@ -197,7 +199,7 @@ def attention_forward(
         BOTTOM_RIGHT=bool(bottom_right), HAS_ALIBI=alibi_slopes is not None,
         HAS_SINK=softmax_offset is not None and (fused_combine or not write_partial), WRITE_PARTIAL=write_partial,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        PAGE_SCALAR=config.paged_scalar_ids and shapes.paged and shapes.page_size % config.block_n == 0,
+        PAGE_SCALAR=page_scalar and (config.paged_scalar_ids or use_tma),
         PREFETCH_PAGES=config.prefetch_page_ids and shapes.paged,
         ROTATE_KV=config.rotate_kv_tiles, USE_TMA=use_tma,
         SMALL_BLOCK_M=config.small_block_m, SMALL_BLOCK_Q=max(1, config.small_block_m // group_size),

@@ -35,7 +35,8 @@ def _page_ids(page_table_row_ptr, stride_pt_p, page_size, tile, kv_len, valid,
         return tl.load(page_table_row_ptr + ((tile * BLOCK_N) // page_size) * stride_pt_p, mask=valid, other=0)
     else:
         offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-        return tl.load(page_table_row_ptr + (offs_n // page_size) * stride_pt_p, mask=valid & (offs_n < kv_len), other=0)
+        return tl.load(page_table_row_ptr + (offs_n // page_size) * stride_pt_p, mask=valid & (offs_n < kv_len),
+                       other=0)
 
 
 @triton.jit
@@ -74,8 +75,9 @@ def _attend_kv_tiles(
     ids one iteration ahead, so the K/V loads do not wait on a page-table load of their own
     iteration. ROTATE starts the walk at tile_begin + rotation % num_tiles and wraps around, so
     programs of different sequences do not stream the same cache offsets in lockstep.
-    USE_TMA (non-paged K/V): tiles come through the tensor descriptors k_desc / v_desc (Hopper's
-    bulk tensor copies; rows past the sequence and columns past the head dim read as zeros).
+    USE_TMA: tiles come through the tensor descriptors k_desc / v_desc (Hopper's bulk tensor
+    copies): non-paged, over the sequence's rows (rows past it and columns past the head dim read as
+    zeros); paged (PAGE_SCALAR only), over all cache rows [pages * page_size, D], one page per tile.
     """
     dqk_in_bounds = offs_dqk < HEAD_DIM_QK
     dv_in_bounds = offs_dv < HEAD_DIM_V
@@ -113,7 +115,14 @@ def _attend_kv_tiles(
             v_rows = kv_seq_offset_v + offs_n.to(tl.int64) * stride_vs
         k_ptrs = k_ptr + k_head_offset + k_rows[None, :] + offs_dqk[:, None]
         v_ptrs = v_ptr + v_head_offset + v_rows[:, None] + offs_dv[None, :]
-        if USE_TMA:
+        if USE_TMA and PAGED:
+            # One page holds the whole tile (PAGE_SCALAR): rows of the [pages * page_size, D] view.
+            row = (page * page_size + (tile * BLOCK_N) % page_size).to(tl.int32)
+            k_t = tl.trans(k_desc.load([row, 0]))
+            v = v_desc.load([row, 0])
+            if MASKED:  # slots past the sequence are stale cache rows (maybe NaN): 0 * NaN is NaN
+                v = tl.where(key_in_bounds[:, None], v, 0.0)
+        elif USE_TMA:
             k_t = tl.trans(k_desc.load([tile * BLOCK_N, 0]))
             v = v_desc.load([tile * BLOCK_N, 0])
         elif MASKED:
@@ -159,7 +168,7 @@ def _attend_q_tile(
     seq, q_begin, q_len, first_query, kv_head, split, num_splits,
     q_ptr, k_ptr, v_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
     cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr, alibi_slopes_ptr,
-    softmax_offset_ptr, split_counter_ptr, page_size,
+    softmax_offset_ptr, split_counter_ptr, page_size, num_cache_rows,
     stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
     stride_ob, stride_os, stride_oh, stride_pt_b, stride_pt_p, stride_alibi_b,
     stride_part_split, stride_part_tok, stride_part_head, stride_lse_split, stride_lse_tok,
@@ -242,7 +251,12 @@ def _attend_q_tile(
     rotation = seq * 13 + kv_head * 7 + split * 3  # any spread; taken modulo the tile count
     k_desc = None
     v_desc = None
-    if USE_TMA:
+    if USE_TMA and PAGED:
+        k_desc = tl.make_tensor_descriptor(k_ptr + k_head_offset, shape=[num_cache_rows, HEAD_DIM_QK],
+                                           strides=[stride_ks, 1], block_shape=[BLOCK_N, BLOCK_DQK])
+        v_desc = tl.make_tensor_descriptor(v_ptr + v_head_offset, shape=[num_cache_rows, HEAD_DIM_V],
+                                           strides=[stride_vs, 1], block_shape=[BLOCK_N, BLOCK_DV])
+    elif USE_TMA:
         k_desc = tl.make_tensor_descriptor(k_ptr + kv_seq_offset_k + k_head_offset, shape=[kv_len, HEAD_DIM_QK],
                                            strides=[stride_ks, 1], block_shape=[BLOCK_N, BLOCK_DQK])
         v_desc = tl.make_tensor_descriptor(v_ptr + kv_seq_offset_v + v_head_offset, shape=[kv_len, HEAD_DIM_V],
@@ -348,7 +362,7 @@ def attention_fwd_kernel(
     partial_out_ptr, partial_lse_ptr,
     cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr,
     page_table_ptr, alibi_slopes_ptr, softmax_offset_ptr, split_counter_ptr,
-    num_seqs, page_size,
+    num_seqs, page_size, num_cache_rows,
     stride_qb, stride_qs, stride_qh,
     stride_kb, stride_ks, stride_kh,
     stride_vb, stride_vs, stride_vh,
@@ -388,13 +402,14 @@ def attention_fwd_kernel(
     first_query = (tile_id - (q_begin // BLOCK_Q + seq)) * BLOCK_Q
     if first_query >= q_len:
         return
+    split_counter = split_counter_ptr + tile_id * tl.num_programs(1) + kv_head
     if SMALL_BLOCK_M > 0:  # constexpr: with SMALL_BLOCK_M == 0 the small-tile call is not compiled at all
         if q_len <= SMALL_BLOCK_Q:  # then first_query == 0: the whole sequence is this tile
             _attend_q_tile(
                 seq, q_begin, q_len, first_query, kv_head, split, num_splits,
                 q_ptr, k_ptr, v_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
                 cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr, alibi_slopes_ptr,
-                softmax_offset_ptr, split_counter_ptr + tile_id * tl.num_programs(1) + kv_head, page_size,
+                softmax_offset_ptr, split_counter, page_size, num_cache_rows,
                 stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
                 stride_ob, stride_os, stride_oh, stride_pt_b, stride_pt_p, stride_alibi_b,
                 stride_part_split, stride_part_tok, stride_part_head, stride_lse_split, stride_lse_tok,
@@ -409,7 +424,7 @@ def attention_fwd_kernel(
         seq, q_begin, q_len, first_query, kv_head, split, num_splits,
         q_ptr, k_ptr, v_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
         cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr, alibi_slopes_ptr,
-        softmax_offset_ptr, split_counter_ptr + tile_id * tl.num_programs(1) + kv_head, page_size,
+        softmax_offset_ptr, split_counter, page_size, num_cache_rows,
         stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
         stride_ob, stride_os, stride_oh, stride_pt_b, stride_pt_p, stride_alibi_b,
         stride_part_split, stride_part_tok, stride_part_head, stride_lse_split, stride_lse_tok,

@@ -54,8 +54,12 @@ class ForwardConfig:
     rotate_kv_tiles: each program walks its fully visible KV tiles starting at a program-dependent
         offset (wrapping around), so sequences of a non-paged cache, whose rows start at the same
         offsets, are not streamed in lockstep (non-paged decode measured 14 % below paged).
-    tma: non-paged K/V tiles through device-side tensor descriptors (Hopper's bulk tensor copies);
-        falls back to pointer loads when a stride or base is not 16-byte aligned.
+    tma: K/V tiles through device-side tensor descriptors (Hopper's bulk tensor copies): non-paged
+        caches, and paged ones whose pages hold whole tiles (page_size % block_n == 0, pages
+        contiguous); falls back to pointer loads otherwise or when a stride or base is not 16-byte
+        aligned. It frees the registers the pointer tiles hold: ptxas on sm90 (tests/sm90_compile.py
+        --registers) counts d128 prefill 128x64 255 registers + 544 B spilled with pointers, 176 + 0
+        with descriptors; paged decode 16x64 (page 64) 255 + 1248 B vs 168 + 8 B.
     fused_combine: with split-KV, the last split program of each (q tile, KV head) to finish merges
         the splits itself (arrival counters), instead of a second kernel launch.
     Which of these six a shape class turns on is the table ``TUNED_VARIANTS`` (measured on the H200 by

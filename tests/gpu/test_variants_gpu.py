@@ -48,6 +48,7 @@ VARIANTS = [
     ("small_block_m+paged_scalar_ids+prefetch_page_ids+rotate_kv_tiles", "paged256"),
     ("small_block_m+rotate_kv_tiles+tma", "cache"),
     ("fused_combine", "decode"), ("fused_combine", "paged"), ("fused_combine+prefetch_page_ids", "paged256"),
+    ("tma", "paged256"), ("tma+prefetch_page_ids+fused_combine", "paged256"),
 ]
 """(ForwardConfig fields joined by '+', case): single variants, then the combinations the sweep measures."""
 
