@@ -70,9 +70,9 @@ def register_usage(kernel: Any) -> str:
     import subprocess
     import tempfile
 
-    import triton
+    from triton.backends.nvidia.compiler import get_ptxas
 
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    ptxas = get_ptxas(90).path
     with tempfile.NamedTemporaryFile("w", suffix=".ptx") as handle:
         handle.write(kernel.asm["ptx"])
         handle.flush()

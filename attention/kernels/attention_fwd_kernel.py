@@ -30,13 +30,15 @@ LOG2E = tl.constexpr(1.4426950408889634)
 @triton.jit
 def _page_ids(page_table_row_ptr, stride_pt_p, page_size, tile, kv_len, valid,
               BLOCK_N: tl.constexpr, PAGE_SCALAR: tl.constexpr):
-    """Cache page ids of KV tile `tile`: a scalar (PAGE_SCALAR) or one per key; 0 where not `valid`."""
+    """Cache page ids of KV tile `tile`: a scalar (PAGE_SCALAR) or one per key; 0 where not `valid`.
+    (No `valid & ...` mask: Triton 3.9's interpreter turns a scalar bool and'ed with a block into int32.)"""
     if PAGE_SCALAR:
-        return tl.load(page_table_row_ptr + ((tile * BLOCK_N) // page_size) * stride_pt_p, mask=valid, other=0)
+        index = tl.where(valid, (tile * BLOCK_N) // page_size, 0)
+        return tl.where(valid, tl.load(page_table_row_ptr + index * stride_pt_p), 0)
     else:
         offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-        return tl.load(page_table_row_ptr + (offs_n // page_size) * stride_pt_p, mask=valid & (offs_n < kv_len),
-                       other=0)
+        return tl.load(page_table_row_ptr + (offs_n // page_size) * stride_pt_p,
+                       mask=offs_n < tl.where(valid, kv_len, 0), other=0)
 
 
 @triton.jit
