@@ -455,3 +455,33 @@ def test_fused_combine_merges_in_the_last_split(options: dict) -> None:
                           **{**inputs["call"], "num_splits": num_splits}, config=config)
         check_output(case, inputs)
         assert all(not counters.any() for counters in attention_fwd._split_counters.values())
+
+
+@pytest.mark.parametrize("layout", ["paged", "cache", "thd"])
+def test_64_bit_offsets_match_the_reference(layout: str) -> None:
+    """int32_offsets=False: the 64-bit offset path (the default takes 32 bits when offsets fit, as
+    they always do at test sizes)."""
+    case = C(MIXED_Q, (70, 45, 90, 66), heads=(4, 2), layout=layout, page_size=8, causal=True, bottom_right=True,
+             num_splits=None, dtype=torch.float16)
+    inputs = build_inputs(case)
+    base = select_forward_config(head_dim_qk=16, head_dim_v=16, group_size=2, max_seqlen_q=max(MIXED_Q),
+                                 interpret=True)
+    attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"],
+                      config=replace(base, int32_offsets=False))
+    check_output(case, inputs)
+
+
+def test_offsets_fit_int32_counts_the_largest_offset() -> None:
+    from attention.kernels.attention_fwd import _offsets_fit_int32
+
+    assert _offsets_fit_int32(torch.empty(0, 4))
+    class Strided:  # shape and strides of tensors too large to allocate here
+        def __init__(self, shape, strides):
+            self.shape, self._strides = shape, strides
+
+        def stride(self):
+            return self._strides
+
+    assert _offsets_fit_int32(Strided((2, 1 << 30), (1 << 30, 1)))  # the last offset is 2^31 - 1
+    assert not _offsets_fit_int32(Strided((3, 1 << 30), (1 << 30, 1)))
+    assert not _offsets_fit_int32(Strided((2, 2), (1 << 31, 1)))

@@ -38,6 +38,11 @@ def _split_counter_buffer(device: torch.device, size: int) -> torch.Tensor:
     return buffer
 
 
+def _offsets_fit_int32(x: torch.Tensor) -> bool:
+    """Does every element offset of `x` (from its first element) fit in int32?"""
+    return sum((size - 1) * abs(stride) for size, stride in zip(x.shape, x.stride()) if size > 0) < 2**31
+
+
 def _tma_ready(k: torch.Tensor, v: torch.Tensor) -> bool:
     """Tensor descriptors need 16-byte aligned bases and 16-byte multiples for every non-unit stride;
     on a GPU the device-side descriptors also need Triton's scratch allocator (set here if unset)."""
@@ -203,7 +208,7 @@ def attention_forward(
         PREFETCH_PAGES=config.prefetch_page_ids and shapes.paged,
         ROTATE_KV=config.rotate_kv_tiles, USE_TMA=use_tma,
         SMALL_BLOCK_M=config.small_block_m, SMALL_BLOCK_Q=max(1, config.small_block_m // group_size),
-        FUSED_COMBINE=fused_combine,
+        FUSED_COMBINE=fused_combine, INDEX_INT32=config.int32_offsets and _offsets_fit_int32(k) and _offsets_fit_int32(v),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if write_partial and not fused_combine:

@@ -66,7 +66,7 @@ def _attend_kv_tiles(
     WINDOW_LEFT_BOUNDED: tl.constexpr, WINDOW_RIGHT_BOUNDED: tl.constexpr,
     HAS_ALIBI: tl.constexpr, DOT_PRECISION: tl.constexpr,
     PAGE_SCALAR: tl.constexpr, PREFETCH_PAGES: tl.constexpr, rotation, ROTATE: tl.constexpr,
-    k_desc, v_desc, USE_TMA: tl.constexpr,
+    k_desc, v_desc, USE_TMA: tl.constexpr, INDEX_INT32: tl.constexpr,
 ):
     """Online-softmax accumulation over KV tiles [tile_begin, tile_end) of one sequence.
 
@@ -80,6 +80,8 @@ def _attend_kv_tiles(
     USE_TMA: tiles come through the tensor descriptors k_desc / v_desc (Hopper's bulk tensor
     copies): non-paged, over the sequence's rows (rows past it and columns past the head dim read as
     zeros); paged (PAGE_SCALAR only), over all cache rows [pages * page_size, D], one page per tile.
+    INDEX_INT32 (every element offset of k and v fits in int32): the per-key offsets of a tile stay
+    32-bit (the 64-bit pointer tiles of a paged tile spilled registers: 1248 -> 124 B at d128).
     """
     dqk_in_bounds = offs_dqk < HEAD_DIM_QK
     dv_in_bounds = offs_dv < HEAD_DIM_V
@@ -107,16 +109,28 @@ def _attend_kv_tiles(
             else:
                 page = tl.load(page_table_row_ptr + (offs_n // page_size) * stride_pt_p)
             if PAGE_SCALAR:
-                slot = ((tile * BLOCK_N) % page_size + tl.arange(0, BLOCK_N)).to(tl.int64)
+                slot = (tile * BLOCK_N) % page_size + tl.arange(0, BLOCK_N)
             else:
-                slot = (offs_n % page_size).to(tl.int64)
-            k_rows = page.to(tl.int64) * stride_kp + slot * stride_ks
-            v_rows = page.to(tl.int64) * stride_vp + slot * stride_vs
+                slot = offs_n % page_size
+            if INDEX_INT32:
+                k_rows = page * stride_kp + slot * stride_ks
+                v_rows = page * stride_vp + slot * stride_vs
+            else:
+                k_rows = page.to(tl.int64) * stride_kp + slot.to(tl.int64) * stride_ks
+                v_rows = page.to(tl.int64) * stride_vp + slot.to(tl.int64) * stride_vs
+            k_base = k_ptr + k_head_offset
+            v_base = v_ptr + v_head_offset
         else:
-            k_rows = kv_seq_offset_k + offs_n.to(tl.int64) * stride_ks
-            v_rows = kv_seq_offset_v + offs_n.to(tl.int64) * stride_vs
-        k_ptrs = k_ptr + k_head_offset + k_rows[None, :] + offs_dqk[:, None]
-        v_ptrs = v_ptr + v_head_offset + v_rows[:, None] + offs_dv[None, :]
+            if INDEX_INT32:
+                k_rows = offs_n * stride_ks
+                v_rows = offs_n * stride_vs
+            else:
+                k_rows = offs_n.to(tl.int64) * stride_ks
+                v_rows = offs_n.to(tl.int64) * stride_vs
+            k_base = k_ptr + k_head_offset + kv_seq_offset_k
+            v_base = v_ptr + v_head_offset + kv_seq_offset_v
+        k_ptrs = k_base + k_rows[None, :] + offs_dqk[:, None]
+        v_ptrs = v_base + v_rows[:, None] + offs_dv[None, :]
         if USE_TMA and PAGED:
             # One page holds the whole tile (PAGE_SCALAR): rows of the [pages * page_size, D] view.
             row = (page * page_size + (tile * BLOCK_N) % page_size).to(tl.int32)
@@ -182,7 +196,7 @@ def _attend_q_tile(
     WINDOW_LEFT_BOUNDED: tl.constexpr, WINDOW_RIGHT_BOUNDED: tl.constexpr, BOTTOM_RIGHT: tl.constexpr,
     HAS_ALIBI: tl.constexpr, HAS_SINK: tl.constexpr, WRITE_PARTIAL: tl.constexpr,
     DOT_PRECISION: tl.constexpr, PAGE_SCALAR: tl.constexpr, PREFETCH_PAGES: tl.constexpr,
-    ROTATE_KV: tl.constexpr, USE_TMA: tl.constexpr, FUSED_COMBINE: tl.constexpr,
+    ROTATE_KV: tl.constexpr, USE_TMA: tl.constexpr, FUSED_COMBINE: tl.constexpr, INDEX_INT32: tl.constexpr,
 ):
     """Attention of one q tile (BLOCK_Q query tokens x GROUP_SIZE heads = BLOCK_M packed rows) of
     sequence `seq` against KV split `split`, written to out (or to the split workspace; with
@@ -276,7 +290,7 @@ def _attend_q_tile(
         kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope, qk_scale,
         offs_dqk, offs_dv, HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, BLOCK_N, PAGED, True,
         WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES,
-        rotation, False, k_desc, v_desc, USE_TMA)
+        rotation, False, k_desc, v_desc, USE_TMA, INDEX_INT32)
     acc, l_i, m_i = _attend_kv_tiles(
         acc, l_i, m_i, q, tl.maximum(split_lo, full_tile_lo), tl.minimum(full_tile_hi, split_hi),
         k_ptr, v_ptr, k_head_offset, v_head_offset, kv_seq_offset_k, kv_seq_offset_v,
@@ -284,7 +298,7 @@ def _attend_q_tile(
         kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope, qk_scale,
         offs_dqk, offs_dv, HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, BLOCK_N, PAGED, False,
         WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES,
-        rotation, ROTATE_KV, k_desc, v_desc, USE_TMA)
+        rotation, ROTATE_KV, k_desc, v_desc, USE_TMA, INDEX_INT32)
     acc, l_i, m_i = _attend_kv_tiles(
         acc, l_i, m_i, q, tl.maximum(split_lo, full_tile_hi), split_hi,
         k_ptr, v_ptr, k_head_offset, v_head_offset, kv_seq_offset_k, kv_seq_offset_v,
@@ -292,7 +306,7 @@ def _attend_q_tile(
         kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope, qk_scale,
         offs_dqk, offs_dv, HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, BLOCK_N, PAGED, True,
         WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES,
-        rotation, False, k_desc, v_desc, USE_TMA)
+        rotation, False, k_desc, v_desc, USE_TMA, INDEX_INT32)
 
     dv_mask = row_valid[:, None] & (offs_dv < HEAD_DIM_V)[None, :]
     out_ptrs = (out_ptr + seq64 * stride_ob + q_row_token.to(tl.int64)[:, None] * stride_os
@@ -382,7 +396,7 @@ def attention_fwd_kernel(
     HAS_ALIBI: tl.constexpr, HAS_SINK: tl.constexpr, WRITE_PARTIAL: tl.constexpr,
     DOT_PRECISION: tl.constexpr, PAGE_SCALAR: tl.constexpr, PREFETCH_PAGES: tl.constexpr,
     ROTATE_KV: tl.constexpr, USE_TMA: tl.constexpr, SMALL_BLOCK_M: tl.constexpr, SMALL_BLOCK_Q: tl.constexpr,
-    FUSED_COMBINE: tl.constexpr,
+    FUSED_COMBINE: tl.constexpr, INDEX_INT32: tl.constexpr,
 ):
     """Strides: dense k/v use (batch, token, head); paged k/v use (page, slot, head).
 
@@ -420,7 +434,7 @@ def attention_fwd_kernel(
                 HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, GROUP_SIZE, BLOCK_N,
                 PAGED, HAS_Q_START, HAS_KV_START, WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, BOTTOM_RIGHT,
                 HAS_ALIBI, HAS_SINK, WRITE_PARTIAL, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES, ROTATE_KV,
-                USE_TMA, FUSED_COMBINE)
+                USE_TMA, FUSED_COMBINE, INDEX_INT32)
             return
     _attend_q_tile(
         seq, q_begin, q_len, first_query, kv_head, split, num_splits,
@@ -435,4 +449,4 @@ def attention_fwd_kernel(
         HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, GROUP_SIZE, BLOCK_N,
         PAGED, HAS_Q_START, HAS_KV_START, WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, BOTTOM_RIGHT,
         HAS_ALIBI, HAS_SINK, WRITE_PARTIAL, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES, ROTATE_KV,
-        USE_TMA, FUSED_COMBINE)
+        USE_TMA, FUSED_COMBINE, INDEX_INT32)

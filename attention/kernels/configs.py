@@ -62,6 +62,9 @@ class ForwardConfig:
         with descriptors; paged decode 16x64 (page 64) 255 + 1248 B vs 168 + 8 B.
     fused_combine: with split-KV, the last split program of each (q tile, KV head) to finish merges
         the splits itself (arrival counters), instead of a second kernel launch.
+    int32_offsets (on by default): per-key offsets of a tile in 32 bits whenever every element
+        offset of k and v fits (64-bit pointer tiles spilled registers; see the kernel); False
+        forces 64-bit offsets (the sweep's comparison, and tests of that path).
     Which of these six a shape class turns on is the table ``TUNED_VARIANTS`` (measured on the H200 by
     ``python -m benchmarks.sweep``), overridable with ``ATTN_FUSED_VARIANTS``.
     """
@@ -79,6 +82,7 @@ class ForwardConfig:
     rotate_kv_tiles: bool = False
     tma: bool = False
     fused_combine: bool = False
+    int32_offsets: bool = True
 
 
 VARIANT_FIELDS = ("paged_scalar_ids", "prefetch_page_ids", "small_block_m", "rotate_kv_tiles", "tma", "fused_combine")
