@@ -208,7 +208,8 @@ def attention_forward(
         PREFETCH_PAGES=config.prefetch_page_ids and shapes.paged,
         ROTATE_KV=config.rotate_kv_tiles, USE_TMA=use_tma,
         SMALL_BLOCK_M=config.small_block_m, SMALL_BLOCK_Q=max(1, config.small_block_m // group_size),
-        FUSED_COMBINE=fused_combine, INDEX_INT32=config.int32_offsets and _offsets_fit_int32(k) and _offsets_fit_int32(v),
+        FUSED_COMBINE=fused_combine,
+        INDEX_INT32=config.int32_offsets and _offsets_fit_int32(k) and _offsets_fit_int32(v),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if write_partial and not fused_combine:
