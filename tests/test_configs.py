@@ -77,3 +77,11 @@ def test_pick_variants_wants_a_gain_everywhere() -> None:
         Measured("prefill/contiguous", "d", "", 1.5),  # a tile change: never picked
     ]
     assert pick_variants(measured) == "decode/paged=prefetch_page_ids;prefill/paged=none"
+
+
+def test_a_default_on_variant_can_be_turned_off(monkeypatch) -> None:
+    """int32_offsets is on by default; the sweep writes `int32_offsets:0` when 64-bit offsets win."""
+    assert _config(1, paged=True).int32_offsets
+    monkeypatch.setenv(VARIANTS_ENV, "decode/paged=int32_offsets:0")
+    assert not _config(1, paged=True).int32_offsets
+    assert pick_variants([Measured("decode/paged", "a", "int32_offsets:0", 1.05)]) == "decode/paged=int32_offsets:0"

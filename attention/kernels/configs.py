@@ -65,7 +65,7 @@ class ForwardConfig:
     int32_offsets (on by default): per-key offsets of a tile in 32 bits whenever every element
         offset of k and v fits (64-bit pointer tiles spilled registers; see the kernel); False
         forces 64-bit offsets (the sweep's comparison, and tests of that path).
-    Which of these six a shape class turns on is the table ``TUNED_VARIANTS`` (measured on the H200 by
+    Which of these a shape class turns on (or off: int32_offsets) is the table ``TUNED_VARIANTS`` (measured on the H200 by
     ``python -m benchmarks.sweep``), overridable with ``ATTN_FUSED_VARIANTS``.
     """
 
@@ -85,7 +85,8 @@ class ForwardConfig:
     int32_offsets: bool = True
 
 
-VARIANT_FIELDS = ("paged_scalar_ids", "prefetch_page_ids", "small_block_m", "rotate_kv_tiles", "tma", "fused_combine")
+VARIANT_FIELDS = ("paged_scalar_ids", "prefetch_page_ids", "small_block_m", "rotate_kv_tiles", "tma", "fused_combine",
+                  "int32_offsets")
 """The ForwardConfig fields that change how the kernel walks memory, not its tile sizes."""
 
 SHAPE_CLASSES = ("decode/paged", "decode/contiguous", "prefill/paged", "prefill/contiguous")
