@@ -65,8 +65,8 @@ class ForwardConfig:
     int32_offsets (on by default): per-key offsets of a tile in 32 bits whenever every element
         offset of k and v fits (64-bit pointer tiles spilled registers; see the kernel); False
         forces 64-bit offsets (the sweep's comparison, and tests of that path).
-    Which of these a shape class turns on (or off: int32_offsets) is the table ``TUNED_VARIANTS`` (measured on the H200 by
-    ``python -m benchmarks.sweep``), overridable with ``ATTN_FUSED_VARIANTS``.
+    Which of these a shape class turns on (or off: int32_offsets) is the table ``TUNED_VARIANTS``
+    (measured on the H200 by ``python -m benchmarks.sweep``), overridable with ``ATTN_FUSED_VARIANTS``.
     """
 
     block_m: int
