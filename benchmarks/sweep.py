@@ -12,6 +12,7 @@ against it. Writes a markdown table (µs, GB/s or TFLOP/s, ratio to the default)
 
     python -m benchmarks.sweep --out sweep.md [--budget-s 200] [--only mixed,decode,prefill] [--cells a,b]
                                               [--layout-only] [--variants-out variants.txt]
+                                              [--compile-workers 12]
 """
 
 from __future__ import annotations
@@ -204,6 +205,53 @@ def _cells(only: Sequence[str], cfg: BenchConfig) -> list[Cell]:
     return [cell for suite in only for cell in by_suite[suite]()]
 
 
+def _selected_cells(only: str, wanted: list[str] | None, cfg: BenchConfig) -> list[Cell]:
+    return [cell for cell in _cells(only.split(","), cfg) if not wanted or any(part in cell.name for part in wanted)]
+
+
+def _compile_share(only: str, wanted: list[str] | None, layout_only: bool, worker: int, workers: int,
+                   deadline: float, device: str = "cuda", smoke: bool = False) -> int:
+    """Worker process: run once every (cell, variant) pair whose index is ``worker`` modulo ``workers``,
+    so Triton compiles them in parallel into its on-disk cache; the timed pass then only loads them."""
+    cfg = BenchConfig(device=torch.device(device), deadline=deadline, smoke=smoke)
+    done, pair = 0, 0
+    for cell in _selected_cells(only, wanted, cfg):
+        inputs = None
+        for _, overrides in _variants(cell, None, layout_only):
+            pair += 1
+            if (pair - 1) % workers != worker or cfg.stop_reason():
+                continue
+            try:
+                inputs = inputs or Inputs(cell.problem, cfg.device)
+                runner, _ = _fused(cell, inputs, cell.kv_source, **overrides)
+                if runner is not None:
+                    runner.fn()
+                    done += 1
+            except Exception:  # noqa: BLE001 - the timed pass reports it
+                pass
+        del inputs
+        if cfg.cuda:
+            torch.cuda.empty_cache()
+    if cfg.cuda:
+        torch.cuda.synchronize()
+    return done
+
+
+def compile_in_parallel(only: str, wanted: list[str] | None, layout_only: bool, workers: int, deadline: float,
+                        device: str = "cuda", smoke: bool = False) -> int:
+    """Every variant of the selected cells run once, spread over ``workers`` spawned processes; returns
+    how many ran."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    started = time.monotonic()
+    shares = [(only, wanted, layout_only, w, workers, deadline, device, smoke) for w in range(workers)]
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        done = sum(pool.map(_compile_share, *zip(*shares)))
+    print(f"compiled {done} variants in {workers} processes in {time.monotonic() - started:.0f} s", flush=True)
+    return done
+
+
 def sweep_cell(cell: Cell, cfg: BenchConfig, layout_only: bool = False,
                measured: list[Measured] | None = None) -> list[str]:
     """Markdown rows for one cell: every variant's time, rate and error against the default; each
@@ -249,17 +297,20 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="only the layout variants (small tile, page ids, rotated walk, TMA), no tile/split sweep")
     parser.add_argument("--variants-out", default=None,
                         help="write the ATTN_FUSED_VARIANTS string the measurements favour to this file")
+    parser.add_argument("--compile-workers", type=int, default=0,
+                        help="first compile every variant in this many processes (Triton's compiles are CPU-bound)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("the sweep measures the GPU kernels: no CUDA device is visible")
-    cfg = BenchConfig(device=torch.device("cuda"), deadline=time.monotonic() + args.budget_s, rep_ms=20.0)
+    deadline = time.monotonic() + args.budget_s
     wanted = [s.strip() for s in args.cells.split(",")] if args.cells else None
+    if args.compile_workers > 1:
+        compile_in_parallel(args.only, wanted, args.layout_only, args.compile_workers, deadline)
+    cfg = BenchConfig(device=torch.device("cuda"), deadline=deadline, rep_ms=20.0)
     lines = [f"# Fused kernel sweep ({torch.cuda.get_device_name()}, {time.strftime('%Y-%m-%d')})", "",
              "| cell | variant | µs | rate | vs default | max err vs default |", "|---|---|---|---|---|---|"]
     measured: list[Measured] = []
-    for cell in _cells(args.only.split(","), cfg):
-        if wanted and not any(part in cell.name for part in wanted):
-            continue
+    for cell in _selected_cells(args.only, wanted, cfg):
         lines += sweep_cell(cell, cfg, args.layout_only, measured)
         with open(args.out, "w") as handle:
             handle.write("\n".join(lines) + "\n")

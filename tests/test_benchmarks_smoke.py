@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import subprocess
+import time
 import sys
 from types import SimpleNamespace
 
@@ -264,3 +265,15 @@ def test_config_sweep_runs_every_variant_and_agrees_with_the_default() -> None:
     assert any("rotate_kv_tiles" in m.variants for m in measured)
     picked = configs.parse_variants(sweep.pick_variants(measured))  # whatever won, a string the kernel reads
     assert set(picked) == {"decode/paged", "prefill/contiguous"}
+
+
+def test_sweep_compiles_its_variants_in_worker_processes() -> None:
+    """--compile-workers: two spawned processes share one small cell's variants and run each once."""
+    from benchmarks import sweep
+
+    if providers._fused_reason(Inputs(Problem(q_lens=(1,), kv_lens=(1,)), torch.device("cpu"))):
+        pytest.skip("the fused kernels cannot run here")
+    cfg = BenchConfig(device=torch.device("cpu"), smoke=True)
+    cell = bench_decode.cells(cfg)[1]
+    done = sweep.compile_in_parallel("decode", [cell.name], True, 2, time.monotonic() + 300, "cpu", True)
+    assert done == len(sweep._variants(cell, None, layout_only=True))
