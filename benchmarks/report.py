@@ -75,6 +75,9 @@ def environment_header(device: torch.device) -> dict[str, str]:
     info["flash-attn 2"] = _dist_version("flash-attn") or "not installed"
     info["flash-attn-4"] = _dist_version("flash-attn-4") or "not installed"
     info["python"] = platform.python_version()
+    for name in ("ATTN_FUSED_VARIANTS", "ATTN_TRITON_FAST_LAUNCH"):  # the fused kernels' tuning, when set
+        if os.environ.get(name):
+            info[name] = os.environ[name]
     return info
 
 

@@ -277,3 +277,11 @@ def test_sweep_compiles_its_variants_in_worker_processes() -> None:
     cell = bench_decode.cells(cfg)[1]
     done = sweep.compile_in_parallel("decode", [cell.name], True, 2, time.monotonic() + 300, "cpu", True)
     assert done == len(sweep._variants(cell, None, layout_only=True))
+
+
+def test_report_header_names_the_kernel_tuning(monkeypatch) -> None:
+    monkeypatch.setenv("ATTN_FUSED_VARIANTS", "decode/paged=fused_combine")
+    monkeypatch.delenv("ATTN_TRITON_FAST_LAUNCH", raising=False)
+    header = report.environment_header(torch.device("cpu"))
+    assert header["ATTN_FUSED_VARIANTS"] == "decode/paged=fused_combine"
+    assert "ATTN_TRITON_FAST_LAUNCH" not in header
