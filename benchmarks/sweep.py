@@ -139,7 +139,7 @@ def _variants(cell: Cell, inputs: Inputs | None, layout_only: bool = False) -> l
             out.append(("tma s4", {"config": replace(base, tma=True, num_stages=4)}))
     elif cell.page_size >= 16:  # pages smaller than the tile: a tile per page (a tile change: not picked)
         out.append((f"tma n{cell.page_size}", {"config": replace(base, tma=True, block_n=cell.page_size)}))
-    out.append(("int64 offsets", {"config": replace(base, int32_offsets=False)}))  # the default before
+    out.append(("int32 offsets", {"config": replace(base, int32_offsets=True)}))
     if not layout_only:
         out += _decode_variants(cell, base) if decode_class else _prefill_variants(cell, base)
     return out

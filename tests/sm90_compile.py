@@ -22,42 +22,28 @@ from typing import Any
 
 import torch
 
-DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", torch.int32: "i32",
-          torch.int64: "i64", torch.int8: "i8"}
-
-
-def _signature_type(value: Any) -> str:
-    if isinstance(value, torch.Tensor):
-        return "*" + DTYPES[value.dtype]
-    if isinstance(value, bool):
-        return "i1"
-    if isinstance(value, int):
-        return "i32" if -(1 << 31) <= value < (1 << 31) else "i64"
-    if isinstance(value, float):
-        return "fp32"
-    raise TypeError(f"no Triton signature type for {type(value).__name__}")
-
-
 SHARED_MEMORY_LIMIT = 232448
 """Bytes of shared memory one block may use on sm90 (H100 / H200): a launch above it fails there."""
 
 
 def compile_for_sm90(fn: Any, args: tuple, constexprs: dict, num_warps: int, num_stages: int) -> Any:
-    """Compile one launch of JIT function ``fn`` for sm90 down to a cubin (Triton bundles ptxas);
-    raises Triton's CompilationError, or ValueError when it needs more shared memory than sm90 has."""
+    """Compile one launch of JIT function ``fn`` for sm90 down to a cubin (Triton bundles ptxas), with
+    the argument specialization a real launch gets (pointer alignment, integers divisible by 16: without
+    it no load is vectorized or pipelined, and register counts mean nothing); raises Triton's
+    CompilationError, or ValueError when it needs more shared memory than sm90 has."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+    from triton.compiler.compiler import make_backend
+    from triton.runtime.jit import create_function_from_signature
 
-    values = dict(zip(fn.arg_names, args)) | constexprs
-    signature, constants = {}, {}
-    for index, param in enumerate(fn.params):
-        if param.is_constexpr:
-            signature[param.name], constants[(index,)] = "constexpr", values[param.name]
-        else:
-            signature[param.name] = _signature_type(values[param.name])
-    kernel = triton.compile(ASTSource(fn, signature, constants), target=GPUTarget("cuda", 90, 32),
-                            options={"num_warps": num_warps, "num_stages": num_stages})
+    target = GPUTarget("cuda", 90, 32)
+    backend = make_backend(target)
+    binder = create_function_from_signature(fn.signature, fn.params, backend)
+    kwargs = dict(constexprs, num_warps=num_warps, num_stages=num_stages)
+    bound_args, specialization, options = binder(*args, **kwargs)
+    options, signature, constants, attrs = fn._pack_args(backend, kwargs, bound_args, specialization, options)
+    kernel = triton.compile(ASTSource(fn, signature, constants, attrs), target=target, options=options.__dict__)
     if kernel.metadata.shared > SHARED_MEMORY_LIMIT:
         raise ValueError(f"needs {kernel.metadata.shared} bytes of shared memory; sm90 has {SHARED_MEMORY_LIMIT}")
     return kernel

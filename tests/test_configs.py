@@ -79,9 +79,10 @@ def test_pick_variants_wants_a_gain_everywhere() -> None:
     assert pick_variants(measured) == "decode/paged=prefetch_page_ids;prefill/paged=none"
 
 
-def test_a_default_on_variant_can_be_turned_off(monkeypatch) -> None:
-    """int32_offsets is on by default; the sweep writes `int32_offsets:0` when 64-bit offsets win."""
+def test_a_variant_can_be_written_as_off(monkeypatch) -> None:
+    """`field:0` turns a variant off (the table could turn one on for a class that loses with it)."""
+    monkeypatch.setenv(VARIANTS_ENV, "decode/paged=int32_offsets")
     assert _config(1, paged=True).int32_offsets
     monkeypatch.setenv(VARIANTS_ENV, "decode/paged=int32_offsets:0")
     assert not _config(1, paged=True).int32_offsets
-    assert pick_variants([Measured("decode/paged", "a", "int32_offsets:0", 1.05)]) == "decode/paged=int32_offsets:0"
+    assert pick_variants([Measured("decode/paged", "a", "int32_offsets", 1.05)]) == "decode/paged=int32_offsets"

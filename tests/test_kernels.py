@@ -458,16 +458,15 @@ def test_fused_combine_merges_in_the_last_split(options: dict) -> None:
 
 
 @pytest.mark.parametrize("layout", ["paged", "cache", "thd"])
-def test_64_bit_offsets_match_the_reference(layout: str) -> None:
-    """int32_offsets=False: the 64-bit offset path (the default takes 32 bits when offsets fit, as
-    they always do at test sizes)."""
+def test_32_bit_offsets_match_the_reference(layout: str) -> None:
+    """int32_offsets: per-key offsets in 32 bits (they fit at test sizes); the default is 64-bit."""
     case = C(MIXED_Q, (70, 45, 90, 66), heads=(4, 2), layout=layout, page_size=8, causal=True, bottom_right=True,
              num_splits=None, dtype=torch.float16)
     inputs = build_inputs(case)
     base = select_forward_config(head_dim_qk=16, head_dim_v=16, group_size=2, max_seqlen_q=max(MIXED_Q),
                                  interpret=True)
     attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"],
-                      config=replace(base, int32_offsets=False))
+                      config=replace(base, int32_offsets=True))
     check_output(case, inputs)
 
 

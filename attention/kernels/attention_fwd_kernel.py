@@ -81,7 +81,7 @@ def _attend_kv_tiles(
     copies): non-paged, over the sequence's rows (rows past it and columns past the head dim read as
     zeros); paged (PAGE_SCALAR only), over all cache rows [pages * page_size, D], one page per tile.
     INDEX_INT32 (every element offset of k and v fits in int32): the per-key offsets of a tile stay
-    32-bit (the 64-bit pointer tiles of a paged tile spilled registers: 1248 -> 124 B at d128).
+    32-bit instead of 64.
     """
     dqk_in_bounds = offs_dqk < HEAD_DIM_QK
     dv_in_bounds = offs_dv < HEAD_DIM_V

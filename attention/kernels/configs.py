@@ -57,15 +57,13 @@ class ForwardConfig:
     tma: K/V tiles through device-side tensor descriptors (Hopper's bulk tensor copies): non-paged
         caches, and paged ones whose pages hold whole tiles (page_size % block_n == 0, pages
         contiguous); falls back to pointer loads otherwise or when a stride or base is not 16-byte
-        aligned. It frees the registers the pointer tiles hold: ptxas on sm90 (tests/sm90_compile.py
-        --registers) counts d128 prefill 128x64 255 registers + 544 B spilled with pointers, 176 + 0
-        with descriptors; paged decode 16x64 (page 64) 255 + 1248 B vs 168 + 8 B.
+        aligned.
     fused_combine: with split-KV, the last split program of each (q tile, KV head) to finish merges
         the splits itself (arrival counters), instead of a second kernel launch.
-    int32_offsets (on by default): per-key offsets of a tile in 32 bits whenever every element
-        offset of k and v fits (64-bit pointer tiles spilled registers; see the kernel); False
-        forces 64-bit offsets (the sweep's comparison, and tests of that path).
-    Which of these a shape class turns on (or off: int32_offsets) is the table ``TUNED_VARIANTS``
+    int32_offsets: per-key offsets of a tile in 32 bits whenever every element offset of k and v
+        fits, instead of 64. ptxas (tests/sm90_compile.py --registers) finds no register saving at
+        the production tiles (d128 prefill 255 vs 206 registers contiguous); the sweep measures it.
+    Which of these a shape class turns on is the table ``TUNED_VARIANTS``
     (measured on the H200 by ``python -m benchmarks.sweep``), overridable with ``ATTN_FUSED_VARIANTS``.
     """
 
@@ -82,7 +80,7 @@ class ForwardConfig:
     rotate_kv_tiles: bool = False
     tma: bool = False
     fused_combine: bool = False
-    int32_offsets: bool = True
+    int32_offsets: bool = False
 
 
 VARIANT_FIELDS = ("paged_scalar_ids", "prefetch_page_ids", "small_block_m", "rotate_kv_tiles", "tma", "fused_combine",

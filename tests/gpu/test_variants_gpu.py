@@ -49,18 +49,15 @@ VARIANTS = [
     ("small_block_m+rotate_kv_tiles+tma", "cache"),
     ("fused_combine", "decode"), ("fused_combine", "paged"), ("fused_combine+prefetch_page_ids", "paged256"),
     ("tma", "paged256"), ("tma+prefetch_page_ids+fused_combine", "paged256"),
-    ("!int32_offsets", "paged"), ("!int32_offsets", "decode"),
+    ("int32_offsets", "paged"), ("int32_offsets", "decode"),
 ]
-"""(ForwardConfig fields joined by '+', '!' turning a default-on one off, case): single variants, then the
-combinations the sweep measures."""
+"""(ForwardConfig fields joined by '+', case): single variants, then the combinations the sweep measures."""
 
 
 def _config(case: AttentionCase, fields: str):
     base = select_forward_config(head_dim_qk=case.d_qk, head_dim_v=case.d_v, group_size=case.heads[0] // case.heads[1],
                                  max_seqlen_q=max(case.q_lens), interpret=False, tuned=False)
-    values = {field.lstrip("!"): 16 if field == "small_block_m" else not field.startswith("!")
-              for field in fields.split("+")}
-    return replace(base, **values)
+    return replace(base, **{field: 16 if field == "small_block_m" else True for field in fields.split("+")})
 
 
 @pytest.mark.parametrize("fields, case_name", VARIANTS, ids=[f"{f}-{c}" for f, c in VARIANTS])
