@@ -21,6 +21,8 @@ def test_every_kernel_configuration_compiles_for_sm90() -> None:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"PYTHONPATH": str(ROOT)}
     result = subprocess.run([sys.executable, "-m", "tests.sm90_compile"], cwd=ROOT, env=env, capture_output=True,
                             text=True, timeout=600)
+    if result.stdout.startswith("SKIP"):
+        pytest.skip(result.stdout.strip())
     failures = [line for line in result.stdout.splitlines() if not line.startswith("ok")]
     assert result.returncode == 0 and not failures, "\n".join(failures) or result.stderr[-3000:]
     assert sum(line.startswith("ok") for line in result.stdout.splitlines()) >= 50
