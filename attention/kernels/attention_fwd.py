@@ -164,8 +164,8 @@ def attention_forward(
     if softmax_offset is not None:
         softmax_offset = softmax_offset.reshape(-1)
     page_scalar = shapes.paged and shapes.page_size % config.block_n == 0
-    pages_contiguous = all(x.stride(0) == shapes.page_size * x.stride(1) for x in (k, v))
-    use_tma = config.tma and _tma_ready(k, v) and (not shapes.paged or (page_scalar and pages_contiguous))
+    use_tma = config.tma and _tma_ready(k, v) and (not shapes.paged or (
+        page_scalar and all(x.stride(0) == shapes.page_size * x.stride(1) for x in (k, v))))  # one row space
     placeholder = cu_seqlens_q  # any device tensor for pointers a constexpr flag disables
     grid = (-(-total_q // config.block_q) + shapes.num_seqs, shapes.num_heads_kv, num_splits)
     fused_combine = write_partial and config.fused_combine
