@@ -166,6 +166,19 @@ def _private_api_missing() -> str | None:
     return None
 
 
+def check_split_arrival(ptx: str) -> None:
+    """The fused combine's protocol in the PTX of a FUSED_COMBINE launch: a CTA barrier after the partial
+    stores, then one thread's gpu-scope acq_rel atomic add (the counter counts programs, not threads),
+    and merge loads that bypass L1 (other SMs wrote them). Raises ValueError naming what is missing."""
+    import re
+
+    arrival = re.search(r"bar\.sync[^\n]*\n(?:(?!st\.global)[^\n]*\n){0,12}?[^\n]*@%p\d+ atom\.global\.gpu\.acq_rel\.add", ptx)
+    if arrival is None:
+        raise ValueError("no barrier followed by a single thread's atom.global.gpu.acq_rel.add")
+    if "ld.global.cg" not in ptx[arrival.end():]:
+        raise ValueError("the merge after the arrival count does not load with .cg")
+
+
 def main() -> int:
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise SystemExit("unset TRITON_INTERPRET: the interpreter replaces the JIT functions this compiles")
@@ -178,6 +191,8 @@ def main() -> int:
     for label, fn, args, constexprs, warps, stages in recorded_launches(configurations()):
         try:
             kernel = compile_for_sm90(fn, args, constexprs, warps, stages)
+            if constexprs.get("FUSED_COMBINE"):
+                check_split_arrival(kernel.asm["ptx"])
             usage = f"  ({register_usage(kernel)}, {kernel.metadata.shared} B shared)" if registers else ""
             print(f"ok    {fn.__name__:24} {label}{usage}")
         except Exception as error:  # noqa: BLE001 - report every failing launch, then fail
