@@ -172,7 +172,9 @@ def check_split_arrival(ptx: str) -> None:
     and merge loads that bypass L1 (other SMs wrote them). Raises ValueError naming what is missing."""
     import re
 
-    arrival = re.search(r"bar\.sync[^\n]*\n(?:(?!st\.global)[^\n]*\n){0,12}?[^\n]*@%p\d+ atom\.global\.gpu\.acq_rel\.add", ptx)
+    # a barrier, at most 12 lines without a global store, then the predicated (one-thread) atomic
+    arrival = re.search(r"bar\.sync[^\n]*\n(?:(?!st\.global)[^\n]*\n){0,12}?"
+                        r"[^\n]*@%p\d+ atom\.global\.gpu\.acq_rel\.add", ptx)
     if arrival is None:
         raise ValueError("no barrier followed by a single thread's atom.global.gpu.acq_rel.add")
     if "ld.global.cg" not in ptx[arrival.end():]:
