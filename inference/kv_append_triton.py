@@ -97,6 +97,11 @@ def _jitted(interpret: bool) -> tuple:
     return CachedLaunch(triton.jit(_append_kernel)), triton.jit(_reindex_kernel)
 
 
+def _next_power_of_2(value: int) -> int:
+    """triton.next_power_of_2 without its constexpr-function wrapper (~5 µs a call on the host)."""
+    return 1 if value <= 1 else 1 << (int(value) - 1).bit_length()
+
+
 def _kernels() -> tuple:
     return _jitted(os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"))
 
@@ -136,9 +141,9 @@ def append_triton(
         page_table.stride(0),
         num_positions, num_rows, page_size, k_cache.shape[2], k_cache.shape[3], v_cache.shape[3],
         IS_THD=qkv_format == "thd",
-        BLOCK_ROWS=triton.next_power_of_2(num_rows),
-        BLOCK_H=triton.next_power_of_2(k_cache.shape[2]),
-        BLOCK_D=triton.next_power_of_2(max(k_cache.shape[3], v_cache.shape[3])),
+        BLOCK_ROWS=_next_power_of_2(num_rows),
+        BLOCK_H=_next_power_of_2(k_cache.shape[2]),
+        BLOCK_D=_next_power_of_2(max(k_cache.shape[3], v_cache.shape[3])),
     )
 
 
@@ -156,9 +161,9 @@ def reindex_triton(
     source = torch.tensor(source_rows, dtype=torch.int32, device=device)
     for cache in (k_cache, v_cache):
         elements_per_token = cache.shape[2] * cache.shape[3]
-        block_e = min(triton.next_power_of_2(elements_per_token), 1024)
+        block_e = min(_next_power_of_2(elements_per_token), 1024)
         block_t = max(1, 2048 // block_e)
-        grid = (triton.cdiv(num_tokens, block_t), triton.cdiv(elements_per_token, block_e))
+        grid = (-(-num_tokens // block_t), -(-elements_per_token // block_e))
         reindex_kernel[grid](
             cache, destination, source, len(destination_rows), num_tokens,
             cache.stride(0), cache.stride(1), elements_per_token,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import logging
 
 import pytest
@@ -193,3 +194,23 @@ def test_python_m_attention_reports_backends():
 
     text = report()
     assert "torch:" in text and "unfused  available" in text
+
+
+@pytest.mark.parametrize("raw", [True, False], ids=["raw-environ", "os.environ"])
+def test_env_snapshot_reads_what_os_environ_holds(raw: bool, monkeypatch) -> None:
+    """The fast read (CPython's bytes mapping behind os.environ) and the portable one agree: unset,
+    empty and set values, changed between calls."""
+    if not raw:
+        monkeypatch.setattr(selection, "_RAW_ENVIRON", None)
+    elif selection._RAW_ENVIRON is None:
+        pytest.skip("no raw environ mapping on this platform")
+    names = selection._ENV_NAMES
+    for name in names:
+        monkeypatch.delenv(name, raising=False)
+    assert selection.env_snapshot() == (None,) * len(names)
+    monkeypatch.setenv("NVTE_FUSED_ATTN", "0")
+    monkeypatch.setenv("NVTE_DEBUG", "")
+    expected = tuple(os.environ.get(name) for name in names)
+    assert selection.env_snapshot() == expected and expected[names.index("NVTE_DEBUG")] == ""
+    monkeypatch.delenv("NVTE_FUSED_ATTN")
+    assert selection.env_snapshot()[names.index("NVTE_FUSED_ATTN")] is None
