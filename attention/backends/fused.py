@@ -35,6 +35,17 @@ def _triton_reason() -> str | None:
     return triton_available()
 
 
+def output_rows_may_be_padding(p: AttentionParams, q_shape: torch.Size) -> bool:
+    """Can the output hold rows of padding tokens, which the kernel never writes (so they must start
+    as zeros)? Not for a KV-cache step in bshd/sbhd with one query per row: every sequence of a
+    step brings at least one token (InferenceParams checks it), so a decode step skips the memset."""
+    if p.pad_between_seqs:
+        return True
+    if p.kv_cache != "none":
+        return p.qkv_format == "thd" or q_shape[1 if p.qkv_format == "bshd" else 0] != 1
+    return "padding" in p.attn_mask_type
+
+
 class FusedBackend(Backend):
     name = "fused"
     capabilities = Capabilities(
@@ -96,9 +107,7 @@ class FusedBackend(Backend):
             if p.kv_format == "thd":
                 kv_starts = (call.cu_seqlens_kv_padded if call.cu_seqlens_kv_padded is not None else call.cu_seqlens_kv)[:-1]
 
-        # Rows of padding tokens are never written by the kernel: start from zeros when any exist.
-        padded = "padding" in p.attn_mask_type or p.pad_between_seqs or p.kv_cache != "none"
-        alloc = torch.zeros if padded else torch.empty
+        alloc = torch.zeros if output_rows_may_be_padding(p, q.shape) else torch.empty
         out = alloc(q.shape[:-1] + (p.head_dim_v,), dtype=q.dtype, device=q.device)
         # num_splits=1 (the default) keeps the kernel's own split-KV heuristic; a larger value is forced.
         # The launch is the custom op dpa::fused_attention_forward under torch.compile (attention.custom_ops).
