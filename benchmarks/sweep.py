@@ -51,6 +51,8 @@ PICK_MIN_GAIN = 1.02
 """A variant set is picked for a shape class only if its geometric-mean speedup reaches this ..."""
 PICK_MAX_LOSS = 0.98
 """... and no cell of the class runs slower than this ratio to the default (timing noise is ~1 %)."""
+PICK_MAX_ERROR = 2e-2
+"""A variant whose output differs from the default's by more than this counts as a loss (speedup 0)."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,8 @@ def _variant_string(base, config) -> str:
 def pick_variants(measured: Sequence[Measured]) -> str:
     """The ATTN_FUSED_VARIANTS string: per shape class, the variant set with the best geometric-mean
     speedup over the cells it ran on, if that reaches PICK_MIN_GAIN and no cell fell below
-    PICK_MAX_LOSS; classes with no such set are written as ``none``.
+    PICK_MAX_LOSS (a wrong or failing variant counts as speedup 0); classes with no such set are
+    written as ``none``.
 
     Example:
         >>> pick_variants([Measured("decode/paged", "a", "tma", 1.05), Measured("decode/paged", "b", "tma", 1.01)])
@@ -109,8 +112,10 @@ def pick_variants(measured: Sequence[Measured]) -> str:
     for shape_class, candidates in sorted(by_class.items()):
         best, best_gain = "none", PICK_MIN_GAIN
         for variants, speedups in sorted(candidates.items(), key=lambda item: item[0].count("+")):
+            if min(speedups) < PICK_MAX_LOSS:  # slower somewhere, wrong (0) or failed (0)
+                continue
             gain = math.exp(sum(map(math.log, speedups)) / len(speedups))
-            if min(speedups) >= PICK_MAX_LOSS and gain > best_gain:
+            if gain > best_gain:
                 best, best_gain = variants, gain
         entries.append(f"{shape_class}={best}")
     return ";".join(entries)
@@ -260,9 +265,12 @@ def sweep_cell(cell: Cell, cfg: BenchConfig, layout_only: bool = False,
     p = cell.problem
     base, shape_class = _base_config(cell, tuned=False), _shape_class(cell)
     rows, reference, default_us = [], None, None
-    for name, overrides in _variants(cell, inputs, layout_only):
+    for index, (name, overrides) in enumerate(_variants(cell, inputs, layout_only)):
         if cfg.stop_reason():
             rows.append(f"| {cell.name} | {name} | skipped: budget | | | |")
+            continue
+        if index > 0 and default_us is None:  # nothing to compare with: the default failed
+            rows.append(f"| {cell.name} | {name} | skipped: the default failed | | | |")
             continue
         try:
             runner, reason = _fused(cell, inputs, cell.kv_source, **overrides)
@@ -279,10 +287,13 @@ def sweep_cell(cell: Cell, cfg: BenchConfig, layout_only: bool = False,
                     else f"{p.flops / us / 1e6:.0f} TFLOP/s")
             rows.append(f"| {cell.name} | {name} | {us:.1f} | {rate} | {default_us / us:.2f}x | {error:.1e} |")
             if measured is not None and "num_splits" not in overrides and not name.startswith("tuned"):
+                speedup = default_us / us if error <= PICK_MAX_ERROR else 0.0  # fast and wrong never wins
                 measured.append(Measured(shape_class, cell.name, _variant_string(base, overrides.get("config")),
-                                         default_us / us))
+                                         speedup))
         except Exception as error:  # noqa: BLE001 - a variant that fails to compile is a result too
             rows.append(f"| {cell.name} | {name} | error: {short_error(error, 160)} | | | |")
+            if measured is not None and index > 0:  # a variant that fails loses its class
+                measured.append(Measured(shape_class, cell.name, _variant_string(base, overrides.get("config")), 0.0))
         print(rows[-1], flush=True)
     return rows
 

@@ -285,3 +285,17 @@ def test_report_header_names_the_kernel_tuning(monkeypatch) -> None:
     header = report.environment_header(torch.device("cpu"))
     assert header["ATTN_FUSED_VARIANTS"] == "decode/paged=fused_combine"
     assert "ATTN_TRITON_FAST_LAUNCH" not in header
+
+
+def test_sweep_compares_nothing_when_the_default_fails(monkeypatch) -> None:
+    """A cell whose default config fails measures no variant against another variant."""
+    from benchmarks import sweep
+
+    cfg = BenchConfig(device=torch.device("cpu"), smoke=True)
+    cell = bench_decode.cells(cfg)[1]
+    monkeypatch.setattr(sweep, "_variants", lambda *args: [("default", {}), ("other", {})])
+    monkeypatch.setattr(sweep, "_fused", lambda *args, **kwargs: (None, "does not compile"))
+    measured: list = []
+    rows = sweep.sweep_cell(cell, cfg, measured=measured)
+    assert "error: " in rows[0] and "skipped: the default failed" in rows[1]
+    assert measured == []

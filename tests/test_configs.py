@@ -71,8 +71,10 @@ def test_the_override_is_applied_by_attention_forward(monkeypatch) -> None:
 
 def test_pick_variants_wants_a_gain_everywhere() -> None:
     measured = [
-        Measured("decode/paged", "a", "paged_scalar_ids", 1.10), Measured("decode/paged", "b", "paged_scalar_ids", 0.95),
-        Measured("decode/paged", "a", "prefetch_page_ids", 1.06), Measured("decode/paged", "b", "prefetch_page_ids", 1.0),
+        Measured("decode/paged", "a", "paged_scalar_ids", 1.10),
+        Measured("decode/paged", "b", "paged_scalar_ids", 0.95),
+        Measured("decode/paged", "a", "prefetch_page_ids", 1.06),
+        Measured("decode/paged", "b", "prefetch_page_ids", 1.0),
         Measured("prefill/paged", "c", "small_block_m:16", 1.01),
         Measured("prefill/contiguous", "d", "", 1.5),  # a tile change: never picked
     ]
@@ -86,3 +88,10 @@ def test_a_variant_can_be_written_as_off(monkeypatch) -> None:
     monkeypatch.setenv(VARIANTS_ENV, "decode/paged=int32_offsets:0")
     assert not _config(1, paged=True).int32_offsets
     assert pick_variants([Measured("decode/paged", "a", "int32_offsets", 1.05)]) == "decode/paged=int32_offsets"
+
+
+def test_pick_variants_never_picks_a_wrong_or_failing_variant() -> None:
+    measured = [Measured("decode/paged", "a", "fused_combine", 1.3),
+                Measured("decode/paged", "b", "fused_combine", 0.0),  # wrong output or a failure there
+                Measured("decode/paged", "a", "tma", 1.05)]
+    assert pick_variants(measured) == "decode/paged=tma"
