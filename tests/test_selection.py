@@ -200,9 +200,11 @@ def test_python_m_attention_reports_backends():
 def test_env_snapshot_reads_what_os_environ_holds(raw: bool, monkeypatch) -> None:
     """The fast read (CPython's bytes mapping behind os.environ) and the portable one agree: unset,
     empty and set values, changed between calls."""
+    from attention import environment
+
     if not raw:
-        monkeypatch.setattr(selection, "_RAW_ENVIRON", None)
-    elif selection._RAW_ENVIRON is None:
+        monkeypatch.setattr(environment, "_RAW_ENVIRON", None)
+    elif environment._RAW_ENVIRON is None:
         pytest.skip("no raw environ mapping on this platform")
     names = selection._ENV_NAMES
     for name in names:
@@ -212,6 +214,7 @@ def test_env_snapshot_reads_what_os_environ_holds(raw: bool, monkeypatch) -> Non
     monkeypatch.setenv("NVTE_DEBUG", "")
     expected = tuple(os.environ.get(name) for name in names)
     assert selection.env_snapshot() == expected and expected[names.index("NVTE_DEBUG")] == ""
+    assert environment.getenv("NVTE_FUSED_ATTN") == "0" and environment.getenv("NVTE_UNSET_HERE", "x") == "x"
     monkeypatch.delenv("NVTE_FUSED_ATTN")
     assert selection.env_snapshot()[names.index("NVTE_FUSED_ATTN")] is None
 

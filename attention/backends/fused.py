@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 
 import torch
 
 from attention import custom_ops
 from attention.backends.base import AttentionCall, Backend, Capabilities
+from attention.environment import getenv
 from attention.kernels.configs import MAX_NUM_SPLITS
 from attention.masks import is_causal
 from attention.params import AttentionParams
@@ -23,7 +23,7 @@ _HALF = frozenset({torch.float16, torch.bfloat16})
 
 
 def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+    return getenv("TRITON_INTERPRET", "0") == "1"
 
 
 @functools.cache

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 
 import torch
+
+from attention.environment import getenv
 
 __all__ = ["triton_available", "interpreter_enabled"]
 
 
 def interpreter_enabled() -> bool:
     """True when TRITON_INTERPRET=1, i.e. kernels run on CPU tensors through Triton's interpreter."""
-    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
+    return (getenv("TRITON_INTERPRET") or "0").strip().lower() in ("1", "true", "on", "yes")
 
 
 def triton_available() -> str | None:

@@ -8,10 +8,11 @@ CUDA graph can capture it. Tune the tables below on the H200 and record the resu
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass, replace
 
 import torch
+
+from attention.environment import getenv
 
 __all__ = [
     "ForwardConfig",
@@ -182,7 +183,7 @@ def select_forward_config(
         16
     """
     return _select_forward_config(head_dim_qk, head_dim_v, group_size, max_seqlen_q, interpret, paged, tuned,
-                                  os.environ.get(VARIANTS_ENV, "") if tuned else "")
+                                  getenv(VARIANTS_ENV, "") if tuned else "")
 
 
 @functools.lru_cache(maxsize=512)

@@ -1,0 +1,47 @@
+"""Environment variables read on every call (the ``NVTE_*`` switches, ``TRITON_INTERPRET``,
+``ATTN_FUSED_VARIANTS``), cheaply.
+
+``os.environ.get`` encodes the name and decodes the value on each read (~0.8 µs). On POSIX CPython
+the bytes mapping behind ``os.environ`` answers the same question in ~0.05 µs and stays current:
+``os.environ``'s setters write through to it. Elsewhere the reads go through ``os.environ``.
+
+Example:
+    >>> import os
+    >>> from attention.environment import getenv
+    >>> os.environ["NVTE_DEBUG"] = "1"
+    >>> getenv("NVTE_DEBUG"), getenv("NVTE_NOT_SET", "default")
+    ('1', 'default')
+    >>> del os.environ["NVTE_DEBUG"]
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+__all__ = ["getenv", "getenv_many"]
+
+_RAW_ENVIRON = getattr(os.environ, "_data", None) if os.name == "posix" else None
+
+
+@functools.cache
+def _raw_name(name: str) -> bytes:
+    return os.fsencode(name)
+
+
+def getenv(name: str, default: str | None = None) -> str | None:
+    """``os.environ.get(name, default)``."""
+    if _RAW_ENVIRON is None:
+        return os.environ.get(name, default)
+    value = _RAW_ENVIRON.get(_raw_name(name))
+    return default if value is None else os.fsdecode(value)
+
+
+def getenv_many(names: tuple[str, ...]) -> tuple[str | None, ...]:
+    """``tuple(os.environ.get(name) for name in names)``; all-unset (the usual case) costs one lookup each."""
+    if _RAW_ENVIRON is None:
+        return tuple(map(os.environ.get, names))
+    raw = tuple(_RAW_ENVIRON.get(_raw_name(name)) for name in names)
+    if raw.count(None) == len(raw):
+        return raw
+    return tuple(None if value is None else os.fsdecode(value) for value in raw)
