@@ -148,8 +148,9 @@ def configurations() -> list[dict]:
             ("rotate_kv_tiles", dict(rotate_kv_tiles=True)),
             ("tma", dict(tma=True)),
             ("fused_combine", dict(fused_combine=True)),
+            ("int32_offsets", dict(int32_offsets=True)),
             ("all", dict(paged_scalar_ids=True, prefetch_page_ids=True, small_block_m=16, rotate_kv_tiles=True,
-                         tma=True, fused_combine=True)),
+                         tma=True, fused_combine=True, int32_offsets=True)),
         ):
             for base in (prefill, decode):
                 if values.get("small_block_m") and base.block_m <= 16:
