@@ -86,7 +86,7 @@ class ForwardConfig:
 
 VARIANT_FIELDS = ("paged_scalar_ids", "prefetch_page_ids", "small_block_m", "rotate_kv_tiles", "tma", "fused_combine",
                   "int32_offsets")
-"""The ForwardConfig fields that change how the kernel walks memory, not its tile sizes."""
+"""The ForwardConfig fields a shape class can switch (kernel variants), as opposed to its tile sizes."""
 
 SHAPE_CLASSES = ("decode/paged", "decode/contiguous", "prefill/paged", "prefill/contiguous")
 """Keys of the variant table: the config's class ("decode": packed rows <= 64) and the KV layout."""
