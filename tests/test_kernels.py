@@ -15,12 +15,13 @@ if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"  # must precede the first `import triton`
 
 import math  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass, replace  # noqa: E402
 
 import pytest  # noqa: E402
 
 from attention.kernels import attention_forward, triton_available  # noqa: E402
-from attention.kernels.configs import choose_num_splits, select_forward_config  # noqa: E402
+from attention.kernels.configs import ForwardConfig, choose_num_splits, select_forward_config  # noqa: E402
 from tests.reference import reference_one_sequence  # noqa: E402
 
 # The interpreter converts 0-d arrays with int(); numpy deprecates that, harmlessly here.
@@ -215,6 +216,27 @@ def run_and_check(case: AttentionCase, device: str = DEVICE, tolerance: float | 
     check_output(case, inputs, tolerance)
 
 
+def interpreted_config(case: AttentionCase, **fields) -> ForwardConfig:
+    """The interpreter's untuned launch configuration for `case`, with `fields` replaced."""
+    base = select_forward_config(head_dim_qk=case.d_qk, head_dim_v=case.d_v, group_size=case.heads[0] // case.heads[1],
+                                 max_seqlen_q=max(case.q_lens), interpret=True, tuned=False)
+    return replace(base, **fields)
+
+
+def check_with_config(case: AttentionCase, config: ForwardConfig, split_counts: tuple[int | None, ...] = (None,),
+                      after_each: Callable[[], None] | None = None) -> None:
+    """Run `case` with `config` once per split count (None: the case's own), restoring the sentinel
+    rows before each call, and check every output (then `after_each`)."""
+    inputs = build_inputs(case)
+    for num_splits in split_counts:
+        inputs["out_base"].fill_(SENTINEL)
+        call = inputs["call"] if num_splits is None else {**inputs["call"], "num_splits": num_splits}
+        attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **call, config=config)
+        check_output(case, inputs)
+        if after_each is not None:
+            after_each()
+
+
 C = AttentionCase
 MIXED_Q, MIXED_KV = (1, 5, 1, 9), (13, 5, 21, 17)  # decode, prefill, decode, chunked prefill
 CASES = [
@@ -342,14 +364,11 @@ def test_config_override_matches_the_default_and_rejects_misfits() -> None:
     heads is refused, naming the group size."""
     case = C((1, 3), (40, 70), heads=(4, 2), layout="paged", page_size=8, causal=True, bottom_right=True,
              num_splits=None)
+    check_with_config(case, interpreted_config(case, block_n=32))
     inputs = build_inputs(case)
-    base = select_forward_config(head_dim_qk=16, head_dim_v=16, group_size=2, max_seqlen_q=3, interpret=True)
-    attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"],
-                      config=replace(base, block_n=32))
-    check_output(case, inputs)
     with pytest.raises(ValueError, match="group size 2"):
         attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"],
-                          config=replace(base, block_m=16, block_q=16))
+                          config=interpreted_config(case, block_m=16, block_q=16))
 
 
 def test_ragged_decode_with_balance_splits() -> None:
@@ -370,15 +389,8 @@ def test_paged_addressing_variants_match_the_reference(scalar_ids, prefetch, pag
     a decode, a chunk over a prefix and a short prefill in one launch, with and without splits."""
     case = C(MIXED_Q, MIXED_KV, heads=(4, 2), layout="paged", page_size=page_size, causal=True,
              bottom_right=True, window=window, num_splits=None, dtype=torch.float16)
-    inputs = build_inputs(case)
-    base = select_forward_config(head_dim_qk=16, head_dim_v=16, group_size=2, max_seqlen_q=max(MIXED_Q),
-                                 interpret=True)
-    config = replace(base, paged_scalar_ids=scalar_ids, prefetch_page_ids=prefetch)
-    for num_splits in (1, 3):
-        inputs["out_base"].fill_(SENTINEL)
-        attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"],
-                          **{**inputs["call"], "num_splits": num_splits}, config=config)
-        check_output(case, inputs)
+    check_with_config(case, interpreted_config(case, paged_scalar_ids=scalar_ids, prefetch_page_ids=prefetch),
+                      split_counts=(1, 3))
 
 
 @pytest.mark.parametrize("options", [
@@ -392,11 +404,7 @@ def test_small_tile_for_short_sequences_in_a_mixed_batch(options: dict) -> None:
     all in one launch (the small tile holds 8 tokens of group 2: q lens 1, 5 and 8 take it)."""
     fields = dict(layout="paged", page_size=8, num_splits=1, dtype=torch.float16) | options
     case = C((1, 17, 5, 8, 9), (13, 40, 5, 30, 17), heads=(4, 2), **fields)
-    inputs = build_inputs(case)
-    base = select_forward_config(head_dim_qk=16, head_dim_v=16, group_size=2, max_seqlen_q=17, interpret=True)
-    config = replace(base, block_m=32, block_q=16, small_block_m=16)
-    attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"], config=config)
-    check_output(case, inputs)
+    check_with_config(case, interpreted_config(case, block_m=32, block_q=16, small_block_m=16))
 
 
 @pytest.mark.parametrize("layout, prefetch", [("cache", False), ("thd", False), ("paged", True)])
@@ -405,15 +413,8 @@ def test_rotated_kv_walk_matches_the_reference(layout: str, prefetch: bool, wind
     """rotate_kv_tiles (opt-in): the fully visible tiles in a program-dependent order, same attention."""
     case = C(MIXED_Q, (70, 45, 90, 66), heads=(4, 2), layout=layout, page_size=8, causal=True,
              bottom_right=True, window=window, num_splits=None, dtype=torch.float16)
-    inputs = build_inputs(case)
-    base = select_forward_config(head_dim_qk=16, head_dim_v=16, group_size=2, max_seqlen_q=max(MIXED_Q),
-                                 interpret=True)
-    config = replace(base, rotate_kv_tiles=True, prefetch_page_ids=prefetch)
-    for num_splits in (1, 2):
-        inputs["out_base"].fill_(SENTINEL)
-        attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"],
-                          **{**inputs["call"], "num_splits": num_splits}, config=config)
-        check_output(case, inputs)
+    check_with_config(case, interpreted_config(case, rotate_kv_tiles=True, prefetch_page_ids=prefetch),
+                      split_counts=(1, 2))
 
 
 @pytest.mark.parametrize("layout", ["bshd", "sbhd", "thd", "cache", "paged"])
@@ -425,12 +426,7 @@ def test_tma_descriptors_match_the_reference(layout: str, options: dict) -> None
     fields = dict(layout=layout, dtype=torch.float16) | options
     case = C(MIXED_Q, MIXED_KV if fields.get("bottom_right") or layout == "cache" else (1, 5, 3, 9), heads=(4, 2),
              **fields)
-    inputs = build_inputs(case)
-    base = select_forward_config(head_dim_qk=case.d_qk, head_dim_v=16, group_size=2, max_seqlen_q=max(case.q_lens),
-                                 interpret=True)
-    attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"],
-                      config=replace(base, tma=True))
-    check_output(case, inputs)
+    check_with_config(case, interpreted_config(case, tma=True))
 
 
 @pytest.mark.parametrize("options", [
@@ -445,16 +441,12 @@ def test_fused_combine_merges_in_the_last_split(options: dict) -> None:
 
     case = C(MIXED_Q, (70, 45, 90, 66) if options.get("bottom_right") else (1, 5, 1, 9), heads=(4, 2),
              num_splits=None, dtype=torch.float16, **options)
-    inputs = build_inputs(case)
-    base = select_forward_config(head_dim_qk=16, head_dim_v=16, group_size=2, max_seqlen_q=max(MIXED_Q),
-                                 interpret=True)
-    config = replace(base, fused_combine=True)
-    for num_splits in (3, 3, 1):
-        inputs["out_base"].fill_(SENTINEL)
-        attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"],
-                          **{**inputs["call"], "num_splits": num_splits}, config=config)
-        check_output(case, inputs)
+
+    def counters_are_zero() -> None:
         assert all(not counters.any() for counters in attention_fwd._split_counters.values())
+
+    check_with_config(case, interpreted_config(case, fused_combine=True), split_counts=(3, 3, 1),
+                      after_each=counters_are_zero)
 
 
 @pytest.mark.parametrize("layout", ["paged", "cache", "thd"])
@@ -462,12 +454,7 @@ def test_32_bit_offsets_match_the_reference(layout: str) -> None:
     """int32_offsets: per-key offsets in 32 bits (they fit at test sizes); the default is 64-bit."""
     case = C(MIXED_Q, (70, 45, 90, 66), heads=(4, 2), layout=layout, page_size=8, causal=True, bottom_right=True,
              num_splits=None, dtype=torch.float16)
-    inputs = build_inputs(case)
-    base = select_forward_config(head_dim_qk=16, head_dim_v=16, group_size=2, max_seqlen_q=max(MIXED_Q),
-                                 interpret=True)
-    attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"],
-                      config=replace(base, int32_offsets=True))
-    check_output(case, inputs)
+    check_with_config(case, interpreted_config(case, int32_offsets=True))
 
 
 def test_offsets_fit_int32_counts_the_largest_offset() -> None:
