@@ -121,7 +121,7 @@ def pick_variants(measured: Sequence[Measured]) -> str:
     return ";".join(entries)
 
 
-def _variants(cell: Cell, inputs: Inputs | None, layout_only: bool = False) -> list[Variant]:
+def _variants(cell: Cell, layout_only: bool = False) -> list[Variant]:
     """The default (every variant off), the tuned table's choice if it differs, then the layout variants
     (small tile, page-table addressing, rotated walk, TMA), then (unless ``layout_only``) tiles and
     split counts."""
@@ -222,7 +222,7 @@ def _compile_share(only: str, wanted: list[str] | None, layout_only: bool, worke
     done, pair = 0, 0
     for cell in _selected_cells(only, wanted, cfg):
         inputs = None
-        for _, overrides in _variants(cell, None, layout_only):
+        for _, overrides in _variants(cell, layout_only):
             pair += 1
             if (pair - 1) % workers != worker or cfg.stop_reason():
                 continue
@@ -265,7 +265,7 @@ def sweep_cell(cell: Cell, cfg: BenchConfig, layout_only: bool = False,
     p = cell.problem
     base, shape_class = _base_config(cell, tuned=False), _shape_class(cell)
     rows, reference, default_us = [], None, None
-    for index, (name, overrides) in enumerate(_variants(cell, inputs, layout_only)):
+    for index, (name, overrides) in enumerate(_variants(cell, layout_only)):
         if cfg.stop_reason():
             rows.append(f"| {cell.name} | {name} | skipped: budget | | | |")
             continue

@@ -258,7 +258,7 @@ def test_config_sweep_runs_every_variant_and_agrees_with_the_default() -> None:
     measured: list[sweep.Measured] = []
     for cell in (bench_decode.cells(cfg)[1], bench_prefill.cells(cfg)[0]):
         rows = sweep.sweep_cell(cell, cfg, measured=measured)
-        assert len(rows) == len(sweep._variants(cell, None)) > 1
+        assert len(rows) == len(sweep._variants(cell)) > 1
         for row in rows:
             assert "error" not in row and float(row.split("|")[-2]) < 5e-3, row
     assert {m.shape_class for m in measured} == {"decode/paged", "prefill/contiguous"}
@@ -276,7 +276,7 @@ def test_sweep_compiles_its_variants_in_worker_processes() -> None:
     cfg = BenchConfig(device=torch.device("cpu"), smoke=True)
     cell = bench_decode.cells(cfg)[1]
     done = sweep.compile_in_parallel("decode", [cell.name], True, 2, time.monotonic() + 300, "cpu", True)
-    assert done == len(sweep._variants(cell, None, layout_only=True))
+    assert done == len(sweep._variants(cell, layout_only=True))
 
 
 def test_report_header_names_the_kernel_tuning(monkeypatch) -> None:
