@@ -96,29 +96,56 @@ def _variant_string(base, config) -> str:
 
 def pick_variants(measured: Sequence[Measured]) -> str:
     """The ATTN_FUSED_VARIANTS string: per shape class, the variant set with the best geometric-mean
-    speedup over the cells it ran on, if that reaches PICK_MIN_GAIN and no cell fell below
+    speedup over the class's cells, if that reaches PICK_MIN_GAIN and no cell fell below
     PICK_MAX_LOSS (a wrong or failing variant counts as speedup 0); classes with no such set are
     written as ``none``.
+
+    The sweep runs a variant only on the cells it applies to (``tma`` needs pages holding whole
+    tiles, the small tile a batch of mixed lengths), and elsewhere the kernel runs without it. So
+    on a cell where a set was not measured it counts as its largest measured subset there (the
+    default, speedup 1, if none): a variant that won on one cell does not outrank one that won on
+    all of them.
 
     Example:
         >>> pick_variants([Measured("decode/paged", "a", "tma", 1.05), Measured("decode/paged", "b", "tma", 1.01)])
         'decode/paged=tma'
     """
-    by_class: dict[str, dict[str, list[float]]] = {}
+    by_class: dict[str, dict[str, dict[frozenset[str], float]]] = {}  # class -> cell -> variant set -> speedup
     for m in measured:
         if m.variants:
-            by_class.setdefault(m.shape_class, {}).setdefault(m.variants, []).append(m.speedup)
+            runs = by_class.setdefault(m.shape_class, {}).setdefault(m.cell, {})
+            fields = frozenset(m.variants.split("+"))
+            runs[fields] = min(m.speedup, runs.get(fields, math.inf))
     entries = []
-    for shape_class, candidates in sorted(by_class.items()):
+    for shape_class, cells in sorted(by_class.items()):
+        candidates = sorted({fields for runs in cells.values() for fields in runs}, key=lambda f: (len(f), sorted(f)))
         best, best_gain = "none", PICK_MIN_GAIN
-        for variants, speedups in sorted(candidates.items(), key=lambda item: item[0].count("+")):
+        for fields in candidates:
+            speedups = [_speedup_of(fields, runs) for runs in cells.values()]
             if min(speedups) < PICK_MAX_LOSS:  # slower somewhere, wrong (0) or failed (0)
                 continue
             gain = math.exp(sum(map(math.log, speedups)) / len(speedups))
             if gain > best_gain:
-                best, best_gain = variants, gain
+                best, best_gain = "+".join(sorted(fields, key=_field_order)), gain
         entries.append(f"{shape_class}={best}")
     return ";".join(entries)
+
+
+def _field_order(flag: str) -> int:
+    """Variant flags in ``VARIANT_FIELDS`` order (``small_block_m:16`` sorts as ``small_block_m``)."""
+    from attention.kernels.configs import VARIANT_FIELDS
+
+    return VARIANT_FIELDS.index(flag.partition(":")[0])
+
+
+def _speedup_of(fields: frozenset[str], runs: dict[frozenset[str], float]) -> float:
+    """A variant set's speedup on one cell: measured, else its largest measured subset's (the worst
+    of equally large ones), else 1 (none of it applies: the default runs)."""
+    subsets = [measured for measured in runs if measured <= fields]
+    if not subsets:
+        return 1.0
+    largest = max(map(len, subsets))
+    return min(runs[measured] for measured in subsets if len(measured) == largest)
 
 
 def _variants(cell: Cell, layout_only: bool = False) -> list[Variant]:
@@ -159,6 +186,9 @@ def _small_tile_variants(cell: Cell, base) -> list[Variant]:
     if cell.kv_source == "paged":
         out.append((f"small tile {small} + prefetch ids",
                     {"config": replace(base, small_block_m=small, prefetch_page_ids=True)}))
+        # two programs per SM instead of one (shared memory): do the decodes of the batch stream faster?
+        out.append((f"small tile {small} + prefetch ids n64 s2",
+                    {"config": replace(base, small_block_m=small, prefetch_page_ids=True, block_n=64, num_stages=2)}))
     return out
 
 
@@ -166,7 +196,9 @@ def _paged_variants(cell: Cell, base, decode_class: bool) -> list[Variant]:
     """One page id per tile (pages holding whole tiles) and page ids prefetched a tile ahead."""
     if cell.kv_source != "paged":
         return []
-    tiles = [("", base)] + ([] if decode_class else [("n128 s3 ", replace(base, block_n=128, num_stages=3))])
+    other_tile = (replace(base, block_n=64, num_stages=3) if base.block_n == 128
+                  else replace(base, block_n=128, num_stages=3))
+    tiles = [("", base)] + ([] if decode_class else [(f"n{other_tile.block_n} s3 ", other_tile)])
     out: list[Variant] = []
     for prefix, tile in tiles:
         if cell.page_size % tile.block_n == 0:

@@ -95,3 +95,21 @@ def test_pick_variants_never_picks_a_wrong_or_failing_variant() -> None:
                 Measured("decode/paged", "b", "fused_combine", 0.0),  # wrong output or a failure there
                 Measured("decode/paged", "a", "tma", 1.05)]
     assert pick_variants(measured) == "decode/paged=tma"
+
+
+def test_pick_variants_counts_a_variant_as_off_where_it_did_not_run() -> None:
+    """tma ran on one cell of three (pages holding whole tiles) and won there; prefetching won on all
+    three. Where a set did not run, the kernel runs its largest subset that did (here: the default)."""
+    measured = [
+        Measured("prefill/paged", "p256", "tma", 1.32),
+        Measured("prefill/paged", "p256", "prefetch_page_ids", 1.17),
+        Measured("prefill/paged", "p16", "prefetch_page_ids", 1.26),
+        Measured("prefill/paged", "mixed", "prefetch_page_ids", 1.20),
+        Measured("prefill/paged", "mixed", "prefetch_page_ids+small_block_m:16", 1.38),
+    ]
+    # small tile + prefetch: 1.38 on the mixed batch, prefetch alone (1.17, 1.26) on the uniform ones
+    assert pick_variants(measured) == "prefill/paged=prefetch_page_ids+small_block_m:16"
+    assert pick_variants(measured[:4]) == "prefill/paged=prefetch_page_ids"
+    # a combination that lost where it ran is not rescued by its subsets elsewhere
+    slower = [*measured[:4], Measured("prefill/paged", "mixed", "prefetch_page_ids+small_block_m:16", 0.9)]
+    assert pick_variants(slower) == "prefill/paged=prefetch_page_ids"
