@@ -116,7 +116,7 @@ def _inputs(paged: bool, head_dim: int) -> dict:
 
 
 def configurations() -> list[dict]:
-    """The production tiles of head dims 128 and 256; at d 64 the default configs, each variant alone and
+    """The production tiles of head dims 128 and 256 (with their tuned variants); at d 64 the default configs, each variant alone and
     together, splits (the combine kernel), ALiBi, sinks, windows."""
     from attention.kernels.configs import select_forward_config
 
@@ -125,12 +125,14 @@ def configurations() -> list[dict]:
     decode = select_forward_config(head_dim_qk=64, head_dim_v=64, group_size=2, max_seqlen_q=1, interpret=False,
                                    tuned=False)
     calls: list[dict] = []
-    for head_dim in (128, 256):  # the H200's production tiles: they must fit sm90's shared memory
+    for head_dim in (128, 256):  # the H200's production tiles, tuned variants on: they must fit sm90's shared memory
         for max_q, splits in ((400, 1), (1, 4)):
-            config = select_forward_config(head_dim_qk=head_dim, head_dim_v=head_dim, group_size=2, max_seqlen_q=max_q,
-                                           interpret=False, tuned=False)
-            calls.append(dict(label=f"d{head_dim} m{config.block_m} n{config.block_n} s{config.num_stages}",
-                              paged=False, head_dim=head_dim, config=config, num_splits=splits))
+            for paged in (False, True):
+                config = select_forward_config(head_dim_qk=head_dim, head_dim_v=head_dim, group_size=2,
+                                               max_seqlen_q=max_q, interpret=False, paged=paged)
+                label = (f"d{head_dim} {'paged' if paged else 'contiguous'} m{config.block_m} n{config.block_n} "
+                         f"s{config.num_stages}")
+                calls.append(dict(label=label, paged=paged, head_dim=head_dim, config=config, num_splits=splits))
     for paged in (True, False):
         layout = "paged" if paged else "contiguous"
         calls += [

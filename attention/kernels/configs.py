@@ -93,11 +93,22 @@ SHAPE_CLASSES = ("decode/paged", "decode/contiguous", "prefill/paged", "prefill/
 
 TUNED_VARIANTS: dict[str, dict[str, int]] = {
     "decode/paged": {},
-    "decode/contiguous": {},
-    "prefill/paged": {},
-    "prefill/contiguous": {},
+    "decode/contiguous": {"tma": 1},
+    "prefill/paged": {"prefetch_page_ids": 1, "small_block_m": 16},
+    "prefill/contiguous": {"int32_offsets": 1},
 }
-"""Variants on by default per shape class (empty: none measured faster yet)."""
+"""Variants on by default per shape class: ``benchmarks.sweep --layout-only``'s pick on the H200
+(bf16, Triton 3.6, 2026-11-30; docs/results/2026-11-30-h200-variants/sweep.md), speedups over every
+variant off:
+  decode/paged: none; each variant lost somewhere (page-id prefetch 0.71x at 64x4k, fused combine
+    0.64x at 1x8k, 32-bit offsets 0.93x at 32x32k, rotated walk 0.84x at 32x4k verify).
+  decode/contiguous: tma, 64x4k 1.20x (310.6 -> 258.4 µs; the rotated walk 1.19x).
+  prefill/paged: page ids prefetched a tile ahead + a 16-row tile for short sequences: 2k prefill
+    + 128 decodes 1.38x, 2k chunk on 14k + 64 decodes 1.21x; prefetch alone on uniform chunks
+    1.17x (6k, page 256) and 1.26x (30k, page 16). Measured with 64-key tiles, before the
+    128-key paged prefill tile.
+  prefill/contiguous: 32-bit offsets, geometric mean 1.04x over seven cells (0.99-1.08x); tma
+    gained 6-17 % at 4k-16k with d128 but lost at d64 (0.71x) and 16x1k causal (0.95x)."""
 
 VARIANTS_ENV = "ATTN_FUSED_VARIANTS"
 """Environment override of ``TUNED_VARIANTS``, e.g. ``decode/paged=paged_scalar_ids+prefetch_page_ids;
@@ -172,8 +183,11 @@ def select_forward_config(
         (4.03 TB/s); 3 stages 277, block_n 128 286, block_n 32 307, 2 warps 391, 8 warps 378.
       prefill d128 (4x4k, GQA causal / MHA full): 128x64 8 warps 3 stages 427 / 453 TFLOP/s;
         4 stages 415 / 458, 128x128 2 stages 418 / 461, 64x64 4 warps 411 / 443.
-        Exceptions to follow up: 16x1k causal 64x64 4 warps 281 vs 264; a 2k chunk over a 30k
-        paged prefix 128x128 3 stages 287 vs 246.
+        Exception to follow up: 16x1k causal 64x64 4 warps 281 vs 264.
+      prefill d128 over a paged cache: 128-key tiles, 3 stages (the page-table gather of a tile costs
+        the same at 64 or 128 keys). Page-id variants on both tiles (µs, page 16 unless named):
+        a 2k chunk on 30k 3145 vs 3454, on 6k page 256 685 vs 832 (one page id per tile),
+        2k on 14k + 64 decodes 2041 vs 2242, 2k prefill + 128 decodes 666 vs 677.
       d64 causal: 128x64 8 warps 3 stages 363 (64x64 4 warps 349). d256 causal: 128x64 8 warps
         2 stages 467 (3 stages and 128x128 exceed shared memory; 64x64 4 warps 327).
 
@@ -201,6 +215,8 @@ def _select_forward_config(head_dim_qk: int, head_dim_v: int, group_size: int, m
     elif packed_rows <= _DECODE_MAX_ROWS:
         block_m = max(group_rows, next_power_of_2(packed_rows))
         block_n, num_warps, num_stages = 64, 4, 2
+    elif block_d == 128 and paged:
+        block_m, block_n, num_warps, num_stages = 128, 128, 8, 3
     elif block_d <= 128:
         block_m, block_n, num_warps, num_stages = 128, 64, 8, 3
     else:
