@@ -144,6 +144,9 @@ class InferenceParams:
         self.sequences_pre_step: OrderedDict[Hashable, int] = OrderedDict()
         self.step_dict: OrderedDict[Hashable, int] = OrderedDict()
         self.batch_size = 0
+        self.longest_sequence = 0
+        """Host int: the longest sequence's length after this step's tokens (``max_sequence_length``
+        bounds it; the fused backend sizes split-KV on it in eager calls)."""
 
     def _set_input_format(self, qkv_format: str) -> None:
         self.input_qkv_format = qkv_format
@@ -177,6 +180,7 @@ class InferenceParams:
         self.sequences = OrderedDict(self.cache_manager.pre_step(step_dict))
         self.step_dict = OrderedDict(step_dict)
         self.batch_size = len(step_dict)
+        self.longest_sequence = max(self.sequences.values(), default=0)
         self.sequences_pre_step = OrderedDict(
             (seq_id, total - self.step_dict[seq_id]) for seq_id, total in self.sequences.items()
         )
@@ -248,6 +252,7 @@ class InferenceParams:
         self.sequences_pre_step = OrderedDict()
         self.step_dict = OrderedDict()
         self.batch_size = 0
+        self.longest_sequence = 0
         self.cu_seqlens_q.zero_()
         self.cu_seqlens_kv.zero_()
         self.pre_step_seqlens.zero_()

@@ -24,3 +24,23 @@ PARAMS = AttentionParams(dtype=torch.float16, device_type="cpu")
 ])
 def test_fused_output_starts_from_zeros_only_where_rows_can_be_padding(fields, q_shape, expected) -> None:
     assert output_rows_may_be_padding(replace(PARAMS, **fields), torch.Size(q_shape)) is expected
+
+
+def test_eager_cache_steps_size_split_kv_on_the_longest_sequence_not_the_capacity() -> None:
+    """A 64k-token cache holding sequences of 30 and 257 tokens: split-KV is sized for 257 in an
+    eager step; without InferenceParams (no cache) max_seqlen_kv stands as given."""
+    from collections import OrderedDict
+    from types import SimpleNamespace
+
+    from attention.backends.fused import split_sizing_kv_length
+    from inference import InferenceParams
+
+    params = InferenceParams(2, 1 << 16, 2, 16, torch.float16, is_paged=True, page_size=16, device="cpu")
+    params.pre_step(OrderedDict({"a": 30, "b": 256}))
+    params.pre_step(OrderedDict({"a": 1, "b": 1}))
+    assert params.longest_sequence == 257
+    query = torch.empty(2, 1, 4, 16)
+    assert split_sizing_kv_length(SimpleNamespace(inference_params=params, max_seqlen_kv=1 << 16, query=query)) == 257
+    assert split_sizing_kv_length(SimpleNamespace(inference_params=None, max_seqlen_kv=900, query=query)) == 900
+    params.reset()
+    assert params.longest_sequence == 0

@@ -46,6 +46,21 @@ def output_rows_may_be_padding(p: AttentionParams, q_shape: torch.Size) -> bool:
     return "padding" in p.attn_mask_type
 
 
+def split_sizing_kv_length(call: AttentionCall) -> int:
+    """The KV length the kernel sizes split-KV on (it only picks the split count and tile classes).
+
+    With a KV cache ``max_seqlen_kv`` is the cache's capacity (``max_sequence_length``, as in TE):
+    at 64k capacity a batch-1 decode over 256 tokens would run 16 splits of a few keys each and a
+    combine launch. An eager step uses the longest sequence the step actually holds; a CUDA-graph
+    capture or torch.compile keeps the capacity, since later replays of that graph attend to
+    longer sequences.
+    """
+    ip = call.inference_params
+    if ip is None or torch.compiler.is_compiling() or (call.query.is_cuda and torch.cuda.is_current_stream_capturing()):
+        return call.max_seqlen_kv
+    return min(call.max_seqlen_kv, getattr(ip, "longest_sequence", call.max_seqlen_kv))
+
+
 class FusedBackend(Backend):
     name = "fused"
     capabilities = Capabilities(
@@ -108,6 +123,7 @@ class FusedBackend(Backend):
                 kv_starts = (call.cu_seqlens_kv_padded if call.cu_seqlens_kv_padded is not None else call.cu_seqlens_kv)[:-1]
 
         alloc = torch.zeros if output_rows_may_be_padding(p, q.shape) else torch.empty
+        max_seqlen_kv = split_sizing_kv_length(call)
         out = alloc(q.shape[:-1] + (p.head_dim_v,), dtype=q.dtype, device=q.device)
         # num_splits=1 (the default) keeps the kernel's own split-KV heuristic; a larger value is forced.
         # The launch is the custom op dpa::fused_attention_forward under torch.compile (attention.custom_ops).
@@ -116,7 +132,7 @@ class FusedBackend(Backend):
             call.cu_seqlens_q[: batch + 1], call.cu_seqlens_kv[: batch + 1],
             q_starts, kv_starts, page_table,
             p.qkv_format, kv_format, batch,
-            call.max_seqlen_q, call.max_seqlen_kv, total_q, call.softmax_scale,
+            call.max_seqlen_q, max_seqlen_kv, total_q, call.softmax_scale,
             is_causal(p.attn_mask_type), p.window_size[0], p.window_size[1], p.bottom_right_diagonal,
             call.alibi_slopes, call.softmax_offset, None if p.num_splits == 1 else p.num_splits,
         )
