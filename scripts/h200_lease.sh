@@ -8,12 +8,14 @@
 # see below) and brought back as .device/fa2-built/ (3 parts, 42 MB); later leases untar it.
 # Then four device calls, each `COMMIT=$(git rev-parse --short HEAD) bash scripts/h200_lease.sh callN`:
 #   call1  carry [".device/fa2-built"]  flash-attn 2 installed; the layout-variant sweep picks
-#          ATTN_FUSED_VARIANTS (the GPU to itself); where an eager call's host time goes   ~7 min
+#          ATTN_FUSED_VARIANTS (the GPU to itself); where an eager call's host time goes; with
+#          SWEEP_CELLS="M1,1x8k" also tiles and split counts on those cells             ~1-4 min
 #   call2  carry [".device/fa4-a"]      first half of flash-attn-4 staged; the GPU suite (flash-attn 2
-#          cases included); host-overhead suite (Triton's launcher and the cached launch)  ~9 min
+#          cases included); host-overhead suite                                           ~4 min
 #   call3  carry [".device/fa4-b"]      flash-attn-4 installed; its tests, serving simulation and
 #          share of the cross-backend grid                                                  ~5 min
-#   call4  (no carry)                   benchmarks decode, mixed, prefill with call1's variants ~5 min
+#   call4  (no carry)                   benchmarks decode, mixed, prefill with call1's variants ~3 min
+#   call3-bench  carry [".device/fa4-b"]  instead of call3 + call4 when flash-attn-4's tests need no re-run
 # Each call leaves $OUT/callN.tar.gz (all logs and reports so far).
 # Without .device/fa2-built: `fa2-build` as call1 (carry [".device/fa2"]; starts the build in the
 # background and runs the sweep), the other calls as above; call4 then waits for the build, packs it
@@ -52,7 +54,32 @@ sweep() {
     --budget-s 310 > $L/sweep.log 2>&1; echo "sweep rc=$?"; cat $L/variants.txt
   export ATTN_FUSED_VARIANTS=$(cat $L/variants.txt 2>/dev/null)
   timeout 50 python3 -m benchmarks.profile_call --out $L/profile.txt > $L/profile.log 2>&1; echo "profile rc=$?"
+  if [ -n "${SWEEP_CELLS:-}" ]; then  # tiles and split counts too, on the cells named (comma list)
+    timeout 170 python3 -m benchmarks.sweep --cells "$SWEEP_CELLS" --compile-workers 12 --budget-s 150 \
+      --out $L/sweep-tiles.md > $L/sweep-tiles.log 2>&1; echo "tile sweep rc=$?"
+  fi
   stamp "sweep done"
+}
+install_fa4() {
+  cp .device/fa4-b/* /tmp/fa4w/
+  cat /tmp/fa4w/cu13.part.aa /tmp/fa4w/cu13.part.ab > "/tmp/fa4w/$(cat /tmp/fa4w/big-wheel-name)" && rm /tmp/fa4w/cu13.part.*
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir /tmp/fa4w/*.whl 2>&1 | tail -3
+  python3 -c "import flash_attn.cute as c; print('flash-attn-4 ready:', c.flash_attn_varlen_func.__name__)"
+  python3 -m pip list 2>/dev/null | grep -iE "^(flash|nvidia-cutlass|torch |triton)" | tee -a $L/env.txt
+}
+bench() {
+  if [ -d /tmp/fa ] && ! fa2_ready >/dev/null 2>&1; then  # after fa2-build: wait, bring the build back
+    while [ ! -f /tmp/fa/rc ] && [ $SECONDS -lt 300 ]; do sleep 5; done
+    so=$(python3 -c "import torch, flash_attn_2_cuda; print(flash_attn_2_cuda.__file__)") && \
+      tar czf /tmp/fa2-built.tgz --exclude=flash_attn/cute -C "${so%/*}" "${so##*/}" flash_attn flash_attn-2.8.3.post2.dist-info && \
+      split -b 15M /tmp/fa2-built.tgz $OUT/fa2-built.part.
+  fi
+  fa2_ready | tee -a $L/env.txt
+  export ATTN_FUSED_VARIANTS=$(cat $L/variants.txt 2>/dev/null); echo "ATTN_FUSED_VARIANTS=$ATTN_FUSED_VARIANTS" | tee -a $L/env.txt
+  timeout $(( 590 - SECONDS )) python3 -m benchmarks.run_all --out $L/bench --isolate --only decode,mixed,prefill \
+    --budget-s $(( 590 - SECONDS - 60 )) > $L/bench.log 2>&1
+  echo "run_all rc=$?"; tail -3 $L/bench.log
+  stamp "benchmarks done"
 }
 case "${1:-help}" in
 prepare)
@@ -78,33 +105,16 @@ call2)
   T=${T:-290} bash scripts/gpu_tests.sh $L/gpu
   stamp "host-overhead suite"
   timeout 120 python3 -m benchmarks.run_all --out $L/overhead --only overhead > $L/overhead.log 2>&1; echo "overhead rc=$?"
-  ATTN_TRITON_FAST_LAUNCH=1 timeout 100 python3 -m benchmarks.run_all --out $L/overhead-fast --only overhead \
-    > $L/overhead-fast.log 2>&1; echo "overhead (fast launch) rc=$?"
   stamp "call2 done"; pack call2;;
 call3)
-  stamp call3
-  cp .device/fa4-b/* /tmp/fa4w/
-  cat /tmp/fa4w/cu13.part.aa /tmp/fa4w/cu13.part.ab > "/tmp/fa4w/$(cat /tmp/fa4w/big-wheel-name)" && rm /tmp/fa4w/cu13.part.*
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir /tmp/fa4w/*.whl 2>&1 | tail -3
-  python3 -c "import flash_attn.cute as c; print('flash-attn-4 ready:', c.flash_attn_varlen_func.__name__)"
-  python3 -m pip list 2>/dev/null | grep -iE "^(flash|nvidia-cutlass|torch |triton)" | tee -a $L/env.txt
+  stamp call3; install_fa4
   stamp "fa4 tests, serving simulation and share of the cross-backend grid"
   shards flash4 12 300 -m "gpu or not gpu" tests/gpu/test_flash_gpu.py tests/test_serving_simulation.py \
     tests/gpu/test_attention_grid_gpu.py -k "flash4 or cuda_graph"
   stamp "call3 done"; pack call3;;
 call4)
-  stamp call4
-  if [ -d /tmp/fa ] && ! fa2_ready >/dev/null 2>&1; then  # after fa2-build: wait, bring the build back
-    while [ ! -f /tmp/fa/rc ] && [ $SECONDS -lt 300 ]; do sleep 5; done
-    so=$(python3 -c "import torch, flash_attn_2_cuda; print(flash_attn_2_cuda.__file__)") && \
-      tar czf /tmp/fa2-built.tgz --exclude=flash_attn/cute -C "${so%/*}" "${so##*/}" flash_attn flash_attn-2.8.3.post2.dist-info && \
-      split -b 15M /tmp/fa2-built.tgz $OUT/fa2-built.part.
-  fi
-  fa2_ready | tee -a $L/env.txt
-  export ATTN_FUSED_VARIANTS=$(cat $L/variants.txt 2>/dev/null); echo "ATTN_FUSED_VARIANTS=$ATTN_FUSED_VARIANTS" | tee -a $L/env.txt
-  timeout $(( 590 - SECONDS )) python3 -m benchmarks.run_all --out $L/bench --isolate --only decode,mixed,prefill \
-    --budget-s $(( 590 - SECONDS - 60 )) > $L/bench.log 2>&1
-  echo "run_all rc=$?"; tail -3 $L/bench.log
-  stamp "call4 done"; pack call4;;
-*) sed -n 2,23p "$0";;
+  stamp call4; bench; pack call4;;
+call3-bench)  # flash-attn-4 installed, then the benchmarks (when its tests need no re-run)
+  stamp call3-bench; install_fa4; bench; pack call3-bench;;
+*) sed -n 2,24p "$0";;
 esac
