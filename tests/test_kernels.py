@@ -449,29 +449,6 @@ def test_fused_combine_merges_in_the_last_split(options: dict) -> None:
                       after_each=counters_are_zero)
 
 
-@pytest.mark.parametrize("per_step", [1, 2])
-def test_fused_combine_merges_several_splits_per_step(per_step: int, monkeypatch) -> None:
-    """The merge loads `per_step` splits at a time: 5 splits take 3 steps, the last one part-masked
-    (and some splits of the short sequences hold no keys: lse -inf)."""
-    from attention.kernels import attention_fwd
-
-    case = C(MIXED_Q, (70, 45, 90, 66), heads=(4, 2), layout="paged", page_size=8, causal=True, bottom_right=True,
-             num_splits=None, dtype=torch.float16, sink=True)
-    config = interpreted_config(case, fused_combine=True)
-    monkeypatch.setattr(attention_fwd, "_MERGE_ELEMENTS", per_step * config.block_m * config.block_dv)
-    assert attention_fwd._merge_splits_per_step(config, 5) == per_step
-    check_with_config(case, config, split_counts=(5,))
-
-
-def test_merge_step_fits_the_register_budget() -> None:
-    from attention.kernels.attention_fwd import _merge_splits_per_step
-
-    decode = ForwardConfig(block_m=16, block_q=4, block_n=64, block_dqk=128, block_dv=128, num_warps=4, num_stages=2)
-    assert [_merge_splits_per_step(decode, n) for n in (1, 2, 3, 8, 64)] == [1, 2, 4, 4, 4]
-    prefill = replace(decode, block_m=128, block_q=32)
-    assert _merge_splits_per_step(prefill, 64) == 1
-
-
 @pytest.mark.parametrize("layout", ["paged", "cache", "thd"])
 def test_32_bit_offsets_match_the_reference(layout: str) -> None:
     """int32_offsets: per-key offsets in 32 bits (they fit at test sizes); the default is 64-bit."""

@@ -14,7 +14,6 @@ from .configs import (
     MAX_NUM_SPLITS,
     ForwardConfig,
     choose_num_splits,
-    next_power_of_2,
     num_streaming_multiprocessors,
     select_forward_config,
 )
@@ -24,17 +23,6 @@ __all__ = ["attention_forward"]
 
 
 _launch_attention = CachedLaunch(attention_fwd_kernel)
-_MERGE_ELEMENTS = 8192
-"""fp32 partial-output elements the fused combine loads per step (64 registers a thread at 4 warps)."""
-
-
-def _merge_splits_per_step(config: ForwardConfig, num_splits: int) -> int:
-    """How many splits the fused combine merges per load: as many as fit ``_MERGE_ELEMENTS``
-    (a 16-row decode tile of d128: 4), a power of 2, at most the split count."""
-    fit = max(1, _MERGE_ELEMENTS // (config.block_m * config.block_dv))
-    return max(1, min(next_power_of_2(num_splits), 1 << (fit.bit_length() - 1)))
-
-
 _split_counters: dict[tuple, torch.Tensor] = {}
 
 
@@ -213,7 +201,7 @@ def attention_forward(
         PREFETCH_PAGES=config.prefetch_page_ids and shapes.paged,
         ROTATE_KV=config.rotate_kv_tiles, USE_TMA=use_tma,
         SMALL_BLOCK_M=config.small_block_m, SMALL_BLOCK_Q=max(1, config.small_block_m // group_size),
-        FUSED_COMBINE=fused_combine, MERGE_SPLITS=_merge_splits_per_step(config, num_splits) if fused_combine else 1,
+        FUSED_COMBINE=fused_combine,
         INDEX_INT32=config.int32_offsets and _offsets_fit_int32(k) and _offsets_fit_int32(v),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
