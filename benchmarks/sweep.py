@@ -150,8 +150,8 @@ def _speedup_of(fields: frozenset[str], runs: dict[frozenset[str], float]) -> fl
 
 def _variants(cell: Cell, layout_only: bool = False) -> list[Variant]:
     """The default (every variant off), the tuned table's choice if it differs, then the layout variants
-    (small tile, page-table addressing, rotated walk, TMA), then (unless ``layout_only``) tiles and
-    split counts."""
+    (small tile, page-table addressing, rotated walk, TMA; prefill-class cells also each of them with
+    32-bit offsets), then (unless ``layout_only``) tiles and split counts."""
     base = _base_config(cell, tuned=False)
     tuned = _base_config(cell, tuned=True)
     decode_class = base.block_m < 128
@@ -171,6 +171,10 @@ def _variants(cell: Cell, layout_only: bool = False) -> list[Variant]:
             out.append(("tma s4", {"config": replace(base, tma=True, num_stages=4)}))
     elif cell.page_size >= 16:  # pages smaller than the tile: a tile per page (a tile change: not picked)
         out.append((f"tma n{cell.page_size}", {"config": replace(base, tma=True, block_n=cell.page_size)}))
+    if not decode_class:  # 32-bit offsets with each layout variant: for pick_variants to weigh the pairs
+        out += [(f"{name} + int32 offsets", {"config": replace(overrides["config"], int32_offsets=True)})
+                for name, overrides in out[1:] if _variant_string(base, overrides["config"])
+                and not name.startswith("tuned")]
     out.append(("int32 offsets", {"config": replace(base, int32_offsets=True)}))
     if not layout_only:
         out += _decode_variants(cell, base) if decode_class else _prefill_variants(cell, base)

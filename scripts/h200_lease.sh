@@ -50,7 +50,8 @@ environment() {
 }
 sweep() {
   stamp "layout-variant sweep"
-  timeout 340 python3 -m benchmarks.sweep --layout-only --compile-workers 12 --out $L/sweep.md --variants-out $L/variants.txt \
+  timeout 340 python3 -m benchmarks.sweep --layout-only --only "${SWEEP_ONLY:-mixed,decode,prefill}" --compile-workers 12 \
+    --out $L/sweep.md --variants-out $L/variants.txt \
     --budget-s 310 > $L/sweep.log 2>&1; echo "sweep rc=$?"; cat $L/variants.txt
   export ATTN_FUSED_VARIANTS=$(cat $L/variants.txt 2>/dev/null)
   timeout 50 python3 -m benchmarks.profile_call --out $L/profile.txt > $L/profile.log 2>&1; echo "profile rc=$?"
