@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from attention.kernels.configs import tma_pays
 from benchmarks import bench_decode, bench_mixed, bench_prefill
 from benchmarks.cells import Cell, Inputs
 from benchmarks.config import BenchConfig
@@ -71,7 +72,8 @@ def _base_config(cell: Cell, tuned: bool):
 
     p = cell.problem
     return select_forward_config(head_dim_qk=p.head_dim, head_dim_v=p.head_dim_v, group_size=p.heads_q // p.heads_kv,
-                                 max_seqlen_q=p.max_q, interpret=False, paged=cell.kv_source == "paged", tuned=tuned)
+                                 max_seqlen_q=p.max_q, interpret=False, paged=cell.kv_source == "paged", tuned=tuned,
+                                 max_seqlen_kv=p.max_kv)
 
 
 def _shape_class(cell: Cell) -> str:
@@ -159,13 +161,18 @@ def _variants(cell: Cell, layout_only: bool = False) -> list[Variant]:
     if tuned != base:
         out.append((f"tuned ({_variant_string(base, tuned)})", {"config": tuned}))
     out += _small_tile_variants(cell, base) + _paged_variants(cell, base, decode_class)
+    if (not decode_class and cell.kv_source == "paged" and cell.page_size % base.block_n == 0
+            and tuned != base and not tuned.paged_scalar_ids):  # pages holding whole tiles: the table + scalar ids
+        out.append((f"scalar ids + {_variant_string(base, tuned)}", {"config": replace(tuned, paged_scalar_ids=True)}))
     if decode_class:
         out.append(("rotated kv walk", {"config": replace(base, rotate_kv_tiles=True)}))
         out.append(("fused combine", {"config": replace(base, fused_combine=True)}))
         if cell.kv_source == "paged":  # a combination for pick_variants to weigh against each alone
             out.append(("fused combine + prefetch ids",
                         {"config": replace(base, fused_combine=True, prefetch_page_ids=True)}))
-    if cell.kv_source != "paged" or cell.page_size % base.block_n == 0:
+    if not tma_pays(base, cell.problem.max_kv):  # the tables' tma does not apply to this cell
+        pass
+    elif cell.kv_source != "paged" or cell.page_size % base.block_n == 0:
         out.append(("tma", {"config": replace(base, tma=True)}))
         if not decode_class:
             out.append(("tma s4", {"config": replace(base, tma=True, num_stages=4)}))
@@ -174,7 +181,7 @@ def _variants(cell: Cell, layout_only: bool = False) -> list[Variant]:
     if not decode_class:  # 32-bit offsets with each layout variant: for pick_variants to weigh the pairs
         out += [(f"{name} + int32 offsets", {"config": replace(overrides["config"], int32_offsets=True)})
                 for name, overrides in out[1:] if _variant_string(base, overrides["config"])
-                and not name.startswith("tuned")]
+                and not name.startswith("tuned") and not overrides["config"].int32_offsets]
     out.append(("int32 offsets", {"config": replace(base, int32_offsets=True)}))
     if not layout_only:
         out += _decode_variants(cell, base) if decode_class else _prefill_variants(cell, base)

@@ -16,6 +16,7 @@
 #          share of the cross-backend grid                                                  ~5 min
 #   call4  (no carry)                   benchmarks decode, mixed, prefill with call1's variants ~3 min
 #   call3-bench  carry [".device/fa4-b"]  instead of call3 + call4 when flash-attn-4's tests need no re-run
+# SWEEP_ONLY / BENCH_ONLY (comma lists of decode, mixed, prefill) narrow the sweep and the benchmarks.
 # Each call leaves $OUT/callN.tar.gz (all logs and reports so far).
 # Without .device/fa2-built: `fa2-build` as call1 (carry [".device/fa2"]; starts the build in the
 # background and runs the sweep), the other calls as above; call4 then waits for the build, packs it
@@ -77,7 +78,7 @@ bench() {
   fi
   fa2_ready | tee -a $L/env.txt
   export ATTN_FUSED_VARIANTS=$(cat $L/variants.txt 2>/dev/null); echo "ATTN_FUSED_VARIANTS=$ATTN_FUSED_VARIANTS" | tee -a $L/env.txt
-  timeout $(( 590 - SECONDS )) python3 -m benchmarks.run_all --out $L/bench --isolate --only decode,mixed,prefill \
+  timeout $(( 590 - SECONDS )) python3 -m benchmarks.run_all --out $L/bench --isolate --only "${BENCH_ONLY:-decode,mixed,prefill}" \
     --budget-s $(( 590 - SECONDS - 60 )) > $L/bench.log 2>&1
   echo "run_all rc=$?"; tail -3 $L/bench.log
   stamp "benchmarks done"
@@ -117,5 +118,5 @@ call4)
   stamp call4; bench; pack call4;;
 call3-bench)  # flash-attn-4 installed, then the benchmarks (when its tests need no re-run)
   stamp call3-bench; install_fa4; bench; pack call3-bench;;
-*) sed -n 2,24p "$0";;
+*) sed -n 2,25p "$0";;
 esac

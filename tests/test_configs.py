@@ -48,6 +48,21 @@ def test_the_override_reaches_only_its_class(monkeypatch) -> None:
     assert not (untuned.paged_scalar_ids or untuned.rotate_kv_tiles or untuned.small_block_m or untuned.tma)
 
 
+def test_the_tables_tma_needs_wide_rows_and_a_long_kv_walk(monkeypatch) -> None:
+    """tma from a variant table applies at head dim >= 128 over >= TMA_MIN_KV_LENGTH keys (unknown
+    length: applies); an explicit ForwardConfig keeps whatever it says."""
+    from attention.kernels.configs import TMA_MIN_KV_LENGTH
+
+    monkeypatch.setenv(VARIANTS_ENV, "prefill/contiguous=tma+int32_offsets")
+    assert _config(512, paged=False, max_seqlen_kv=TMA_MIN_KV_LENGTH).tma
+    assert _config(512, paged=False).tma
+    short = _config(512, paged=False, max_seqlen_kv=TMA_MIN_KV_LENGTH - 1)
+    assert not short.tma and short.int32_offsets
+    narrow = select_forward_config(head_dim_qk=64, head_dim_v=64, group_size=4, max_seqlen_q=512, interpret=False,
+                                   max_seqlen_kv=1 << 14)
+    assert not narrow.tma and narrow.int32_offsets
+
+
 def test_small_tile_is_dropped_when_it_would_not_be_smaller(monkeypatch) -> None:
     """A decode-class tile of 16 rows has no smaller second tile: the override leaves it at 0."""
     monkeypatch.setenv(VARIANTS_ENV, "decode/paged=small_block_m:16")

@@ -15,14 +15,15 @@ import torch
 from attention.environment import getenv
 
 __all__ = [
-    "ForwardConfig",
-    "select_forward_config",
-    "choose_num_splits",
-    "num_streaming_multiprocessors",
-    "next_power_of_2",
     "MAX_NUM_SPLITS",
     "VARIANTS_ENV",
+    "ForwardConfig",
+    "choose_num_splits",
+    "next_power_of_2",
+    "num_streaming_multiprocessors",
     "parse_variants",
+    "select_forward_config",
+    "tma_pays",
 ]
 
 MAX_NUM_SPLITS = 64
@@ -144,11 +145,25 @@ def parse_variants(text: str) -> dict[str, dict[str, int]]:
     return table
 
 
-def _with_variants(config: ForwardConfig, shape_class: str, group_size: int, override: str) -> ForwardConfig:
+TMA_MIN_KV_LENGTH = 2048
+"""The variant tables' ``tma`` is used for head dims >= 128 over KV walks of at least this many keys
+only: a descriptor's setup pays off over long walks of wide rows (H200, tma + 32-bit offsets
+against 32-bit offsets alone: d128 at 4k-30k keys 1.01-1.09x; 16x1k causal 0.95x, d64 4x4k 0.66x)."""
+
+
+def tma_pays(config: ForwardConfig, max_seqlen_kv: int) -> bool:
+    """Whether the variant tables' ``tma`` applies to a call (see ``TMA_MIN_KV_LENGTH``)."""
+    return config.block_dqk >= 128 and max_seqlen_kv >= TMA_MIN_KV_LENGTH
+
+
+def _with_variants(config: ForwardConfig, shape_class: str, group_size: int, override: str,
+                   long_kv: bool) -> ForwardConfig:
     variants = {**TUNED_VARIANTS, **parse_variants(override)}.get(shape_class)
     if not variants:
         return config
     values = {name: bool(value) for name, value in variants.items() if name != "small_block_m"}
+    if values.get("tma") and not tma_pays(config, TMA_MIN_KV_LENGTH if long_kv else 0):
+        values["tma"] = False
     small = variants.get("small_block_m", 0)
     if small and group_size <= small < config.block_m:  # else the second tile would be no smaller
         values["small_block_m"] = next_power_of_2(small)
@@ -169,6 +184,7 @@ def select_forward_config(
     interpret: bool,
     paged: bool = False,
     tuned: bool = True,
+    max_seqlen_kv: int | None = None,
 ) -> ForwardConfig:
     """Pick block sizes, warps and stages for one call, then the class's tuned variants.
 
@@ -177,7 +193,7 @@ def select_forward_config(
     work; "prefill" uses 128-row tiles (64 for head dim 256, register/smem bound). Interpreter mode
     uses the smallest legal tiles so CPU tests stay fast (with the same variants, so CI runs them).
     ``paged`` picks the variant table's layout; ``tuned=False`` leaves every variant off (the sweep's
-    baseline).
+    baseline); ``max_seqlen_kv`` (None: long) decides whether a table's ``tma`` applies (``tma_pays``).
 
     Measured on the H200 with L2 flushed (benchmarks/sweep.py, bf16, Triton 3.6, 2026-11-30; the
     full table is docs/results/2026-11-30-h200/sweep.md):
@@ -198,13 +214,14 @@ def select_forward_config(
         ...                       max_seqlen_q=1, interpret=False).block_m
         16
     """
+    long_kv = max_seqlen_kv is None or max_seqlen_kv >= TMA_MIN_KV_LENGTH
     return _select_forward_config(head_dim_qk, head_dim_v, group_size, max_seqlen_q, interpret, paged, tuned,
-                                  getenv(VARIANTS_ENV, "") if tuned else "")
+                                  getenv(VARIANTS_ENV, "") if tuned else "", long_kv)
 
 
 @functools.lru_cache(maxsize=512)
 def _select_forward_config(head_dim_qk: int, head_dim_v: int, group_size: int, max_seqlen_q: int, interpret: bool,
-                           paged: bool, tuned: bool, variants_override: str) -> ForwardConfig:
+                           paged: bool, tuned: bool, variants_override: str, long_kv: bool) -> ForwardConfig:
     """select_forward_config's work, cached: a decode call asks the same question every step."""
     block_dqk = max(16, next_power_of_2(head_dim_qk))
     block_dv = max(16, next_power_of_2(head_dim_v))
@@ -236,7 +253,7 @@ def _select_forward_config(head_dim_qk: int, head_dim_v: int, group_size: int, m
     if not tuned:
         return config
     shape_class = ("decode" if packed_rows <= _DECODE_MAX_ROWS else "prefill") + ("/paged" if paged else "/contiguous")
-    return _with_variants(config, shape_class, group_size, variants_override)
+    return _with_variants(config, shape_class, group_size, variants_override, long_kv)
 
 
 _SM_COUNT_CACHE: dict[int, int] = {}
