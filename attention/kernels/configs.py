@@ -95,23 +95,22 @@ SHAPE_CLASSES = ("decode/paged", "decode/contiguous", "prefill/paged", "prefill/
 TUNED_VARIANTS: dict[str, dict[str, int]] = {
     "decode/paged": {},
     "decode/contiguous": {"tma": 1},
-    "prefill/paged": {"prefetch_page_ids": 1, "small_block_m": 16, "int32_offsets": 1},
-    "prefill/contiguous": {"int32_offsets": 1},
+    "prefill/paged": {"paged_scalar_ids": 1, "prefetch_page_ids": 1, "small_block_m": 16, "int32_offsets": 1},
+    "prefill/contiguous": {"tma": 1, "int32_offsets": 1},
 }
 """Variants on by default per shape class: ``benchmarks.sweep --layout-only``'s picks on the H200
-(bf16, Triton 3.6, 2026-11-30; docs/results/2026-11-30-h200-final/: sweep-all.md at cdd047c for
-the decode classes, sweep-prefill.md at b872c69 for the prefill classes), speedups over every
-variant off:
+(bf16, Triton 3.6, 2026-11-30; docs/results/2026-11-30-h200-cdd047c/sweep.md for the decode
+classes, docs/results/2026-11-30-h200-e21a24c/sweep.md for the prefill classes), speedups over
+every variant off (``tma`` only where ``tma_pays``; the kernel drops what does not apply, e.g.
+one page id per tile when pages are smaller than a tile):
   decode/paged: none; each variant lost somewhere (page-id prefetch 0.71x at 64x4k, fused combine
     0.52x at 1x8k, 32-bit offsets 0.93x at 32x32k, rotated walk 0.84x at 32x4k verify).
   decode/contiguous: tma, 64x4k 1.20x (311.6 -> 258.7 µs; the rotated walk 1.19x).
   prefill/paged (128-key tiles): 32-bit offsets + page ids prefetched a tile ahead + a 16-row tile
-    for short sequences: 2k prefill + 128 decodes 1.45x, 2k chunk on 14k + 64 decodes 1.31x; on
-    uniform chunks (no short sequence) 1.27x (6k, page 256) and 1.33x (30k, page 16). Not taken:
-    one page id per tile + 32-bit offsets, 1.55x at page 256 (a page-size-aware class would).
-  prefill/contiguous: 32-bit offsets, 0.99-1.10x over seven cells (geometric mean 1.04x; d256
-    0.986x here, 0.978x in the run before). tma + 32-bit offsets: 1.08-1.14x at 4k-16k d128 but
-    0.72x at d64 and 0.96x at 16x1k causal."""
+    for short sequences + one page id per tile: 2k prefill + 128 decodes 1.45x, 2k chunk on 14k +
+    64 decodes 1.31x, chunk on 30k (page 16) 1.37x, chunk on 6k (page 256) 1.68x.
+  prefill/contiguous: tma + 32-bit offsets, 1.06-1.15x at d128 over 4k-30k keys, 1.01x at d256;
+    below 2048 keys or at d64 32-bit offsets alone, 1.05x / 1.09x; d256 alone 0.98x."""
 
 VARIANTS_ENV = "ATTN_FUSED_VARIANTS"
 """Environment override of ``TUNED_VARIANTS``, e.g. ``decode/paged=paged_scalar_ids+prefetch_page_ids;
