@@ -7,8 +7,10 @@ compiled kernel by what Triton specializes on (argument dtypes; 16-byte alignmen
 of pointers and integers; the constexpr values; warps, stages; device) and afterwards launches
 the compiled kernel directly (``CompiledKernel[grid](*all_args)``).
 
-Opt-in until measured on the H200: ``ATTN_TRITON_FAST_LAUNCH=1`` (read at import) turns it on;
-otherwise, and in the interpreter, every launch takes Triton's own path.
+Opt-in: ``ATTN_TRITON_FAST_LAUNCH=1`` (read at import) turns it on; otherwise, and in the
+interpreter, every launch takes Triton's own path. Measured on the H200 (2026-11-30) it gained
+nothing: computing the key in Python costs what Triton's C binder does (host µs per call 3.6x
+flash-attn 2's with it, 3.8x without, docs/benchmarks.md).
 
 Example:
     >>> launch = CachedLaunch(my_kernel)                                   # doctest: +SKIP
