@@ -44,3 +44,29 @@ def test_eager_cache_steps_size_split_kv_on_the_longest_sequence_not_the_capacit
     assert split_sizing_kv_length(SimpleNamespace(inference_params=None, max_seqlen_kv=900, query=query)) == 900
     params.reset()
     assert params.longest_sequence == 0
+
+
+def test_the_fused_backend_hands_the_kernel_the_longest_sequence(monkeypatch) -> None:
+    """Through DotProductAttention: the kernel call of an eager decode step over a 4096-token cache
+    holding sequences of 30 and 257 tokens gets max_seqlen_kv 257."""
+    from collections import OrderedDict
+
+    from attention import DotProductAttention, custom_ops
+    from attention.backends.fused import FusedBackend
+    from inference import InferenceParams
+
+    if FusedBackend().availability_reason():
+        pytest.skip(FusedBackend().availability_reason())
+    seen = []
+    eager, op = custom_ops.OPS["fused_attention_forward"]
+    monkeypatch.setitem(custom_ops.OPS, "fused_attention_forward",
+                        (lambda *args: seen.append(args[13]), op))  # args[13]: max_seqlen_kv
+    params = InferenceParams(2, 4096, 2, 16, torch.float16, is_paged=True, page_size=16, device="cpu")
+    params.allocate_memory(1)
+    params.pre_step(OrderedDict({"a": 30, "b": 256}))
+    params.pre_step(OrderedDict({"a": 1, "b": 1}))
+    module = DotProductAttention(4, 16, num_gqa_groups=2, qkv_format="bshd", attn_mask_type="padding_causal",
+                                 layer_number=1, backend="fused")
+    q, k = torch.randn(2, 1, 4, 16, dtype=torch.float16), torch.randn(2, 1, 2, 16, dtype=torch.float16)
+    module(q, k, k.clone(), inference_params=params)
+    assert seen == [257]
