@@ -56,7 +56,9 @@ def split_sizing_kv_length(call: AttentionCall) -> int:
     longer sequences.
     """
     ip = call.inference_params
-    if ip is None or torch.compiler.is_compiling() or (call.query.is_cuda and torch.cuda.is_current_stream_capturing()):
+    if ip is None or torch.compiler.is_compiling():
+        return call.max_seqlen_kv
+    if call.query.is_cuda and torch.cuda.is_current_stream_capturing():
         return call.max_seqlen_kv
     return min(call.max_seqlen_kv, getattr(ip, "longest_sequence", call.max_seqlen_kv))
 

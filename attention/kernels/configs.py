@@ -104,13 +104,13 @@ classes, docs/results/2026-11-30-h200-e21a24c/sweep.md for the prefill classes),
 every variant off (``tma`` only where ``tma_pays``; the kernel drops what does not apply, e.g.
 one page id per tile when pages are smaller than a tile):
   decode/paged: none; each variant lost somewhere (page-id prefetch 0.71x at 64x4k, fused combine
-    0.52x at 1x8k, 32-bit offsets 0.93x at 32x32k, rotated walk 0.84x at 32x4k verify).
+    0.64x at 1x8k, 32-bit offsets 0.93x at 32x32k, rotated walk 0.84x at 32x4k verify).
   decode/contiguous: tma, 64x4k 1.20x (311.6 -> 258.7 µs; the rotated walk 1.19x).
   prefill/paged (128-key tiles): 32-bit offsets + page ids prefetched a tile ahead + a 16-row tile
     for short sequences + one page id per tile: 2k prefill + 128 decodes 1.45x, 2k chunk on 14k +
     64 decodes 1.31x, chunk on 30k (page 16) 1.37x, chunk on 6k (page 256) 1.68x.
   prefill/contiguous: tma + 32-bit offsets, 1.06-1.15x at d128 over 4k-30k keys, 1.01x at d256;
-    below 2048 keys or at d64 32-bit offsets alone, 1.05x / 1.09x; d256 alone 0.98x."""
+    below 2048 keys or at d64 (no tma there) 32-bit offsets alone, 1.05x / 1.09x."""
 
 VARIANTS_ENV = "ATTN_FUSED_VARIANTS"
 """Environment override of ``TUNED_VARIANTS``, e.g. ``decode/paged=paged_scalar_ids+prefetch_page_ids;
@@ -147,7 +147,7 @@ def parse_variants(text: str) -> dict[str, dict[str, int]]:
 TMA_MIN_KV_LENGTH = 2048
 """The variant tables' ``tma`` is used for head dims >= 128 over KV walks of at least this many keys
 only: a descriptor's setup pays off over long walks of wide rows (H200, tma + 32-bit offsets
-against 32-bit offsets alone: d128 at 4k-30k keys 1.01-1.09x; 16x1k causal 0.95x, d64 4x4k 0.66x)."""
+against 32-bit offsets alone: d128 at 4k-30k keys 1.01-1.09x; 16x1k causal 0.91x, d64 4x4k 0.66x)."""
 
 
 def tma_pays(config: ForwardConfig, max_seqlen_kv: int) -> bool:
