@@ -70,3 +70,13 @@ def test_the_fused_backend_hands_the_kernel_the_longest_sequence(monkeypatch) ->
     q, k = torch.randn(2, 1, 4, 16, dtype=torch.float16), torch.randn(2, 1, 2, 16, dtype=torch.float16)
     module(q, k, k.clone(), inference_params=params)
     assert seen == [257]
+
+
+@pytest.mark.parametrize("value", ["1", "true", "on"])
+def test_cpu_tensors_are_accepted_under_every_spelling_triton_interprets(value, monkeypatch) -> None:
+    """TRITON_INTERPRET is read as Triton reads it: "true" interprets as "1" does."""
+    from attention.backends.fused import FusedBackend
+
+    monkeypatch.setenv("TRITON_INTERPRET", value)
+    reasons = FusedBackend().extra_reasons(replace(PARAMS, device_type="cpu", dtype=torch.float32))
+    assert not any("TRITON_INTERPRET" in reason for reason in reasons), reasons

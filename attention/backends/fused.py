@@ -14,16 +14,12 @@ import torch
 
 from attention import custom_ops
 from attention.backends.base import AttentionCall, Backend, Capabilities
-from attention.environment import getenv
+from attention.kernels.availability import interpreter_enabled
 from attention.kernels.configs import MAX_NUM_SPLITS
 from attention.masks import is_causal
 from attention.params import AttentionParams
 
 _HALF = frozenset({torch.float16, torch.bfloat16})
-
-
-def _interpreting() -> bool:
-    return getenv("TRITON_INTERPRET", "0") == "1"
 
 
 @functools.cache
@@ -87,11 +83,11 @@ class FusedBackend(Backend):
 
     def extra_reasons(self, params: AttentionParams) -> list[str]:
         reasons = []
-        if params.device_type == "cpu" and not _interpreting() and torch.cuda.is_available():
+        if params.device_type == "cpu" and not interpreter_enabled() and torch.cuda.is_available():
             reasons.append("CPU tensors run only under TRITON_INTERPRET=1 (tests); move the inputs to CUDA")
         if params.device_type == "cpu" and params.dtype == torch.bfloat16:
             reasons.append("bfloat16 is wrong in the Triton interpreter's tl.dot (triton 3.6); use float16 or float32 on CPU")
-        if params.dtype == torch.float32 and not _interpreting():
+        if params.dtype == torch.float32 and not interpreter_enabled():
             reasons.append("float32 runs only under TRITON_INTERPRET=1 (tests); use float16 or bfloat16")
         if params.num_splits > MAX_NUM_SPLITS:
             reasons.append(f"num_splits={params.num_splits} exceeds the fused kernel's maximum {MAX_NUM_SPLITS}")
