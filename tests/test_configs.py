@@ -128,3 +128,22 @@ def test_pick_variants_counts_a_variant_as_off_where_it_did_not_run() -> None:
     # a combination that lost where it ran is not rescued by its subsets elsewhere
     slower = [*measured[:4], Measured("prefill/paged", "mixed", "prefetch_page_ids+small_block_m:16", 0.9)]
     assert pick_variants(slower) == "prefill/paged=prefetch_page_ids"
+
+
+# The sweeps whose picks TUNED_VARIANTS holds: a later sweep's pick overrides an earlier one's
+# classes. Re-tuning on a GPU means a new sweep file here and its pick in the table.
+TUNED_FROM = ("docs/results/2026-11-30-h200-cdd047c/sweep.md", "docs/results/2026-11-30-h200-e21a24c/sweep.md")
+
+
+def test_the_tuned_table_is_what_the_recorded_sweeps_picked() -> None:
+    from pathlib import Path
+
+    from attention.kernels.configs import TUNED_VARIANTS
+
+    root = Path(__file__).resolve().parents[1]
+    picked: dict[str, dict[str, int]] = {}
+    for name in TUNED_FROM:
+        last = (root / name).read_text().strip().splitlines()[-1]
+        assert last.startswith("Picked"), f"{name} ends without its pick line"
+        picked.update(parse_variants(last.split("ATTN_FUSED_VARIANTS=", 1)[1].rstrip("`")))
+    assert picked == TUNED_VARIANTS

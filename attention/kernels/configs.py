@@ -100,7 +100,8 @@ TUNED_VARIANTS: dict[str, dict[str, int]] = {
 }
 """Variants on by default per shape class: ``benchmarks.sweep --layout-only``'s picks on the H200
 (bf16, Triton 3.6, 2026-11-30; docs/results/2026-11-30-h200-cdd047c/sweep.md for the decode
-classes, docs/results/2026-11-30-h200-e21a24c/sweep.md for the prefill classes), speedups over
+classes, docs/results/2026-11-30-h200-e21a24c/sweep.md for the prefill classes; tests/test_configs.py
+checks the table against the picks those files record), speedups over
 every variant off (``tma`` only where ``tma_pays``; the kernel drops what does not apply, e.g.
 one page id per tile when pages are smaller than a tile):
   decode/paged: none; each variant lost somewhere (page-id prefetch 0.71x at 64x4k, fused combine
