@@ -170,14 +170,13 @@ def _variants(cell: Cell, layout_only: bool = False) -> list[Variant]:
         if cell.kv_source == "paged":  # a combination for pick_variants to weigh against each alone
             out.append(("fused combine + prefetch ids",
                         {"config": replace(base, fused_combine=True, prefetch_page_ids=True)}))
-    if not tma_pays(base, cell.problem.max_kv):  # the tables' tma does not apply to this cell
-        pass
-    elif cell.kv_source != "paged" or cell.page_size % base.block_n == 0:
-        out.append(("tma", {"config": replace(base, tma=True)}))
-        if not decode_class:
-            out.append(("tma s4", {"config": replace(base, tma=True, num_stages=4)}))
-    elif cell.page_size >= 16:  # pages smaller than the tile: a tile per page (a tile change: not picked)
-        out.append((f"tma n{cell.page_size}", {"config": replace(base, tma=True, block_n=cell.page_size)}))
+    if tma_pays(base, cell.problem.max_kv):  # only where the tables would use tma
+        if cell.kv_source != "paged" or cell.page_size % base.block_n == 0:
+            out.append(("tma", {"config": replace(base, tma=True)}))
+            if not decode_class:
+                out.append(("tma s4", {"config": replace(base, tma=True, num_stages=4)}))
+        elif cell.page_size >= 16:  # pages smaller than the tile: a tile per page (a tile change: not picked)
+            out.append((f"tma n{cell.page_size}", {"config": replace(base, tma=True, block_n=cell.page_size)}))
     if not decode_class:  # 32-bit offsets with each layout variant: for pick_variants to weigh the pairs
         out += [(f"{name} + int32 offsets", {"config": replace(overrides["config"], int32_offsets=True)})
                 for name, overrides in out[1:] if _variant_string(base, overrides["config"])
@@ -197,9 +196,6 @@ def _small_tile_variants(cell: Cell, base) -> list[Variant]:
     if cell.kv_source == "paged":
         out.append((f"small tile {small} + prefetch ids",
                     {"config": replace(base, small_block_m=small, prefetch_page_ids=True)}))
-        # two programs per SM instead of one (shared memory): do the decodes of the batch stream faster?
-        out.append((f"small tile {small} + prefetch ids n64 s2",
-                    {"config": replace(base, small_block_m=small, prefetch_page_ids=True, block_n=64, num_stages=2)}))
     return out
 
 
@@ -329,7 +325,7 @@ def sweep_cell(cell: Cell, cfg: BenchConfig, layout_only: bool = False,
             rate = (f"{p.kv_bytes / us / 1e3:.0f} GB/s" if cell.metric == "bandwidth"
                     else f"{p.flops / us / 1e6:.0f} TFLOP/s")
             rows.append(f"| {cell.name} | {name} | {us:.1f} | {rate} | {default_us / us:.2f}x | {error:.1e} |")
-            if measured is not None and "num_splits" not in overrides and not name.startswith("tuned"):
+            if measured is not None and "num_splits" not in overrides:  # the table's own set competes too
                 speedup = default_us / us if error <= PICK_MAX_ERROR else 0.0  # fast and wrong never wins
                 measured.append(Measured(shape_class, cell.name, _variant_string(base, overrides.get("config")),
                                          speedup))
