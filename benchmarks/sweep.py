@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from attention.kernels.configs import tma_pays
+from attention.kernels.configs import VARIANT_FIELDS, select_forward_config, tma_pays
 from benchmarks import bench_decode, bench_mixed, bench_prefill
 from benchmarks.cells import Cell, Inputs
 from benchmarks.config import BenchConfig
@@ -68,8 +68,6 @@ class Measured:
 
 
 def _base_config(cell: Cell, tuned: bool):
-    from attention.kernels.configs import select_forward_config
-
     p = cell.problem
     return select_forward_config(head_dim_qk=p.head_dim, head_dim_v=p.head_dim_v, group_size=p.heads_q // p.heads_kv,
                                  max_seqlen_q=p.max_q, interpret=False, paged=cell.kv_source == "paged", tuned=tuned,
@@ -84,8 +82,6 @@ def _shape_class(cell: Cell) -> str:
 def _variant_string(base, config) -> str:
     """``paged_scalar_ids+small_block_m:16`` for a config that differs from ``base`` in variant fields
     only; "" otherwise."""
-    from attention.kernels.configs import VARIANT_FIELDS
-
     if config is None or replace(config, **{f: getattr(base, f) for f in VARIANT_FIELDS}) != base:
         return ""
     flags = []
@@ -135,8 +131,6 @@ def pick_variants(measured: Sequence[Measured]) -> str:
 
 def _field_order(flag: str) -> int:
     """Variant flags in ``VARIANT_FIELDS`` order (``small_block_m:16`` sorts as ``small_block_m``)."""
-    from attention.kernels.configs import VARIANT_FIELDS
-
     return VARIANT_FIELDS.index(flag.partition(":")[0])
 
 
