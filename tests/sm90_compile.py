@@ -151,8 +151,9 @@ def configurations() -> list[dict]:
             ("tma", dict(tma=True)),
             ("fused_combine", dict(fused_combine=True)),
             ("int32_offsets", dict(int32_offsets=True)),
+            ("heavy_tiles_first", dict(heavy_tiles_first=True)),
             ("all", dict(paged_scalar_ids=True, prefetch_page_ids=True, small_block_m=16, rotate_kv_tiles=True,
-                         tma=True, fused_combine=True, int32_offsets=True)),
+                         tma=True, fused_combine=True, int32_offsets=True, heavy_tiles_first=True)),
         ):
             for base in (prefill, decode):
                 if values.get("small_block_m") and base.block_m <= 16:

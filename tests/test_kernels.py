@@ -457,6 +457,16 @@ def test_32_bit_offsets_match_the_reference(layout: str) -> None:
     check_with_config(case, interpreted_config(case, int32_offsets=True))
 
 
+@pytest.mark.parametrize("layout", ["paged", "thd"])
+def test_heavy_tiles_first_matches_the_reference(layout: str) -> None:
+    """heavy_tiles_first: each sequence's q tiles in reverse order (ragged lengths, so some programs
+    have no tile), with splits and with the small second tile of mixed batches."""
+    case = C((1, 37, 1, 20), (70, 45, 90, 66), heads=(4, 2), layout=layout, page_size=8, causal=True,
+             bottom_right=True, num_splits=None, dtype=torch.float16)
+    check_with_config(case, interpreted_config(case, heavy_tiles_first=True), split_counts=(1, 3))
+    check_with_config(case, interpreted_config(case, heavy_tiles_first=True, block_m=32, block_q=16, small_block_m=16))
+
+
 def test_offsets_fit_int32_counts_the_largest_offset() -> None:
     from attention.kernels.attention_fwd import _offsets_fit_int32
 

@@ -181,7 +181,7 @@ def attention_forward(
         alibi_slopes if alibi_slopes is not None else placeholder,
         softmax_offset if softmax_offset is not None else placeholder,
         split_counters,
-        shapes.num_seqs, shapes.page_size, k.shape[0] * k.shape[1] if shapes.paged else 0,
+        shapes.num_seqs, k.shape[0] * k.shape[1] if shapes.paged else 0,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
         *(page_table.stride() if page_table is not None else (0, 0)),
         alibi_stride_b,
@@ -203,6 +203,8 @@ def attention_forward(
         SMALL_BLOCK_M=config.small_block_m, SMALL_BLOCK_Q=max(1, config.small_block_m // group_size),
         FUSED_COMBINE=fused_combine,
         INDEX_INT32=config.int32_offsets and _offsets_fit_int32(k) and _offsets_fit_int32(v),
+        PAGE_SIZE=shapes.page_size if shapes.paged else 1,
+        HEAVY_TILES_FIRST=config.heavy_tiles_first,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if write_partial and not fused_combine:

@@ -28,16 +28,16 @@ LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
-def _page_ids(page_table_row_ptr, stride_pt_p, page_size, tile, kv_len, valid,
-              BLOCK_N: tl.constexpr, PAGE_SCALAR: tl.constexpr):
+def _page_ids(page_table_row_ptr, stride_pt_p, tile, kv_len, valid,
+              PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, PAGE_SCALAR: tl.constexpr):
     """Cache page ids of KV tile `tile`: a scalar (PAGE_SCALAR) or one per key; 0 where not `valid`.
     (No `valid & ...` mask: Triton 3.9's interpreter turns a scalar bool and'ed with a block into int32.)"""
     if PAGE_SCALAR:
-        index = tl.where(valid, (tile * BLOCK_N) // page_size, 0)
+        index = tl.where(valid, (tile * BLOCK_N) // PAGE_SIZE, 0)
         return tl.where(valid, tl.load(page_table_row_ptr + index * stride_pt_p), 0)
     else:
         offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-        return tl.load(page_table_row_ptr + (offs_n // page_size) * stride_pt_p,
+        return tl.load(page_table_row_ptr + (offs_n // PAGE_SIZE) * stride_pt_p,
                        mask=offs_n < tl.where(valid, kv_len, 0), other=0)
 
 
@@ -55,7 +55,7 @@ def _attend_kv_tiles(
     acc, l_i, m_i, q,
     tile_begin, tile_end,
     k_ptr, v_ptr, k_head_offset, v_head_offset,
-    kv_seq_offset_k, kv_seq_offset_v, page_table_row_ptr, stride_pt_p, page_size,
+    kv_seq_offset_k, kv_seq_offset_v, page_table_row_ptr, stride_pt_p, PAGE_SIZE: tl.constexpr,
     stride_ks, stride_kp, stride_vs, stride_vp,
     kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope,
     qk_scale,
@@ -72,14 +72,14 @@ def _attend_kv_tiles(
 
     MASKED=False is the fast path for tiles that every row sees entirely (no key-position
     masks, no bounds checks on keys); MASKED=True handles band edges and the ragged last tile.
-    Paged caches: PAGE_SCALAR (page_size a multiple of BLOCK_N) reads one page id per tile and
+    Paged caches: PAGE_SCALAR (PAGE_SIZE a multiple of BLOCK_N) reads one page id per tile and
     addresses the tile as one contiguous run of slots; PREFETCH_PAGES loads the next tile's page
     ids one iteration ahead, so the K/V loads do not wait on a page-table load of their own
     iteration. ROTATE starts the walk at tile_begin + rotation % num_tiles and wraps around, so
     programs of different sequences do not stream the same cache offsets in lockstep.
     USE_TMA: tiles come through the tensor descriptors k_desc / v_desc (Hopper's bulk tensor
     copies): non-paged, over the sequence's rows (rows past it and columns past the head dim read as
-    zeros); paged (PAGE_SCALAR only), over all cache rows [pages * page_size, D], one page per tile.
+    zeros); paged (PAGE_SCALAR only), over all cache rows [pages * PAGE_SIZE, D], one page per tile.
     INDEX_INT32 (every element offset of k and v fits in int32): the per-key offsets of a tile stay
     32-bit instead of 64.
     """
@@ -87,9 +87,9 @@ def _attend_kv_tiles(
     dv_in_bounds = offs_dv < HEAD_DIM_V
     num_tiles = tl.maximum(tile_end - tile_begin, 1)
     if PAGED and PREFETCH_PAGES:
-        next_page = _page_ids(page_table_row_ptr, stride_pt_p, page_size,
+        next_page = _page_ids(page_table_row_ptr, stride_pt_p,
                               _tile_at(tile_begin, tile_begin, num_tiles, rotation, ROTATE), kv_len,
-                              tile_begin < tile_end, BLOCK_N, PAGE_SCALAR)
+                              tile_begin < tile_end, PAGE_SIZE, BLOCK_N, PAGE_SCALAR)
     for step in range(tile_begin, tile_end):
         tile = _tile_at(step, tile_begin, num_tiles, rotation, ROTATE)
         offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -97,21 +97,21 @@ def _attend_kv_tiles(
         if PAGED:
             if PREFETCH_PAGES:
                 page = next_page
-                next_page = _page_ids(page_table_row_ptr, stride_pt_p, page_size,
+                next_page = _page_ids(page_table_row_ptr, stride_pt_p,
                                       _tile_at(step + 1, tile_begin, num_tiles, rotation, ROTATE), kv_len,
-                                      step + 1 < tile_end, BLOCK_N, PAGE_SCALAR)
+                                      step + 1 < tile_end, PAGE_SIZE, BLOCK_N, PAGE_SCALAR)
             elif PAGE_SCALAR:
-                page = tl.load(page_table_row_ptr + ((tile * BLOCK_N) // page_size) * stride_pt_p)
+                page = tl.load(page_table_row_ptr + ((tile * BLOCK_N) // PAGE_SIZE) * stride_pt_p)
             elif MASKED:
                 # One vector of page ids per tile (a tile may span several pages).
-                page = tl.load(page_table_row_ptr + (offs_n // page_size) * stride_pt_p,
+                page = tl.load(page_table_row_ptr + (offs_n // PAGE_SIZE) * stride_pt_p,
                                mask=key_in_bounds, other=0)
             else:
-                page = tl.load(page_table_row_ptr + (offs_n // page_size) * stride_pt_p)
+                page = tl.load(page_table_row_ptr + (offs_n // PAGE_SIZE) * stride_pt_p)
             if PAGE_SCALAR:
-                slot = (tile * BLOCK_N) % page_size + tl.arange(0, BLOCK_N)
+                slot = (tile * BLOCK_N) % PAGE_SIZE + tl.arange(0, BLOCK_N)
             else:
-                slot = offs_n % page_size
+                slot = offs_n % PAGE_SIZE
             if INDEX_INT32:
                 k_rows = page * stride_kp + slot * stride_ks
                 v_rows = page * stride_vp + slot * stride_vs
@@ -129,11 +129,14 @@ def _attend_kv_tiles(
                 v_rows = offs_n.to(tl.int64) * stride_vs
             k_base = k_ptr + k_head_offset + kv_seq_offset_k
             v_base = v_ptr + v_head_offset + kv_seq_offset_v
-        k_ptrs = k_base + k_rows[None, :] + offs_dqk[:, None]
+        # K is read [BLOCK_N, D] like V and transposed as a shared-memory view: both loads then use one
+        # layout, so a tile's page ids are loaded once for K and V (sm90: 8 page-id loads per thread and
+        # tile instead of 16, and no register spills at d128 with 128-key paged tiles).
+        k_ptrs = k_base + k_rows[:, None] + offs_dqk[None, :]
         v_ptrs = v_base + v_rows[:, None] + offs_dv[None, :]
         if USE_TMA and PAGED:
-            # One page holds the whole tile (PAGE_SCALAR): rows of the [pages * page_size, D] view.
-            row = (page * page_size + (tile * BLOCK_N) % page_size).to(tl.int32)
+            # One page holds the whole tile (PAGE_SCALAR): rows of the [pages * PAGE_SIZE, D] view.
+            row = (page * PAGE_SIZE + (tile * BLOCK_N) % PAGE_SIZE).to(tl.int32)
             k_t = tl.trans(k_desc.load([row, 0]))
             v = v_desc.load([row, 0])
             if MASKED:  # slots past the sequence are stale cache rows (maybe NaN): 0 * NaN is NaN
@@ -142,13 +145,13 @@ def _attend_kv_tiles(
             k_t = tl.trans(k_desc.load([tile * BLOCK_N, 0]))
             v = v_desc.load([tile * BLOCK_N, 0])
         elif MASKED:
-            k_t = tl.load(k_ptrs, mask=dqk_in_bounds[:, None] & key_in_bounds[None, :], other=0.0)
+            k_t = tl.trans(tl.load(k_ptrs, mask=key_in_bounds[:, None] & dqk_in_bounds[None, :], other=0.0))
             v = tl.load(v_ptrs, mask=key_in_bounds[:, None] & dv_in_bounds[None, :], other=0.0)
         elif BLOCK_DQK == HEAD_DIM_QK and BLOCK_DV == HEAD_DIM_V:
-            k_t = tl.load(k_ptrs)
+            k_t = tl.trans(tl.load(k_ptrs))
             v = tl.load(v_ptrs)
         else:
-            k_t = tl.load(k_ptrs, mask=dqk_in_bounds[:, None], other=0.0)
+            k_t = tl.trans(tl.load(k_ptrs, mask=dqk_in_bounds[None, :], other=0.0))
             v = tl.load(v_ptrs, mask=dv_in_bounds[None, :], other=0.0)
 
         scores = tl.dot(q, k_t, input_precision=DOT_PRECISION) * qk_scale
@@ -184,7 +187,7 @@ def _attend_q_tile(
     seq, q_begin, q_len, first_query, kv_head, split, num_splits,
     q_ptr, k_ptr, v_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
     cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr, alibi_slopes_ptr,
-    softmax_offset_ptr, split_counter_ptr, page_size, num_cache_rows,
+    softmax_offset_ptr, split_counter_ptr, PAGE_SIZE: tl.constexpr, num_cache_rows,
     stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
     stride_ob, stride_os, stride_oh, stride_pt_b, stride_pt_p, stride_alibi_b,
     stride_part_split, stride_part_tok, stride_part_head, stride_lse_split, stride_lse_tok,
@@ -286,7 +289,7 @@ def _attend_q_tile(
     acc, l_i, m_i = _attend_kv_tiles(
         acc, l_i, m_i, q, split_lo, tl.minimum(full_tile_lo, split_hi),
         k_ptr, v_ptr, k_head_offset, v_head_offset, kv_seq_offset_k, kv_seq_offset_v,
-        page_table_row_ptr, stride_pt_p, page_size, stride_ks, stride_kb, stride_vs, stride_vb,
+        page_table_row_ptr, stride_pt_p, PAGE_SIZE, stride_ks, stride_kb, stride_vs, stride_vb,
         kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope, qk_scale,
         offs_dqk, offs_dv, HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, BLOCK_N, PAGED, True,
         WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES,
@@ -294,7 +297,7 @@ def _attend_q_tile(
     acc, l_i, m_i = _attend_kv_tiles(
         acc, l_i, m_i, q, tl.maximum(split_lo, full_tile_lo), tl.minimum(full_tile_hi, split_hi),
         k_ptr, v_ptr, k_head_offset, v_head_offset, kv_seq_offset_k, kv_seq_offset_v,
-        page_table_row_ptr, stride_pt_p, page_size, stride_ks, stride_kb, stride_vs, stride_vb,
+        page_table_row_ptr, stride_pt_p, PAGE_SIZE, stride_ks, stride_kb, stride_vs, stride_vb,
         kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope, qk_scale,
         offs_dqk, offs_dv, HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, BLOCK_N, PAGED, False,
         WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES,
@@ -302,7 +305,7 @@ def _attend_q_tile(
     acc, l_i, m_i = _attend_kv_tiles(
         acc, l_i, m_i, q, tl.maximum(split_lo, full_tile_hi), split_hi,
         k_ptr, v_ptr, k_head_offset, v_head_offset, kv_seq_offset_k, kv_seq_offset_v,
-        page_table_row_ptr, stride_pt_p, page_size, stride_ks, stride_kb, stride_vs, stride_vb,
+        page_table_row_ptr, stride_pt_p, PAGE_SIZE, stride_ks, stride_kb, stride_vs, stride_vb,
         kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope, qk_scale,
         offs_dqk, offs_dv, HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, BLOCK_N, PAGED, True,
         WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES,
@@ -380,7 +383,7 @@ def attention_fwd_kernel(
     partial_out_ptr, partial_lse_ptr,
     cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr,
     page_table_ptr, alibi_slopes_ptr, softmax_offset_ptr, split_counter_ptr,
-    num_seqs, page_size, num_cache_rows,
+    num_seqs, num_cache_rows,
     stride_qb, stride_qs, stride_qh,
     stride_kb, stride_ks, stride_kh,
     stride_vb, stride_vs, stride_vh,
@@ -398,7 +401,8 @@ def attention_fwd_kernel(
     HAS_ALIBI: tl.constexpr, HAS_SINK: tl.constexpr, WRITE_PARTIAL: tl.constexpr,
     DOT_PRECISION: tl.constexpr, PAGE_SCALAR: tl.constexpr, PREFETCH_PAGES: tl.constexpr,
     ROTATE_KV: tl.constexpr, USE_TMA: tl.constexpr, SMALL_BLOCK_M: tl.constexpr, SMALL_BLOCK_Q: tl.constexpr,
-    FUSED_COMBINE: tl.constexpr, INDEX_INT32: tl.constexpr,
+    FUSED_COMBINE: tl.constexpr, INDEX_INT32: tl.constexpr, PAGE_SIZE: tl.constexpr,
+    HEAVY_TILES_FIRST: tl.constexpr,
 ):
     """Strides: dense k/v use (batch, token, head); paged k/v use (page, slot, head).
 
@@ -408,6 +412,11 @@ def attention_fwd_kernel(
     in split_counter_ptr[tile_id * H_kv + kv_head] (zeros before the launch, zeros after).
     SMALL_BLOCK_M > 0 (mixed batches): a sequence with at most SMALL_BLOCK_Q queries (a decode, a
     short verification step) runs a SMALL_BLOCK_M-row tile instead of the BLOCK_M-row prefill tile.
+    HEAVY_TILES_FIRST: program t of a sequence with n q tiles takes tile n - 1 - t.
+    PAGE_SIZE is a compile-time constant (one compile per cache geometry): a key's page and slot
+    (`key // PAGE_SIZE`, `key % PAGE_SIZE`) then fold into shifts and per-thread constants. With a
+    runtime page size sm90 code did a signed division per key and tile row: 148 integer
+    multiply-adds per unmasked d128 tile at page 16 against 42 with one page id per tile.
     """
     tile_id = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -417,7 +426,12 @@ def attention_fwd_kernel(
     seq = find_sequence(cu_seqlens_q_ptr, num_seqs, tile_id, BLOCK_Q, True)
     q_begin = tl.load(cu_seqlens_q_ptr + seq)
     q_len = tl.load(cu_seqlens_q_ptr + seq + 1) - q_begin
-    first_query = (tile_id - (q_begin // BLOCK_Q + seq)) * BLOCK_Q
+    local_tile = tile_id - (q_begin // BLOCK_Q + seq)
+    if HEAVY_TILES_FIRST:  # the sequence's last q tile (under a causal mask the one seeing most keys) first
+        local_tile = (q_len + BLOCK_Q - 1) // BLOCK_Q - 1 - local_tile
+        if local_tile < 0:
+            return
+    first_query = local_tile * BLOCK_Q
     if first_query >= q_len:
         return
     split_counter = split_counter_ptr + tile_id * tl.num_programs(1) + kv_head
@@ -427,7 +441,7 @@ def attention_fwd_kernel(
                 seq, q_begin, q_len, first_query, kv_head, split, num_splits,
                 q_ptr, k_ptr, v_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
                 cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr, alibi_slopes_ptr,
-                softmax_offset_ptr, split_counter, page_size, num_cache_rows,
+                softmax_offset_ptr, split_counter, PAGE_SIZE, num_cache_rows,
                 stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
                 stride_ob, stride_os, stride_oh, stride_pt_b, stride_pt_p, stride_alibi_b,
                 stride_part_split, stride_part_tok, stride_part_head, stride_lse_split, stride_lse_tok,
@@ -442,7 +456,7 @@ def attention_fwd_kernel(
         seq, q_begin, q_len, first_query, kv_head, split, num_splits,
         q_ptr, k_ptr, v_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
         cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr, alibi_slopes_ptr,
-        softmax_offset_ptr, split_counter, page_size, num_cache_rows,
+        softmax_offset_ptr, split_counter, PAGE_SIZE, num_cache_rows,
         stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
         stride_ob, stride_os, stride_oh, stride_pt_b, stride_pt_p, stride_alibi_b,
         stride_part_split, stride_part_tok, stride_part_head, stride_lse_split, stride_lse_tok,

@@ -65,6 +65,8 @@ class ForwardConfig:
     int32_offsets: per-key offsets of a tile in 32 bits whenever every element offset of k and v
         fits, instead of 64. ptxas (tests/sm90_compile.py --registers) finds no register saving at
         the production tiles (d128 prefill 255 vs 206 registers contiguous); the sweep measures it.
+    heavy_tiles_first: a sequence's q tiles run last tile first. Under a causal mask the last tile
+        sees the most keys, so the longest programs start early instead of ending the launch alone.
     Which of these a shape class turns on is the table ``TUNED_VARIANTS``
     (measured on the H200 by ``python -m benchmarks.sweep``), overridable with ``ATTN_FUSED_VARIANTS``.
     """
@@ -83,10 +85,11 @@ class ForwardConfig:
     tma: bool = False
     fused_combine: bool = False
     int32_offsets: bool = False
+    heavy_tiles_first: bool = False
 
 
 VARIANT_FIELDS = ("paged_scalar_ids", "prefetch_page_ids", "small_block_m", "rotate_kv_tiles", "tma", "fused_combine",
-                  "int32_offsets")
+                  "int32_offsets", "heavy_tiles_first")
 """The ForwardConfig fields a shape class can switch (kernel variants), as opposed to its tile sizes."""
 
 SHAPE_CLASSES = ("decode/paged", "decode/contiguous", "prefill/paged", "prefill/contiguous")

@@ -2,7 +2,7 @@
 
 Each variant runs realistic cases it is meant for: page-table addressing on paged mixed batches,
 the small second tile on mixed batches, the rotated walk on non-paged caches, TMA descriptors on
-varlen prefill and non-paged caches. ``CachedLaunch`` must launch the very kernel Triton's own
+varlen prefill and non-paged caches, heavy tiles first on causal prefill. ``CachedLaunch`` must launch the very kernel Triton's own
 path launches: outputs bit-identical, in eager calls and in a captured CUDA graph.
 """
 
@@ -50,6 +50,7 @@ VARIANTS = [
     ("fused_combine", "decode"), ("fused_combine", "paged"), ("fused_combine+prefetch_page_ids", "paged256"),
     ("tma", "paged256"), ("tma+prefetch_page_ids+fused_combine", "paged256"),
     ("int32_offsets", "paged"), ("int32_offsets", "decode"),
+    ("heavy_tiles_first", "thd"), ("heavy_tiles_first+small_block_m+prefetch_page_ids+int32_offsets", "paged"),
 ]
 """(ForwardConfig fields joined by '+', case): single variants, then the combinations the sweep measures."""
 
