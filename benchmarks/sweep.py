@@ -11,7 +11,7 @@ against it. Writes a markdown table (µs, GB/s or TFLOP/s, ratio to the default)
 ``--variants-out`` the ``ATTN_FUSED_VARIANTS`` string the measurements favour (``pick_variants``).
 
     python -m benchmarks.sweep --out sweep.md [--budget-s 200] [--only mixed,decode,prefill] [--cells a,b]
-                                              [--layout-only] [--variants-out variants.txt]
+                                              [--layout-only | --tiles-only] [--variants-out variants.txt]
                                               [--compile-workers 12]
 """
 
@@ -144,16 +144,19 @@ def _speedup_of(fields: frozenset[str], runs: dict[frozenset[str], float]) -> fl
     return min(runs[measured] for measured in subsets if len(measured) == largest)
 
 
-def _variants(cell: Cell, layout_only: bool = False) -> list[Variant]:
+def _variants(cell: Cell, layout_only: bool = False, tiles_only: bool = False) -> list[Variant]:
     """The default (every variant off), the tuned table's choice if it differs, then the layout variants
-    (small tile, page-table addressing, rotated walk, TMA; prefill-class cells also each of them with
-    32-bit offsets), then (unless ``layout_only``) tiles and split counts."""
+    (small tile, page-table addressing, rotated walk, TMA, heavy tiles first; prefill-class cells also
+    each of them with 32-bit offsets) unless ``tiles_only``, then tiles and split counts unless
+    ``layout_only``."""
     base = _base_config(cell, tuned=False)
     tuned = _base_config(cell, tuned=True)
     decode_class = base.block_m < 128
     out: list[Variant] = [("default", {"config": base})]
     if tuned != base:
         out.append((f"tuned ({_variant_string(base, tuned)})", {"config": tuned}))
+    if tiles_only:
+        return out + (_decode_variants(cell, base) if decode_class else _prefill_variants(cell, base, tuned))
     out += _small_tile_variants(cell, base) + _paged_variants(cell, base, decode_class)
     if (not decode_class and cell.kv_source == "paged" and cell.page_size % base.block_n == 0
             and tuned != base and not tuned.paged_scalar_ids):  # pages holding whole tiles: the table + scalar ids
@@ -171,13 +174,18 @@ def _variants(cell: Cell, layout_only: bool = False) -> list[Variant]:
                 out.append(("tma s4", {"config": replace(base, tma=True, num_stages=4)}))
         elif cell.page_size >= 16:  # pages smaller than the tile: a tile per page (a tile change: not picked)
             out.append((f"tma n{cell.page_size}", {"config": replace(base, tma=True, block_n=cell.page_size)}))
+    if not decode_class and cell.problem.causal:
+        out.append(("heavy tiles first", {"config": replace(base, heavy_tiles_first=True)}))
+        if tuned != base:
+            out.append((f"heavy tiles first + {_variant_string(base, tuned)}",
+                        {"config": replace(tuned, heavy_tiles_first=True)}))
     if not decode_class:  # 32-bit offsets with each layout variant: for pick_variants to weigh the pairs
         out += [(f"{name} + int32 offsets", {"config": replace(overrides["config"], int32_offsets=True)})
                 for name, overrides in out[1:] if _variant_string(base, overrides["config"])
                 and not name.startswith("tuned") and not overrides["config"].int32_offsets]
     out.append(("int32 offsets", {"config": replace(base, int32_offsets=True)}))
     if not layout_only:
-        out += _decode_variants(cell, base) if decode_class else _prefill_variants(cell, base)
+        out += _decode_variants(cell, base) if decode_class else _prefill_variants(cell, base, tuned)
     return out
 
 
@@ -220,42 +228,47 @@ def _decode_variants(cell: Cell, base) -> list[Variant]:
     return out
 
 
-def _prefill_variants(cell: Cell, base) -> list[Variant]:
-    """Prefill tile shapes, warps and stages."""
+def _prefill_variants(cell: Cell, base, tuned) -> list[Variant]:
+    """Prefill tile shapes, warps and stages, with the tuned table's variants (those a tile of that
+    shape can take: the small second tile only below block_m)."""
     group = cell.problem.heads_q // cell.problem.heads_kv
     out: list[Variant] = []
+    prefix = f"{_variant_string(base, tuned)} " if tuned != base else ""
     for block_m, block_n, warps, stages in PREFILL_TILES:
         if (block_m, block_n, warps, stages) == (base.block_m, base.block_n, base.num_warps, base.num_stages):
             continue
-        config = replace(base, block_m=block_m, block_q=max(1, block_m // group), block_n=block_n,
+        config = replace(tuned, block_m=block_m, block_q=max(1, block_m // group), block_n=block_n,
                          num_warps=warps, num_stages=stages)
-        out.append((f"m{block_m} n{block_n} w{warps} s{stages}", {"config": config}))
+        if config.small_block_m >= block_m:
+            config = replace(config, small_block_m=0)
+        out.append((f"{prefix}m{block_m} n{block_n} w{warps} s{stages}", {"config": config}))
     return out
 
 
-def _cells(only: Sequence[str], cfg: BenchConfig) -> list[Cell]:
-    """The sweep's cells, suite by suite in the order asked for."""
-    by_suite = {
-        "decode": lambda: [c for c in bench_decode.cells(cfg) if any(name in c.name for name in DECODE_CELLS)],
-        "prefill": lambda: [c for c in bench_prefill.cells(cfg) if any(name in c.name for name in PREFILL_CELLS)],
-        "mixed": lambda: [mixed.whole for mixed in bench_mixed.cells(cfg)],
-    }
-    return [cell for suite in only for cell in by_suite[suite]()]
+_SUITE_CELLS = {
+    "decode": bench_decode.cells,
+    "prefill": bench_prefill.cells,
+    "mixed": lambda cfg: [mixed.whole for mixed in bench_mixed.cells(cfg)],
+}
+_DEFAULT_CELLS = {"decode": DECODE_CELLS, "prefill": PREFILL_CELLS, "mixed": ("",)}
 
 
 def _selected_cells(only: str, wanted: list[str] | None, cfg: BenchConfig) -> list[Cell]:
-    return [cell for cell in _cells(only.split(","), cfg) if not wanted or any(part in cell.name for part in wanted)]
+    """Suite by suite in the order asked for: the cells whose names contain one of ``wanted``, or
+    without it the sweep's default cells (DECODE_CELLS, PREFILL_CELLS, every mixed cell)."""
+    return [cell for suite in only.split(",") for cell in _SUITE_CELLS[suite](cfg)
+            if any(part in cell.name for part in (wanted or _DEFAULT_CELLS[suite]))]
 
 
 def _compile_share(only: str, wanted: list[str] | None, layout_only: bool, worker: int, workers: int,
-                   deadline: float, device: str = "cuda", smoke: bool = False) -> int:
+                   deadline: float, device: str = "cuda", smoke: bool = False, tiles_only: bool = False) -> int:
     """Worker process: run once every (cell, variant) pair whose index is ``worker`` modulo ``workers``,
     so Triton compiles them in parallel into its on-disk cache; the timed pass then only loads them."""
     cfg = BenchConfig(device=torch.device(device), deadline=deadline, smoke=smoke)
     done, pair = 0, 0
     for cell in _selected_cells(only, wanted, cfg):
         inputs = None
-        for _, overrides in _variants(cell, layout_only):
+        for _, overrides in _variants(cell, layout_only, tiles_only):
             pair += 1
             if (pair - 1) % workers != worker or cfg.stop_reason():
                 continue
@@ -276,14 +289,14 @@ def _compile_share(only: str, wanted: list[str] | None, layout_only: bool, worke
 
 
 def compile_in_parallel(only: str, wanted: list[str] | None, layout_only: bool, workers: int, deadline: float,
-                        device: str = "cuda", smoke: bool = False) -> int:
+                        device: str = "cuda", smoke: bool = False, tiles_only: bool = False) -> int:
     """Every variant of the selected cells run once, spread over ``workers`` spawned processes; returns
     how many ran."""
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
     started = time.monotonic()
-    shares = [(only, wanted, layout_only, w, workers, deadline, device, smoke) for w in range(workers)]
+    shares = [(only, wanted, layout_only, w, workers, deadline, device, smoke, tiles_only) for w in range(workers)]
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
         done = sum(pool.map(_compile_share, *zip(*shares)))
     print(f"compiled {done} variants in {workers} processes in {time.monotonic() - started:.0f} s", flush=True)
@@ -291,14 +304,14 @@ def compile_in_parallel(only: str, wanted: list[str] | None, layout_only: bool, 
 
 
 def sweep_cell(cell: Cell, cfg: BenchConfig, layout_only: bool = False,
-               measured: list[Measured] | None = None) -> list[str]:
+               measured: list[Measured] | None = None, tiles_only: bool = False) -> list[str]:
     """Markdown rows for one cell: every variant's time, rate and error against the default; each
     variant's speedup is appended to ``measured``."""
     inputs = Inputs(cell.problem, cfg.device)
     p = cell.problem
     base, shape_class = _base_config(cell, tuned=False), _shape_class(cell)
     rows, reference, default_us = [], None, None
-    for index, (name, overrides) in enumerate(_variants(cell, layout_only)):
+    for index, (name, overrides) in enumerate(_variants(cell, layout_only, tiles_only)):
         if cfg.stop_reason():
             rows.append(f"| {cell.name} | {name} | skipped: budget | | | |")
             continue
@@ -339,6 +352,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--cells", default=None, help="comma list of substrings of cell names")
     parser.add_argument("--layout-only", action="store_true",
                         help="only the layout variants (small tile, page ids, rotated walk, TMA), no tile/split sweep")
+    parser.add_argument("--tiles-only", action="store_true",
+                        help="only tiles and split counts (with the tuned variants), no layout variants")
     parser.add_argument("--variants-out", default=None,
                         help="write the ATTN_FUSED_VARIANTS string the measurements favour to this file")
     parser.add_argument("--compile-workers", type=int, default=0,
@@ -349,13 +364,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     deadline = time.monotonic() + args.budget_s
     wanted = [s.strip() for s in args.cells.split(",")] if args.cells else None
     if args.compile_workers > 1:
-        compile_in_parallel(args.only, wanted, args.layout_only, args.compile_workers, deadline)
+        compile_in_parallel(args.only, wanted, args.layout_only, args.compile_workers, deadline,
+                            tiles_only=args.tiles_only)
     cfg = BenchConfig(device=torch.device("cuda"), deadline=deadline, rep_ms=20.0)
     lines = [f"# Fused kernel sweep ({torch.cuda.get_device_name()}, {time.strftime('%Y-%m-%d')})", "",
              "| cell | variant | µs | rate | vs default | max err vs default |", "|---|---|---|---|---|---|"]
     measured: list[Measured] = []
     for cell in _selected_cells(args.only, wanted, cfg):
-        lines += sweep_cell(cell, cfg, args.layout_only, measured)
+        lines += sweep_cell(cell, cfg, args.layout_only, measured, args.tiles_only)
         with open(args.out, "w") as handle:
             handle.write("\n".join(lines) + "\n")
     if args.variants_out:

@@ -9,7 +9,7 @@
 # Then four device calls, each `COMMIT=$(git rev-parse --short HEAD) bash scripts/h200_lease.sh callN`:
 #   call1  carry [".device/fa2-built"]  flash-attn 2 installed; the layout-variant sweep picks
 #          ATTN_FUSED_VARIANTS (the GPU to itself); where an eager call's host time goes; with
-#          SWEEP_CELLS="M1,1x8k" also tiles and split counts on those cells             ~1-4 min
+#          SWEEP_CELLS="M1,1x8k" also tiles and split counts on those cells (TILE_BUDGET s) ~4-10 min
 #   call2  carry [".device/fa4-a"]      first half of flash-attn-4 staged; the GPU suite (flash-attn 2
 #          cases included); host-overhead suite                                           ~4 min
 #   call3  carry [".device/fa4-b"]      flash-attn-4 installed; its tests, serving simulation and
@@ -51,14 +51,15 @@ environment() {
 }
 sweep() {
   stamp "layout-variant sweep"
-  timeout 340 python3 -m benchmarks.sweep --layout-only --only "${SWEEP_ONLY:-mixed,decode,prefill}" --compile-workers 12 \
+  timeout 430 python3 -m benchmarks.sweep --layout-only --only "${SWEEP_ONLY:-mixed,decode,prefill}" --compile-workers 12 \
     --out $L/sweep.md --variants-out $L/variants.txt \
-    --budget-s 310 > $L/sweep.log 2>&1; echo "sweep rc=$?"; cat $L/variants.txt
+    --budget-s 400 > $L/sweep.log 2>&1; echo "sweep rc=$?"; cat $L/variants.txt
   export ATTN_FUSED_VARIANTS=$(cat $L/variants.txt 2>/dev/null)
   timeout 50 python3 -m benchmarks.profile_call --out $L/profile.txt > $L/profile.log 2>&1; echo "profile rc=$?"
-  if [ -n "${SWEEP_CELLS:-}" ]; then  # tiles and split counts too, on the cells named (comma list)
-    timeout 170 python3 -m benchmarks.sweep --cells "$SWEEP_CELLS" --compile-workers 12 --budget-s 150 \
-      --out $L/sweep-tiles.md > $L/sweep-tiles.log 2>&1; echo "tile sweep rc=$?"
+  if [ -n "${SWEEP_CELLS:-}" ]; then  # tiles and split counts (with the picked variants) on the cells named
+    timeout $(( ${TILE_BUDGET:-150} + 20 )) python3 -m benchmarks.sweep --tiles-only --cells "$SWEEP_CELLS" \
+      --compile-workers 12 --budget-s ${TILE_BUDGET:-150} --out $L/sweep-tiles.md > $L/sweep-tiles.log 2>&1
+    echo "tile sweep rc=$?"
   fi
   stamp "sweep done"
 }
