@@ -33,7 +33,7 @@ from benchmarks.providers import _fused
 from benchmarks.timing import short_error, time_fn
 
 DECODE_CELLS = ("1x8k p16", "8x4k p16", "32x2k p16", "64x4k p16", "32x32k p16", "ragged", "MQA", "verify",
-                "64x4k p256", "64x4k non-paged")
+                "64x4k p1", "64x4k p64", "64x4k p256", "64x4k non-paged")
 SPLITS = (1, 2, 3, 4, 8, 16, 32, 64)
 DECODE_TILES = ((64, 4, 2), (64, 4, 3), (32, 4, 2), (128, 4, 2), (64, 2, 2), (64, 8, 2))
 """(block_n, num_warps, num_stages) around the recorded decode tile (64, 4, 2)."""
@@ -179,10 +179,11 @@ def _variants(cell: Cell, layout_only: bool = False, tiles_only: bool = False) -
         if tuned != base:
             out.append((f"heavy tiles first + {_variant_string(base, tuned)}",
                         {"config": replace(tuned, heavy_tiles_first=True)}))
-    if not decode_class:  # 32-bit offsets with each layout variant: for pick_variants to weigh the pairs
-        out += [(f"{name} + int32 offsets", {"config": replace(overrides["config"], int32_offsets=True)})
-                for name, overrides in out[1:] if _variant_string(base, overrides["config"])
-                and not name.startswith("tuned") and not overrides["config"].int32_offsets]
+    # 32-bit offsets with each layout variant (not the fused combine): for pick_variants to weigh the pairs
+    out += [(f"{name} + int32 offsets", {"config": replace(overrides["config"], int32_offsets=True)})
+            for name, overrides in out[1:] if _variant_string(base, overrides["config"])
+            and not name.startswith("tuned") and not overrides["config"].int32_offsets
+            and not overrides["config"].fused_combine]
     out.append(("int32 offsets", {"config": replace(base, int32_offsets=True)}))
     if not layout_only:
         out += _decode_variants(cell, base) if decode_class else _prefill_variants(cell, base, tuned)
