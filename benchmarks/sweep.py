@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from attention.kernels.configs import VARIANT_FIELDS, select_forward_config, tma_pays
+from attention.kernels.configs import VARIANT_FIELDS, select_forward_config, shape_class, tma_pays
 from benchmarks import bench_decode, bench_mixed, bench_prefill
 from benchmarks.cells import Cell, Inputs
 from benchmarks.config import BenchConfig
@@ -75,8 +75,8 @@ def _base_config(cell: Cell, tuned: bool):
 
 
 def _shape_class(cell: Cell) -> str:
-    decode_class = _base_config(cell, tuned=False).block_m < 128
-    return ("decode" if decode_class else "prefill") + ("/paged" if cell.kv_source == "paged" else "/contiguous")
+    p = cell.problem
+    return shape_class(p.heads_q // p.heads_kv, p.max_q, cell.kv_source == "paged")
 
 
 def _variant_string(base, config) -> str:
@@ -151,7 +151,7 @@ def _variants(cell: Cell, layout_only: bool = False, tiles_only: bool = False) -
     ``layout_only``."""
     base = _base_config(cell, tuned=False)
     tuned = _base_config(cell, tuned=True)
-    decode_class = base.block_m < 128
+    decode_class = _shape_class(cell).startswith("decode")
     out: list[Variant] = [("default", {"config": base})]
     if tuned != base:
         out.append((f"tuned ({_variant_string(base, tuned)})", {"config": tuned}))
@@ -163,6 +163,7 @@ def _variants(cell: Cell, layout_only: bool = False, tiles_only: bool = False) -
         out.append((f"scalar ids + {_variant_string(base, tuned)}", {"config": replace(tuned, paged_scalar_ids=True)}))
     if decode_class:
         out.append(("rotated kv walk", {"config": replace(base, rotate_kv_tiles=True)}))
+        out.append(("transposed k", {"config": replace(base, transposed_k_loads=True)}))
         out.append(("fused combine", {"config": replace(base, fused_combine=True)}))
         if cell.kv_source == "paged":  # a combination for pick_variants to weigh against each alone
             out.append(("fused combine + prefetch ids",

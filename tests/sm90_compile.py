@@ -126,10 +126,12 @@ def configurations() -> list[dict]:
                                    tuned=False)
     calls: list[dict] = []
     for head_dim in (128, 256):  # the H200's production tiles, tuned variants on: they must fit sm90's shared memory
-        for max_q, splits in ((400, 1), (1, 4)):
+        for max_q, splits, max_kv in ((400, 1, None), (400, 1, 1024), (400, 1, 2048), (1, 4, None)):
             for paged in (False, True):
                 config = select_forward_config(head_dim_qk=head_dim, head_dim_v=head_dim, group_size=2,
-                                               max_seqlen_q=max_q, interpret=False, paged=paged)
+                                               max_seqlen_q=max_q, interpret=False, paged=paged, max_seqlen_kv=max_kv)
+                if max_kv and head_dim != 128:
+                    continue  # SHORT_KV_TILES are d128's
                 label = (f"d{head_dim} {'paged' if paged else 'contiguous'} m{config.block_m} n{config.block_n} "
                          f"s{config.num_stages}")
                 calls.append(dict(label=label, paged=paged, head_dim=head_dim, config=config, num_splits=splits))
@@ -152,6 +154,7 @@ def configurations() -> list[dict]:
             ("fused_combine", dict(fused_combine=True)),
             ("int32_offsets", dict(int32_offsets=True)),
             ("heavy_tiles_first", dict(heavy_tiles_first=True)),
+            ("transposed_k_loads", dict(transposed_k_loads=True)),
             ("all", dict(paged_scalar_ids=True, prefetch_page_ids=True, small_block_m=16, rotate_kv_tiles=True,
                          tma=True, fused_combine=True, int32_offsets=True, heavy_tiles_first=True)),
         ):

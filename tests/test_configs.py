@@ -147,3 +147,16 @@ def test_the_tuned_table_is_what_the_recorded_sweeps_picked() -> None:
         assert last.startswith("Picked"), f"{name} ends without its pick line"
         picked.update(parse_variants(last.split("ATTN_FUSED_VARIANTS=", 1)[1].rstrip("`")))
     assert picked == TUNED_VARIANTS
+
+
+@pytest.mark.parametrize("head_dim, max_seqlen_kv, paged, tile", [
+    (128, 1024, False, (128, 32, 4)), (128, 2048, False, (64, 64, 4)), (128, 2049, False, (128, 64, 8)),
+    (128, 1024, True, (64, 64, 4)), (128, 2048, True, (64, 64, 4)), (128, 16384, True, (128, 128, 8)),
+    (128, None, False, (128, 64, 8)), (64, 4096, False, (64, 64, 4)), (256, 1024, False, (128, 64, 8)),
+])
+def test_prefill_tiles_follow_head_dim_and_kv_length(head_dim, max_seqlen_kv, paged, tile) -> None:
+    """SHORT_KV_TILES for d128 walks of at most 1024 / 2048 keys, 64x64 at d64, else the long-walk tiles."""
+    config = select_forward_config(head_dim_qk=head_dim, head_dim_v=head_dim, group_size=4, max_seqlen_q=2048,
+                                   interpret=False, paged=paged, max_seqlen_kv=max_seqlen_kv)
+    assert (config.block_m, config.block_n, config.num_warps) == tile
+    assert config.block_q == config.block_m // 4

@@ -148,7 +148,7 @@ def attention_forward(
         num_splits = choose_num_splits(
             num_seqs=shapes.num_seqs, num_kv_heads=shapes.num_heads_kv, total_q=total_q,
             max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv, block_q=config.block_q,
-            block_n=config.block_n, num_sms=num_streaming_multiprocessors(q.device))
+            block_n=config.block_n, num_sms=num_streaming_multiprocessors(q.device), block_m=config.block_m)
 
     write_partial = num_splits > 1
     if write_partial:
@@ -205,6 +205,7 @@ def attention_forward(
         INDEX_INT32=config.int32_offsets and _offsets_fit_int32(k) and _offsets_fit_int32(v),
         PAGE_SIZE=shapes.page_size if shapes.paged else 1,
         HEAVY_TILES_FIRST=config.heavy_tiles_first,
+        K_TRANSPOSED=config.transposed_k_loads,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if write_partial and not fused_combine:

@@ -42,6 +42,31 @@ def _page_ids(page_table_row_ptr, stride_pt_p, tile, kv_len, valid,
 
 
 @triton.jit
+def _load_k_tile(k_base, k_rows, offs_dqk, key_in_bounds, dqk_in_bounds,
+                 MASK_KEYS: tl.constexpr, MASK_D: tl.constexpr, TRANSPOSED: tl.constexpr):
+    """K^T [D, BLOCK_N] of one KV tile: read [BLOCK_N, D] like V and transposed as a shared-memory
+    view (both loads share one layout, so page ids load once per tile), or with TRANSPOSED read as
+    [D, BLOCK_N] directly. Keys masked with MASK_KEYS, padded head dims with MASK_D (else unmasked)."""
+    if TRANSPOSED:
+        ptrs = k_base + k_rows[None, :] + offs_dqk[:, None]
+        if MASK_KEYS:
+            k_t = tl.load(ptrs, mask=dqk_in_bounds[:, None] & key_in_bounds[None, :], other=0.0)
+        elif MASK_D:
+            k_t = tl.load(ptrs, mask=dqk_in_bounds[:, None], other=0.0)
+        else:
+            k_t = tl.load(ptrs)
+    else:
+        ptrs = k_base + k_rows[:, None] + offs_dqk[None, :]
+        if MASK_KEYS:
+            k_t = tl.trans(tl.load(ptrs, mask=key_in_bounds[:, None] & dqk_in_bounds[None, :], other=0.0))
+        elif MASK_D:
+            k_t = tl.trans(tl.load(ptrs, mask=dqk_in_bounds[None, :], other=0.0))
+        else:
+            k_t = tl.trans(tl.load(ptrs))
+    return k_t
+
+
+@triton.jit
 def _tile_at(step, tile_begin, num_tiles, rotation, ROTATE: tl.constexpr):
     """The KV tile visited at loop step `step` of [tile_begin, tile_begin + num_tiles)."""
     if ROTATE:
@@ -66,7 +91,7 @@ def _attend_kv_tiles(
     WINDOW_LEFT_BOUNDED: tl.constexpr, WINDOW_RIGHT_BOUNDED: tl.constexpr,
     HAS_ALIBI: tl.constexpr, DOT_PRECISION: tl.constexpr,
     PAGE_SCALAR: tl.constexpr, PREFETCH_PAGES: tl.constexpr, rotation, ROTATE: tl.constexpr,
-    k_desc, v_desc, USE_TMA: tl.constexpr, INDEX_INT32: tl.constexpr,
+    k_desc, v_desc, USE_TMA: tl.constexpr, INDEX_INT32: tl.constexpr, K_TRANSPOSED: tl.constexpr,
 ):
     """Online-softmax accumulation over KV tiles [tile_begin, tile_end) of one sequence.
 
@@ -129,10 +154,6 @@ def _attend_kv_tiles(
                 v_rows = offs_n.to(tl.int64) * stride_vs
             k_base = k_ptr + k_head_offset + kv_seq_offset_k
             v_base = v_ptr + v_head_offset + kv_seq_offset_v
-        # K is read [BLOCK_N, D] like V and transposed as a shared-memory view: both loads then use one
-        # layout, so a tile's page ids are loaded once for K and V (sm90: 8 page-id loads per thread and
-        # tile instead of 16, and no register spills at d128 with 128-key paged tiles).
-        k_ptrs = k_base + k_rows[:, None] + offs_dqk[None, :]
         v_ptrs = v_base + v_rows[:, None] + offs_dv[None, :]
         if USE_TMA and PAGED:
             # One page holds the whole tile (PAGE_SCALAR): rows of the [pages * PAGE_SIZE, D] view.
@@ -145,13 +166,13 @@ def _attend_kv_tiles(
             k_t = tl.trans(k_desc.load([tile * BLOCK_N, 0]))
             v = v_desc.load([tile * BLOCK_N, 0])
         elif MASKED:
-            k_t = tl.trans(tl.load(k_ptrs, mask=key_in_bounds[:, None] & dqk_in_bounds[None, :], other=0.0))
+            k_t = _load_k_tile(k_base, k_rows, offs_dqk, key_in_bounds, dqk_in_bounds, True, True, K_TRANSPOSED)
             v = tl.load(v_ptrs, mask=key_in_bounds[:, None] & dv_in_bounds[None, :], other=0.0)
         elif BLOCK_DQK == HEAD_DIM_QK and BLOCK_DV == HEAD_DIM_V:
-            k_t = tl.trans(tl.load(k_ptrs))
+            k_t = _load_k_tile(k_base, k_rows, offs_dqk, key_in_bounds, dqk_in_bounds, False, False, K_TRANSPOSED)
             v = tl.load(v_ptrs)
         else:
-            k_t = tl.trans(tl.load(k_ptrs, mask=dqk_in_bounds[None, :], other=0.0))
+            k_t = _load_k_tile(k_base, k_rows, offs_dqk, key_in_bounds, dqk_in_bounds, False, True, K_TRANSPOSED)
             v = tl.load(v_ptrs, mask=dv_in_bounds[None, :], other=0.0)
 
         scores = tl.dot(q, k_t, input_precision=DOT_PRECISION) * qk_scale
@@ -200,6 +221,7 @@ def _attend_q_tile(
     HAS_ALIBI: tl.constexpr, HAS_SINK: tl.constexpr, WRITE_PARTIAL: tl.constexpr,
     DOT_PRECISION: tl.constexpr, PAGE_SCALAR: tl.constexpr, PREFETCH_PAGES: tl.constexpr,
     ROTATE_KV: tl.constexpr, USE_TMA: tl.constexpr, FUSED_COMBINE: tl.constexpr, INDEX_INT32: tl.constexpr,
+    K_TRANSPOSED: tl.constexpr,
 ):
     """Attention of one q tile (BLOCK_Q query tokens x GROUP_SIZE heads = BLOCK_M packed rows) of
     sequence `seq` against KV split `split`, written to out (or to the split workspace; with
@@ -293,7 +315,7 @@ def _attend_q_tile(
         kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope, qk_scale,
         offs_dqk, offs_dv, HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, BLOCK_N, PAGED, True,
         WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES,
-        rotation, False, k_desc, v_desc, USE_TMA, INDEX_INT32)
+        rotation, False, k_desc, v_desc, USE_TMA, INDEX_INT32, K_TRANSPOSED)
     acc, l_i, m_i = _attend_kv_tiles(
         acc, l_i, m_i, q, tl.maximum(split_lo, full_tile_lo), tl.minimum(full_tile_hi, split_hi),
         k_ptr, v_ptr, k_head_offset, v_head_offset, kv_seq_offset_k, kv_seq_offset_v,
@@ -301,7 +323,7 @@ def _attend_q_tile(
         kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope, qk_scale,
         offs_dqk, offs_dv, HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, BLOCK_N, PAGED, False,
         WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES,
-        rotation, ROTATE_KV, k_desc, v_desc, USE_TMA, INDEX_INT32)
+        rotation, ROTATE_KV, k_desc, v_desc, USE_TMA, INDEX_INT32, K_TRANSPOSED)
     acc, l_i, m_i = _attend_kv_tiles(
         acc, l_i, m_i, q, tl.maximum(split_lo, full_tile_hi), split_hi,
         k_ptr, v_ptr, k_head_offset, v_head_offset, kv_seq_offset_k, kv_seq_offset_v,
@@ -309,7 +331,7 @@ def _attend_q_tile(
         kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope, qk_scale,
         offs_dqk, offs_dv, HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, BLOCK_N, PAGED, True,
         WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES,
-        rotation, False, k_desc, v_desc, USE_TMA, INDEX_INT32)
+        rotation, False, k_desc, v_desc, USE_TMA, INDEX_INT32, K_TRANSPOSED)
 
     dv_mask = row_valid[:, None] & (offs_dv < HEAD_DIM_V)[None, :]
     out_ptrs = (out_ptr + seq64 * stride_ob + q_row_token.to(tl.int64)[:, None] * stride_os
@@ -402,7 +424,7 @@ def attention_fwd_kernel(
     DOT_PRECISION: tl.constexpr, PAGE_SCALAR: tl.constexpr, PREFETCH_PAGES: tl.constexpr,
     ROTATE_KV: tl.constexpr, USE_TMA: tl.constexpr, SMALL_BLOCK_M: tl.constexpr, SMALL_BLOCK_Q: tl.constexpr,
     FUSED_COMBINE: tl.constexpr, INDEX_INT32: tl.constexpr, PAGE_SIZE: tl.constexpr,
-    HEAVY_TILES_FIRST: tl.constexpr,
+    HEAVY_TILES_FIRST: tl.constexpr, K_TRANSPOSED: tl.constexpr,
 ):
     """Strides: dense k/v use (batch, token, head); paged k/v use (page, slot, head).
 
@@ -450,7 +472,7 @@ def attention_fwd_kernel(
                 HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, GROUP_SIZE, BLOCK_N,
                 PAGED, HAS_Q_START, HAS_KV_START, WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, BOTTOM_RIGHT,
                 HAS_ALIBI, HAS_SINK, WRITE_PARTIAL, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES, ROTATE_KV,
-                USE_TMA, FUSED_COMBINE, INDEX_INT32)
+                USE_TMA, FUSED_COMBINE, INDEX_INT32, K_TRANSPOSED)
             return
     _attend_q_tile(
         seq, q_begin, q_len, first_query, kv_head, split, num_splits,
@@ -465,4 +487,4 @@ def attention_fwd_kernel(
         HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, GROUP_SIZE, BLOCK_N,
         PAGED, HAS_Q_START, HAS_KV_START, WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, BOTTOM_RIGHT,
         HAS_ALIBI, HAS_SINK, WRITE_PARTIAL, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES, ROTATE_KV,
-        USE_TMA, FUSED_COMBINE, INDEX_INT32)
+        USE_TMA, FUSED_COMBINE, INDEX_INT32, K_TRANSPOSED)

@@ -23,6 +23,7 @@ __all__ = [
     "num_streaming_multiprocessors",
     "parse_variants",
     "select_forward_config",
+    "shape_class",
     "tma_pays",
 ]
 
@@ -65,6 +66,8 @@ class ForwardConfig:
     int32_offsets: per-key offsets of a tile in 32 bits whenever every element offset of k and v
         fits, instead of 64. ptxas (tests/sm90_compile.py --registers) finds no register saving at
         the production tiles (d128 prefill 255 vs 206 registers contiguous); the sweep measures it.
+    transposed_k_loads: K tiles are read as [D, keys] (K^T) directly instead of [keys, D] like V
+        with a shared-memory transpose (sharing V's layout, page ids load once per tile).
     heavy_tiles_first: a sequence's q tiles run last tile first. Under a causal mask the last tile
         sees the most keys, so the longest programs start early instead of ending the launch alone.
     Which of these a shape class turns on is the table ``TUNED_VARIANTS``
@@ -86,10 +89,11 @@ class ForwardConfig:
     fused_combine: bool = False
     int32_offsets: bool = False
     heavy_tiles_first: bool = False
+    transposed_k_loads: bool = False
 
 
 VARIANT_FIELDS = ("paged_scalar_ids", "prefetch_page_ids", "small_block_m", "rotate_kv_tiles", "tma", "fused_combine",
-                  "int32_offsets", "heavy_tiles_first")
+                  "int32_offsets", "heavy_tiles_first", "transposed_k_loads")
 """The ForwardConfig fields a shape class can switch (kernel variants), as opposed to its tile sizes."""
 
 SHAPE_CLASSES = ("decode/paged", "decode/contiguous", "prefill/paged", "prefill/contiguous")
@@ -147,6 +151,15 @@ def parse_variants(text: str) -> dict[str, dict[str, int]]:
             table[shape_class][name] = int(value) if value else 1
     return table
 
+
+SHORT_KV_TILES = ((1024, (128, 32, 4, 3), (64, 64, 4, 3)), (2048, (64, 64, 4, 3), (64, 64, 4, 3)))
+"""Prefill tiles (block_m, block_n, warps, stages) of d <= 128 calls whose KV walks are at most that many
+keys, contiguous then paged: short walks favour small, many programs (H200, 2026-11-30, commit 5642f28,
+docs/results/2026-11-30-h200-5642f28/sweep-tiles.md, speedups over 128x64 8 warps with the tuned
+variants): 16x1k 128x32 4 warps MHA / GQA full 1.02x / 1.01x, causal 1.06x / 1.09x (64x64 4 warps
+0.98x / 0.97x, 1.06x / 1.01x); 8x2k 64x64 4 warps full 1.12x / 1.11x, causal 1.16x / 1.10x; over a
+paged cache, 2k prefill + 128 decodes at 2k 1.23x (a 2k chunk on 14k + 64 decodes keeps 128x128:
+64x64 there 0.89x)."""
 
 TMA_MIN_KV_LENGTH = 2048
 """The variant tables' ``tma`` is used for head dims >= 128 over KV walks of at least this many keys
@@ -209,8 +222,10 @@ def select_forward_config(
         the same at 64 or 128 keys). Page-id variants on both tiles (µs, page 16 unless named):
         a 2k chunk on 30k 3145 vs 3454, on 6k page 256 685 vs 832 (one page id per tile),
         2k on 14k + 64 decodes 2041 vs 2242, 2k prefill + 128 decodes 666 vs 677.
-      d64 causal: 128x64 8 warps 3 stages 363 (64x64 4 warps 349). d256 causal: 128x64 8 warps
-        2 stages 467 (3 stages and 128x128 exceed shared memory; 64x64 4 warps 327).
+      d64 (4x4k, tuned variants, commit 5642f28): 64x64 4 warps 3 stages full 417, causal 378 TFLOP/s
+        against 128x64 8 warps 324 / 387. d256 causal: 128x64 8 warps 2 stages 467 (3 stages and
+        128x128 exceed shared memory; 64x64 4 warps 327).
+      KV walks of at most 1024 / 2048 keys at d128: SHORT_KV_TILES.
 
     Example:
         >>> select_forward_config(head_dim_qk=128, head_dim_v=128, group_size=4,
@@ -219,12 +234,23 @@ def select_forward_config(
     """
     long_kv = max_seqlen_kv is None or max_seqlen_kv >= TMA_MIN_KV_LENGTH
     return _select_forward_config(head_dim_qk, head_dim_v, group_size, max_seqlen_q, interpret, paged, tuned,
-                                  getenv(VARIANTS_ENV, "") if tuned else "", long_kv)
+                                  getenv(VARIANTS_ENV, "") if tuned else "", long_kv, _kv_bucket(max_seqlen_kv))
+
+
+def _kv_bucket(max_seqlen_kv: int | None) -> int:
+    """The smallest SHORT_KV_TILES bound holding ``max_seqlen_kv`` keys; 0 for longer walks or None (a
+    config cache key that changes at those bounds only, not on every decode step)."""
+    if max_seqlen_kv is not None:
+        for bound, _, _ in SHORT_KV_TILES:
+            if max_seqlen_kv <= bound:
+                return bound
+    return 0
 
 
 @functools.lru_cache(maxsize=512)
 def _select_forward_config(head_dim_qk: int, head_dim_v: int, group_size: int, max_seqlen_q: int, interpret: bool,
-                           paged: bool, tuned: bool, variants_override: str, long_kv: bool) -> ForwardConfig:
+                           paged: bool, tuned: bool, variants_override: str, long_kv: bool,
+                           kv_bucket: int) -> ForwardConfig:
     """select_forward_config's work, cached: a decode call asks the same question every step."""
     block_dqk = max(16, next_power_of_2(head_dim_qk))
     block_dv = max(16, next_power_of_2(head_dim_v))
@@ -237,6 +263,11 @@ def _select_forward_config(head_dim_qk: int, head_dim_v: int, group_size: int, m
     elif packed_rows <= _DECODE_MAX_ROWS:
         block_m = max(group_rows, next_power_of_2(packed_rows))
         block_n, num_warps, num_stages = 64, 4, 2
+    elif block_d <= 64:
+        block_m, block_n, num_warps, num_stages = 64, 64, 4, 3
+    elif block_d == 128 and kv_bucket:
+        contiguous_tile, paged_tile = next((c, p) for bound, c, p in SHORT_KV_TILES if bound == kv_bucket)
+        block_m, block_n, num_warps, num_stages = paged_tile if paged else contiguous_tile
     elif block_d == 128 and paged:
         block_m, block_n, num_warps, num_stages = 128, 128, 8, 3
     elif block_d <= 128:
@@ -255,8 +286,14 @@ def _select_forward_config(head_dim_qk: int, head_dim_v: int, group_size: int, m
     )
     if not tuned:
         return config
-    shape_class = ("decode" if packed_rows <= _DECODE_MAX_ROWS else "prefill") + ("/paged" if paged else "/contiguous")
-    return _with_variants(config, shape_class, group_size, variants_override, long_kv)
+    return _with_variants(config, shape_class(group_size, max_seqlen_q, paged), group_size, variants_override, long_kv)
+
+
+def shape_class(group_size: int, max_seqlen_q: int, paged: bool) -> str:
+    """The variant table's class of a call: "decode" (at most _DECODE_MAX_ROWS packed rows per sequence)
+    or "prefill", then "/paged" or "/contiguous"."""
+    packed_rows = group_size * max(1, max_seqlen_q)
+    return ("decode" if packed_rows <= _DECODE_MAX_ROWS else "prefill") + ("/paged" if paged else "/contiguous")
 
 
 _SM_COUNT_CACHE: dict[int, int] = {}
@@ -282,12 +319,15 @@ def choose_num_splits(
     block_q: int,
     block_n: int,
     num_sms: int,
+    block_m: int = 16,
 ) -> int:
     """Split-KV count from host-known sizes only (no device sync).
 
     Two reasons to split, whichever asks for more, rounded to a power of two:
       fill: fewer than ``_FILL_PROGRAMS_PER_SM`` (sequence, q-tile, KV head) programs per SM leave
-        the memory system idle; split up to about that many, never past it.
+        the memory system idle; split up to about that many, never past it. A decode tile of more
+        than 16 packed rows (``block_m``: MQA's 32 heads per KV head) counts block_m / 16 times: each
+        split writes a partial output per query head, so more heads per program ask for fewer splits.
       balance (decode class only: one q tile per sequence): no program reads more than
         ``_BALANCE_CHUNK_KEYS`` keys, so one long sequence of a ragged batch does not run alone
         after the short ones finish (the kernel gives each split an even share of its own
@@ -298,7 +338,7 @@ def choose_num_splits(
       1x8k: 64 splits 26.6 (32: 27.4, 16: 33.8); 8x4k: 8 splits 53.5 (4: 60.2, 16: 57.2);
       32x2k: 2 splits 85.1 (1: 106.7, 3: 97.6, 4: 89.8); 32x4k verify q4: 2 splits 150.3 (3: 172.1);
       64x4k: 1 split 266.8 (2: 273.3); 32x32k: 2, 4 or 8 splits ~1000 (1: 1490, 3: 1151);
-      MQA 32/1 64x4k: 4 splits 69.8, 8: 75.7 (9: 79.0); ragged 64 (mean 4k, max 32k): 8 splits 373.8,
+      MQA 32/1 64x4k: 4 splits 69.8, 8: 75.7 (9: 79.0) (commit 0e8bdd5: 4 splits 59.2, 8: 65.3); ragged 64 (mean 4k, max 32k): 8 splits 373.8,
       16: 356.4 (1: 1214). Odd split counts measured consistently slower than their power-of-two
       neighbours.
 
@@ -313,10 +353,11 @@ def choose_num_splits(
     kv_tiles = -(-max(0, max_seqlen_kv) // block_n)
     if kv_tiles <= 4:
         return 1
-    fill = _floor_power_of_2(_FILL_PROGRAMS_PER_SM * num_sms // programs)
     balance = 1
     if q_tiles_per_seq == 1:
+        programs *= max(1, block_m // 16)
         balance = next_power_of_2(-(-max_seqlen_kv // _BALANCE_CHUNK_KEYS))
+    fill = _floor_power_of_2(_FILL_PROGRAMS_PER_SM * num_sms // programs)
     return max(1, min(max(fill, balance), _floor_power_of_2(kv_tiles // 2), MAX_NUM_SPLITS))
 
 
