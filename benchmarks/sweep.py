@@ -164,6 +164,10 @@ def _variants(cell: Cell, layout_only: bool = False, tiles_only: bool = False) -
     if decode_class:
         out.append(("rotated kv walk", {"config": replace(base, rotate_kv_tiles=True)}))
         out.append(("transposed k", {"config": replace(base, transposed_k_loads=True)}))
+        if cell.kv_source == "paged":
+            out.append(("runtime page size", {"config": replace(base, runtime_page_size=True)}))
+            out.append(("runtime page size + transposed k",
+                        {"config": replace(base, runtime_page_size=True, transposed_k_loads=True)}))
         out.append(("fused combine", {"config": replace(base, fused_combine=True)}))
         if cell.kv_source == "paged":  # a combination for pick_variants to weigh against each alone
             out.append(("fused combine + prefetch ids",

@@ -155,6 +155,7 @@ def configurations() -> list[dict]:
             ("int32_offsets", dict(int32_offsets=True)),
             ("heavy_tiles_first", dict(heavy_tiles_first=True)),
             ("transposed_k_loads", dict(transposed_k_loads=True)),
+            ("runtime_page_size", dict(runtime_page_size=True)),
             ("all", dict(paged_scalar_ids=True, prefetch_page_ids=True, small_block_m=16, rotate_kv_tiles=True,
                          tma=True, fused_combine=True, int32_offsets=True, heavy_tiles_first=True)),
         ):

@@ -474,6 +474,16 @@ def test_transposed_k_loads_match_the_reference(layout: str) -> None:
     check_with_config(case, interpreted_config(case, transposed_k_loads=True))
 
 
+@pytest.mark.parametrize("fields", [dict(runtime_page_size=True), dict(runtime_page_size=True, prefetch_page_ids=True),
+                                    dict(runtime_page_size=True, paged_scalar_ids=True, block_n=16)])
+@pytest.mark.parametrize("page_size", [1, 8, 16])
+def test_runtime_page_size_matches_the_reference(fields: dict, page_size: int) -> None:
+    """runtime_page_size: the page size as a kernel argument, not a compile-time constant."""
+    case = C(MIXED_Q, (70, 45, 90, 66), heads=(4, 2), layout="paged", page_size=page_size, causal=True,
+             bottom_right=True, num_splits=None, dtype=torch.float16)
+    check_with_config(case, interpreted_config(case, **fields), split_counts=(1, 3))
+
+
 @pytest.mark.parametrize("layout", ["paged", "thd"])
 def test_heavy_tiles_first_matches_the_reference(layout: str) -> None:
     """heavy_tiles_first: each sequence's q tiles in reverse order (ragged lengths, so some programs

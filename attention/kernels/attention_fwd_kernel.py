@@ -29,15 +29,15 @@ LOG2E = tl.constexpr(1.4426950408889634)
 
 @triton.jit
 def _page_ids(page_table_row_ptr, stride_pt_p, tile, kv_len, valid,
-              PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, PAGE_SCALAR: tl.constexpr):
+              page_size, BLOCK_N: tl.constexpr, PAGE_SCALAR: tl.constexpr):
     """Cache page ids of KV tile `tile`: a scalar (PAGE_SCALAR) or one per key; 0 where not `valid`.
     (No `valid & ...` mask: Triton 3.9's interpreter turns a scalar bool and'ed with a block into int32.)"""
     if PAGE_SCALAR:
-        index = tl.where(valid, (tile * BLOCK_N) // PAGE_SIZE, 0)
+        index = tl.where(valid, (tile * BLOCK_N) // page_size, 0)
         return tl.where(valid, tl.load(page_table_row_ptr + index * stride_pt_p), 0)
     else:
         offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-        return tl.load(page_table_row_ptr + (offs_n // PAGE_SIZE) * stride_pt_p,
+        return tl.load(page_table_row_ptr + (offs_n // page_size) * stride_pt_p,
                        mask=offs_n < tl.where(valid, kv_len, 0), other=0)
 
 
@@ -80,7 +80,7 @@ def _attend_kv_tiles(
     acc, l_i, m_i, q,
     tile_begin, tile_end,
     k_ptr, v_ptr, k_head_offset, v_head_offset,
-    kv_seq_offset_k, kv_seq_offset_v, page_table_row_ptr, stride_pt_p, PAGE_SIZE: tl.constexpr,
+    kv_seq_offset_k, kv_seq_offset_v, page_table_row_ptr, stride_pt_p, page_size,
     stride_ks, stride_kp, stride_vs, stride_vp,
     kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope,
     qk_scale,
@@ -97,14 +97,14 @@ def _attend_kv_tiles(
 
     MASKED=False is the fast path for tiles that every row sees entirely (no key-position
     masks, no bounds checks on keys); MASKED=True handles band edges and the ragged last tile.
-    Paged caches: PAGE_SCALAR (PAGE_SIZE a multiple of BLOCK_N) reads one page id per tile and
+    Paged caches: PAGE_SCALAR (page_size a multiple of BLOCK_N) reads one page id per tile and
     addresses the tile as one contiguous run of slots; PREFETCH_PAGES loads the next tile's page
     ids one iteration ahead, so the K/V loads do not wait on a page-table load of their own
     iteration. ROTATE starts the walk at tile_begin + rotation % num_tiles and wraps around, so
     programs of different sequences do not stream the same cache offsets in lockstep.
     USE_TMA: tiles come through the tensor descriptors k_desc / v_desc (Hopper's bulk tensor
     copies): non-paged, over the sequence's rows (rows past it and columns past the head dim read as
-    zeros); paged (PAGE_SCALAR only), over all cache rows [pages * PAGE_SIZE, D], one page per tile.
+    zeros); paged (PAGE_SCALAR only), over all cache rows [pages * page_size, D], one page per tile.
     INDEX_INT32 (every element offset of k and v fits in int32): the per-key offsets of a tile stay
     32-bit instead of 64.
     """
@@ -114,7 +114,7 @@ def _attend_kv_tiles(
     if PAGED and PREFETCH_PAGES:
         next_page = _page_ids(page_table_row_ptr, stride_pt_p,
                               _tile_at(tile_begin, tile_begin, num_tiles, rotation, ROTATE), kv_len,
-                              tile_begin < tile_end, PAGE_SIZE, BLOCK_N, PAGE_SCALAR)
+                              tile_begin < tile_end, page_size, BLOCK_N, PAGE_SCALAR)
     for step in range(tile_begin, tile_end):
         tile = _tile_at(step, tile_begin, num_tiles, rotation, ROTATE)
         offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -124,19 +124,19 @@ def _attend_kv_tiles(
                 page = next_page
                 next_page = _page_ids(page_table_row_ptr, stride_pt_p,
                                       _tile_at(step + 1, tile_begin, num_tiles, rotation, ROTATE), kv_len,
-                                      step + 1 < tile_end, PAGE_SIZE, BLOCK_N, PAGE_SCALAR)
+                                      step + 1 < tile_end, page_size, BLOCK_N, PAGE_SCALAR)
             elif PAGE_SCALAR:
-                page = tl.load(page_table_row_ptr + ((tile * BLOCK_N) // PAGE_SIZE) * stride_pt_p)
+                page = tl.load(page_table_row_ptr + ((tile * BLOCK_N) // page_size) * stride_pt_p)
             elif MASKED:
                 # One vector of page ids per tile (a tile may span several pages).
-                page = tl.load(page_table_row_ptr + (offs_n // PAGE_SIZE) * stride_pt_p,
+                page = tl.load(page_table_row_ptr + (offs_n // page_size) * stride_pt_p,
                                mask=key_in_bounds, other=0)
             else:
-                page = tl.load(page_table_row_ptr + (offs_n // PAGE_SIZE) * stride_pt_p)
+                page = tl.load(page_table_row_ptr + (offs_n // page_size) * stride_pt_p)
             if PAGE_SCALAR:
-                slot = (tile * BLOCK_N) % PAGE_SIZE + tl.arange(0, BLOCK_N)
+                slot = (tile * BLOCK_N) % page_size + tl.arange(0, BLOCK_N)
             else:
-                slot = offs_n % PAGE_SIZE
+                slot = offs_n % page_size
             if INDEX_INT32:
                 k_rows = page * stride_kp + slot * stride_ks
                 v_rows = page * stride_vp + slot * stride_vs
@@ -156,8 +156,8 @@ def _attend_kv_tiles(
             v_base = v_ptr + v_head_offset + kv_seq_offset_v
         v_ptrs = v_base + v_rows[:, None] + offs_dv[None, :]
         if USE_TMA and PAGED:
-            # One page holds the whole tile (PAGE_SCALAR): rows of the [pages * PAGE_SIZE, D] view.
-            row = (page * PAGE_SIZE + (tile * BLOCK_N) % PAGE_SIZE).to(tl.int32)
+            # One page holds the whole tile (PAGE_SCALAR): rows of the [pages * page_size, D] view.
+            row = (page * page_size + (tile * BLOCK_N) % page_size).to(tl.int32)
             k_t = tl.trans(k_desc.load([row, 0]))
             v = v_desc.load([row, 0])
             if MASKED:  # slots past the sequence are stale cache rows (maybe NaN): 0 * NaN is NaN
@@ -208,7 +208,7 @@ def _attend_q_tile(
     seq, q_begin, q_len, first_query, kv_head, split, num_splits,
     q_ptr, k_ptr, v_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
     cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr, alibi_slopes_ptr,
-    softmax_offset_ptr, split_counter_ptr, PAGE_SIZE: tl.constexpr, num_cache_rows,
+    softmax_offset_ptr, split_counter_ptr, page_size, num_cache_rows,
     stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
     stride_ob, stride_os, stride_oh, stride_pt_b, stride_pt_p, stride_alibi_b,
     stride_part_split, stride_part_tok, stride_part_head, stride_lse_split, stride_lse_tok,
@@ -311,7 +311,7 @@ def _attend_q_tile(
     acc, l_i, m_i = _attend_kv_tiles(
         acc, l_i, m_i, q, split_lo, tl.minimum(full_tile_lo, split_hi),
         k_ptr, v_ptr, k_head_offset, v_head_offset, kv_seq_offset_k, kv_seq_offset_v,
-        page_table_row_ptr, stride_pt_p, PAGE_SIZE, stride_ks, stride_kb, stride_vs, stride_vb,
+        page_table_row_ptr, stride_pt_p, page_size, stride_ks, stride_kb, stride_vs, stride_vb,
         kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope, qk_scale,
         offs_dqk, offs_dv, HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, BLOCK_N, PAGED, True,
         WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES,
@@ -319,7 +319,7 @@ def _attend_q_tile(
     acc, l_i, m_i = _attend_kv_tiles(
         acc, l_i, m_i, q, tl.maximum(split_lo, full_tile_lo), tl.minimum(full_tile_hi, split_hi),
         k_ptr, v_ptr, k_head_offset, v_head_offset, kv_seq_offset_k, kv_seq_offset_v,
-        page_table_row_ptr, stride_pt_p, PAGE_SIZE, stride_ks, stride_kb, stride_vs, stride_vb,
+        page_table_row_ptr, stride_pt_p, page_size, stride_ks, stride_kb, stride_vs, stride_vb,
         kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope, qk_scale,
         offs_dqk, offs_dv, HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, BLOCK_N, PAGED, False,
         WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES,
@@ -327,7 +327,7 @@ def _attend_q_tile(
     acc, l_i, m_i = _attend_kv_tiles(
         acc, l_i, m_i, q, tl.maximum(split_lo, full_tile_hi), split_hi,
         k_ptr, v_ptr, k_head_offset, v_head_offset, kv_seq_offset_k, kv_seq_offset_v,
-        page_table_row_ptr, stride_pt_p, PAGE_SIZE, stride_ks, stride_kb, stride_vs, stride_vb,
+        page_table_row_ptr, stride_pt_p, page_size, stride_ks, stride_kb, stride_vs, stride_vb,
         kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope, qk_scale,
         offs_dqk, offs_dv, HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, BLOCK_N, PAGED, True,
         WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES,
@@ -405,7 +405,7 @@ def attention_fwd_kernel(
     partial_out_ptr, partial_lse_ptr,
     cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr,
     page_table_ptr, alibi_slopes_ptr, softmax_offset_ptr, split_counter_ptr,
-    num_seqs, num_cache_rows,
+    num_seqs, page_size, num_cache_rows,
     stride_qb, stride_qs, stride_qh,
     stride_kb, stride_ks, stride_kh,
     stride_vb, stride_vs, stride_vh,
@@ -435,11 +435,14 @@ def attention_fwd_kernel(
     SMALL_BLOCK_M > 0 (mixed batches): a sequence with at most SMALL_BLOCK_Q queries (a decode, a
     short verification step) runs a SMALL_BLOCK_M-row tile instead of the BLOCK_M-row prefill tile.
     HEAVY_TILES_FIRST: program t of a sequence with n q tiles takes tile n - 1 - t.
-    PAGE_SIZE is a compile-time constant (one compile per cache geometry): a key's page and slot
-    (`key // PAGE_SIZE`, `key % PAGE_SIZE`) then fold into shifts and per-thread constants. With a
-    runtime page size sm90 code did a signed division per key and tile row: 148 integer
-    multiply-adds per unmasked d128 tile at page 16 against 42 with one page id per tile.
+    PAGE_SIZE > 0 replaces the runtime page_size with a compile-time constant (one compile per cache
+    geometry): a key's page and slot (key // page_size, key % page_size) then fold into shifts
+    and per-thread constants. With the runtime value sm90 code does a signed division per key and
+    tile row: 148 integer multiply-adds per unmasked d128 tile at page 16 against 42 with one page id
+    per tile. PAGE_SIZE == 0 keeps it a runtime value (a variant the sweep weighs on decode).
     """
+    if PAGE_SIZE > 0:
+        page_size = PAGE_SIZE
     tile_id = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -463,7 +466,7 @@ def attention_fwd_kernel(
                 seq, q_begin, q_len, first_query, kv_head, split, num_splits,
                 q_ptr, k_ptr, v_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
                 cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr, alibi_slopes_ptr,
-                softmax_offset_ptr, split_counter, PAGE_SIZE, num_cache_rows,
+                softmax_offset_ptr, split_counter, page_size, num_cache_rows,
                 stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
                 stride_ob, stride_os, stride_oh, stride_pt_b, stride_pt_p, stride_alibi_b,
                 stride_part_split, stride_part_tok, stride_part_head, stride_lse_split, stride_lse_tok,
@@ -478,7 +481,7 @@ def attention_fwd_kernel(
         seq, q_begin, q_len, first_query, kv_head, split, num_splits,
         q_ptr, k_ptr, v_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
         cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr, alibi_slopes_ptr,
-        softmax_offset_ptr, split_counter, PAGE_SIZE, num_cache_rows,
+        softmax_offset_ptr, split_counter, page_size, num_cache_rows,
         stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
         stride_ob, stride_os, stride_oh, stride_pt_b, stride_pt_p, stride_alibi_b,
         stride_part_split, stride_part_tok, stride_part_head, stride_lse_split, stride_lse_tok,

@@ -68,6 +68,8 @@ class ForwardConfig:
         the production tiles (d128 prefill 255 vs 206 registers contiguous); the sweep measures it.
     transposed_k_loads: K tiles are read as [D, keys] (K^T) directly instead of [keys, D] like V
         with a shared-memory transpose (sharing V's layout, page ids load once per tile).
+    runtime_page_size: the kernel reads the page size as a runtime value instead of compiling it in
+        (a division per key; one compile for every page size).
     heavy_tiles_first: a sequence's q tiles run last tile first. Under a causal mask the last tile
         sees the most keys, so the longest programs start early instead of ending the launch alone.
     Which of these a shape class turns on is the table ``TUNED_VARIANTS``
@@ -90,35 +92,37 @@ class ForwardConfig:
     int32_offsets: bool = False
     heavy_tiles_first: bool = False
     transposed_k_loads: bool = False
+    runtime_page_size: bool = False
 
 
 VARIANT_FIELDS = ("paged_scalar_ids", "prefetch_page_ids", "small_block_m", "rotate_kv_tiles", "tma", "fused_combine",
-                  "int32_offsets", "heavy_tiles_first", "transposed_k_loads")
+                  "int32_offsets", "heavy_tiles_first", "transposed_k_loads",
+                  "runtime_page_size")
 """The ForwardConfig fields a shape class can switch (kernel variants), as opposed to its tile sizes."""
 
 SHAPE_CLASSES = ("decode/paged", "decode/contiguous", "prefill/paged", "prefill/contiguous")
 """Keys of the variant table: the config's class ("decode": packed rows <= 64) and the KV layout."""
 
 TUNED_VARIANTS: dict[str, dict[str, int]] = {
-    "decode/paged": {},
+    "decode/paged": {"transposed_k_loads": 1},
     "decode/contiguous": {"tma": 1},
-    "prefill/paged": {"paged_scalar_ids": 1, "prefetch_page_ids": 1, "small_block_m": 16, "int32_offsets": 1},
-    "prefill/contiguous": {"tma": 1, "int32_offsets": 1},
+    "prefill/paged": {"paged_scalar_ids": 1, "prefetch_page_ids": 1, "small_block_m": 16, "int32_offsets": 1,
+                      "heavy_tiles_first": 1},
+    "prefill/contiguous": {"tma": 1, "int32_offsets": 1, "heavy_tiles_first": 1},
 }
 """Variants on by default per shape class: ``benchmarks.sweep --layout-only``'s picks on the H200
-(bf16, Triton 3.6, 2026-11-30; docs/results/2026-11-30-h200-cdd047c/sweep.md for the decode
-classes, docs/results/2026-11-30-h200-e21a24c/sweep.md for the prefill classes; tests/test_configs.py
-checks the table against the picks those files record), speedups over
-every variant off (``tma`` only where ``tma_pays``; the kernel drops what does not apply, e.g.
-one page id per tile when pages are smaller than a tile):
-  decode/paged: none; each variant lost somewhere (page-id prefetch 0.71x at 64x4k, fused combine
-    0.64x at 1x8k, 32-bit offsets 0.93x at 32x32k, rotated walk 0.84x at 32x4k verify).
-  decode/contiguous: tma, 64x4k 1.20x (311.6 -> 258.7 µs; the rotated walk 1.19x).
-  prefill/paged (128-key tiles): 32-bit offsets + page ids prefetched a tile ahead + a 16-row tile
-    for short sequences + one page id per tile: 2k prefill + 128 decodes 1.45x, 2k chunk on 14k +
-    64 decodes 1.31x, chunk on 30k (page 16) 1.37x, chunk on 6k (page 256) 1.68x.
-  prefill/contiguous: tma + 32-bit offsets, 1.06-1.15x at d128 over 4k-30k keys, 1.01x at d256;
-    below 2048 keys or at d64 (no tma there) 32-bit offsets alone, 1.05x / 1.09x."""
+(bf16, Triton 3.6, 2026-11-30; docs/results/2026-11-30-h200-9a69b8b/sweep.md; tests/test_configs.py
+checks the table against the picks recorded there), speedups over every variant off (``tma`` only
+where ``tma_pays``; the kernel drops what does not apply, e.g. one page id per tile when pages are
+smaller than a tile):
+  decode/paged: K read as K^T (transposed_k_loads): 32x4k verify 1.11x, MQA 32/1 1.04x, 64x4k at
+    page 256 1.24x; 32-bit offsets (64x4k page 16 1.26x) lost 0.97x on MQA.
+  decode/contiguous: tma, 64x4k 1.21x (311.4 -> 257.5 µs; the rotated walk 1.18x).
+  prefill/paged: one page id per tile + page ids prefetched a tile ahead + a 16-row tile for short
+    sequences + 32-bit offsets + heavy q tiles first: 2k prefill + 128 decodes 1.50x, 2k chunk on
+    14k + 64 decodes 1.51x, chunk on 30k (page 16) 1.48x, chunk on 6k (page 256) 1.76x.
+  prefill/contiguous: tma + 32-bit offsets + heavy q tiles first, 1.04-1.19x (tma only at d >= 128
+    over >= 2048 keys)."""
 
 VARIANTS_ENV = "ATTN_FUSED_VARIANTS"
 """Environment override of ``TUNED_VARIANTS``, e.g. ``decode/paged=paged_scalar_ids+prefetch_page_ids;
