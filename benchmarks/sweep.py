@@ -164,6 +164,8 @@ def _variants(cell: Cell, layout_only: bool = False, tiles_only: bool = False) -
     if decode_class:
         out.append(("rotated kv walk", {"config": replace(base, rotate_kv_tiles=True)}))
         out.append(("transposed k", {"config": replace(base, transposed_k_loads=True)}))
+        if base.max_registers:
+            out.append(("no register cap", {"config": replace(base, max_registers=0)}))
         if cell.kv_source == "paged":
             out.append(("runtime page size", {"config": replace(base, runtime_page_size=True)}))
             out.append(("runtime page size + transposed k",
@@ -188,7 +190,7 @@ def _variants(cell: Cell, layout_only: bool = False, tiles_only: bool = False) -
     out += [(f"{name} + int32 offsets", {"config": replace(overrides["config"], int32_offsets=True)})
             for name, overrides in out[1:] if _variant_string(base, overrides["config"])
             and not name.startswith("tuned") and not overrides["config"].int32_offsets
-            and not overrides["config"].fused_combine]
+            and not overrides["config"].fused_combine and overrides["config"].max_registers == base.max_registers]
     out.append(("int32 offsets", {"config": replace(base, int32_offsets=True)}))
     if not layout_only:
         out += _decode_variants(cell, base) if decode_class else _prefill_variants(cell, base, tuned)

@@ -42,7 +42,9 @@ def compile_for_sm90(fn: Any, args: tuple, constexprs: dict, num_warps: int, num
     target = GPUTarget("cuda", 90, 32)
     backend = make_backend(target)
     binder = create_function_from_signature(fn.signature, fn.params, backend)
-    kwargs = dict(constexprs, num_warps=num_warps, num_stages=num_stages)
+    constexprs = dict(constexprs)
+    maxnreg = constexprs.pop("maxnreg", None)  # a launch option recorded with the constexprs
+    kwargs = dict(constexprs, num_warps=num_warps, num_stages=num_stages, maxnreg=maxnreg)
     bound_args, specialization, options = binder(*args, **kwargs)
     options, signature, constants, attrs = fn._pack_args(backend, kwargs, bound_args, specialization, options)
     kernel = triton.compile(ASTSource(fn, signature, constants, attrs), target=target, options=options.__dict__)
@@ -77,8 +79,8 @@ def recorded_launches(calls: list[dict]) -> list[tuple[str, Any, tuple, dict, in
 
     recorded: list[tuple[str, Any, tuple, dict, int, int]] = []
 
-    def record(self, grid, *args, num_warps=None, num_stages=None, **constexprs):
-        recorded.append((label, self.fn, args, constexprs, num_warps or 4, num_stages or 3))
+    def record(self, grid, *args, num_warps=None, num_stages=None, maxnreg=None, **constexprs):
+        recorded.append((label, self.fn, args, {**constexprs, "maxnreg": maxnreg}, num_warps or 4, num_stages or 3))
 
     launch.CachedLaunch.__call__ = record
     for call in calls:

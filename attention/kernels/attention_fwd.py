@@ -206,7 +206,7 @@ def attention_forward(
         PAGE_SIZE=shapes.page_size if shapes.paged and not config.runtime_page_size else 0,
         HEAVY_TILES_FIRST=config.heavy_tiles_first,
         K_TRANSPOSED=config.transposed_k_loads,
-        num_warps=config.num_warps, num_stages=config.num_stages,
+        num_warps=config.num_warps, num_stages=config.num_stages, maxnreg=config.max_registers or None,
     )
     if write_partial and not fused_combine:
         combine_splits(partial_out, partial_lse, out, cu_seqlens_q=cu_seqlens_q, q_start=q_start,

@@ -39,6 +39,11 @@ _BALANCE_CHUNK_KEYS = 4096
 _DECODE_MAX_ROWS = 64
 """Packed rows (query tokens x group size) up to which the small-tile "decode" class is used."""
 
+_DECODE_MAX_REGISTERS = 128
+"""Register cap of decode tiles (4 warps): four programs per SM. ptxas gave some variants 140-158
+registers, three programs per SM; 64x4k (512 programs, one wave at four per SM) then ran a second
+wave: 320-335 µs against 258-267 (H200, 2026-11-30, docs/results/2026-11-30-h200-2799194/sweep.md)."""
+
 
 @dataclass(frozen=True)
 class ForwardConfig:
@@ -72,6 +77,8 @@ class ForwardConfig:
         (a division per key; one compile for every page size).
     heavy_tiles_first: a sequence's q tiles run last tile first. Under a causal mask the last tile
         sees the most keys, so the longest programs start early instead of ending the launch alone.
+    max_registers: 0, or a cap on registers per thread passed to ptxas (``maxnreg``). Decode tiles
+        cap at 128 so four 4-warp programs fit one SM (65536 registers): see select_forward_config.
     Which of these a shape class turns on is the table ``TUNED_VARIANTS``
     (measured on the H200 by ``python -m benchmarks.sweep``), overridable with ``ATTN_FUSED_VARIANTS``.
     """
@@ -93,6 +100,7 @@ class ForwardConfig:
     heavy_tiles_first: bool = False
     transposed_k_loads: bool = False
     runtime_page_size: bool = False
+    max_registers: int = 0
 
 
 VARIANT_FIELDS = ("paged_scalar_ids", "prefetch_page_ids", "small_block_m", "rotate_kv_tiles", "tma", "fused_combine",
@@ -256,6 +264,7 @@ def _select_forward_config(head_dim_qk: int, head_dim_v: int, group_size: int, m
                            paged: bool, tuned: bool, variants_override: str, long_kv: bool,
                            kv_bucket: int) -> ForwardConfig:
     """select_forward_config's work, cached: a decode call asks the same question every step."""
+    max_registers = 0
     block_dqk = max(16, next_power_of_2(head_dim_qk))
     block_dv = max(16, next_power_of_2(head_dim_v))
     block_d = max(block_dqk, block_dv)
@@ -267,6 +276,7 @@ def _select_forward_config(head_dim_qk: int, head_dim_v: int, group_size: int, m
     elif packed_rows <= _DECODE_MAX_ROWS:
         block_m = max(group_rows, next_power_of_2(packed_rows))
         block_n, num_warps, num_stages = 64, 4, 2
+        max_registers = _DECODE_MAX_REGISTERS
     elif block_d <= 64:
         block_m, block_n, num_warps, num_stages = 64, 64, 4, 3
     elif block_d == 128 and kv_bucket:
@@ -287,6 +297,7 @@ def _select_forward_config(head_dim_qk: int, head_dim_v: int, group_size: int, m
         block_dv=block_dv,
         num_warps=num_warps,
         num_stages=num_stages,
+        max_registers=max_registers,
     )
     if not tuned:
         return config
