@@ -40,7 +40,8 @@ _DECODE_MAX_ROWS = 64
 """Packed rows (query tokens x group size) up to which the small-tile "decode" class is used."""
 
 _DECODE_MAX_REGISTERS = 128
-"""Register cap of decode tiles (4 warps): four programs per SM. ptxas gave some variants 140-158
+"""Register cap of 16-row decode tiles (4 warps): four programs per SM. (The 32-row MQA tile holds
+twice the accumulators: capped it spills, 72.2 against 59.2 µs at 64x4k; it runs two programs per SM.) ptxas gave some variants 140-158
 registers, three programs per SM; 64x4k (512 programs, one wave at four per SM) then ran a second
 wave: 320-335 µs against 258-267 (H200, 2026-11-30, docs/results/2026-11-30-h200-2799194/sweep.md)."""
 
@@ -276,7 +277,7 @@ def _select_forward_config(head_dim_qk: int, head_dim_v: int, group_size: int, m
     elif packed_rows <= _DECODE_MAX_ROWS:
         block_m = max(group_rows, next_power_of_2(packed_rows))
         block_n, num_warps, num_stages = 64, 4, 2
-        max_registers = _DECODE_MAX_REGISTERS
+        max_registers = _DECODE_MAX_REGISTERS if block_m <= 16 else 0
     elif block_d <= 64:
         block_m, block_n, num_warps, num_stages = 64, 64, 4, 3
     elif block_d == 128 and kv_bucket:
