@@ -132,7 +132,7 @@ def test_pick_variants_counts_a_variant_as_off_where_it_did_not_run() -> None:
 
 # The sweeps whose picks TUNED_VARIANTS holds: a later sweep's pick overrides an earlier one's
 # classes. Re-tuning on a GPU means a new sweep file here and its pick in the table.
-TUNED_FROM = ("docs/results/2026-11-30-h200-9a69b8b/sweep.md",)
+TUNED_FROM = ("docs/results/2026-11-30-h200-9a69b8b/sweep.md", "docs/results/2026-11-30-h200-ff89176/sweep.md")
 
 
 def test_the_tuned_table_is_what_the_recorded_sweeps_picked() -> None:

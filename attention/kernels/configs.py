@@ -113,25 +113,26 @@ SHAPE_CLASSES = ("decode/paged", "decode/contiguous", "prefill/paged", "prefill/
 """Keys of the variant table: the config's class ("decode": packed rows <= 64) and the KV layout."""
 
 TUNED_VARIANTS: dict[str, dict[str, int]] = {
-    "decode/paged": {"transposed_k_loads": 1},
-    "decode/contiguous": {"tma": 1},
+    "decode/paged": {},
+    "decode/contiguous": {},
     "prefill/paged": {"paged_scalar_ids": 1, "prefetch_page_ids": 1, "small_block_m": 16, "int32_offsets": 1,
                       "heavy_tiles_first": 1},
     "prefill/contiguous": {"tma": 1, "int32_offsets": 1, "heavy_tiles_first": 1},
 }
 """Variants on by default per shape class: ``benchmarks.sweep --layout-only``'s picks on the H200
-(bf16, Triton 3.6, 2026-11-30; docs/results/2026-11-30-h200-9a69b8b/sweep.md; tests/test_configs.py
-checks the table against the picks recorded there), speedups over every variant off (``tma`` only
-where ``tma_pays``; the kernel drops what does not apply, e.g. one page id per tile when pages are
-smaller than a tile):
-  decode/paged: K read as K^T (transposed_k_loads): 32x4k verify 1.11x, MQA 32/1 1.04x, 64x4k at
-    page 256 1.24x; 32-bit offsets (64x4k page 16 1.26x) lost 0.97x on MQA.
-  decode/contiguous: tma, 64x4k 1.21x (311.4 -> 257.5 µs; the rotated walk 1.18x).
+(bf16, Triton 3.6, 2026-11-30; prefill classes docs/results/2026-11-30-h200-9a69b8b/sweep.md, decode
+classes docs/results/2026-11-30-h200-ff89176/sweep.md; tests/test_configs.py checks the table against
+the picks recorded there), speedups over every variant off (``tma`` only where ``tma_pays``; the
+kernel drops what does not apply, e.g. one page id per tile when pages are smaller than a tile):
+  decode/paged and decode/contiguous: none. With 16-row tiles capped at 128 registers
+    (_DECODE_MAX_REGISTERS) every 64x4k cell runs at 258-261 µs without variants; before the cap
+    ptxas gave some variants 140-158 registers and a second wave, and the variant picks (tma on
+    non-paged caches, K^T loads, 32-bit offsets) were each a way around that.
   prefill/paged: one page id per tile + page ids prefetched a tile ahead + a 16-row tile for short
-    sequences + 32-bit offsets + heavy q tiles first: 2k prefill + 128 decodes 1.50x, 2k chunk on
-    14k + 64 decodes 1.51x, chunk on 30k (page 16) 1.48x, chunk on 6k (page 256) 1.76x.
-  prefill/contiguous: tma + 32-bit offsets + heavy q tiles first, 1.04-1.19x (tma only at d >= 128
-    over >= 2048 keys)."""
+    sequences + 32-bit offsets + heavy q tiles first: 2k prefill + 128 decodes 1.43x (509.8 ->
+    356.2 µs), chunk 2k on 30k at page 16 1.51x, chunk 2k on 6k at page 256 1.50x.
+  prefill/contiguous: tma + 32-bit offsets + heavy q tiles first: GQA causal 4x4k 1.12x, MHA causal
+    1x16k 1.09x, a 2k chunk on 30k 1.18x (tma only at d >= 128 over >= 2048 keys; d256 0.99x)."""
 
 VARIANTS_ENV = "ATTN_FUSED_VARIANTS"
 """Environment override of ``TUNED_VARIANTS``, e.g. ``decode/paged=paged_scalar_ids+prefetch_page_ids;
