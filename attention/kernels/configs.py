@@ -41,7 +41,7 @@ _DECODE_MAX_ROWS = 64
 
 _DECODE_MAX_REGISTERS = 128
 """Register cap of 16-row decode tiles (4 warps): four programs per SM. (The 32-row MQA tile holds
-twice the accumulators: capped it spills, 72.2 against 59.2 µs at 64x4k; it runs two programs per SM.) ptxas gave some variants 140-158
+twice the accumulators: capped it spills, 72.2 against 59.2 µs at 64x4k; it runs two programs per SM.) ptxas gave some variants 139-158
 registers, three programs per SM; 64x4k (512 programs, one wave at four per SM) then ran a second
 wave: 320-335 µs against 258-267 (H200, 2026-11-30, docs/results/2026-11-30-h200-2799194/sweep.md)."""
 
@@ -126,7 +126,7 @@ the picks recorded there), speedups over every variant off (``tma`` only where `
 kernel drops what does not apply, e.g. one page id per tile when pages are smaller than a tile):
   decode/paged and decode/contiguous: none. With 16-row tiles capped at 128 registers
     (_DECODE_MAX_REGISTERS) every 64x4k cell runs at 258-261 µs without variants; before the cap
-    ptxas gave some variants 140-158 registers and a second wave, and the variant picks (tma on
+    ptxas gave some variants 139-158 registers and a second wave, and the variant picks (tma on
     non-paged caches, K^T loads, 32-bit offsets) were each a way around that.
   prefill/paged: one page id per tile + page ids prefetched a tile ahead + a 16-row tile for short
     sequences + 32-bit offsets + heavy q tiles first: 2k prefill + 128 decodes 1.43x (509.8 ->
