@@ -40,10 +40,13 @@ _DECODE_MAX_ROWS = 64
 """Packed rows (query tokens x group size) up to which the small-tile "decode" class is used."""
 
 _DECODE_MAX_REGISTERS = 128
-"""Register cap of 16-row decode tiles (4 warps): four programs per SM. (The 32-row MQA tile holds
-twice the accumulators: capped it spills, 72.2 against 59.2 µs at 64x4k; it runs two programs per SM.) ptxas gave some variants 139-158
-registers, three programs per SM; 64x4k (512 programs, one wave at four per SM) then ran a second
-wave: 320-335 µs against 258-267 (H200, 2026-11-30, docs/results/2026-11-30-h200-2799194/sweep.md)."""
+"""Register cap (ptxas ``maxnreg``) of 16-row decode tiles, 4 warps: four programs fit an SM. Uncapped,
+ptxas gave some variants 139-158 registers, three programs per SM, and 64x4k (512 programs: one wave
+at four per SM) ran a second wave: pages 16 / 64 / 256 and the non-paged cache 311-329 µs uncapped
+against 258-261 capped; page 1 (111 registers) and the split cells (fewer programs per SM) ran the
+same either way (H200, 2026-11-30, docs/results/2026-11-30-h200-ff89176/sweep.md, "no register cap").
+The 32-row MQA tile holds twice the accumulators and spills under the cap (72.2 against 59.2 µs at
+64x4k); it stays uncapped."""
 
 
 @dataclass(frozen=True)
