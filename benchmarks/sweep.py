@@ -171,6 +171,7 @@ def _variants(cell: Cell, layout_only: bool = False, tiles_only: bool = False) -
             out.append(("runtime page size + transposed k",
                         {"config": replace(base, runtime_page_size=True, transposed_k_loads=True)}))
         out.append(("fused combine", {"config": replace(base, fused_combine=True)}))
+        out.append(("dependent combine", {"config": replace(base, dependent_combine=True)}))
         if cell.kv_source == "paged":  # a combination for pick_variants to weigh against each alone
             out.append(("fused combine + prefetch ids",
                         {"config": replace(base, fused_combine=True, prefetch_page_ids=True)}))
@@ -190,7 +191,8 @@ def _variants(cell: Cell, layout_only: bool = False, tiles_only: bool = False) -
     out += [(f"{name} + int32 offsets", {"config": replace(overrides["config"], int32_offsets=True)})
             for name, overrides in out[1:] if _variant_string(base, overrides["config"])
             and not name.startswith("tuned") and not overrides["config"].int32_offsets
-            and not overrides["config"].fused_combine and overrides["config"].max_registers == base.max_registers]
+            and not overrides["config"].fused_combine and not overrides["config"].dependent_combine
+            and overrides["config"].max_registers == base.max_registers]
     out.append(("int32 offsets", {"config": replace(base, int32_offsets=True)}))
     if not layout_only:
         out += _decode_variants(cell, base) if decode_class else _prefill_variants(cell, base, tuned)

@@ -24,6 +24,9 @@ from typing import Any
 
 import torch
 
+LAUNCH_OPTIONS = ("maxnreg", "launch_pdl")
+"""Launch options (besides warps and stages) that recorded launches carry with their constexprs."""
+
 SHARED_MEMORY_LIMIT = 232448
 """Bytes of shared memory one block may use on sm90 (H100 / H200): a launch above it fails there."""
 
@@ -43,8 +46,9 @@ def compile_for_sm90(fn: Any, args: tuple, constexprs: dict, num_warps: int, num
     backend = make_backend(target)
     binder = create_function_from_signature(fn.signature, fn.params, backend)
     constexprs = dict(constexprs)
-    maxnreg = constexprs.pop("maxnreg", None)  # a launch option recorded with the constexprs
-    kwargs = dict(constexprs, num_warps=num_warps, num_stages=num_stages, maxnreg=maxnreg)
+    options = {name: constexprs.pop(name, None) for name in LAUNCH_OPTIONS}  # recorded with the constexprs
+    kwargs = dict(constexprs, num_warps=num_warps, num_stages=num_stages,
+                  **{name: value for name, value in options.items() if value is not None})
     bound_args, specialization, options = binder(*args, **kwargs)
     options, signature, constants, attrs = fn._pack_args(backend, kwargs, bound_args, specialization, options)
     kernel = triton.compile(ASTSource(fn, signature, constants, attrs), target=target, options=options.__dict__)
@@ -79,8 +83,9 @@ def recorded_launches(calls: list[dict]) -> list[tuple[str, Any, tuple, dict, in
 
     recorded: list[tuple[str, Any, tuple, dict, int, int]] = []
 
-    def record(self, grid, *args, num_warps=None, num_stages=None, maxnreg=None, **constexprs):
-        recorded.append((label, self.fn, args, {**constexprs, "maxnreg": maxnreg}, num_warps or 4, num_stages or 3))
+    def record(self, grid, *args, num_warps=None, num_stages=None, maxnreg=None, launch_pdl=None, **constexprs):
+        options = {k: v for k, v in (("maxnreg", maxnreg), ("launch_pdl", launch_pdl)) if v is not None}
+        recorded.append((label, self.fn, args, {**constexprs, **options}, num_warps or 4, num_stages or 3))
 
     launch.CachedLaunch.__call__ = record
     for call in calls:
@@ -158,6 +163,7 @@ def configurations() -> list[dict]:
             ("heavy_tiles_first", dict(heavy_tiles_first=True)),
             ("transposed_k_loads", dict(transposed_k_loads=True)),
             ("runtime_page_size", dict(runtime_page_size=True)),
+            ("dependent_combine", dict(dependent_combine=True)),
             ("all", dict(paged_scalar_ids=True, prefetch_page_ids=True, small_block_m=16, rotate_kv_tiles=True,
                          tma=True, fused_combine=True, int32_offsets=True, heavy_tiles_first=True)),
         ):
@@ -253,6 +259,10 @@ def main() -> int:
             kernel = compile_for_sm90(fn, args, constexprs, warps, stages)
             if constexprs.get("FUSED_COMBINE"):
                 check_split_arrival(kernel.asm["ptx"])
+            for flag, instruction in (("LAUNCH_DEPENDENTS", "griddepcontrol.launch_dependents"),
+                                      ("WAIT_FOR_PRIMARY", "griddepcontrol.wait")):
+                if constexprs.get(flag) and instruction not in kernel.asm["ptx"]:
+                    raise ValueError(f"{flag} set but the PTX has no {instruction}")
             usage = f"  ({register_usage(kernel)}, {kernel.metadata.shared} B shared)" if registers else ""
             print(f"ok    {fn.__name__:24} {label}{usage}")
         except Exception as error:  # noqa: BLE001 - report every failing launch, then fail

@@ -424,7 +424,7 @@ def attention_fwd_kernel(
     DOT_PRECISION: tl.constexpr, PAGE_SCALAR: tl.constexpr, PREFETCH_PAGES: tl.constexpr,
     ROTATE_KV: tl.constexpr, USE_TMA: tl.constexpr, SMALL_BLOCK_M: tl.constexpr, SMALL_BLOCK_Q: tl.constexpr,
     FUSED_COMBINE: tl.constexpr, INDEX_INT32: tl.constexpr, PAGE_SIZE: tl.constexpr,
-    HEAVY_TILES_FIRST: tl.constexpr, K_TRANSPOSED: tl.constexpr,
+    HEAVY_TILES_FIRST: tl.constexpr, K_TRANSPOSED: tl.constexpr, LAUNCH_DEPENDENTS: tl.constexpr,
 ):
     """Strides: dense k/v use (batch, token, head); paged k/v use (page, slot, head).
 
@@ -435,6 +435,8 @@ def attention_fwd_kernel(
     SMALL_BLOCK_M > 0 (mixed batches): a sequence with at most SMALL_BLOCK_Q queries (a decode, a
     short verification step) runs a SMALL_BLOCK_M-row tile instead of the BLOCK_M-row prefill tile.
     HEAVY_TILES_FIRST: program t of a sequence with n q tiles takes tile n - 1 - t.
+    LAUNCH_DEPENDENTS: each program lets the next kernel of the stream launch (launched with
+    programmatic dependent launch, the split combine: it waits for this grid before reading partials).
     PAGE_SIZE > 0 replaces the runtime page_size with a compile-time constant (one compile per cache
     geometry): a key's page and slot (key // page_size, key % page_size) then fold into shifts
     and per-thread constants. With the runtime value sm90 code does a signed division per key and
@@ -443,6 +445,8 @@ def attention_fwd_kernel(
     """
     if PAGE_SIZE > 0:
         page_size = PAGE_SIZE
+    if LAUNCH_DEPENDENTS:  # programmatic dependent launch: the combine kernel may start (and wait) now
+        tl.extra.cuda.gdc_launch_dependents()
     tile_id = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)

@@ -24,11 +24,13 @@ def combine_splits_kernel(
     stride_lse_split, stride_lse_tok,
     stride_ob, stride_os, stride_oh,
     HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_SPLITS: tl.constexpr,
-    HAS_Q_START: tl.constexpr, HAS_SINK: tl.constexpr,
+    HAS_Q_START: tl.constexpr, HAS_SINK: tl.constexpr, WAIT_FOR_PRIMARY: tl.constexpr,
 ):
     """Grid (packed token upper bound, H_q). out = sum_s w_s O_s / (sum_s w_s + exp(sink)).
 
     w_s = exp2(lse_s - m); partial LSEs are in log2 units; empty splits carry lse = -inf.
+    WAIT_FOR_PRIMARY (launched with programmatic dependent launch): find the sequence, then wait
+    until the attention grid has finished and its partials are visible.
     """
     token = tl.program_id(0)
     head = tl.program_id(1)
@@ -36,6 +38,8 @@ def combine_splits_kernel(
     q_begin = tl.load(cu_seqlens_q_ptr + seq)
     if token >= tl.load(cu_seqlens_q_ptr + seq + 1):
         return
+    if WAIT_FOR_PRIMARY:
+        tl.extra.cuda.gdc_wait()
     token64 = token.to(tl.int64)
 
     offs_split = tl.arange(0, BLOCK_SPLITS)
@@ -77,13 +81,15 @@ def combine_splits(
     cu_seqlens_q: torch.Tensor,
     q_start: torch.Tensor | None,
     softmax_offset: torch.Tensor | None,
+    dependent_launch: bool = False,
 ) -> torch.Tensor:
     """Merge split-KV partials into `out`.
 
     partial_out: fp32 [num_splits, total_q, H_q, D_v] (last dim contiguous), each split's output
         normalised by its own softmax sum; partial_lse: fp32 [num_splits, total_q, H_q], log2 units.
     out: 4-D strided view [B, S_q, H_q, D_v] (same convention as attention_forward's `out`).
-    Only the rows of real query tokens are written.
+    Only the rows of real query tokens are written. ``dependent_launch``: launch with programmatic
+    dependent launch (sm90+), after an attention launch that let its dependents start.
 
     Example:
         >>> combine_splits(partial_out, partial_lse, out, cu_seqlens_q=cu, q_start=None,
@@ -103,7 +109,7 @@ def combine_splits(
         out.stride(0), out.stride(1), out.stride(2),
         HEAD_DIM_V=head_dim_v, BLOCK_DV=max(16, next_power_of_2(head_dim_v)),
         BLOCK_SPLITS=max(2, next_power_of_2(num_splits)),
-        HAS_Q_START=q_start is not None, HAS_SINK=softmax_offset is not None,
-        num_warps=4 if head_dim_v * num_splits >= 2048 else 2,
+        HAS_Q_START=q_start is not None, HAS_SINK=softmax_offset is not None, WAIT_FOR_PRIMARY=dependent_launch,
+        num_warps=4 if head_dim_v * num_splits >= 2048 else 2, launch_pdl=dependent_launch or None,
     )
     return out

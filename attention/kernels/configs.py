@@ -79,6 +79,8 @@ class ForwardConfig:
         with a shared-memory transpose (sharing V's layout, page ids load once per tile).
     runtime_page_size: the kernel reads the page size as a runtime value instead of compiling it in
         (a division per key; one compile for every page size).
+    dependent_combine: with split-KV on a GPU, the combine kernel is launched with programmatic
+        dependent launch: it starts while the attention grid runs and waits for it on the device.
     heavy_tiles_first: a sequence's q tiles run last tile first. Under a causal mask the last tile
         sees the most keys, so the longest programs start early instead of ending the launch alone.
     max_registers: 0, or a cap on registers per thread passed to ptxas (``maxnreg``). Decode tiles
@@ -104,12 +106,13 @@ class ForwardConfig:
     heavy_tiles_first: bool = False
     transposed_k_loads: bool = False
     runtime_page_size: bool = False
+    dependent_combine: bool = False
     max_registers: int = 0
 
 
 VARIANT_FIELDS = ("paged_scalar_ids", "prefetch_page_ids", "small_block_m", "rotate_kv_tiles", "tma", "fused_combine",
                   "int32_offsets", "heavy_tiles_first", "transposed_k_loads",
-                  "runtime_page_size")
+                  "runtime_page_size", "dependent_combine")
 """The ForwardConfig fields a shape class can switch (kernel variants), as opposed to its tile sizes."""
 
 SHAPE_CLASSES = ("decode/paged", "decode/contiguous", "prefill/paged", "prefill/contiguous")

@@ -54,7 +54,7 @@ class CachedLaunch:
     """A Triton JIT function launched through its compiled kernel once that kernel exists.
 
     Call it like ``fn[grid](...)``: runtime arguments positionally (all of them, in signature
-    order), the constexpr parameters that follow them by name, ``num_warps``/``num_stages``/``maxnreg``.
+    order), the constexpr parameters that follow them by name, ``num_warps``/``num_stages``/``maxnreg``/``launch_pdl``.
     """
 
     def __init__(self, fn: Any) -> None:
@@ -62,16 +62,16 @@ class CachedLaunch:
         self._compiled: dict[tuple, Any] = {}
 
     def __call__(self, grid: tuple, *args: Any, num_warps: int | None = None, num_stages: int | None = None,
-                 maxnreg: int | None = None, **constexprs: Any) -> None:
-        options = {k: v for k, v in (("num_warps", num_warps), ("num_stages", num_stages), ("maxnreg", maxnreg))
-                   if v is not None}
+                 maxnreg: int | None = None, launch_pdl: bool | None = None, **constexprs: Any) -> None:
+        options = {k: v for k, v in (("num_warps", num_warps), ("num_stages", num_stages), ("maxnreg", maxnreg),
+                                     ("launch_pdl", launch_pdl)) if v is not None}
         if not FAST_LAUNCH or interpreter_enabled():
             self.fn[grid](*args, **constexprs, **options)
             return
         names = self.fn.arg_names[len(args):]
         ordered = tuple(constexprs[name] for name in names)
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
-        key = specialization_key(args, ordered, (num_warps, num_stages, maxnreg, device))
+        key = specialization_key(args, ordered, (num_warps, num_stages, maxnreg, launch_pdl, device))
         kernel = self._compiled.get(key)
         if kernel is None:
             kernel = self.fn[grid](*args, **constexprs, **options)
