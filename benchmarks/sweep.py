@@ -146,9 +146,9 @@ def _speedup_of(fields: frozenset[str], runs: dict[frozenset[str], float]) -> fl
 
 def _variants(cell: Cell, layout_only: bool = False, tiles_only: bool = False) -> list[Variant]:
     """The default (every variant off), the tuned table's choice if it differs, then the layout variants
-    (small tile, page-table addressing, rotated walk, TMA, heavy tiles first; prefill-class cells also
-    each of them with 32-bit offsets) unless ``tiles_only``, then tiles and split counts unless
-    ``layout_only``."""
+    (small tile, page-table addressing, rotated walk, K^T loads, runtime page size, register cap,
+    split merges, TMA, heavy tiles first; each layout variant also with 32-bit offsets) unless
+    ``tiles_only``, then tiles and split counts unless ``layout_only``."""
     base = _base_config(cell, tuned=False)
     tuned = _base_config(cell, tuned=True)
     decode_class = _shape_class(cell).startswith("decode")

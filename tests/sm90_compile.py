@@ -83,9 +83,9 @@ def recorded_launches(calls: list[dict]) -> list[tuple[str, Any, tuple, dict, in
 
     recorded: list[tuple[str, Any, tuple, dict, int, int]] = []
 
-    def record(self, grid, *args, num_warps=None, num_stages=None, maxnreg=None, launch_pdl=None, **constexprs):
-        options = {k: v for k, v in (("maxnreg", maxnreg), ("launch_pdl", launch_pdl)) if v is not None}
-        recorded.append((label, self.fn, args, {**constexprs, **options}, num_warps or 4, num_stages or 3))
+    def record(self, grid, *args, num_warps=None, num_stages=None, **constexprs):
+        constexprs = {k: v for k, v in constexprs.items() if not (k in LAUNCH_OPTIONS and v is None)}
+        recorded.append((label, self.fn, args, constexprs, num_warps or 4, num_stages or 3))
 
     launch.CachedLaunch.__call__ = record
     for call in calls:
@@ -123,8 +123,8 @@ def _inputs(paged: bool, head_dim: int) -> dict:
 
 
 def configurations() -> list[dict]:
-    """The production tiles of head dims 128 and 256 (with their tuned variants); at d 64 the default configs, each variant alone and
-    together, splits (the combine kernel), ALiBi, sinks, windows."""
+    """The production tiles of head dims 128 and 256 (with their tuned variants); at d 64 the default
+    configs, each variant alone and together, splits (the combine kernel), ALiBi, sinks, windows."""
     from attention.kernels.configs import select_forward_config
 
     prefill = select_forward_config(head_dim_qk=64, head_dim_v=64, group_size=2, max_seqlen_q=400, interpret=False,
@@ -134,11 +134,11 @@ def configurations() -> list[dict]:
     calls: list[dict] = []
     for head_dim in (128, 256):  # the H200's production tiles, tuned variants on: they must fit sm90's shared memory
         for max_q, splits, max_kv in ((400, 1, None), (400, 1, 1024), (400, 1, 2048), (1, 4, None)):
+            if max_kv and head_dim != 128:
+                continue  # SHORT_KV_TILES are d128's
             for paged in (False, True):
                 config = select_forward_config(head_dim_qk=head_dim, head_dim_v=head_dim, group_size=2,
                                                max_seqlen_q=max_q, interpret=False, paged=paged, max_seqlen_kv=max_kv)
-                if max_kv and head_dim != 128:
-                    continue  # SHORT_KV_TILES are d128's
                 label = (f"d{head_dim} {'paged' if paged else 'contiguous'} m{config.block_m} n{config.block_n} "
                          f"s{config.num_stages}")
                 calls.append(dict(label=label, paged=paged, head_dim=head_dim, config=config, num_splits=splits))

@@ -254,23 +254,24 @@ def select_forward_config(
     """
     long_kv = max_seqlen_kv is None or max_seqlen_kv >= TMA_MIN_KV_LENGTH
     return _select_forward_config(head_dim_qk, head_dim_v, group_size, max_seqlen_q, interpret, paged, tuned,
-                                  getenv(VARIANTS_ENV, "") if tuned else "", long_kv, _kv_bucket(max_seqlen_kv))
+                                  getenv(VARIANTS_ENV, "") if tuned else "", long_kv, _short_kv_tiles(max_seqlen_kv))
 
 
-def _kv_bucket(max_seqlen_kv: int | None) -> int:
-    """The smallest SHORT_KV_TILES bound holding ``max_seqlen_kv`` keys; 0 for longer walks or None (a
-    config cache key that changes at those bounds only, not on every decode step)."""
+def _short_kv_tiles(max_seqlen_kv: int | None) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """The (contiguous, paged) SHORT_KV_TILES entry of the smallest bound holding ``max_seqlen_kv`` keys;
+    None for longer walks or None (a config cache key that changes at those bounds only, not on
+    every decode step)."""
     if max_seqlen_kv is not None:
-        for bound, _, _ in SHORT_KV_TILES:
+        for bound, contiguous_tile, paged_tile in SHORT_KV_TILES:
             if max_seqlen_kv <= bound:
-                return bound
-    return 0
+                return contiguous_tile, paged_tile
+    return None
 
 
 @functools.lru_cache(maxsize=512)
 def _select_forward_config(head_dim_qk: int, head_dim_v: int, group_size: int, max_seqlen_q: int, interpret: bool,
                            paged: bool, tuned: bool, variants_override: str, long_kv: bool,
-                           kv_bucket: int) -> ForwardConfig:
+                           short_kv_tiles: tuple[tuple[int, ...], tuple[int, ...]] | None) -> ForwardConfig:
     """select_forward_config's work, cached: a decode call asks the same question every step."""
     max_registers = 0
     block_dqk = max(16, next_power_of_2(head_dim_qk))
@@ -287,9 +288,8 @@ def _select_forward_config(head_dim_qk: int, head_dim_v: int, group_size: int, m
         max_registers = _DECODE_MAX_REGISTERS if block_m <= 16 else 0
     elif block_d <= 64:
         block_m, block_n, num_warps, num_stages = 64, 64, 4, 3
-    elif block_d == 128 and kv_bucket:
-        contiguous_tile, paged_tile = next((c, p) for bound, c, p in SHORT_KV_TILES if bound == kv_bucket)
-        block_m, block_n, num_warps, num_stages = paged_tile if paged else contiguous_tile
+    elif block_d == 128 and short_kv_tiles:
+        block_m, block_n, num_warps, num_stages = short_kv_tiles[1] if paged else short_kv_tiles[0]
     elif block_d == 128 and paged:
         block_m, block_n, num_warps, num_stages = 128, 128, 8, 3
     elif block_d <= 128:
@@ -361,8 +361,8 @@ def choose_num_splits(
       1x8k: 64 splits 26.6 (32: 27.4, 16: 33.8); 8x4k: 8 splits 53.5 (4: 60.2, 16: 57.2);
       32x2k: 2 splits 85.1 (1: 106.7, 3: 97.6, 4: 89.8); 32x4k verify q4: 2 splits 150.3 (3: 172.1);
       64x4k: 1 split 266.8 (2: 273.3); 32x32k: 2, 4 or 8 splits ~1000 (1: 1490, 3: 1151);
-      MQA 32/1 64x4k: 4 splits 69.8, 8: 75.7 (9: 79.0) (commit 0e8bdd5: 4 splits 59.2, 8: 65.3); ragged 64 (mean 4k, max 32k): 8 splits 373.8,
-      16: 356.4 (1: 1214). Odd split counts measured consistently slower than their power-of-two
+      MQA 32/1 64x4k: 4 splits 69.8, 8: 75.7 (9: 79.0) (commit 0e8bdd5: 4 splits 59.2, 8: 65.3);
+      ragged 64 (mean 4k, max 32k): 8 splits 373.8, 16: 356.4 (1: 1214). Odd split counts measured consistently slower than their power-of-two
       neighbours.
 
     Example:
