@@ -44,6 +44,11 @@ PREFILL_CELLS = ("GQA 32/8 causal 4x4k", "MHA full 4x4k", "MHA causal 16x1k", "d
 PREFILL_TILES = ((128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 2), (128, 128, 8, 3), (128, 32, 4, 3),
                  (64, 64, 4, 3), (64, 128, 4, 2), (128, 64, 4, 3))
 """(block_m, block_n, num_warps, num_stages)."""
+MIXED_TILES = ((64, 32, 4, 3, 0), (64, 32, 4, 2, 0), (64, 64, 4, 2, 0), (64, 64, 4, 3, 168), (64, 64, 4, 2, 168),
+               (128, 64, 8, 2, 0), (32, 64, 4, 2, 0))
+"""(block_m, block_n, num_warps, num_stages, max_registers) for mixed batches over a paged cache: one
+kernel holds both tiles, so the prefill tile's registers and shared memory set how many decode programs
+share an SM (the 64x64 3-stage tile: 233 registers, 112 KiB, two per SM; 64x32: 168, 64 KiB, three)."""
 
 
 Variant = tuple[str, dict]
@@ -244,14 +249,18 @@ def _prefill_variants(cell: Cell, base, tuned) -> list[Variant]:
     group = cell.problem.heads_q // cell.problem.heads_kv
     out: list[Variant] = []
     prefix = f"{_variant_string(base, tuned)} " if tuned != base else ""
-    for block_m, block_n, warps, stages in PREFILL_TILES:
-        if (block_m, block_n, warps, stages) == (base.block_m, base.block_n, base.num_warps, base.num_stages):
+    mixed = not cell.problem.uniform_q and cell.kv_source == "paged"
+    tiles = [(*tile, 0) for tile in PREFILL_TILES] + (list(MIXED_TILES) if mixed else [])
+    for block_m, block_n, warps, stages, registers in tiles:
+        if (block_m, block_n, warps, stages, registers) == (base.block_m, base.block_n, base.num_warps,
+                                                            base.num_stages, base.max_registers):
             continue
         config = replace(tuned, block_m=block_m, block_q=max(1, block_m // group), block_n=block_n,
-                         num_warps=warps, num_stages=stages)
+                         num_warps=warps, num_stages=stages, max_registers=registers)
         if config.small_block_m >= block_m:
             config = replace(config, small_block_m=0)
-        out.append((f"{prefix}m{block_m} n{block_n} w{warps} s{stages}", {"config": config}))
+        cap = f" r{registers}" if registers else ""
+        out.append((f"{prefix}m{block_m} n{block_n} w{warps} s{stages}{cap}", {"config": config}))
     return out
 
 

@@ -458,6 +458,29 @@ def test_fused_combine_merges_in_the_last_split(options: dict) -> None:
                       after_each=counters_are_zero)
 
 
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="patches a kernel global: interpreter only")
+def test_fused_combine_merges_splits_over_several_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fused combine reads a row's partials MERGE_FLOATS // BLOCK_DV splits per load: with a budget
+    of two splits per load (interpreter: the global is read at call time), 7 splits take four loads."""
+    import triton.language as tl
+
+    from attention.kernels import attention_fwd, attention_fwd_kernel
+
+    monkeypatch.setattr(attention_fwd_kernel, "MERGE_FLOATS", tl.constexpr(32))  # BLOCK_DV 16
+    case = C((1, 3, 1), (120, 70, 9), layout="paged", page_size=8, causal=True, bottom_right=True, heads=(4, 2),
+             num_splits=None, dtype=torch.float16, sink=True)
+    check_with_config(case, interpreted_config(case, fused_combine=True), split_counts=(7, 2))
+    assert all(not counters.any() for counters in attention_fwd._split_counters.values())
+
+
+def test_fused_combine_covers_every_split_count() -> None:
+    """A row's LSEs are one load of MERGE_SPLITS: every split count attention_forward allows fits."""
+    from attention.kernels.attention_fwd_kernel import MERGE_SPLITS
+    from attention.kernels.configs import MAX_NUM_SPLITS
+
+    assert MERGE_SPLITS.value == MAX_NUM_SPLITS
+
+
 @pytest.mark.parametrize("layout", ["paged", "cache", "thd"])
 def test_32_bit_offsets_match_the_reference(layout: str) -> None:
     """int32_offsets: per-key offsets in 32 bits (they fit at test sizes); the default is 64-bit."""
