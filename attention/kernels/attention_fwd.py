@@ -167,7 +167,9 @@ def attention_forward(
     use_tma = config.tma and _tma_ready(k, v) and (not shapes.paged or (
         page_scalar and all(x.stride(0) == shapes.page_size * x.stride(1) for x in (k, v))))  # one row space
     placeholder = cu_seqlens_q  # any device tensor for pointers a constexpr flag disables
-    grid = (-(-total_q // config.block_q) + shapes.num_seqs, shapes.num_heads_kv, num_splits)
+    seq_grid = max_seqlen_q <= config.block_q  # one q tile per sequence: program id = sequence
+    q_programs = shapes.num_seqs if seq_grid else -(-total_q // config.block_q) + shapes.num_seqs
+    grid = (q_programs, shapes.num_heads_kv, num_splits)
     fused_combine = write_partial and config.fused_combine
     # (the interpreter has no grid dependency control; CPU tensors outside it only reach tests/sm90_compile)
     dependent_launch = write_partial and not fused_combine and config.dependent_combine and not interpreter_enabled()
@@ -207,10 +209,11 @@ def attention_forward(
         INDEX_INT32=config.int32_offsets and _offsets_fit_int32(k) and _offsets_fit_int32(v),
         PAGE_SIZE=shapes.page_size if shapes.paged and not config.runtime_page_size else 0,
         HEAVY_TILES_FIRST=config.heavy_tiles_first,
-        K_TRANSPOSED=config.transposed_k_loads, LAUNCH_DEPENDENTS=dependent_launch,
+        K_TRANSPOSED=config.transposed_k_loads, LAUNCH_DEPENDENTS=dependent_launch, SEQ_GRID=seq_grid,
         num_warps=config.num_warps, num_stages=config.num_stages, maxnreg=config.max_registers or None,
     )
     if write_partial and not fused_combine:
         combine_splits(partial_out, partial_lse, out, cu_seqlens_q=cu_seqlens_q, q_start=q_start,
-                       softmax_offset=softmax_offset, dependent_launch=dependent_launch)
+                       softmax_offset=softmax_offset, dependent_launch=dependent_launch,
+                       max_seqlen_q=max_seqlen_q if seq_grid else None)
     return out

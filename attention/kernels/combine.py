@@ -25,17 +25,25 @@ def combine_splits_kernel(
     stride_ob, stride_os, stride_oh,
     HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_SPLITS: tl.constexpr,
     HAS_Q_START: tl.constexpr, HAS_SINK: tl.constexpr, WAIT_FOR_PRIMARY: tl.constexpr,
+    SEQ_GRID: tl.constexpr,
 ):
     """Grid (packed token upper bound, H_q). out = sum_s w_s O_s / (sum_s w_s + exp(sink)).
 
     w_s = exp2(lse_s - m); partial LSEs are in log2 units; empty splits carry lse = -inf.
     WAIT_FOR_PRIMARY (launched with programmatic dependent launch): find the sequence, then wait
     until the attention grid has finished and its partials are visible.
+    SEQ_GRID > 0 (at most SEQ_GRID queries per sequence): program t is query t % SEQ_GRID of sequence
+    t // SEQ_GRID, found without a binary search over cu_seqlens_q.
     """
-    token = tl.program_id(0)
     head = tl.program_id(1)
-    seq = find_sequence(cu_seqlens_q_ptr, num_seqs, token, 1, False)
-    q_begin = tl.load(cu_seqlens_q_ptr + seq)
+    if SEQ_GRID > 0:
+        seq = tl.program_id(0) // SEQ_GRID
+        q_begin = tl.load(cu_seqlens_q_ptr + seq)
+        token = q_begin + tl.program_id(0) % SEQ_GRID
+    else:
+        token = tl.program_id(0)
+        seq = find_sequence(cu_seqlens_q_ptr, num_seqs, token, 1, False)
+        q_begin = tl.load(cu_seqlens_q_ptr + seq)
     if token >= tl.load(cu_seqlens_q_ptr + seq + 1):
         return
     if WAIT_FOR_PRIMARY:
@@ -71,6 +79,9 @@ def combine_splits_kernel(
 
 
 _launch_combine = CachedLaunch(combine_splits_kernel)
+_SEQ_GRID_MAX_QUERIES = 16
+"""Up to this many queries per sequence the combine grid is (sequence, query slot): a compile per
+power of two, and at most that factor more programs than tokens."""
 
 
 def combine_splits(
@@ -82,6 +93,7 @@ def combine_splits(
     q_start: torch.Tensor | None,
     softmax_offset: torch.Tensor | None,
     dependent_launch: bool = False,
+    max_seqlen_q: int | None = None,
 ) -> torch.Tensor:
     """Merge split-KV partials into `out`.
 
@@ -90,6 +102,8 @@ def combine_splits(
     out: 4-D strided view [B, S_q, H_q, D_v] (same convention as attention_forward's `out`).
     Only the rows of real query tokens are written. ``dependent_launch``: launch with programmatic
     dependent launch (sm90+), after an attention launch that let its dependents start.
+    ``max_seqlen_q`` (an upper bound on every sequence's queries; decode-sized): one program per
+    (sequence, query slot) that knows its sequence, instead of one per packed token that searches.
 
     Example:
         >>> combine_splits(partial_out, partial_lse, out, cu_seqlens_q=cu, q_start=None,
@@ -98,18 +112,22 @@ def combine_splits(
     num_splits, total_q, num_heads, head_dim_v = partial_out.shape
     if total_q == 0 or num_heads == 0:
         return out
+    num_seqs = cu_seqlens_q.numel() - 1
+    use_seq_grid = max_seqlen_q is not None and 0 < max_seqlen_q <= _SEQ_GRID_MAX_QUERIES
+    seq_grid = next_power_of_2(max_seqlen_q) if use_seq_grid else 0  # query slots per sequence
     _launch_combine(
-        (total_q, num_heads),
+        (num_seqs * seq_grid if seq_grid else total_q, num_heads),
         partial_out, partial_lse, out,
         cu_seqlens_q, q_start if q_start is not None else cu_seqlens_q,
         softmax_offset if softmax_offset is not None else partial_lse,
-        cu_seqlens_q.numel() - 1, num_splits,
+        num_seqs, num_splits,
         partial_out.stride(0), partial_out.stride(1), partial_out.stride(2),
         partial_lse.stride(0), partial_lse.stride(1),
         out.stride(0), out.stride(1), out.stride(2),
         HEAD_DIM_V=head_dim_v, BLOCK_DV=max(16, next_power_of_2(head_dim_v)),
         BLOCK_SPLITS=max(2, next_power_of_2(num_splits)),
         HAS_Q_START=q_start is not None, HAS_SINK=softmax_offset is not None, WAIT_FOR_PRIMARY=dependent_launch,
+        SEQ_GRID=seq_grid,
         num_warps=4 if head_dim_v * num_splits >= 2048 else 2, launch_pdl=dependent_launch or None,
     )
     return out
