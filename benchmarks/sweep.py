@@ -35,9 +35,14 @@ from benchmarks.timing import short_error, time_fn
 DECODE_CELLS = ("1x8k p16", "8x4k p16", "32x2k p16", "64x4k p16", "32x32k p16", "ragged", "MQA", "verify",
                 "64x4k p1", "64x4k p64", "64x4k p256", "64x4k non-paged")
 SPLITS = (1, 2, 3, 4, 8, 16, 32, 64)
-DECODE_TILES = ((64, 4, 2), (64, 4, 3), (32, 4, 2), (128, 4, 2), (64, 2, 2), (64, 8, 2))
-"""(block_n, num_warps, num_stages) around the recorded decode tile (64, 4, 2)."""
-DECODE_TILE_CELLS = ("1x8k p16", "64x4k p16", "32x32k p16")
+DECODE_TILES = ((64, 4, 2, 0), (64, 4, 3, 0), (32, 4, 2, 0), (128, 4, 2, 0), (64, 2, 2, 0), (64, 8, 2, 0),
+                (32, 4, 3, 1), (32, 4, 4, 1), (64, 4, 3, 1), (16, 4, 4, 1), (16, 4, 6, 1))
+"""(block_n, num_warps, num_stages, prefetch_page_ids) around the recorded decode tile (64, 4, 2). Over a
+paged cache the K/V loads of a tile hang off its page ids: only with the ids loaded a tile ahead
+(prefetch_page_ids) and 3+ stages does Triton 3.6 give K/V more than one shared-memory buffer
+(sm90 compile, page 16: 64-key tiles 38 KiB at 2 or 3 stages, 70 KiB at 3 with prefetched ids)."""
+DECODE_TILE_CELLS = ("1x8k p16", "1x32k p16", "8x4k p16", "32x2k p16", "64x4k", "128x2k p16", "32x32k p16", "MQA",
+                     "verify")
 PREFILL_CELLS = ("GQA 32/8 causal 4x4k", "MHA full 4x4k", "MHA causal 16x1k", "d64 MHA 32 causal",
                  "d256 MHA 16 causal", "chunk 2k on 30k p16", "chunk 2k on 6k p256", "chunk 2k on 30k non-paged",
                  "MHA causal 1x16k")
@@ -237,9 +242,12 @@ def _decode_variants(cell: Cell, base) -> list[Variant]:
     out: list[Variant] = [(f"splits={n}", {"num_splits": n, "config": base})
                           for n in SPLITS if n <= max(1, kv_tiles // 2)]
     if any(name in cell.name for name in DECODE_TILE_CELLS):
-        for block_n, warps, stages in DECODE_TILES[1:]:
-            out.append((f"n{block_n} w{warps} s{stages}",
-                        {"config": replace(base, block_n=block_n, num_warps=warps, num_stages=stages)}))
+        for block_n, warps, stages, prefetch in DECODE_TILES[1:]:
+            if prefetch and cell.kv_source != "paged":
+                continue
+            out.append((f"n{block_n} w{warps} s{stages}" + (" prefetch ids" if prefetch else ""),
+                        {"config": replace(base, block_n=block_n, num_warps=warps, num_stages=stages,
+                                           prefetch_page_ids=bool(prefetch))}))
     return out
 
 
