@@ -160,3 +160,13 @@ def test_prefill_tiles_follow_head_dim_and_kv_length(head_dim, max_seqlen_kv, pa
                                    interpret=False, paged=paged, max_seqlen_kv=max_seqlen_kv)
     assert (config.block_m, config.block_n, config.num_warps) == tile
     assert config.block_q == config.block_m // 4
+
+
+@pytest.mark.parametrize("group_size, tile", [(4, (16, 64, 128)), (8, (16, 64, 128)), (32, (32, 128, 0)),
+                                              (64, (64, 64, 0))])
+def test_decode_tiles_follow_the_packed_rows(group_size, tile) -> None:
+    """Decode tiles (block_m, block_n, register cap): 16 rows capped at 128 registers with 64-key tiles,
+    the 32-row MQA tile uncapped with 128-key tiles, larger tiles uncapped with 64-key tiles."""
+    config = select_forward_config(head_dim_qk=128, head_dim_v=128, group_size=group_size, max_seqlen_q=1,
+                                   interpret=False, paged=True, max_seqlen_kv=4096)
+    assert (config.block_m, config.block_n, config.max_registers) == tile

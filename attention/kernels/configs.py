@@ -235,6 +235,10 @@ def select_forward_config(
     full table is docs/results/2026-11-30-h200/sweep.md):
       decode d128 GQA 32/8 (block_m 16): block_n 64, 4 warps, 2 stages: 64x4k page 16 266.7 µs
         (4.03 TB/s); 3 stages 277, block_n 128 286, block_n 32 307, 2 warps 391, 8 warps 378.
+        Again at commit 60d3fff (docs/results/2026-11-30-h200-60d3fff/sweep-tiles.md) on nine decode
+        cells: 64x4k 254.2 µs against 257.1-322.6 for every other tile, 3-6 stages with page ids a
+        tile ahead included; 1x8k 24.6 against 24.1 (32-key tiles) and 26.0-29.6.
+      decode MQA 32/1 (block_m 32, 64x4k page 16, same sweep): block_n 128 55.3 µs, 64 61.3.
       prefill d128 (4x4k, GQA causal / MHA full): 128x64 8 warps 3 stages 427 / 453 TFLOP/s;
         4 stages 415 / 458, 128x128 2 stages 418 / 461, 64x64 4 warps 411 / 443.
         Exception to follow up: 16x1k causal 64x64 4 warps 281 vs 264.
@@ -284,7 +288,7 @@ def _select_forward_config(head_dim_qk: int, head_dim_v: int, group_size: int, m
         block_m, block_n, num_warps, num_stages = group_rows, 16, 4, 1
     elif packed_rows <= _DECODE_MAX_ROWS:
         block_m = max(group_rows, next_power_of_2(packed_rows))
-        block_n, num_warps, num_stages = 64, 4, 2
+        block_n, num_warps, num_stages = (128 if block_m == 32 else 64), 4, 2
         max_registers = _DECODE_MAX_REGISTERS if block_m <= 16 else 0
     elif block_d <= 64:
         block_m, block_n, num_warps, num_stages = 64, 64, 4, 3
