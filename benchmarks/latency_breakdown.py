@@ -10,11 +10,13 @@ as CUDA-graph replays with L2 flushed before each (``benchmarks.timing``), side 
   sdpa_cudnn      torch SDPA with cuDNN on contiguous K/V (the best competitor on these cells).
 
     python -m benchmarks.latency_breakdown --out breakdown.md [--cells "1x8k,8x4k"]
+    python -m benchmarks.latency_breakdown --smoke --out /tmp/breakdown.md   # CPU: the smoke cells, interpreter
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -29,7 +31,8 @@ from benchmarks.timing import short_error, time_fn
 DEFAULT_CELLS = ("1x8k p16", "1x32k p16", "8x4k p16", "32x2k p16", "32x4k verify")
 
 
-def _empty_kernel() -> Callable[[], None]:
+@functools.cache
+def _empty_jit() -> Any:
     import triton
     import triton.language as tl
 
@@ -37,8 +40,12 @@ def _empty_kernel() -> Callable[[], None]:
     def empty(x_ptr):
         tl.store(x_ptr, 0)
 
-    x = torch.zeros(1, device="cuda")
-    return lambda: empty[(1,)](x)
+    return empty
+
+
+def _empty_kernel(device: torch.device) -> Callable[[], None]:
+    x = torch.zeros(1, device=device)
+    return lambda: _empty_jit()[(1,)](x)
 
 
 def _variants(cell: Cell, inputs: Inputs) -> list[tuple[str, Callable[[], Any]]]:
@@ -62,7 +69,7 @@ def _variants(cell: Cell, inputs: Inputs) -> list[tuple[str, Callable[[], Any]]]
             attention_fwd.combine_splits = combine
 
     attention_only()
-    rows: list[tuple[str, Callable[[], Any]]] = [("floor (empty kernel)", _empty_kernel()), ("fused", fused),
+    rows: list[tuple[str, Callable[[], Any]]] = [("floor (empty kernel)", _empty_kernel(inputs.device)), ("fused", fused),
                                                  ("attention only", attention_only)]
     if saved:
         rows.append(("combine only", lambda: combine(*saved["args"], **saved["kwargs"])))
@@ -77,10 +84,11 @@ def _variants(cell: Cell, inputs: Inputs) -> list[tuple[str, Callable[[], Any]]]
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
-    parser.add_argument("--cells", default=",".join(DEFAULT_CELLS), help="comma list of name fragments")
+    parser.add_argument("--cells", default=None, help="comma list of name fragments (default: the small-batch cells)")
+    parser.add_argument("--smoke", action="store_true", help="tiny cells on the CPU (Triton's interpreter): a plumbing check")
     args = parser.parse_args(argv)
-    cfg = BenchConfig(device=torch.device("cuda"))
-    wanted = args.cells.split(",")
+    cfg = BenchConfig(device=torch.device("cpu" if args.smoke else "cuda"), smoke=args.smoke)
+    wanted = args.cells.split(",") if args.cells else ([""] if args.smoke else list(DEFAULT_CELLS))
     lines = ["| cell | what | µs (graph, L2 flushed) |", "|---|---|---|"]
     for cell in bench_decode.cells(cfg):
         if not any(part in cell.name for part in wanted):

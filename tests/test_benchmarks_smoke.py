@@ -267,6 +267,21 @@ def test_config_sweep_runs_every_variant_and_agrees_with_the_default() -> None:
     assert set(picked) == {"decode/paged", "prefill/contiguous"}
 
 
+def test_latency_breakdown_times_every_part(tmp_path) -> None:
+    """benchmarks/latency_breakdown.py on the smoke cells: each split-KV cell gets the floor, the whole
+    call, the attention grid alone, the combine alone and both alternatives, with no errors."""
+    from benchmarks import latency_breakdown
+
+    if providers._fused_reason(Inputs(Problem(q_lens=(1,), kv_lens=(1,)), torch.device("cpu"))):
+        pytest.skip("the fused kernels cannot run here")
+    out = tmp_path / "breakdown.md"
+    latency_breakdown.main(["--smoke", "--out", str(out), "--cells", "MQA"])
+    rows = [line.split("|")[2].strip() for line in out.read_text().splitlines()[2:]]
+    assert rows[:6] == ["floor (empty kernel)", "fused", "attention only", "combine only", "dependent combine",
+                        "fused combine"], rows
+    assert "error" not in out.read_text()
+
+
 def test_sweep_compiles_its_variants_in_worker_processes() -> None:
     """--compile-workers: two spawned processes share one small cell's variants and run each once."""
     from benchmarks import sweep
