@@ -492,13 +492,14 @@ def attention_fwd_kernel(
         seq = find_sequence(cu_seqlens_q_ptr, num_seqs, tile_id, BLOCK_Q, True)
     q_begin = tl.load(cu_seqlens_q_ptr + seq)
     q_len = tl.load(cu_seqlens_q_ptr + seq + 1) - q_begin
-    local_tile = tile_id - (q_begin // BLOCK_Q + seq)
     if SEQ_GRID:
-        local_tile = 0
-    elif HEAVY_TILES_FIRST:  # the sequence's last q tile (under a causal mask the one seeing most keys) first
-        local_tile = (q_len + BLOCK_Q - 1) // BLOCK_Q - 1 - local_tile
-        if local_tile < 0:
-            return
+        local_tile = tile_id * 0
+    else:
+        local_tile = tile_id - (q_begin // BLOCK_Q + seq)
+        if HEAVY_TILES_FIRST:  # the sequence's last q tile (under a causal mask the one seeing most keys) first
+            local_tile = (q_len + BLOCK_Q - 1) // BLOCK_Q - 1 - local_tile
+            if local_tile < 0:
+                return
     first_query = local_tile * BLOCK_Q
     if first_query >= q_len:
         return
