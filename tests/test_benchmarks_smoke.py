@@ -27,6 +27,11 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::U
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def _skip_unless_fused_runs() -> None:
+    if providers._fused_reason(Inputs(Problem(q_lens=(1,), kv_lens=(1,)), torch.device("cpu"))):
+        pytest.skip("the fused kernels cannot run here")
+
+
 def _fused_ok(rows) -> bool:
     return any(r.provider == "fused" and r.status == "ok" for r in rows)
 
@@ -252,8 +257,7 @@ def test_config_sweep_runs_every_variant_and_agrees_with_the_default() -> None:
     """benchmarks/sweep.py on two tiny cells: each variant runs and matches the default's output."""
     from benchmarks import sweep
 
-    if providers._fused_reason(Inputs(Problem(q_lens=(1,), kv_lens=(1,)), torch.device("cpu"))):
-        pytest.skip("the fused kernels cannot run here")
+    _skip_unless_fused_runs()
     cfg = BenchConfig(device=torch.device("cpu"), smoke=True)
     measured: list[sweep.Measured] = []
     for cell in (bench_decode.cells(cfg)[1], bench_prefill.cells(cfg)[0]):
@@ -272,8 +276,7 @@ def test_latency_breakdown_times_every_part(tmp_path) -> None:
     call, the attention grid alone, the combine alone and both alternatives, with no errors."""
     from benchmarks import latency_breakdown
 
-    if providers._fused_reason(Inputs(Problem(q_lens=(1,), kv_lens=(1,)), torch.device("cpu"))):
-        pytest.skip("the fused kernels cannot run here")
+    _skip_unless_fused_runs()
     out = tmp_path / "breakdown.md"
     latency_breakdown.main(["--smoke", "--out", str(out), "--cells", "MQA"])
     rows = [line.split("|")[2].strip() for line in out.read_text().splitlines()[2:]]
@@ -286,8 +289,7 @@ def test_sweep_compiles_its_variants_in_worker_processes() -> None:
     """--compile-workers: two spawned processes share one small cell's variants and run each once."""
     from benchmarks import sweep
 
-    if providers._fused_reason(Inputs(Problem(q_lens=(1,), kv_lens=(1,)), torch.device("cpu"))):
-        pytest.skip("the fused kernels cannot run here")
+    _skip_unless_fused_runs()
     cfg = BenchConfig(device=torch.device("cpu"), smoke=True)
     cell = bench_decode.cells(cfg)[1]
     done = sweep.compile_in_parallel("decode", [cell.name], True, 2, time.monotonic() + 300, "cpu", True)
