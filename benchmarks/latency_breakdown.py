@@ -55,24 +55,24 @@ def _variants(cell: Cell, inputs: Inputs) -> list[tuple[str, Callable[[], Any]]]
 
     config = _base_config(cell, tuned=True)
     fused = _fused(cell, inputs, cell.kv_source)[0].fn
-    saved: dict[str, Any] = {}
-    combine = attention_fwd.combine_splits
+    saved: list[tuple] = []
+    combine = attention_fwd._combine
 
-    def keep_partials(*args: Any, **kwargs: Any) -> None:
-        saved.update(args=args, kwargs=kwargs)
+    def keep_partials(*args: Any) -> None:
+        saved[:] = [args]
 
     def attention_only() -> Any:
-        attention_fwd.combine_splits = keep_partials
+        attention_fwd._combine = keep_partials
         try:
             return fused()
         finally:
-            attention_fwd.combine_splits = combine
+            attention_fwd._combine = combine
 
     attention_only()
     rows: list[tuple[str, Callable[[], Any]]] = [("floor (empty kernel)", _empty_kernel(inputs.device)), ("fused", fused),
                                                  ("attention only", attention_only)]
     if saved:
-        rows.append(("combine only", lambda: combine(*saved["args"], **saved["kwargs"])))
+        rows.append(("combine only", lambda: combine(*saved[0])))
     for name, field in (("dependent combine", "dependent_combine"), ("fused combine", "fused_combine")):
         rows.append((name, _fused(cell, inputs, cell.kv_source, config=replace(config, **{field: True}))[0].fn))
     runner, reason = FACTORIES["sdpa_cudnn"](cell, inputs)

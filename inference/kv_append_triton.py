@@ -14,6 +14,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from attention.kernels.launch import KernelLaunch, tensor_key
+
 __all__ = ["append_triton", "reindex_triton"]
 
 
@@ -92,9 +94,7 @@ def _reindex_kernel(
 @functools.cache
 def _jitted(interpret: bool) -> tuple:
     del interpret  # the cache key: triton.jit reads TRITON_INTERPRET when it wraps
-    from attention.kernels.launch import CachedLaunch
-
-    return CachedLaunch(triton.jit(_append_kernel)), triton.jit(_reindex_kernel)
+    return triton.jit(_append_kernel), triton.jit(_reindex_kernel)
 
 
 def _next_power_of_2(value: int) -> int:
@@ -102,8 +102,17 @@ def _next_power_of_2(value: int) -> int:
     return 1 if value <= 1 else 1 << (int(value) - 1).bit_length()
 
 
+def _interpret() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
 def _kernels() -> tuple:
-    return _jitted(os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"))
+    return _jitted(_interpret())
+
+
+_append_plans: dict[tuple, KernelLaunch | None] = {}
+_MAX_PLANS = 256
+_NO_PLAN = object()
 
 
 def append_triton(
@@ -116,8 +125,26 @@ def append_triton(
     cu_seqlens_kv: Tensor,
     qkv_format: str,
 ) -> None:
-    """Triton version of ``kv_append.append_to_kv_cache`` (same arguments, no host sync)."""
-    append_kernel, _ = _kernels()
+    """Triton version of ``kv_append.append_to_kv_cache`` (same arguments, no host sync). The launch is
+    planned once per key of the tensors' metadata and the format (``attention.kernels.launch``)."""
+    interpret = _interpret()
+    key = (tensor_key(new_k), tensor_key(new_v), tensor_key(k_cache), tensor_key(v_cache), tensor_key(page_table),
+           tensor_key(cu_seqlens_q), tensor_key(cu_seqlens_kv), qkv_format, interpret,
+           torch._C._cuda_getDevice() if k_cache.is_cuda else -1)
+    launch = _append_plans.get(key, _NO_PLAN)
+    if launch is _NO_PLAN:
+        launch = _append_launch(new_k, new_v, k_cache, v_cache, page_table, cu_seqlens_q, qkv_format, interpret)
+        if len(_append_plans) >= _MAX_PLANS:
+            _append_plans.clear()
+        _append_plans[key] = launch
+    if launch is not None:
+        launch(new_k, new_v, k_cache, v_cache, page_table, cu_seqlens_q, cu_seqlens_kv)
+
+
+def _append_launch(new_k: Tensor, new_v: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor,
+                   cu_seqlens_q: Tensor, qkv_format: str, interpret: bool) -> KernelLaunch | None:
+    """append_triton's launch for tensors of these shapes and strides (None: no token to append)."""
+    append_kernel, _ = _jitted(interpret)
     num_rows = cu_seqlens_q.numel() - 1
     page_size = k_cache.shape[1]
     if qkv_format == "thd":
@@ -127,23 +154,26 @@ def append_triton(
     else:
         num_slots, num_positions, row_dim, pos_dim = new_k.shape[0] * new_k.shape[1], new_k.shape[0], 1, 0
     if num_slots == 0:
-        return
+        return None
 
     def token_strides(new: Tensor) -> tuple[int, int, int, int]:
         return (0 if row_dim is None else new.stride(row_dim), new.stride(pos_dim), new.stride(-2), new.stride(-1))
 
-    append_kernel(
-        (num_slots,),
-        new_k, new_v, k_cache, v_cache, page_table, cu_seqlens_q, cu_seqlens_kv,
-        *token_strides(new_k), *token_strides(new_v),
-        k_cache.stride(1), k_cache.stride(2), k_cache.stride(3),
-        v_cache.stride(1), v_cache.stride(2), v_cache.stride(3),
-        page_table.stride(0),
-        num_positions, num_rows, page_size, k_cache.shape[2], k_cache.shape[3], v_cache.shape[3],
-        IS_THD=qkv_format == "thd",
-        BLOCK_ROWS=_next_power_of_2(num_rows),
-        BLOCK_H=_next_power_of_2(k_cache.shape[2]),
-        BLOCK_D=_next_power_of_2(max(k_cache.shape[3], v_cache.shape[3])),
+    return KernelLaunch(
+        append_kernel, (num_slots,),
+        scalars=(
+            *token_strides(new_k), *token_strides(new_v),
+            k_cache.stride(1), k_cache.stride(2), k_cache.stride(3),
+            v_cache.stride(1), v_cache.stride(2), v_cache.stride(3),
+            page_table.stride(0),
+            num_positions, num_rows, page_size, k_cache.shape[2], k_cache.shape[3], v_cache.shape[3],
+        ),
+        constexprs=dict(
+            IS_THD=qkv_format == "thd",
+            BLOCK_ROWS=_next_power_of_2(num_rows),
+            BLOCK_H=_next_power_of_2(k_cache.shape[2]),
+            BLOCK_D=_next_power_of_2(max(k_cache.shape[3], v_cache.shape[3])),
+        ),
     )
 
 

@@ -1,86 +1,118 @@
-"""attention.kernels.launch.CachedLaunch: which calls reuse a compiled kernel and with what arguments.
+"""attention.kernels.launch: which calls of a KernelLaunch go through Triton and which launch directly.
 
-A fake JIT function stands in for Triton (no GPU here): it records compiles (the ``fn[grid](...)``
-path) and direct launches (``compiled[grid](*all_args)``). The real kernels go through it in the GPU
-suite.
+A fake JIT function stands in for Triton (no GPU here): it records calls through Triton's path
+(``fn[grid](...)``, compiling when needed) and returns a fake compiled kernel whose launcher records
+direct launches. The real kernels go through KernelLaunch in the GPU suite. The last test asks
+Triton's own argument binder that ``tensor_key`` keeps everything it specializes a tensor on.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
+import triton.language as tl
 
 from attention.kernels import launch
 
 
 class FakeCompiled:
+    packed_metadata = ("metadata",)
+    function = 1234
+
     def __init__(self) -> None:
         self.launches: list[tuple] = []
 
-    def __getitem__(self, grid):
-        return lambda *args: self.launches.append((grid, args))
+    def run(self, *args):
+        self.launches.append(args)
 
 
 class FakeJit:
-    arg_names = ["x", "n", "scale", "BLOCK", "FLAG"]
+    arg_names = ["x", "y", "n", "scale", "BLOCK", "FLAG"]
 
-    def __init__(self) -> None:
-        self.compiles: list[tuple] = []
-        self.compiled = FakeCompiled()
+    def __init__(self, compiled: FakeCompiled | None) -> None:
+        self.through_triton: list[tuple] = []
+        self.compiled = compiled
 
     def __getitem__(self, grid):
         def run(*args, **kwargs):
-            self.compiles.append((grid, args, kwargs))
+            self.through_triton.append((grid, args, kwargs))
             return self.compiled
         return run
 
 
 @pytest.fixture
-def fake(monkeypatch):
-    monkeypatch.setattr(launch, "interpreter_enabled", lambda: False)
-    monkeypatch.setattr(launch, "FAST_LAUNCH", True)
-    return FakeJit()
+def stream(monkeypatch):
+    monkeypatch.setattr(launch, "_current_stream", lambda: 77)
+    monkeypatch.setattr(launch, "DIRECT_LAUNCH", True)
 
 
-def test_second_launch_of_a_specialization_skips_the_binder(fake):
-    cached = launch.CachedLaunch(fake)
-    x = torch.zeros(64)
-    cached((4,), x, 32, 0.5, BLOCK=16, FLAG=True, num_warps=4)
-    cached((8, 2), x, 48, 0.25, FLAG=True, BLOCK=16, num_warps=4)
-    assert len(fake.compiles) == 1
-    assert fake.compiles[0][2] == {"BLOCK": 16, "FLAG": True, "num_warps": 4}
-    # the grid padded to three dimensions, the constexprs appended in signature order
-    assert fake.compiled.launches == [((8, 2, 1), (x, 48, 0.25, 16, True))]
+def _launch(fake: FakeJit) -> launch.KernelLaunch:
+    return launch.KernelLaunch(fake, (4, 2), scalars=(32, 0.5), constexprs={"FLAG": True, "BLOCK": 16},
+                               options={"num_warps": 4, "maxnreg": None})
 
 
-@pytest.mark.parametrize("change", ["misaligned pointer", "int no longer a multiple of 16", "int of 1", "int64",
-                                    "dtype", "constexpr", "warps"])
-def test_a_different_specialization_compiles_again(fake, change):
-    cached = launch.CachedLaunch(fake)
-    x = torch.zeros(64)
-    args, constexprs, warps = [x, 32, 0.5], {"BLOCK": 16, "FLAG": True}, 4
-    cached((1,), *args, **constexprs, num_warps=warps)
-    if change == "misaligned pointer":
-        args[0] = x[1:]
-    elif change == "int no longer a multiple of 16":
-        args[1] = 33
-    elif change == "int of 1":
-        args[1] = 1
-    elif change == "int64":
-        args[1] = 1 << 40
-    elif change == "dtype":
-        args[0] = torch.zeros(64, dtype=torch.float16)
-    elif change == "constexpr":
-        constexprs["BLOCK"] = 32
-    else:
-        warps = 8
-    cached((1,), *args, **constexprs, num_warps=warps)
-    assert len(fake.compiles) == 2 and fake.compiled.launches == []
+def test_first_call_goes_through_triton_the_next_ones_launch_directly(stream):
+    fake = FakeJit(FakeCompiled())
+    kernel_launch = _launch(fake)
+    x, y = torch.zeros(8), torch.ones(8)
+    kernel_launch(x, y)
+    assert fake.through_triton == [((4, 2, 1), (x, y, 32, 0.5), {"FLAG": True, "BLOCK": 16, "num_warps": 4})]
+    assert fake.compiled.launches == []
+    x2, y2 = torch.zeros(8), torch.ones(8)
+    kernel_launch(x2, y2)
+    kernel_launch(y2, x2)
+    assert len(fake.through_triton) == 1
+    # grid, stream, function, metadata, three hooks' slots, then every argument in signature order
+    assert fake.compiled.launches == [
+        (4, 2, 1, 77, 1234, ("metadata",), None, None, None, x2, y2, 32, 0.5, 16, True),
+        (4, 2, 1, 77, 1234, ("metadata",), None, None, None, y2, x2, 32, 0.5, 16, True),
+    ]
 
 
-def test_switched_off_always_binds(fake, monkeypatch):
-    monkeypatch.setattr(launch, "FAST_LAUNCH", False)
-    cached = launch.CachedLaunch(fake)
+def test_interpreter_and_switched_off_always_go_through_triton(stream, monkeypatch):
+    interpreted = FakeJit(None)  # the interpreter returns no compiled kernel
     for _ in range(3):
-        cached((1,), torch.zeros(8), 16, 1.0, BLOCK=16, FLAG=False)
-    assert len(fake.compiles) == 3 and fake.compiled.launches == []
+        _launch(interpreted)(torch.zeros(8), torch.zeros(8))
+    assert len(interpreted.through_triton) == 3
+    monkeypatch.setattr(launch, "DIRECT_LAUNCH", False)
+    fake = FakeJit(FakeCompiled())
+    kernel_launch = _launch(fake)
+    for _ in range(3):
+        kernel_launch(torch.zeros(8), torch.zeros(8))
+    assert len(fake.through_triton) == 3 and fake.compiled.launches == []
+
+
+def test_launch_hooks_send_calls_through_triton(stream, monkeypatch):
+    from triton import knobs
+
+    fake = FakeJit(FakeCompiled())
+    kernel_launch = _launch(fake)
+    kernel_launch(torch.zeros(8), torch.zeros(8))
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", lambda metadata: None)
+    kernel_launch(torch.zeros(8), torch.zeros(8))
+    assert len(fake.through_triton) == 2 and fake.compiled.launches == []
+
+
+def _copy(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    tl.store(y_ptr + tl.arange(0, BLOCK), tl.load(x_ptr + tl.arange(0, BLOCK)))
+
+
+@pytest.mark.parametrize("change", ["misaligned", "dtype", "shape", "strides"])
+def test_tensor_key_keeps_what_triton_specializes_a_tensor_on(change):
+    """Triton's binder specializes a pointer argument on its dtype and 16-byte alignment: tensors with equal
+    keys must get equal specializations (a plan's direct launch reuses the first call's kernel)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import make_backend
+    from triton.runtime.jit import JITFunction, create_function_from_signature
+
+    fn = JITFunction(_copy)  # not triton.jit: under TRITON_INTERPRET that gives the interpreter's function
+    binder = create_function_from_signature(fn.signature, fn.params, make_backend(GPUTarget("cuda", 90, 32)))
+    base = torch.zeros(64, dtype=torch.float16)
+    other = {"misaligned": torch.zeros(65, dtype=torch.float16)[1:], "dtype": torch.zeros(64),
+             "shape": torch.zeros(128, dtype=torch.float16), "strides": torch.zeros(64, 2, dtype=torch.float16)[:, 0]}[change]
+
+    def specialization(x):
+        return repr(binder(x, base, BLOCK=16)[1])
+
+    same_key = launch.tensor_key(other)[2:] == launch.tensor_key(base)[2:]  # dtype, device, alignment
+    assert (specialization(other) == specialization(base)) == same_key

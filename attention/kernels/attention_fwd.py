@@ -3,26 +3,53 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
+
+from attention.environment import getenv
 
 from .arguments import normalize_window, validate_forward_arguments
 from .attention_fwd_kernel import attention_fwd_kernel
 from .availability import interpreter_enabled
-from .combine import combine_splits
+from .combine import combine_launch
 from .configs import (
     MAX_NUM_SPLITS,
+    VARIANTS_ENV,
     ForwardConfig,
     choose_num_splits,
     num_streaming_multiprocessors,
     select_forward_config,
 )
-from .launch import CachedLaunch
+from .launch import KernelLaunch, tensor_key
 
 __all__ = ["attention_forward"]
 
+_KV_LENGTH_QUANTUM = 16
+"""Launch plans see max_seqlen_kv rounded up to a multiple of this: every KV tile is a multiple of 16
+keys, so tile counts (and split counts) do not change within a quantum, and a decode's plan (one per
+key of attention_forward's arguments) serves 16 steps instead of one."""
+_MAX_PLANS = 512
+"""Launch plans kept (all dropped when full: a decode makes a new one every 16 steps)."""
+_NO_PLAN = object()
 
-_launch_attention = CachedLaunch(attention_fwd_kernel)
+
+@dataclass(frozen=True, eq=False)
+class ForwardPlan:
+    """What attention_forward launches for one key of its arguments (tensor metadata and host values).
+
+    attention: the kernel launch, all but its 14 tensor arguments fixed; combine: the split merge, or
+    None; partial_out_shape: the fp32 split workspace [splits, total_q, H_q, D_v] (None without
+    split-KV; the LSEs are its first three dims); split_counters: the fused merge's arrival counters.
+    """
+
+    attention: KernelLaunch
+    combine: KernelLaunch | None
+    partial_out_shape: tuple[int, int, int, int] | None
+    split_counters: int
+
+
+_plans: dict[tuple, ForwardPlan | None] = {}
 _split_counters: dict[tuple, torch.Tensor] = {}
 
 
@@ -98,6 +125,11 @@ def attention_forward(
     no device value is read on the host, so the call can be captured in a CUDA graph and replayed
     with new cu_seqlens / page_table contents (within the same bounds).
 
+    Each call is planned once per key of its arguments: the tensors' sizes, strides, dtypes, devices
+    and 16-byte alignment, and the host values, with max_seqlen_kv rounded up to 16 keys
+    (``_KV_LENGTH_QUANTUM``). A repeat call skips validation, configuration and Triton's argument
+    binding and launches the compiled kernels directly (``attention.kernels.launch``).
+
     `config` overrides the launch configuration `select_forward_config` would pick (tuning sweeps:
     `python -m benchmarks.sweep`); it must pack whole query tokens (block_q * group <= block_m).
 
@@ -118,13 +150,70 @@ def attention_forward(
         >>> out.shape   # doctest: +SKIP
         torch.Size([2, 5, 4, 64])
     """
+    if max_seqlen_q < 0 or max_seqlen_kv < 0:
+        raise ValueError(f"max_seqlen_q / max_seqlen_kv must be >= 0, got {max_seqlen_q} / {max_seqlen_kv}")
+    key = (tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(out), tensor_key(cu_seqlens_q),
+           tensor_key(cu_seqlens_kv), tensor_key(q_start), tensor_key(kv_start), tensor_key(page_table),
+           tensor_key(alibi_slopes), tensor_key(softmax_offset), max_seqlen_q, -(-max_seqlen_kv // _KV_LENGTH_QUANTUM),
+           total_q, softmax_scale, causal, tuple(window_size), bottom_right, num_splits, config,
+           getenv(VARIANTS_ENV, ""), interpreter_enabled(), torch._C._cuda_getDevice() if q.is_cuda else -1)
+    plan = _plans.get(key, _NO_PLAN)
+    if plan is _NO_PLAN:
+        plan = _plan_forward(
+            q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, alibi_slopes, softmax_offset,
+            max_seqlen_q=max_seqlen_q, max_seqlen_kv=_KV_LENGTH_QUANTUM * key[12], total_q=total_q,
+            softmax_scale=softmax_scale, causal=causal, window_size=window_size, bottom_right=bottom_right,
+            num_splits=num_splits, config=config)
+        if len(_plans) >= _MAX_PLANS:
+            _plans.clear()
+        _plans[key] = plan
+    if plan is None:  # nothing to compute
+        return out
+
+    placeholder = cu_seqlens_q  # any device tensor for pointers a constexpr flag disables
+    if plan.partial_out_shape:
+        partial_out = torch.empty(plan.partial_out_shape, dtype=torch.float32, device=q.device)
+        partial_lse = torch.empty(plan.partial_out_shape[:3], dtype=torch.float32, device=q.device)
+    else:
+        partial_out = partial_lse = out  # unused placeholders
+    if softmax_offset is not None:
+        softmax_offset = softmax_offset.reshape(-1)
+    plan.attention(
+        q, k, v, out, partial_out, partial_lse, cu_seqlens_q, cu_seqlens_kv,
+        placeholder if q_start is None else q_start,
+        placeholder if kv_start is None else kv_start,
+        placeholder if page_table is None else page_table,
+        placeholder if alibi_slopes is None else alibi_slopes,
+        placeholder if softmax_offset is None else softmax_offset,
+        _split_counter_buffer(q.device, plan.split_counters) if plan.split_counters else placeholder,
+    )
+    if plan.combine is not None:
+        _combine(plan.combine, partial_out, partial_lse, out, cu_seqlens_q, q_start, softmax_offset)
+    return out
+
+
+def _combine(launch: KernelLaunch, partial_out: torch.Tensor, partial_lse: torch.Tensor, out: torch.Tensor,
+             cu_seqlens_q: torch.Tensor, q_start: torch.Tensor | None, softmax_offset: torch.Tensor | None) -> None:
+    """The split merge after the attention grid (a seam for benchmarks.latency_breakdown)."""
+    launch(partial_out, partial_lse, out, cu_seqlens_q, cu_seqlens_q if q_start is None else q_start,
+           partial_lse if softmax_offset is None else softmax_offset)
+
+
+def _plan_forward(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+    cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor, q_start: torch.Tensor | None,
+    kv_start: torch.Tensor | None, page_table: torch.Tensor | None, alibi_slopes: torch.Tensor | None,
+    softmax_offset: torch.Tensor | None, *, max_seqlen_q: int, max_seqlen_kv: int, total_q: int | None,
+    softmax_scale: float, causal: bool, window_size: tuple[int, int], bottom_right: bool,
+    num_splits: int | None, config: ForwardConfig | None,
+) -> ForwardPlan | None:
+    """Validate the arguments and fix everything the launches need but the tensors' addresses (None:
+    nothing to compute). Reads tensor metadata and host values only."""
     shapes = validate_forward_arguments(
         q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, alibi_slopes, softmax_offset)
     window_left, window_right = normalize_window(window_size, causal)
     if not math.isfinite(softmax_scale):
         raise ValueError(f"softmax_scale must be a finite float, got {softmax_scale!r}")
-    if max_seqlen_q < 0 or max_seqlen_kv < 0:
-        raise ValueError(f"max_seqlen_q / max_seqlen_kv must be >= 0, got {max_seqlen_q} / {max_seqlen_kv}")
     if total_q is None:
         total_q = shapes.max_tokens_q if q.stride(0) == 0 else shapes.num_seqs * shapes.max_tokens_q
     if total_q < 0:
@@ -132,7 +221,7 @@ def attention_forward(
     if num_splits is not None and not 1 <= num_splits <= MAX_NUM_SPLITS:
         raise ValueError(f"num_splits must be in [1, {MAX_NUM_SPLITS}] or None, got {num_splits}")
     if shapes.num_seqs == 0 or total_q == 0 or max_seqlen_q == 0:
-        return out
+        return None
 
     group_size = shapes.num_heads_q // shapes.num_heads_kv
     if config is None:
@@ -151,69 +240,61 @@ def attention_forward(
             block_n=config.block_n, num_sms=num_streaming_multiprocessors(q.device), block_m=config.block_m)
 
     write_partial = num_splits > 1
-    if write_partial:
-        partial_out = torch.empty(
-            (num_splits, total_q, shapes.num_heads_q, shapes.head_dim_v), dtype=torch.float32, device=q.device)
-        partial_lse = torch.empty((num_splits, total_q, shapes.num_heads_q), dtype=torch.float32, device=q.device)
-    else:
-        partial_out = partial_lse = out  # unused placeholders
+    partial_out_shape = (num_splits, total_q, shapes.num_heads_q, shapes.head_dim_v) if write_partial else None
+    # the workspace is allocated contiguous on every call: its strides follow from its shape
+    heads, head_dim_v = shapes.num_heads_q, shapes.head_dim_v
+    part_strides = (total_q * heads * head_dim_v, heads * head_dim_v, head_dim_v) if write_partial else (0, 0, 0)
+    lse_strides = (total_q * heads, heads) if write_partial else (0, 0)
 
     alibi_stride_b = 0
     if alibi_slopes is not None and alibi_slopes.dim() == 2:
         alibi_stride_b = alibi_slopes.stride(0)
-    if softmax_offset is not None:
-        softmax_offset = softmax_offset.reshape(-1)
     page_scalar = shapes.paged and shapes.page_size % config.block_n == 0
     use_tma = config.tma and _tma_ready(k, v) and (not shapes.paged or (
         page_scalar and all(x.stride(0) == shapes.page_size * x.stride(1) for x in (k, v))))  # one row space
-    placeholder = cu_seqlens_q  # any device tensor for pointers a constexpr flag disables
     seq_grid = max_seqlen_q <= config.block_q  # one q tile per sequence: program id = sequence
     q_programs = shapes.num_seqs if seq_grid else -(-total_q // config.block_q) + shapes.num_seqs
     grid = (q_programs, shapes.num_heads_kv, num_splits)
     fused_combine = write_partial and config.fused_combine
     # (the interpreter has no grid dependency control; CPU tensors outside it only reach tests/sm90_compile)
     dependent_launch = write_partial and not fused_combine and config.dependent_combine and not interpreter_enabled()
-    split_counters = _split_counter_buffer(q.device, grid[0] * grid[1]) if fused_combine else placeholder
-    _launch_attention(
-        grid,
-        q, k, v, out,
-        partial_out, partial_lse,
-        cu_seqlens_q, cu_seqlens_kv,
-        q_start if q_start is not None else placeholder,
-        kv_start if kv_start is not None else placeholder,
-        page_table if page_table is not None else placeholder,
-        alibi_slopes if alibi_slopes is not None else placeholder,
-        softmax_offset if softmax_offset is not None else placeholder,
-        split_counters,
-        shapes.num_seqs, shapes.page_size, k.shape[0] * k.shape[1] if shapes.paged else 0,
-        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
-        *(page_table.stride() if page_table is not None else (0, 0)),
-        alibi_stride_b,
-        *(partial_out.stride()[:3] if write_partial else (0, 0, 0)),
-        *(partial_lse.stride()[:2] if write_partial else (0, 0)),
-        float(softmax_scale) * 1.4426950408889634,
-        max(window_left, 0), max(window_right, 0),
-        HEAD_DIM_QK=shapes.head_dim_qk, HEAD_DIM_V=shapes.head_dim_v,
-        BLOCK_DQK=config.block_dqk, BLOCK_DV=config.block_dv,
-        GROUP_SIZE=group_size, BLOCK_M=config.block_m, BLOCK_Q=config.block_q, BLOCK_N=config.block_n,
-        PAGED=shapes.paged, HAS_Q_START=q_start is not None, HAS_KV_START=kv_start is not None,
-        WINDOW_LEFT_BOUNDED=window_left >= 0, WINDOW_RIGHT_BOUNDED=window_right >= 0,
-        BOTTOM_RIGHT=bool(bottom_right), HAS_ALIBI=alibi_slopes is not None,
-        HAS_SINK=softmax_offset is not None and (fused_combine or not write_partial), WRITE_PARTIAL=write_partial,
-        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        PAGE_SCALAR=page_scalar and (config.paged_scalar_ids or use_tma),
-        PREFETCH_PAGES=config.prefetch_page_ids and shapes.paged,
-        ROTATE_KV=config.rotate_kv_tiles, USE_TMA=use_tma,
-        SMALL_BLOCK_M=config.small_block_m, SMALL_BLOCK_Q=max(1, config.small_block_m // group_size),
-        FUSED_COMBINE=fused_combine,
-        INDEX_INT32=config.int32_offsets and _offsets_fit_int32(k) and _offsets_fit_int32(v),
-        PAGE_SIZE=shapes.page_size if shapes.paged and not config.runtime_page_size else 0,
-        HEAVY_TILES_FIRST=config.heavy_tiles_first,
-        K_TRANSPOSED=config.transposed_k_loads, LAUNCH_DEPENDENTS=dependent_launch, SEQ_GRID=seq_grid,
-        num_warps=config.num_warps, num_stages=config.num_stages, maxnreg=config.max_registers or None,
+    attention = KernelLaunch(
+        attention_fwd_kernel, grid,
+        scalars=(
+            shapes.num_seqs, shapes.page_size, k.shape[0] * k.shape[1] if shapes.paged else 0,
+            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
+            *(page_table.stride() if page_table is not None else (0, 0)),
+            alibi_stride_b,
+            *part_strides, *lse_strides,
+            float(softmax_scale) * 1.4426950408889634,
+            max(window_left, 0), max(window_right, 0),
+        ),
+        constexprs=dict(
+            HEAD_DIM_QK=shapes.head_dim_qk, HEAD_DIM_V=shapes.head_dim_v,
+            BLOCK_DQK=config.block_dqk, BLOCK_DV=config.block_dv,
+            GROUP_SIZE=group_size, BLOCK_M=config.block_m, BLOCK_Q=config.block_q, BLOCK_N=config.block_n,
+            PAGED=shapes.paged, HAS_Q_START=q_start is not None, HAS_KV_START=kv_start is not None,
+            WINDOW_LEFT_BOUNDED=window_left >= 0, WINDOW_RIGHT_BOUNDED=window_right >= 0,
+            BOTTOM_RIGHT=bool(bottom_right), HAS_ALIBI=alibi_slopes is not None,
+            HAS_SINK=softmax_offset is not None and (fused_combine or not write_partial),
+            WRITE_PARTIAL=write_partial,
+            DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+            PAGE_SCALAR=page_scalar and (config.paged_scalar_ids or use_tma),
+            PREFETCH_PAGES=config.prefetch_page_ids and shapes.paged,
+            ROTATE_KV=config.rotate_kv_tiles, USE_TMA=use_tma,
+            SMALL_BLOCK_M=config.small_block_m, SMALL_BLOCK_Q=max(1, config.small_block_m // group_size),
+            FUSED_COMBINE=fused_combine,
+            INDEX_INT32=config.int32_offsets and _offsets_fit_int32(k) and _offsets_fit_int32(v),
+            PAGE_SIZE=shapes.page_size if shapes.paged and not config.runtime_page_size else 0,
+            HEAVY_TILES_FIRST=config.heavy_tiles_first,
+            K_TRANSPOSED=config.transposed_k_loads, LAUNCH_DEPENDENTS=dependent_launch, SEQ_GRID=seq_grid,
+        ),
+        options=dict(num_warps=config.num_warps, num_stages=config.num_stages, maxnreg=config.max_registers or None),
     )
+    combine = None
     if write_partial and not fused_combine:
-        combine_splits(partial_out, partial_lse, out, cu_seqlens_q=cu_seqlens_q, q_start=q_start,
-                       softmax_offset=softmax_offset, dependent_launch=dependent_launch,
-                       max_seqlen_q=max_seqlen_q if seq_grid else None)
-    return out
+        combine = combine_launch(
+            partial_out_shape, part_strides, lse_strides, out.stride()[:3], num_seqs=shapes.num_seqs,
+            has_q_start=q_start is not None, has_sink=softmax_offset is not None, dependent_launch=dependent_launch,
+            max_seqlen_q=max_seqlen_q if seq_grid else None)
+    return ForwardPlan(attention, combine, partial_out_shape, grid[0] * grid[1] if fused_combine else 0)

@@ -7,10 +7,10 @@ import triton
 import triton.language as tl
 
 from .configs import next_power_of_2
-from .launch import CachedLaunch
+from .launch import KernelLaunch
 from .sequence_lookup import find_sequence
 
-__all__ = ["combine_splits", "combine_splits_kernel"]
+__all__ = ["combine_launch", "combine_splits", "combine_splits_kernel"]
 
 LOG2E = tl.constexpr(1.4426950408889634)
 
@@ -78,10 +78,42 @@ def combine_splits_kernel(
     tl.store(out_ptrs, o.to(out_ptr.dtype.element_ty), mask=offs_dv < HEAD_DIM_V)
 
 
-_launch_combine = CachedLaunch(combine_splits_kernel)
 _SEQ_GRID_MAX_QUERIES = 16
 """Up to this many queries per sequence the combine grid is (sequence, query slot): a compile per
 power of two, and at most that factor more programs than tokens."""
+
+
+def combine_launch(
+    partial_out_shape: tuple[int, int, int, int],
+    partial_out_strides: tuple[int, int, int],
+    partial_lse_strides: tuple[int, int],
+    out_strides: tuple[int, int, int],
+    *,
+    num_seqs: int,
+    has_q_start: bool,
+    has_sink: bool,
+    dependent_launch: bool = False,
+    max_seqlen_q: int | None = None,
+) -> KernelLaunch | None:
+    """The merge's launch for partials of this shape and these strides (None: nothing to merge).
+
+    Call it with (partial_out, partial_lse, out, cu_seqlens_q, q_start or cu_seqlens_q,
+    softmax_offset or partial_lse); see ``combine_splits`` for the arguments."""
+    num_splits, total_q, num_heads, head_dim_v = partial_out_shape
+    if total_q == 0 or num_heads == 0:
+        return None
+    use_seq_grid = max_seqlen_q is not None and 0 < max_seqlen_q <= _SEQ_GRID_MAX_QUERIES
+    seq_grid = next_power_of_2(max_seqlen_q) if use_seq_grid else 0  # query slots per sequence
+    return KernelLaunch(
+        combine_splits_kernel, (num_seqs * seq_grid if seq_grid else total_q, num_heads),
+        scalars=(num_seqs, num_splits, *partial_out_strides, *partial_lse_strides, *out_strides),
+        constexprs=dict(
+            HEAD_DIM_V=head_dim_v, BLOCK_DV=max(16, next_power_of_2(head_dim_v)),
+            BLOCK_SPLITS=max(2, next_power_of_2(num_splits)),
+            HAS_Q_START=has_q_start, HAS_SINK=has_sink, WAIT_FOR_PRIMARY=dependent_launch, SEQ_GRID=seq_grid,
+        ),
+        options=dict(num_warps=4 if head_dim_v * num_splits >= 2048 else 2, launch_pdl=dependent_launch or None),
+    )
 
 
 def combine_splits(
@@ -109,25 +141,11 @@ def combine_splits(
         >>> combine_splits(partial_out, partial_lse, out, cu_seqlens_q=cu, q_start=None,
         ...                softmax_offset=None)  # doctest: +SKIP
     """
-    num_splits, total_q, num_heads, head_dim_v = partial_out.shape
-    if total_q == 0 or num_heads == 0:
-        return out
-    num_seqs = cu_seqlens_q.numel() - 1
-    use_seq_grid = max_seqlen_q is not None and 0 < max_seqlen_q <= _SEQ_GRID_MAX_QUERIES
-    seq_grid = next_power_of_2(max_seqlen_q) if use_seq_grid else 0  # query slots per sequence
-    _launch_combine(
-        (num_seqs * seq_grid if seq_grid else total_q, num_heads),
-        partial_out, partial_lse, out,
-        cu_seqlens_q, q_start if q_start is not None else cu_seqlens_q,
-        softmax_offset if softmax_offset is not None else partial_lse,
-        num_seqs, num_splits,
-        partial_out.stride(0), partial_out.stride(1), partial_out.stride(2),
-        partial_lse.stride(0), partial_lse.stride(1),
-        out.stride(0), out.stride(1), out.stride(2),
-        HEAD_DIM_V=head_dim_v, BLOCK_DV=max(16, next_power_of_2(head_dim_v)),
-        BLOCK_SPLITS=max(2, next_power_of_2(num_splits)),
-        HAS_Q_START=q_start is not None, HAS_SINK=softmax_offset is not None, WAIT_FOR_PRIMARY=dependent_launch,
-        SEQ_GRID=seq_grid,
-        num_warps=4 if head_dim_v * num_splits >= 2048 else 2, launch_pdl=dependent_launch or None,
-    )
+    launch = combine_launch(
+        tuple(partial_out.shape), partial_out.stride()[:3], partial_lse.stride()[:2], out.stride()[:3],
+        num_seqs=cu_seqlens_q.numel() - 1, has_q_start=q_start is not None, has_sink=softmax_offset is not None,
+        dependent_launch=dependent_launch, max_seqlen_q=max_seqlen_q)
+    if launch is not None:
+        launch(partial_out, partial_lse, out, cu_seqlens_q, cu_seqlens_q if q_start is None else q_start,
+               partial_lse if softmax_offset is None else softmax_offset)
     return out

@@ -1,20 +1,23 @@
-"""Launching Triton kernels without re-binding every argument on every call.
+"""Launching Triton kernels without Triton's per-call argument binding.
 
-``kernel[grid](*args, **constexprs)`` binds and specializes all arguments in Python on each call:
-on the H200's host one launch of the ~80-argument attention kernel cost ~160 µs (benchmarks,
-2026-11-30). ``CachedLaunch`` compiles through that path once per specialization, keys the
-compiled kernel by what Triton specializes on (argument dtypes; 16-byte alignment and int32 range
-of pointers and integers; the constexpr values; warps, stages; device) and afterwards launches
-the compiled kernel directly (``CompiledKernel[grid](*all_args)``).
+``kernel[grid](*args, **constexprs)`` binds and specializes every argument in Python on each call:
+about 35 µs per launch of the ~60-argument attention kernel on the H200's host (benchmarks,
+2026-11-30), three launches per eager decode step with the KV append and the split combine.
 
-Opt-in: ``ATTN_TRITON_FAST_LAUNCH=1`` (read at import) turns it on; otherwise, and in the
-interpreter, every launch takes Triton's own path. Measured on the H200 (2026-11-30) it gained
-nothing: computing the key in Python costs what Triton's C binder does (host µs per call 3.6x
-flash-attn 2's with it, 3.8x without, docs/benchmarks.md).
+A caller that can name everything a launch depends on with a cheap key of its own (the tensors'
+metadata and the host scalars: see ``tensor_key``) builds one ``KernelLaunch`` per key: the grid,
+the scalar arguments and the constexprs fixed, only the leading tensor arguments passed per call.
+Equal keys mean equal scalar arguments and equally aligned tensors, hence the specialization
+Triton would pick. The first call goes through Triton (compiling if needed) and keeps the compiled
+kernel; later calls hand the arguments straight to its launcher.
+
+``ATTN_TRITON_FAST_LAUNCH=0`` (read at import) sends every call through Triton's path; the
+interpreter and launch hooks (profilers such as proton) always take it.
 
 Example:
-    >>> launch = CachedLaunch(my_kernel)                                   # doctest: +SKIP
-    >>> launch((blocks,), x, y, n, BLOCK=128, num_warps=4)                 # doctest: +SKIP
+    >>> launch = KernelLaunch(my_kernel, (blocks, 1, 1), scalars=(n,), constexprs={"BLOCK": 128},
+    ...                       options={"num_warps": 4})                    # doctest: +SKIP
+    >>> launch(x, y)                                                      # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -23,60 +26,68 @@ import os
 from typing import Any
 
 import torch
+from triton import knobs
 
-from .availability import interpreter_enabled
+__all__ = ["DIRECT_LAUNCH", "KernelLaunch", "tensor_key"]
 
-__all__ = ["CachedLaunch", "FAST_LAUNCH", "specialization_key"]
-
-FAST_LAUNCH = os.environ.get("ATTN_TRITON_FAST_LAUNCH", "0") == "1"
-_INT32 = (-(1 << 31), 1 << 31)
+DIRECT_LAUNCH = os.environ.get("ATTN_TRITON_FAST_LAUNCH", "1") != "0"
 
 
-def _argument_key(value: Any) -> Any:
-    """What Triton's binder looks at for one runtime argument (a superset: equal keys, same kernel)."""
-    if isinstance(value, torch.Tensor):
-        return (value.dtype, value.data_ptr() % 16 == 0)
-    if isinstance(value, bool):
-        return ("u1", value)
-    if isinstance(value, int):
-        return ("int", _INT32[0] <= value < _INT32[1], value % 16 == 0, value == 1)
-    if isinstance(value, float):
-        return "fp32"
-    return value  # None and other constants are part of the signature as they are
+def tensor_key(x: torch.Tensor | None) -> tuple | None:
+    """What a launch plan depends on in one tensor argument: sizes, strides, dtype, device and whether
+    its address is 16-byte aligned (Triton specializes pointers on that). None stays None."""
+    if x is None:
+        return None
+    return (x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16 == 0)
 
 
-def specialization_key(args: tuple, constexprs: tuple, options: tuple) -> tuple:
-    """The cache key of one launch: runtime-argument keys, constexpr values, launch options."""
-    return (tuple(_argument_key(a) for a in args), constexprs, options)
+class KernelLaunch:
+    """One launch of a Triton JIT function with its grid, scalar arguments and constexprs fixed.
 
-
-class CachedLaunch:
-    """A Triton JIT function launched through its compiled kernel once that kernel exists.
-
-    Call it like ``fn[grid](...)``: runtime arguments positionally (all of them, in signature
-    order), the constexpr parameters that follow them by name, ``num_warps``/``num_stages``/``maxnreg``/``launch_pdl``.
+    ``launch(*tensors)`` runs ``fn[grid](*tensors, *scalars, **constexprs, **options)``: the first
+    call through Triton, later ones through the compiled kernel's launcher (``DIRECT_LAUNCH``). The
+    tensors must keep the dtypes and 16-byte alignment of the first call's (the caller's key).
     """
 
-    def __init__(self, fn: Any) -> None:
-        self.fn = fn
-        self._compiled: dict[tuple, Any] = {}
+    __slots__ = ("fn", "grid", "scalars", "constexprs", "options", "_direct")
 
-    def __call__(self, grid: tuple, *args: Any, num_warps: int | None = None, num_stages: int | None = None,
-                 maxnreg: int | None = None, launch_pdl: bool | None = None, **constexprs: Any) -> None:
-        options = {k: v for k, v in (("num_warps", num_warps), ("num_stages", num_stages), ("maxnreg", maxnreg),
-                                     ("launch_pdl", launch_pdl)) if v is not None}
-        if not FAST_LAUNCH or interpreter_enabled():
-            self.fn[grid](*args, **constexprs, **options)
+    def __init__(self, fn: Any, grid: tuple[int, ...], scalars: tuple = (), constexprs: dict | None = None,
+                 options: dict | None = None) -> None:
+        self.fn = fn
+        self.grid = tuple(grid) + (1,) * (3 - len(grid))
+        self.scalars = tuple(scalars)
+        self.constexprs = dict(constexprs or {})
+        self.options = {name: value for name, value in (options or {}).items() if value is not None}
+        self._direct: tuple | None = None
+
+    def __call__(self, *tensors: Any) -> None:
+        direct = self._direct
+        if direct is not None and _no_launch_hooks():
+            run, function, metadata, tail = direct
+            run(self.grid[0], self.grid[1], self.grid[2], _current_stream(), function, metadata, None, None, None,
+                *tensors, *tail)
             return
-        names = self.fn.arg_names[len(args):]
-        ordered = tuple(constexprs[name] for name in names)
-        device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
-        key = specialization_key(args, ordered, (num_warps, num_stages, maxnreg, launch_pdl, device))
-        kernel = self._compiled.get(key)
-        if kernel is None:
-            kernel = self.fn[grid](*args, **constexprs, **options)
-            if kernel is not None:
-                self._compiled[key] = kernel
-            return
-        # CompiledKernel's launcher reads grid[0], grid[1], grid[2]: pad to three dimensions
-        kernel[tuple(grid) + (1,) * (3 - len(grid))](*args, *ordered)
+        kernel = self.fn[self.grid](*tensors, *self.scalars, **self.constexprs, **self.options)
+        if DIRECT_LAUNCH and direct is None and _is_compiled_kernel(kernel):
+            names = self.fn.arg_names[len(tensors) + len(self.scalars):]
+            tail = self.scalars + tuple(self.constexprs[name] for name in names)
+            self._direct = (kernel.run, kernel.function, kernel.packed_metadata, tail)
+
+
+def _is_compiled_kernel(kernel: Any) -> bool:
+    """Triton returns the CompiledKernel it launched; the interpreter returns None."""
+    return kernel is not None and hasattr(kernel, "packed_metadata") and hasattr(kernel, "function")
+
+
+def _no_launch_hooks() -> bool:
+    """No launch hook is registered (Triton 3.6 keeps them in always-present, usually empty chains)."""
+    return not (_hook_set(knobs.runtime.launch_enter_hook) or _hook_set(knobs.runtime.launch_exit_hook))
+
+
+def _hook_set(hook: Any) -> bool:
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
+def _current_stream() -> int:
+    """The raw CUDA stream Triton itself would launch on: the current device's current stream."""
+    return torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())

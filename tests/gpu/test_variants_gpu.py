@@ -2,8 +2,9 @@
 
 Each variant runs realistic cases it is meant for: page-table addressing on paged mixed batches,
 the small second tile on mixed batches, the rotated walk on non-paged caches, TMA descriptors on
-varlen prefill and non-paged caches, heavy tiles first on causal prefill. ``CachedLaunch`` must launch the very kernel Triton's own
-path launches: outputs bit-identical, in eager calls and in a captured CUDA graph.
+varlen prefill and non-paged caches, heavy tiles first on causal prefill. Direct launches
+(``KernelLaunch``) must run the very kernel Triton's own path launches: outputs bit-identical, in
+eager calls and in a captured CUDA graph.
 """
 
 from __future__ import annotations
@@ -72,13 +73,17 @@ def test_variant_matches_the_reference(fields: str, case_name: str) -> None:
 
 
 @pytest.mark.parametrize("case_name", ["paged", "decode", "thd"])
-def test_cached_launch_runs_the_same_kernel(case_name: str, monkeypatch) -> None:
+def test_direct_launch_runs_the_same_kernel(case_name: str, monkeypatch) -> None:
+    from attention.kernels import attention_fwd
+
     case = CASES[case_name]
     inputs = build_inputs(case, "cuda")
-    monkeypatch.setattr(launch, "FAST_LAUNCH", False)
+    monkeypatch.setattr(launch, "DIRECT_LAUNCH", False)
+    monkeypatch.setattr(attention_fwd, "_plans", {})
     expected = attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"].clone(), **inputs["call"])
-    monkeypatch.setattr(launch, "FAST_LAUNCH", True)
-    for _ in range(3):  # the first call compiles and caches, the next ones launch directly
+    monkeypatch.setattr(launch, "DIRECT_LAUNCH", True)
+    monkeypatch.setattr(attention_fwd, "_plans", {})
+    for _ in range(3):  # the first call plans and compiles, the next ones launch directly
         out = attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"].clone(), **inputs["call"])
         assert torch.equal(out, expected)
     graph_out = inputs["out"].clone()
@@ -88,6 +93,7 @@ def test_cached_launch_runs_the_same_kernel(case_name: str, monkeypatch) -> None
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(graph_out, expected)
+    assert all(plan is None or plan.attention._direct is not None for plan in attention_fwd._plans.values())
 
 
 @pytest.mark.parametrize("case_name, num_splits", [("decode", 8), ("paged", 4), ("paged256", 16)])
