@@ -531,3 +531,41 @@ def test_offsets_fit_int32_counts_the_largest_offset() -> None:
     assert _offsets_fit_int32(Strided((2, 1 << 30), (1 << 30, 1)))  # the last offset is 2^31 - 1
     assert not _offsets_fit_int32(Strided((3, 1 << 30), (1 << 30, 1)))
     assert not _offsets_fit_int32(Strided((2, 2), (1 << 31, 1)))
+
+
+@pytest.mark.skipif(triton_available() is not None, reason=str(triton_available()))
+def test_launch_plans_serve_sixteen_decode_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decode over a growing paged cache (kv 14..35, split-KV by the heuristic): every step is right,
+    and steps share a launch plan while max_seqlen_kv stays in one 16-key quantum (14-16, 17-32, 33-35)."""
+    from attention.kernels import attention_fwd
+
+    monkeypatch.setattr(attention_fwd, "_plans", {})
+    for kv_len in range(14, 36):
+        run_and_check(C((1, 1), (kv_len - 3, kv_len), layout="paged", page_size=4, heads=(4, 2), num_splits=None,
+                        causal=True, bottom_right=True, num_pages=24, max_pages=10, seed=kv_len))
+    assert len(attention_fwd._plans) == 3
+
+
+@pytest.mark.skipif(triton_available() is not None, reason=str(triton_available()))
+def test_a_new_alignment_or_dtype_gets_its_own_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tensors that differ only in their 16-byte alignment (Triton specializes pointers on it) or in
+    dtype get a plan of their own; a call whose arguments no longer validate still raises."""
+    from attention.kernels import attention_fwd
+
+    monkeypatch.setattr(attention_fwd, "_plans", {})
+    case = C((3, 2), (5, 7), layout="bshd", causal=True, bottom_right=True)
+    inputs = build_inputs(case)
+    call = lambda q, **extra: attention_forward(q, inputs["k"], inputs["v"], inputs["out"], **{**inputs["call"], **extra})  # noqa: E731
+    call(inputs["q"])
+    check_output(case, inputs)
+    shifted = torch.empty(inputs["q"].numel() + 1, dtype=inputs["q"].dtype, device=DEVICE)[1:]
+    shifted = shifted.view(inputs["q"].shape).copy_(inputs["q"])
+    inputs["out_base"].fill_(SENTINEL)
+    call(shifted)
+    check_output(case, inputs)
+    assert len(attention_fwd._plans) == 2
+    with pytest.raises(ValueError, match="dtype"):
+        call(inputs["q"].half())
+    with pytest.raises(ValueError, match="softmax_scale"):
+        call(inputs["q"], softmax_scale=float("nan"))
+    assert len(attention_fwd._plans) == 2
