@@ -155,7 +155,8 @@ def _speedup_of(fields: frozenset[str], runs: dict[frozenset[str], float]) -> fl
 
 
 def _variants(cell: Cell, layout_only: bool = False, tiles_only: bool = False) -> list[Variant]:
-    """The default (every variant off), the tuned table's choice if it differs, then the layout variants
+    """The default (every variant off), the tuned table's choice if it differs (and with page-granular
+    tiles, where pages are smaller than a tile), then the layout variants
     (small tile, page-table addressing, rotated walk, K^T loads, runtime page size, register cap,
     split merges, TMA, heavy tiles first; each layout variant also with 32-bit offsets) unless
     ``tiles_only``, then tiles and split counts unless ``layout_only``."""
@@ -165,6 +166,8 @@ def _variants(cell: Cell, layout_only: bool = False, tiles_only: bool = False) -
     out: list[Variant] = [("default", {"config": base})]
     if tuned != base:
         out.append((f"tuned ({_variant_string(base, tuned)})", {"config": tuned}))
+    if cell.kv_source == "paged" and cell.page_size < tuned.block_n and not tuned.page_granular_tiles:
+        out.append(("tuned + page-granular tiles", {"config": replace(tuned, page_granular_tiles=True)}))
     if tiles_only:
         return out + (_decode_variants(cell, base) if decode_class else _prefill_variants(cell, base, tuned))
     out += _small_tile_variants(cell, base) + _paged_variants(cell, base, decode_class)

@@ -141,6 +141,9 @@ def configurations() -> list[dict]:
                 label = (f"d{head_dim} {'paged' if paged else 'contiguous'} m{config.block_m} n{config.block_n} "
                          f"s{config.num_stages}")
                 calls.append(dict(label=label, paged=paged, head_dim=head_dim, config=config, num_splits=splits))
+                if paged and head_dim == 128 and not max_kv:  # 16-token pages in 64/128-key tiles, read page by page
+                    calls.append(dict(label=f"{label} page-granular", paged=True, head_dim=128, num_splits=splits,
+                                      config=replace(config, page_granular_tiles=True)))
     for paged in (True, False):
         layout = "paged" if paged else "contiguous"
         calls += [
@@ -163,6 +166,7 @@ def configurations() -> list[dict]:
             ("transposed_k_loads", dict(transposed_k_loads=True)),
             ("runtime_page_size", dict(runtime_page_size=True)),
             ("dependent_combine", dict(dependent_combine=True)),
+            ("page_granular_tiles", dict(page_granular_tiles=True, prefetch_page_ids=True)),
             ("all", dict(paged_scalar_ids=True, prefetch_page_ids=True, small_block_m=16, rotate_kv_tiles=True,
                          tma=True, fused_combine=True, int32_offsets=True, heavy_tiles_first=True)),
         ):

@@ -402,6 +402,19 @@ def test_paged_addressing_variants_match_the_reference(scalar_ids, prefetch, pag
                       split_counts=(1, 3))
 
 
+@pytest.mark.parametrize("prefetch", [False, True], ids=["ids-per-tile", "ids-prefetched"])
+@pytest.mark.parametrize("page_size, block_n, window, dtype", [
+    (4, 16, (-1, 0), torch.float16), (8, 32, (5, 0), torch.float32), (1, 16, (-1, 0), torch.float16),
+    (16, 32, (-1, -1), torch.float16)], ids=["page4", "page8-window", "page1", "page16-full"])
+def test_page_granular_tiles_match_the_reference(prefetch, page_size, block_n, window, dtype) -> None:
+    """page_granular_tiles: KV tiles of several whole pages read as [page, slot, D], one page id per page:
+    a mixed batch (ragged last pages, masked edges) with and without splits, fp16 and fp32."""
+    case = C(MIXED_Q, MIXED_KV, heads=(4, 2), layout="paged", page_size=page_size, causal=window != (-1, -1),
+             bottom_right=True, window=window, num_splits=None, dtype=dtype, d_qk=16, d_v=8)
+    check_with_config(case, interpreted_config(case, block_n=block_n, page_granular_tiles=True,
+                                               prefetch_page_ids=prefetch), split_counts=(1, 3))
+
+
 @pytest.mark.parametrize("options", [
     dict(causal=True, bottom_right=True),
     dict(causal=True, bottom_right=True, window=(6, 0), alibi="h"),

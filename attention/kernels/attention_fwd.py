@@ -252,6 +252,8 @@ def _plan_forward(
     page_scalar = shapes.paged and shapes.page_size % config.block_n == 0
     use_tma = config.tma and _tma_ready(k, v) and (not shapes.paged or (
         page_scalar and all(x.stride(0) == shapes.page_size * x.stride(1) for x in (k, v))))  # one row space
+    page_granular = (shapes.paged and config.page_granular_tiles and not config.runtime_page_size
+                     and shapes.page_size < config.block_n and config.block_n % shapes.page_size == 0)
     seq_grid = max_seqlen_q <= config.block_q  # one q tile per sequence: program id = sequence
     q_programs = shapes.num_seqs if seq_grid else -(-total_q // config.block_q) + shapes.num_seqs
     grid = (q_programs, shapes.num_heads_kv, num_splits)
@@ -288,6 +290,7 @@ def _plan_forward(
             PAGE_SIZE=shapes.page_size if shapes.paged and not config.runtime_page_size else 0,
             HEAVY_TILES_FIRST=config.heavy_tiles_first,
             K_TRANSPOSED=config.transposed_k_loads, LAUNCH_DEPENDENTS=dependent_launch, SEQ_GRID=seq_grid,
+            PAGES_PER_TILE=config.block_n // shapes.page_size if page_granular else 0,
         ),
         options=dict(num_warps=config.num_warps, num_stages=config.num_stages, maxnreg=config.max_registers or None),
     )

@@ -46,6 +46,52 @@ def _page_ids(page_table_row_ptr, stride_pt_p, tile, kv_len, valid,
 
 
 @triton.jit
+def _tile_page_ids(page_table_row_ptr, stride_pt_p, tile, kv_len, valid,
+                   BLOCK_N: tl.constexpr, PAGES_PER_TILE: tl.constexpr):
+    """The PAGES_PER_TILE page ids of KV tile `tile` (pages holding no key of the sequence, or not
+    `valid`: 0)."""
+    pages = tile * PAGES_PER_TILE + tl.arange(0, PAGES_PER_TILE)
+    return tl.load(page_table_row_ptr + pages * stride_pt_p,
+                   mask=pages * (BLOCK_N // PAGES_PER_TILE) < tl.where(valid, kv_len, 0), other=0)
+
+
+@triton.jit
+def _load_tile_by_pages(k_base, v_base, page, tile, kv_len, stride_ks, stride_kp, stride_vs, stride_vp,
+                        offs_dqk, offs_dv, dqk_in_bounds, dv_in_bounds,
+                        BLOCK_N: tl.constexpr, PAGES_PER_TILE: tl.constexpr, BLOCK_DQK: tl.constexpr,
+                        BLOCK_DV: tl.constexpr, MASKED: tl.constexpr, MASK_D: tl.constexpr,
+                        INDEX_INT32: tl.constexpr):
+    """K^T and V of a KV tile of whole pages (their ids `page`, [PAGES_PER_TILE]), read as [page, slot, D].
+
+    Triton lays a load out along its contiguous dim (D), then the others in index order, so threads
+    and warps spread over pages first: each thread's rows share one page, and a tile costs a thread
+    one page id and one address, its rows constant offsets from it (as with one page per tile), where
+    a [key, D] read needs a page id and an address per row (sm90 compile, Triton 3.6)."""
+    SLOTS: tl.constexpr = BLOCK_N // PAGES_PER_TILE
+    slot = tl.arange(0, SLOTS)[None, :]
+    if INDEX_INT32:
+        k_rows = page[:, None] * stride_kp + slot * stride_ks
+        v_rows = page[:, None] * stride_vp + slot * stride_vs
+    else:
+        k_rows = page.to(tl.int64)[:, None] * stride_kp + slot.to(tl.int64) * stride_ks
+        v_rows = page.to(tl.int64)[:, None] * stride_vp + slot.to(tl.int64) * stride_vs
+    k_ptrs = k_base + k_rows[:, :, None] + offs_dqk[None, None, :]
+    v_ptrs = v_base + v_rows[:, :, None] + offs_dv[None, None, :]
+    if MASKED:
+        keys = tile * BLOCK_N + tl.arange(0, PAGES_PER_TILE)[:, None] * SLOTS + slot
+        in_bounds = (keys < kv_len)[:, :, None]
+        k = tl.load(k_ptrs, mask=in_bounds & dqk_in_bounds[None, None, :], other=0.0)
+        v = tl.load(v_ptrs, mask=in_bounds & dv_in_bounds[None, None, :], other=0.0)
+    elif MASK_D:
+        k = tl.load(k_ptrs, mask=dqk_in_bounds[None, None, :], other=0.0)
+        v = tl.load(v_ptrs, mask=dv_in_bounds[None, None, :], other=0.0)
+    else:
+        k = tl.load(k_ptrs)
+        v = tl.load(v_ptrs)
+    return tl.trans(tl.reshape(k, [BLOCK_N, BLOCK_DQK])), tl.reshape(v, [BLOCK_N, BLOCK_DV])
+
+
+@triton.jit
 def _load_k_tile(k_base, k_rows, offs_dqk, key_in_bounds, dqk_in_bounds,
                  MASK_KEYS: tl.constexpr, MASK_D: tl.constexpr, TRANSPOSED: tl.constexpr):
     """K^T [D, BLOCK_N] of one KV tile: read [BLOCK_N, D] like V and transposed as a shared-memory
@@ -96,6 +142,7 @@ def _attend_kv_tiles(
     HAS_ALIBI: tl.constexpr, DOT_PRECISION: tl.constexpr,
     PAGE_SCALAR: tl.constexpr, PREFETCH_PAGES: tl.constexpr, rotation, ROTATE: tl.constexpr,
     k_desc, v_desc, USE_TMA: tl.constexpr, INDEX_INT32: tl.constexpr, K_TRANSPOSED: tl.constexpr,
+    PAGES_PER_TILE: tl.constexpr,
 ):
     """Online-softmax accumulation over KV tiles [tile_begin, tile_end) of one sequence.
 
@@ -110,20 +157,38 @@ def _attend_kv_tiles(
     copies): non-paged, over the sequence's rows (rows past it and columns past the head dim read as
     zeros); paged (PAGE_SCALAR only), over all cache rows [pages * page_size, D], one page per tile.
     INDEX_INT32 (every element offset of k and v fits in int32): the per-key offsets of a tile stay
-    32-bit instead of 64.
+    32-bit instead of 64. PAGES_PER_TILE > 0 (pages smaller than a tile, a tile of whole pages): one
+    page id per page of the tile, the tile read page by page (_load_tile_by_pages).
     """
     dqk_in_bounds = offs_dqk < HEAD_DIM_QK
     dv_in_bounds = offs_dv < HEAD_DIM_V
     num_tiles = tl.maximum(tile_end - tile_begin, 1)
     if PAGED and PREFETCH_PAGES:
-        next_page = _page_ids(page_table_row_ptr, stride_pt_p,
-                              _tile_at(tile_begin, tile_begin, num_tiles, rotation, ROTATE), kv_len,
-                              tile_begin < tile_end, page_size, BLOCK_N, PAGE_SCALAR)
+        if PAGES_PER_TILE > 0:
+            next_page = _tile_page_ids(page_table_row_ptr, stride_pt_p,
+                                       _tile_at(tile_begin, tile_begin, num_tiles, rotation, ROTATE), kv_len,
+                                       tile_begin < tile_end, BLOCK_N, PAGES_PER_TILE)
+        else:
+            next_page = _page_ids(page_table_row_ptr, stride_pt_p,
+                                  _tile_at(tile_begin, tile_begin, num_tiles, rotation, ROTATE), kv_len,
+                                  tile_begin < tile_end, page_size, BLOCK_N, PAGE_SCALAR)
     for step in range(tile_begin, tile_end):
         tile = _tile_at(step, tile_begin, num_tiles, rotation, ROTATE)
         offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
         key_in_bounds = offs_n < kv_len
-        if PAGED:
+        if PAGED and PAGES_PER_TILE > 0:
+            if PREFETCH_PAGES:
+                page = next_page
+                next_page = _tile_page_ids(page_table_row_ptr, stride_pt_p,
+                                           _tile_at(step + 1, tile_begin, num_tiles, rotation, ROTATE), kv_len,
+                                           step + 1 < tile_end, BLOCK_N, PAGES_PER_TILE)
+            else:
+                page = _tile_page_ids(page_table_row_ptr, stride_pt_p, tile, kv_len, True, BLOCK_N, PAGES_PER_TILE)
+            k_t, v = _load_tile_by_pages(
+                k_ptr + k_head_offset, v_ptr + v_head_offset, page, tile, kv_len, stride_ks, stride_kp,
+                stride_vs, stride_vp, offs_dqk, offs_dv, dqk_in_bounds, dv_in_bounds, BLOCK_N, PAGES_PER_TILE,
+                BLOCK_DQK, BLOCK_DV, MASKED, BLOCK_DQK != HEAD_DIM_QK or BLOCK_DV != HEAD_DIM_V, INDEX_INT32)
+        elif PAGED:
             if PREFETCH_PAGES:
                 page = next_page
                 next_page = _page_ids(page_table_row_ptr, stride_pt_p,
@@ -148,7 +213,7 @@ def _attend_kv_tiles(
                 k_rows = page.to(tl.int64) * stride_kp + slot.to(tl.int64) * stride_ks
                 v_rows = page.to(tl.int64) * stride_vp + slot.to(tl.int64) * stride_vs
             k_base = k_ptr + k_head_offset
-            v_base = v_ptr + v_head_offset
+            v_ptrs = v_ptr + v_head_offset + v_rows[:, None] + offs_dv[None, :]
         else:
             if INDEX_INT32:
                 k_rows = offs_n * stride_ks
@@ -157,9 +222,10 @@ def _attend_kv_tiles(
                 k_rows = offs_n.to(tl.int64) * stride_ks
                 v_rows = offs_n.to(tl.int64) * stride_vs
             k_base = k_ptr + k_head_offset + kv_seq_offset_k
-            v_base = v_ptr + v_head_offset + kv_seq_offset_v
-        v_ptrs = v_base + v_rows[:, None] + offs_dv[None, :]
-        if USE_TMA and PAGED:
+            v_ptrs = v_ptr + v_head_offset + kv_seq_offset_v + v_rows[:, None] + offs_dv[None, :]
+        if PAGED and PAGES_PER_TILE > 0:
+            pass  # loaded above, page by page
+        elif USE_TMA and PAGED:
             # One page holds the whole tile (PAGE_SCALAR): rows of the [pages * page_size, D] view.
             row = (page * page_size + (tile * BLOCK_N) % page_size).to(tl.int32)
             k_t = tl.trans(k_desc.load([row, 0]))
@@ -225,7 +291,7 @@ def _attend_q_tile(
     HAS_ALIBI: tl.constexpr, HAS_SINK: tl.constexpr, WRITE_PARTIAL: tl.constexpr,
     DOT_PRECISION: tl.constexpr, PAGE_SCALAR: tl.constexpr, PREFETCH_PAGES: tl.constexpr,
     ROTATE_KV: tl.constexpr, USE_TMA: tl.constexpr, FUSED_COMBINE: tl.constexpr, INDEX_INT32: tl.constexpr,
-    K_TRANSPOSED: tl.constexpr,
+    K_TRANSPOSED: tl.constexpr, PAGES_PER_TILE: tl.constexpr,
 ):
     """Attention of one q tile (BLOCK_Q query tokens x GROUP_SIZE heads = BLOCK_M packed rows) of
     sequence `seq` against KV split `split`, written to out (or to the split workspace; with
@@ -319,7 +385,7 @@ def _attend_q_tile(
         kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope, qk_scale,
         offs_dqk, offs_dv, HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, BLOCK_N, PAGED, True,
         WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES,
-        rotation, False, k_desc, v_desc, USE_TMA, INDEX_INT32, K_TRANSPOSED)
+        rotation, False, k_desc, v_desc, USE_TMA, INDEX_INT32, K_TRANSPOSED, PAGES_PER_TILE)
     acc, l_i, m_i = _attend_kv_tiles(
         acc, l_i, m_i, q, tl.maximum(split_lo, full_tile_lo), tl.minimum(full_tile_hi, split_hi),
         k_ptr, v_ptr, k_head_offset, v_head_offset, kv_seq_offset_k, kv_seq_offset_v,
@@ -327,7 +393,7 @@ def _attend_q_tile(
         kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope, qk_scale,
         offs_dqk, offs_dv, HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, BLOCK_N, PAGED, False,
         WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES,
-        rotation, ROTATE_KV, k_desc, v_desc, USE_TMA, INDEX_INT32, K_TRANSPOSED)
+        rotation, ROTATE_KV, k_desc, v_desc, USE_TMA, INDEX_INT32, K_TRANSPOSED, PAGES_PER_TILE)
     acc, l_i, m_i = _attend_kv_tiles(
         acc, l_i, m_i, q, tl.maximum(split_lo, full_tile_hi), split_hi,
         k_ptr, v_ptr, k_head_offset, v_head_offset, kv_seq_offset_k, kv_seq_offset_v,
@@ -335,7 +401,7 @@ def _attend_q_tile(
         kv_len, row_token, diag_offset, window_left, window_right, alibi_row_slope, qk_scale,
         offs_dqk, offs_dv, HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, BLOCK_N, PAGED, True,
         WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, HAS_ALIBI, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES,
-        rotation, False, k_desc, v_desc, USE_TMA, INDEX_INT32, K_TRANSPOSED)
+        rotation, False, k_desc, v_desc, USE_TMA, INDEX_INT32, K_TRANSPOSED, PAGES_PER_TILE)
 
     dv_mask = row_valid[:, None] & (offs_dv < HEAD_DIM_V)[None, :]
     out_ptrs = (out_ptr + seq64 * stride_ob + q_row_token.to(tl.int64)[:, None] * stride_os
@@ -453,7 +519,7 @@ def attention_fwd_kernel(
     ROTATE_KV: tl.constexpr, USE_TMA: tl.constexpr, SMALL_BLOCK_M: tl.constexpr, SMALL_BLOCK_Q: tl.constexpr,
     FUSED_COMBINE: tl.constexpr, INDEX_INT32: tl.constexpr, PAGE_SIZE: tl.constexpr,
     HEAVY_TILES_FIRST: tl.constexpr, K_TRANSPOSED: tl.constexpr, LAUNCH_DEPENDENTS: tl.constexpr,
-    SEQ_GRID: tl.constexpr,
+    SEQ_GRID: tl.constexpr, PAGES_PER_TILE: tl.constexpr,
 ):
     """Strides: dense k/v use (batch, token, head); paged k/v use (page, slot, head).
 
@@ -471,6 +537,8 @@ def attention_fwd_kernel(
     254.2 µs without the search; the small-batch cells, one to three loads, did not move).
     LAUNCH_DEPENDENTS: each program lets the next kernel of the stream launch (launched with
     programmatic dependent launch, the split combine: it waits for this grid before reading partials).
+    PAGES_PER_TILE > 0 (a paged cache with PAGE_SIZE * PAGES_PER_TILE == BLOCK_N): KV tiles are read page
+    by page, one page id per page (_load_tile_by_pages).
     PAGE_SIZE > 0 replaces the runtime page_size with a compile-time constant (one compile per cache
     geometry): a key's page and slot (key // page_size, key % page_size) then fold into shifts
     and per-thread constants. With the runtime value sm90 code does a signed division per key and
@@ -519,7 +587,7 @@ def attention_fwd_kernel(
                 HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, GROUP_SIZE, BLOCK_N,
                 PAGED, HAS_Q_START, HAS_KV_START, WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, BOTTOM_RIGHT,
                 HAS_ALIBI, HAS_SINK, WRITE_PARTIAL, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES, ROTATE_KV,
-                USE_TMA, FUSED_COMBINE, INDEX_INT32, K_TRANSPOSED)
+                USE_TMA, FUSED_COMBINE, INDEX_INT32, K_TRANSPOSED, PAGES_PER_TILE)
             return
     _attend_q_tile(
         seq, q_begin, q_len, first_query, kv_head, split, num_splits,
@@ -534,4 +602,4 @@ def attention_fwd_kernel(
         HEAD_DIM_QK, HEAD_DIM_V, BLOCK_DQK, BLOCK_DV, GROUP_SIZE, BLOCK_N,
         PAGED, HAS_Q_START, HAS_KV_START, WINDOW_LEFT_BOUNDED, WINDOW_RIGHT_BOUNDED, BOTTOM_RIGHT,
         HAS_ALIBI, HAS_SINK, WRITE_PARTIAL, DOT_PRECISION, PAGE_SCALAR, PREFETCH_PAGES, ROTATE_KV,
-        USE_TMA, FUSED_COMBINE, INDEX_INT32, K_TRANSPOSED)
+        USE_TMA, FUSED_COMBINE, INDEX_INT32, K_TRANSPOSED, PAGES_PER_TILE)

@@ -83,6 +83,9 @@ class ForwardConfig:
     dependent_combine: with split-KV on a GPU, the combine kernel is launched with programmatic
         dependent launch: it starts while the attention grid runs and waits for it on the device
         (H200, commit d1211d1: 0.99-1.00x on 1x8k, 1x32k, 8x4k, 32x2k, verify and MQA).
+    page_granular_tiles: with a paged cache whose pages are smaller than a KV tile (block_n a multiple of
+        page_size), read each tile page by page: one page id per page and per thread instead of one per
+        key (see the kernel's _load_tile_by_pages).
     heavy_tiles_first: a sequence's q tiles run last tile first. Under a causal mask the last tile
         sees the most keys, so the longest programs start early instead of ending the launch alone.
     max_registers: 0, or a cap on registers per thread passed to ptxas (``maxnreg``). Decode tiles
@@ -109,12 +112,13 @@ class ForwardConfig:
     transposed_k_loads: bool = False
     runtime_page_size: bool = False
     dependent_combine: bool = False
+    page_granular_tiles: bool = False
     max_registers: int = 0
 
 
 VARIANT_FIELDS = ("paged_scalar_ids", "prefetch_page_ids", "small_block_m", "rotate_kv_tiles", "tma", "fused_combine",
                   "int32_offsets", "heavy_tiles_first", "transposed_k_loads",
-                  "runtime_page_size", "dependent_combine")
+                  "runtime_page_size", "dependent_combine", "page_granular_tiles")
 """The ForwardConfig fields a shape class can switch (kernel variants), as opposed to its tile sizes."""
 
 SHAPE_CLASSES = ("decode/paged", "decode/contiguous", "prefill/paged", "prefill/contiguous")

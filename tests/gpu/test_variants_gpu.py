@@ -53,6 +53,8 @@ VARIANTS = [
     ("int32_offsets", "paged"), ("int32_offsets", "decode"),
     ("dependent_combine", "decode"), ("dependent_combine", "paged"), ("runtime_page_size", "paged"), ("runtime_page_size+transposed_k_loads+prefetch_page_ids", "paged256"),
     ("transposed_k_loads", "decode"), ("transposed_k_loads+int32_offsets", "paged"), ("heavy_tiles_first", "thd"), ("heavy_tiles_first+small_block_m+prefetch_page_ids+int32_offsets", "paged"),
+    ("page_granular_tiles", "paged"),
+    ("page_granular_tiles+small_block_m+prefetch_page_ids+int32_offsets+heavy_tiles_first", "paged"),
 ]
 """(ForwardConfig fields joined by '+', case): single variants, then the combinations the sweep measures."""
 
