@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from attention.environment import getenv
 
-from .arguments import normalize_window, validate_forward_arguments
+from .arguments import ForwardShapes, normalize_window, validate_forward_arguments
 from .attention_fwd_kernel import attention_fwd_kernel
+from .attention_fwd_specialized import attention_fwd_specialized_kernel
 from .availability import interpreter_enabled
 from .combine import combine_launch
 from .configs import (
     MAX_NUM_SPLITS,
     VARIANTS_ENV,
+    WARP_SPECIALIZED_TILE,
     ForwardConfig,
     choose_num_splits,
     num_streaming_multiprocessors,
@@ -70,12 +72,13 @@ def _offsets_fit_int32(x: torch.Tensor) -> bool:
     return sum((size - 1) * abs(stride) for size, stride in zip(x.shape, x.stride()) if size > 0) < 2**31
 
 
-def _tma_ready(k: torch.Tensor, v: torch.Tensor) -> bool:
+def _tma_ready(*tensors: torch.Tensor) -> bool:
     """Tensor descriptors need 16-byte aligned bases and 16-byte multiples for every non-unit stride;
     on a GPU the device-side descriptors also need Triton's scratch allocator (set here if unset)."""
-    for x in (k, v):
+    for x in tensors:
         if x.data_ptr() % 16 or any(stride * x.element_size() % 16 for stride in x.stride()[:-1]):
             return False
+    k = tensors[0]
     if k.is_cuda:
         import triton
         from triton.runtime._allocation import NullAllocator, _allocator
@@ -192,6 +195,38 @@ def attention_forward(
     return out
 
 
+def _specializes(config: ForwardConfig, paged: bool, window_left: int, window_right: int,
+                 alibi_slopes: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Can a call run the warp-specialized kernel (ForwardConfig.warp_specialize)? It needs no mask band
+    (no causal mask, window or ALiBi), a non-paged cache, no second tile or in-kernel merge, head dims
+    <= 128, and q, k, v that tensor descriptors can read; split-KV is checked by the caller."""
+    return (config.warp_specialize and not paged and window_left < 0 and window_right < 0 and alibi_slopes is None
+            and not config.small_block_m and not config.fused_combine and max(config.block_dqk, config.block_dv) <= 128
+            and _tma_ready(q, k, v))
+
+
+def _specialized_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, shapes: ForwardShapes,
+                      config: ForwardConfig, total_q: int, softmax_scale: float, q_start: torch.Tensor | None,
+                      kv_start: torch.Tensor | None, softmax_offset: torch.Tensor | None) -> ForwardPlan:
+    """The launch of attention_fwd_specialized_kernel: one program per (tile of block_m query tokens, query
+    head), no split-KV."""
+    grid = (-(-total_q // config.block_m) + shapes.num_seqs, shapes.num_heads_q)
+    attention = KernelLaunch(
+        attention_fwd_specialized_kernel, grid,
+        scalars=(shapes.num_seqs, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
+                 float(softmax_scale) * 1.4426950408889634),
+        constexprs=dict(
+            HEAD_DIM_QK=shapes.head_dim_qk, HEAD_DIM_V=shapes.head_dim_v, BLOCK_DQK=config.block_dqk,
+            BLOCK_DV=config.block_dv, GROUP_SIZE=shapes.num_heads_q // shapes.num_heads_kv, BLOCK_M=config.block_m,
+            BLOCK_N=config.block_n, HAS_Q_START=q_start is not None, HAS_KV_START=kv_start is not None,
+            HAS_SINK=softmax_offset is not None, SEARCH_STEPS=max(1, shapes.num_seqs.bit_length()),
+            DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        ),
+        options=dict(num_warps=config.num_warps, num_stages=config.num_stages),
+    )
+    return ForwardPlan(attention, None, None, 0)
+
+
 def _combine(launch: KernelLaunch, partial_out: torch.Tensor, partial_lse: torch.Tensor, out: torch.Tensor,
              cu_seqlens_q: torch.Tensor, q_start: torch.Tensor | None, softmax_offset: torch.Tensor | None) -> None:
     """The split merge after the attention grid (a seam for benchmarks.latency_breakdown)."""
@@ -224,20 +259,34 @@ def _plan_forward(
         return None
 
     group_size = shapes.num_heads_q // shapes.num_heads_kv
+    chosen = False  # the tables picked the config (not the caller)
     if config is None:
         config = select_forward_config(
             head_dim_qk=shapes.head_dim_qk, head_dim_v=shapes.head_dim_v, group_size=group_size,
             max_seqlen_q=max_seqlen_q, interpret=interpreter_enabled(), paged=shapes.paged, max_seqlen_kv=max_seqlen_kv)
+        chosen = True
     elif config.block_q * group_size > config.block_m or config.block_dqk < shapes.head_dim_qk \
             or config.block_dv < shapes.head_dim_v \
             or (config.small_block_m and not group_size <= config.small_block_m <= config.block_m):
         raise ValueError(f"config {config} does not fit group size {group_size} and head dims "
                          f"{shapes.head_dim_qk}/{shapes.head_dim_v}")
-    if num_splits is None:
-        num_splits = choose_num_splits(
+    def split_count(config: ForwardConfig) -> int:
+        return num_splits or choose_num_splits(
             num_seqs=shapes.num_seqs, num_kv_heads=shapes.num_heads_kv, total_q=total_q,
             max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv, block_q=config.block_q,
             block_n=config.block_n, num_sms=num_streaming_multiprocessors(q.device), block_m=config.block_m)
+
+    if _specializes(config, shapes.paged, window_left, window_right, alibi_slopes, q, k, v):
+        if chosen and not interpreter_enabled():
+            block_m, block_n, num_warps, num_stages = WARP_SPECIALIZED_TILE
+            tile = replace(config, block_m=block_m, block_q=max(1, block_m // group_size), block_n=block_n,
+                           num_warps=num_warps, num_stages=num_stages)
+        else:
+            tile = config
+        if split_count(tile) == 1:
+            return _specialized_plan(q, k, v, out, shapes, tile, total_q, softmax_scale, q_start, kv_start,
+                                     softmax_offset)
+    num_splits = split_count(config)
 
     write_partial = num_splits > 1
     partial_out_shape = (num_splits, total_q, shapes.num_heads_q, shapes.head_dim_v) if write_partial else None

@@ -16,6 +16,7 @@ from attention.environment import getenv
 
 __all__ = [
     "MAX_NUM_SPLITS",
+    "WARP_SPECIALIZED_TILE",
     "VARIANTS_ENV",
     "ForwardConfig",
     "choose_num_splits",
@@ -86,6 +87,10 @@ class ForwardConfig:
     page_granular_tiles: with a paged cache whose pages are smaller than a KV tile (block_n a multiple of
         page_size), read each tile page by page: one page id per page and per thread instead of one per
         key (see the kernel's _load_tile_by_pages).
+    warp_specialize: calls over a non-paged cache (or packed K/V) without a mask band (no causal mask,
+        window or ALiBi) at head dims <= 128 run one KV loop that Triton 3.6 warp-specializes on Hopper
+        (a TMA producer warp group, two consumer groups), on WARP_SPECIALIZED_TILE unless a config is
+        passed; K/V through tensor descriptors whatever ``tma`` says.
     heavy_tiles_first: a sequence's q tiles run last tile first. Under a causal mask the last tile
         sees the most keys, so the longest programs start early instead of ending the launch alone.
     max_registers: 0, or a cap on registers per thread passed to ptxas (``maxnreg``). Decode tiles
@@ -113,12 +118,13 @@ class ForwardConfig:
     runtime_page_size: bool = False
     dependent_combine: bool = False
     page_granular_tiles: bool = False
+    warp_specialize: bool = False
     max_registers: int = 0
 
 
 VARIANT_FIELDS = ("paged_scalar_ids", "prefetch_page_ids", "small_block_m", "rotate_kv_tiles", "tma", "fused_combine",
                   "int32_offsets", "heavy_tiles_first", "transposed_k_loads",
-                  "runtime_page_size", "dependent_combine", "page_granular_tiles")
+                  "runtime_page_size", "dependent_combine", "page_granular_tiles", "warp_specialize")
 """The ForwardConfig fields a shape class can switch (kernel variants), as opposed to its tile sizes."""
 
 SHAPE_CLASSES = ("decode/paged", "decode/contiguous", "prefill/paged", "prefill/contiguous")
@@ -186,6 +192,13 @@ variants): 16x1k 128x32 4 warps MHA / GQA full 1.02x / 1.01x, causal 1.06x / 1.0
 0.98x / 0.97x, 1.06x / 1.01x); 8x2k 64x64 4 warps full 1.12x / 1.11x, causal 1.16x / 1.10x; over a
 paged cache, 2k prefill + 128 decodes at 2k 1.23x (a 2k chunk on 14k + 64 decodes keeps 128x128:
 64x64 there 0.89x)."""
+
+WARP_SPECIALIZED_TILE = (128, 128, 4, 2)
+"""(block_m, block_n, num_warps, num_stages) of the warp-specialized loop: Triton splits the 128 rows over two
+4-warp consumer groups beside a producer group (a 4-warp launch runs 12 warps). H200, 2026-11-30, probe of
+one non-causal loop (benchmarks/ws_probe.py, 4x4k MHA d128): 524 TFLOP/s unmasked, 507 with the per-key
+bias mask, against 458 without specialization and 476 for the fused kernel; 64-key tiles 477, 3 stages
+exceed shared memory."""
 
 TMA_MIN_KV_LENGTH = 2048
 """The variant tables' ``tma`` is used for head dims >= 128 over KV walks of at least this many keys

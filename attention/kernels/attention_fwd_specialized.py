@@ -1,0 +1,110 @@
+"""A warp-specialized attention forward for calls without a mask band (Hopper, Triton 3.6).
+
+Triton 3.6 warp-specializes a loop marked ``tl.range(..., warp_specialize=True)`` on sm90: a producer
+warp group issues the TMA loads, two 4-warp consumer groups split the 128 query rows and run the
+wgmma / softmax work. Its pass accepts only a plain kernel (sm90 compile, Triton 3.6): one loop; no
+early return, other loop or peeled tile around it; every tensor load through a tensor descriptor and
+no reshape of one. The general kernel (attention_fwd_kernel.py) breaks each of those rules: it packs
+a KV head's query heads into one tile (a reshape), walks the causal band in loops of its own and
+searches sequences with a while loop. So this kernel serves what needs none of that:
+
+  * no causal mask, window or ALiBi (keys past the sequence end are masked by a per-key bias added
+    with the score scale: no per-score select, which costs the specialized loop most of its gain);
+  * a non-paged cache or packed K/V, one query head per program (GQA reads its KV head's tiles once
+    per query head, through L2), no split-KV;
+  * sinks (softmax_offset), varlen (``thd``) and padded starts as in the general kernel.
+
+Grid: (q tiles over the flattened query tokens + one per sequence, H_q). Program (t, h) finds its
+sequence by SEARCH_STEPS unrolled halvings of cu_seqlens_q, like find_sequence; a tile past its
+sequence's queries walks no KV tile and stores nothing.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .sequence_lookup import find_sequence_unrolled
+
+__all__ = ["attention_fwd_specialized_kernel"]
+
+LOG2E = tl.constexpr(1.4426950408889634)
+
+
+@triton.jit
+def attention_fwd_specialized_kernel(
+    q_ptr, k_ptr, v_ptr, out_ptr,
+    partial_out_ptr, partial_lse_ptr,  # unused: the general kernel's signature, so launch plans call both alike
+    cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr,
+    page_table_ptr, alibi_slopes_ptr, softmax_offset_ptr, split_counter_ptr,  # unused but softmax_offset_ptr
+    num_seqs,
+    stride_qb, stride_qs, stride_qh,
+    stride_kb, stride_ks, stride_kh,
+    stride_vb, stride_vs, stride_vh,
+    stride_ob, stride_os, stride_oh,
+    qk_scale,
+    HEAD_DIM_QK: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
+    GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    HAS_Q_START: tl.constexpr, HAS_KV_START: tl.constexpr, HAS_SINK: tl.constexpr,
+    SEARCH_STEPS: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    """Strides as in attention_fwd_kernel (dense q/k/v/out: batch, token, head). qk_scale in log2 units."""
+    tile_id = tl.program_id(0)
+    q_head = tl.program_id(1)
+    kv_head = q_head // GROUP_SIZE
+
+    seq = find_sequence_unrolled(cu_seqlens_q_ptr, num_seqs, tile_id, BLOCK_M, True, SEARCH_STEPS)
+    q_begin = tl.load(cu_seqlens_q_ptr + seq)
+    q_len = tl.load(cu_seqlens_q_ptr + seq + 1) - q_begin
+    kv_len = tl.load(cu_seqlens_kv_ptr + seq + 1) - tl.load(cu_seqlens_kv_ptr + seq)
+    first_query = (tile_id - (q_begin // BLOCK_M + seq)) * BLOCK_M
+    seq64 = seq.to(tl.int64)
+    q_first = seq64 * 0
+    if HAS_Q_START:
+        q_first = tl.load(q_start_ptr + seq).to(tl.int64)
+    kv_first = seq64 * 0
+    if HAS_KV_START:
+        kv_first = tl.load(kv_start_ptr + seq).to(tl.int64)
+
+    q_desc = tl.make_tensor_descriptor(
+        q_ptr + seq64 * stride_qb + q_first * stride_qs + q_head.to(tl.int64) * stride_qh,
+        shape=[q_len, HEAD_DIM_QK], strides=[stride_qs, 1], block_shape=[BLOCK_M, BLOCK_DQK])
+    k_desc = tl.make_tensor_descriptor(
+        k_ptr + seq64 * stride_kb + kv_first * stride_ks + kv_head.to(tl.int64) * stride_kh,
+        shape=[kv_len, HEAD_DIM_QK], strides=[stride_ks, 1], block_shape=[BLOCK_N, BLOCK_DQK])
+    v_desc = tl.make_tensor_descriptor(
+        v_ptr + seq64 * stride_vb + kv_first * stride_vs + kv_head.to(tl.int64) * stride_vh,
+        shape=[kv_len, HEAD_DIM_V], strides=[stride_vs, 1], block_shape=[BLOCK_N, BLOCK_DV])
+    q = q_desc.load([first_query, 0])  # rows past the sequence read as zeros
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
+    num_tiles = tl.where(first_query < q_len, (kv_len + BLOCK_N - 1) // BLOCK_N, 0)
+    # Every tile holds a key of the sequence: each row's running max is finite after the first one.
+    for tile in tl.range(0, num_tiles, warp_specialize=True):
+        k_t = tl.trans(k_desc.load([tile * BLOCK_N, 0]))
+        v = v_desc.load([tile * BLOCK_N, 0])
+        keys = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+        scores = (tl.dot(q, k_t, input_precision=DOT_PRECISION) * qk_scale
+                  + tl.where(keys < kv_len, 0.0, float("-inf"))[None, :])
+        m_new = tl.maximum(m_i, tl.max(scores, 1))
+        p = tl.math.exp2(scores - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
+        m_i = m_new
+
+    if HAS_SINK:
+        sink = tl.load(softmax_offset_ptr + q_head).to(tl.float32) * LOG2E
+        m_total = tl.maximum(m_i, sink)
+        rescale = tl.math.exp2(m_i - m_total)
+        l_i = l_i * rescale + tl.math.exp2(sink - m_total)
+        acc = acc * rescale[:, None]
+    o = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
+    rows = first_query + tl.arange(0, BLOCK_M)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    out_ptrs = (out_ptr + seq64 * stride_ob + (q_first + rows.to(tl.int64))[:, None] * stride_os
+                + q_head * stride_oh + offs_dv[None, :])
+    tl.store(out_ptrs, o.to(out_ptr.dtype.element_ty), mask=(rows < q_len)[:, None] & (offs_dv < HEAD_DIM_V)[None, :])
