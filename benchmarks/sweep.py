@@ -25,13 +25,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from attention.kernels.configs import (
-    VARIANT_FIELDS,
-    WARP_SPECIALIZED_TILE,
-    select_forward_config,
-    shape_class,
-    tma_pays,
-)
+from attention.kernels.configs import VARIANT_FIELDS, select_forward_config, shape_class, tma_pays
 from benchmarks import bench_decode, bench_mixed, bench_prefill
 from benchmarks.cells import Cell, Inputs
 from benchmarks.config import BenchConfig
@@ -175,12 +169,9 @@ def _variants(cell: Cell, layout_only: bool = False, tiles_only: bool = False) -
         out.append((f"tuned ({_variant_string(base, tuned)})", {"config": tuned}))
     if cell.kv_source == "paged" and cell.page_size < tuned.block_n and not tuned.page_granular_tiles:
         out.append(("tuned + page-granular tiles", {"config": replace(tuned, page_granular_tiles=True)}))
-    if cell.kv_source != "paged" and not decode_class and not cell.problem.causal and not tuned.warp_specialize:
-        block_m, block_n, warps, stages = WARP_SPECIALIZED_TILE
-        group = cell.problem.heads_q // cell.problem.heads_kv
-        out.append(("tuned + warp-specialized kernel", {"config": replace(
-            tuned, warp_specialize=True, block_m=block_m, block_q=max(1, block_m // group), block_n=block_n,
-            num_warps=warps, num_stages=stages)}))
+    if cell.kv_source != "paged" and not decode_class and not cell.problem.causal:  # the kernel on WARP_SPECIALIZED_TILE
+        name = "tuned without the warp-specialized kernel" if tuned.warp_specialize else "tuned + warp-specialized kernel"
+        out.append((name, {"config": replace(tuned, warp_specialize=not tuned.warp_specialize)}))
     if tiles_only:
         return out + (_decode_variants(cell, base) if decode_class else _prefill_variants(cell, base, tuned))
     out += _small_tile_variants(cell, base) + _paged_variants(cell, base, decode_class)

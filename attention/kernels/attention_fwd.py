@@ -196,13 +196,14 @@ def attention_forward(
 
 
 def _specializes(config: ForwardConfig, paged: bool, window_left: int, window_right: int,
-                 alibi_slopes: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+                 alibi_slopes: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 out: torch.Tensor) -> bool:
     """Can a call run the warp-specialized kernel (ForwardConfig.warp_specialize)? It needs no mask band
     (no causal mask, window or ALiBi), a non-paged cache, no second tile or in-kernel merge, head dims
-    <= 128, and q, k, v that tensor descriptors can read; split-KV is checked by the caller."""
+    <= 128, and q, k, v, out that tensor descriptors can address; split-KV is checked by the caller."""
     return (config.warp_specialize and not paged and window_left < 0 and window_right < 0 and alibi_slopes is None
             and not config.small_block_m and not config.fused_combine and max(config.block_dqk, config.block_dv) <= 128
-            and _tma_ready(q, k, v))
+            and _tma_ready(q, k, v, out))
 
 
 def _specialized_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, shapes: ForwardShapes,
@@ -259,12 +260,10 @@ def _plan_forward(
         return None
 
     group_size = shapes.num_heads_q // shapes.num_heads_kv
-    chosen = False  # the tables picked the config (not the caller)
     if config is None:
         config = select_forward_config(
             head_dim_qk=shapes.head_dim_qk, head_dim_v=shapes.head_dim_v, group_size=group_size,
             max_seqlen_q=max_seqlen_q, interpret=interpreter_enabled(), paged=shapes.paged, max_seqlen_kv=max_seqlen_kv)
-        chosen = True
     elif config.block_q * group_size > config.block_m or config.block_dqk < shapes.head_dim_qk \
             or config.block_dv < shapes.head_dim_v \
             or (config.small_block_m and not group_size <= config.small_block_m <= config.block_m):
@@ -276,13 +275,10 @@ def _plan_forward(
             max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv, block_q=config.block_q,
             block_n=config.block_n, num_sms=num_streaming_multiprocessors(q.device), block_m=config.block_m)
 
-    if _specializes(config, shapes.paged, window_left, window_right, alibi_slopes, q, k, v):
-        if chosen and not interpreter_enabled():
-            block_m, block_n, num_warps, num_stages = WARP_SPECIALIZED_TILE
-            tile = replace(config, block_m=block_m, block_q=max(1, block_m // group_size), block_n=block_n,
-                           num_warps=num_warps, num_stages=num_stages)
-        else:
-            tile = config
+    if _specializes(config, shapes.paged, window_left, window_right, alibi_slopes, q, k, v, out):
+        block_m, block_n, num_warps, num_stages = WARP_SPECIALIZED_TILE  # the tile the specializer takes
+        tile = replace(config, block_m=block_m, block_q=max(1, block_m // group_size), block_n=block_n,
+                       num_warps=num_warps, num_stages=num_stages)
         if split_count(tile) == 1:
             return _specialized_plan(q, k, v, out, shapes, tile, total_q, softmax_scale, q_start, kv_start,
                                      softmax_offset)

@@ -12,7 +12,8 @@ searches sequences with a while loop. So this kernel serves what needs none of t
     with the score scale: no per-score select, which costs the specialized loop most of its gain);
   * a non-paged cache or packed K/V, one query head per program (GQA reads its KV head's tiles once
     per query head, through L2), no split-KV;
-  * sinks (softmax_offset), varlen (``thd``) and padded starts as in the general kernel.
+  * sinks (softmax_offset), varlen (``thd``) and padded starts as in the general kernel; out is written
+    through a descriptor as well (needs 16-byte aligned strides, like q, k and v).
 
 Grid: (q tiles over the flattened query tokens + one per sequence, H_q). Program (t, h) finds its
 sequence by SEARCH_STEPS unrolled halvings of cu_seqlens_q, like find_sequence; a tile past its
@@ -103,8 +104,9 @@ def attention_fwd_specialized_kernel(
         l_i = l_i * rescale + tl.math.exp2(sink - m_total)
         acc = acc * rescale[:, None]
     o = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
-    rows = first_query + tl.arange(0, BLOCK_M)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    out_ptrs = (out_ptr + seq64 * stride_ob + (q_first + rows.to(tl.int64))[:, None] * stride_os
-                + q_head * stride_oh + offs_dv[None, :])
-    tl.store(out_ptrs, o.to(out_ptr.dtype.element_ty), mask=(rows < q_len)[:, None] & (offs_dv < HEAD_DIM_V)[None, :])
+    # Through a descriptor too (rows past the sequence are not written): with a pointer store the two
+    # consumer groups' rows landed wrong (H200, Triton 3.6: only a tile's first 64 rows were right).
+    out_desc = tl.make_tensor_descriptor(
+        out_ptr + seq64 * stride_ob + q_first * stride_os + q_head.to(tl.int64) * stride_oh,
+        shape=[q_len, HEAD_DIM_V], strides=[stride_os, 1], block_shape=[BLOCK_M, BLOCK_DV])
+    out_desc.store([first_query, 0], o.to(out_ptr.dtype.element_ty))
