@@ -269,12 +269,13 @@ def select_forward_config(
         against 128x64 8 warps 324 / 387. d256 causal: 128x64 8 warps 2 stages 467 (3 stages and
         128x128 exceed shared memory; 64x64 4 warps 327).
       KV walks of at most 1024 / 2048 keys at d128: SHORT_KV_TILES.
-      Non-paged prefill at d128 sets warp_specialize (calls without a mask band then run the
-      warp-specialized kernel on WARP_SPECIALIZED_TILE). bench_prefill, commit a9d919b + the kernel's
-      output store through a descriptor, fused TFLOP/s without -> with: MHA full 16x1k 388 -> 405,
-      8x2k 477 -> 486, 4x4k 486 -> 530, 2x8k 484 -> 541, 1x16k 518 -> 528; GQA 32/8 full 16x1k
-      390 -> 408, 8x2k 487 -> 487, 4x4k 487 -> 512, 2x8k 497 -> 554, 1x16k 491 -> 562. At d64 it lost
-      (417 -> 335), d256 does not fit the tile. ``ATTN_FUSED_VARIANTS=prefill/contiguous=...+warp_specialize:0``
+      Non-paged prefill at d128 over KV walks longer than SHORT_KV_TILES' sets warp_specialize (calls
+      without a mask band then run the warp-specialized kernel on WARP_SPECIALIZED_TILE). bench_prefill,
+      commit 71a6829, fused TFLOP/s without -> with (docs/results/2026-11-30-h200-71a6829/): MHA full
+      4x4k 484.7 -> 528.3, 2x8k 491.8 -> 557.5, 1x16k 493.3 -> 528.6; GQA 32/8 full 4x4k 486.5 -> 507.3,
+      2x8k 500.8 -> 547.4, 1x16k 493.8 -> 539.0. Short walks keep their tiles: 16x1k 385.8 -> 392.5 and
+      388.9 -> 396.1, but 8x2k 486.2 -> 477.1 and 491.2 -> 478.5. At d64 it lost (416.6 -> 334.7, commit
+      a9d919b); d256 does not fit the tile. ``ATTN_FUSED_VARIANTS=prefill/contiguous=...+warp_specialize:0``
       turns it off.
 
     Example:
@@ -339,7 +340,7 @@ def _select_forward_config(head_dim_qk: int, head_dim_v: int, group_size: int, m
     )
     if not tuned:
         return config
-    if not paged and not interpret and packed_rows > _DECODE_MAX_ROWS and block_d == 128:
+    if not paged and not interpret and packed_rows > _DECODE_MAX_ROWS and block_d == 128 and not short_kv_tiles:
         config = replace(config, warp_specialize=True)  # see the docstring; an override may turn it off
     return _with_variants(config, shape_class(group_size, max_seqlen_q, paged), group_size, variants_override, long_kv)
 
