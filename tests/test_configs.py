@@ -172,15 +172,17 @@ def test_decode_tiles_follow_the_packed_rows(group_size, tile) -> None:
     assert (config.block_m, config.block_n, config.max_registers) == tile
 
 
-@pytest.mark.parametrize("head_dim, paged, max_seqlen_q, interpret, override, expected", [
-    (128, False, 4096, False, "", True), (128, True, 4096, False, "", False), (64, False, 4096, False, "", False),
-    (256, False, 4096, False, "", False), (128, False, 1, False, "", False), (128, False, 4096, True, "", False),
-    (128, False, 4096, False, "prefill/contiguous=tma+warp_specialize:0", False), (128, False, 2048, False, "", False)])
-def test_warp_specialized_kernel_for_non_paged_d128_prefill(monkeypatch, head_dim, paged, max_seqlen_q, interpret,
-                                                           override, expected) -> None:
-    """The tables send non-paged d128 prefill to the warp-specialized kernel (calls without a mask band use
-    it); an override with warp_specialize:0 turns it off."""
+@pytest.mark.parametrize("head_dim, paged, max_seqlen_q, max_seqlen_kv, interpret, override, expected", [
+    (128, False, 4096, 4096, False, "", True), (128, True, 4096, 4096, False, "", False),
+    (64, False, 4096, 4096, False, "", False), (256, False, 4096, 4096, False, "", False),
+    (128, False, 1, 4096, False, "", False), (128, False, 4096, 4096, True, "", False),
+    (128, False, 2048, 2048, False, "", False),
+    (128, False, 4096, 4096, False, "prefill/contiguous=tma+warp_specialize:0", False)])
+def test_warp_specialized_kernel_for_non_paged_d128_prefill(monkeypatch, head_dim, paged, max_seqlen_q, max_seqlen_kv,
+                                                           interpret, override, expected) -> None:
+    """The tables send non-paged d128 prefill over KV walks past the short-KV tiles to the warp-specialized
+    kernel (calls without a mask band use it); an override with warp_specialize:0 turns it off."""
     monkeypatch.setenv("ATTN_FUSED_VARIANTS", override)
     config = select_forward_config(head_dim_qk=head_dim, head_dim_v=head_dim, group_size=4, max_seqlen_q=max_seqlen_q,
-                                   interpret=interpret, paged=paged, max_seqlen_kv=max(max_seqlen_q, 4096 if max_seqlen_q != 2048 else 2048))
+                                   interpret=interpret, paged=paged, max_seqlen_kv=max_seqlen_kv)
     assert config.warp_specialize is expected
