@@ -421,6 +421,7 @@ SPECIALIZED_CASES = [
     C((12, 3), (5, 40), layout="sbhd", heads=(4, 1), d_qk=32, d_v=16),
     C((1, 7, 0), (17, 30, 4), layout="cache", heads=(4, 2), dtype=torch.float16),
     C((0, 19), (0, 33), layout="thd", heads=(2, 2), d_qk=8, d_v=8),
+    C((5, 0, 3, 0), (0, 6, 9, 0), layout="thd", heads=(4, 2), sink=True),  # empty q or kv, last sequence empty
 ]
 
 

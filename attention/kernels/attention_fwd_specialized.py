@@ -67,16 +67,19 @@ def attention_fwd_specialized_kernel(
     if HAS_KV_START:
         kv_first = tl.load(kv_start_ptr + seq).to(tl.int64)
 
+    # Descriptors never get an empty dim: an empty sequence gets one row and is addressed past it (row 1),
+    # so its q load reads zeros without touching memory and its output store writes nothing.
+    q_row = first_query + (q_len == 0).to(tl.int32)
     q_desc = tl.make_tensor_descriptor(
         q_ptr + seq64 * stride_qb + q_first * stride_qs + q_head.to(tl.int64) * stride_qh,
-        shape=[q_len, HEAD_DIM_QK], strides=[stride_qs, 1], block_shape=[BLOCK_M, BLOCK_DQK])
+        shape=[tl.maximum(q_len, 1), HEAD_DIM_QK], strides=[stride_qs, 1], block_shape=[BLOCK_M, BLOCK_DQK])
     k_desc = tl.make_tensor_descriptor(
         k_ptr + seq64 * stride_kb + kv_first * stride_ks + kv_head.to(tl.int64) * stride_kh,
-        shape=[kv_len, HEAD_DIM_QK], strides=[stride_ks, 1], block_shape=[BLOCK_N, BLOCK_DQK])
+        shape=[tl.maximum(kv_len, 1), HEAD_DIM_QK], strides=[stride_ks, 1], block_shape=[BLOCK_N, BLOCK_DQK])
     v_desc = tl.make_tensor_descriptor(
         v_ptr + seq64 * stride_vb + kv_first * stride_vs + kv_head.to(tl.int64) * stride_vh,
-        shape=[kv_len, HEAD_DIM_V], strides=[stride_vs, 1], block_shape=[BLOCK_N, BLOCK_DV])
-    q = q_desc.load([first_query, 0])  # rows past the sequence read as zeros
+        shape=[tl.maximum(kv_len, 1), HEAD_DIM_V], strides=[stride_vs, 1], block_shape=[BLOCK_N, BLOCK_DV])
+    q = q_desc.load([q_row, 0])  # rows past the sequence read as zeros
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -108,5 +111,5 @@ def attention_fwd_specialized_kernel(
     # consumer groups' rows landed wrong (H200, Triton 3.6: only a tile's first 64 rows were right).
     out_desc = tl.make_tensor_descriptor(
         out_ptr + seq64 * stride_ob + q_first * stride_os + q_head.to(tl.int64) * stride_oh,
-        shape=[q_len, HEAD_DIM_V], strides=[stride_os, 1], block_shape=[BLOCK_M, BLOCK_DV])
-    out_desc.store([first_query, 0], o.to(out_ptr.dtype.element_ty))
+        shape=[tl.maximum(q_len, 1), HEAD_DIM_V], strides=[stride_os, 1], block_shape=[BLOCK_M, BLOCK_DV])
+    out_desc.store([q_row, 0], o.to(out_ptr.dtype.element_ty))

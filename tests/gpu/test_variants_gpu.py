@@ -40,6 +40,8 @@ CASES = {
              dtype=torch.float16, layout="thd", causal=True, num_splits=None),
     "thd-full": C((1, 17, 513, 2048, 3001), (1, 17, 513, 2048, 3001), heads=(32, 8), d_qk=128, d_v=128,
                   dtype=torch.bfloat16, layout="thd", num_splits=1),
+    "thd-full-empty": C((0, 700, 5, 0), (0, 3000, 0, 2500), heads=(32, 8), d_qk=128, d_v=128, dtype=torch.bfloat16,
+                        layout="thd", num_splits=1),
     "bshd-full-sink": C((700, 2048), (900, 2048), heads=(16, 16), d_qk=64, d_v=64, dtype=torch.float16,
                         layout="bshd", sink=True, num_splits=1),
     "thd-d64-window": C((700, 2048), (700, 2048), heads=(16, 4), d_qk=64, d_v=64, dtype=torch.bfloat16,
@@ -78,7 +80,7 @@ def test_variant_matches_the_reference(fields: str, case_name: str) -> None:
     check_output(case, inputs, TOLERANCE[case.dtype])
 
 
-@pytest.mark.parametrize("case_name", ["thd-full", "bshd-full-sink"])
+@pytest.mark.parametrize("case_name", ["thd-full", "thd-full-empty", "bshd-full-sink"])
 def test_warp_specialized_kernel_matches_the_reference(case_name: str, monkeypatch) -> None:
     """The tables' warp_specialize on calls without a mask band: the specialized kernel on its own tile
     (4 warps, which Triton runs as 12), right on ragged varlen and bshd batches with sinks."""
