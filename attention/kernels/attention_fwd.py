@@ -134,7 +134,9 @@ def attention_forward(
     binding and launches the compiled kernels directly (``attention.kernels.launch``).
 
     `config` overrides the launch configuration `select_forward_config` would pick (tuning sweeps:
-    `python -m benchmarks.sweep`); it must pack whole query tokens (block_q * group <= block_m).
+    `python -m benchmarks.sweep`); it must pack whole query tokens (block_q * group <= block_m). With
+    `config.warp_specialize`, calls without a mask band (no causal mask, window or ALiBi) over a
+    non-paged cache at head dims <= 128 and one KV split run attention_fwd_specialized.py's kernel.
 
     The example needs a CUDA GPU (compute capability 8.0+), so doctest skips its GPU lines. Two
     sequences in bshd: 5 queries over 7 keys, and 3 queries over 5 keys.
@@ -155,16 +157,17 @@ def attention_forward(
     """
     if max_seqlen_q < 0 or max_seqlen_kv < 0:
         raise ValueError(f"max_seqlen_q / max_seqlen_kv must be >= 0, got {max_seqlen_q} / {max_seqlen_kv}")
+    kv_length_quanta = -(-max_seqlen_kv // _KV_LENGTH_QUANTUM)
     key = (tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(out), tensor_key(cu_seqlens_q),
            tensor_key(cu_seqlens_kv), tensor_key(q_start), tensor_key(kv_start), tensor_key(page_table),
-           tensor_key(alibi_slopes), tensor_key(softmax_offset), max_seqlen_q, -(-max_seqlen_kv // _KV_LENGTH_QUANTUM),
+           tensor_key(alibi_slopes), tensor_key(softmax_offset), max_seqlen_q, kv_length_quanta,
            total_q, softmax_scale, causal, tuple(window_size), bottom_right, num_splits, config,
            getenv(VARIANTS_ENV, ""), interpreter_enabled(), torch._C._cuda_getDevice() if q.is_cuda else -1)
     plan = _plans.get(key, _NO_PLAN)
     if plan is _NO_PLAN:
         plan = _plan_forward(
             q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, alibi_slopes, softmax_offset,
-            max_seqlen_q=max_seqlen_q, max_seqlen_kv=_KV_LENGTH_QUANTUM * key[12], total_q=total_q,
+            max_seqlen_q=max_seqlen_q, max_seqlen_kv=_KV_LENGTH_QUANTUM * kv_length_quanta, total_q=total_q,
             softmax_scale=softmax_scale, causal=causal, window_size=window_size, bottom_right=bottom_right,
             num_splits=num_splits, config=config)
         if len(_plans) >= _MAX_PLANS:
@@ -269,17 +272,18 @@ def _plan_forward(
             or (config.small_block_m and not group_size <= config.small_block_m <= config.block_m):
         raise ValueError(f"config {config} does not fit group size {group_size} and head dims "
                          f"{shapes.head_dim_qk}/{shapes.head_dim_v}")
-    def split_count(config: ForwardConfig) -> int:
+
+    def split_count(tile: ForwardConfig) -> int:
         return num_splits or choose_num_splits(
             num_seqs=shapes.num_seqs, num_kv_heads=shapes.num_heads_kv, total_q=total_q,
-            max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv, block_q=config.block_q,
-            block_n=config.block_n, num_sms=num_streaming_multiprocessors(q.device), block_m=config.block_m)
+            max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv, block_q=tile.block_q,
+            block_n=tile.block_n, num_sms=num_streaming_multiprocessors(q.device), block_m=tile.block_m)
 
     if _specializes(config, shapes.paged, window_left, window_right, alibi_slopes, q, k, v, out):
         block_m, block_n, num_warps, num_stages = WARP_SPECIALIZED_TILE  # the tile the specializer takes
         tile = replace(config, block_m=block_m, block_q=max(1, block_m // group_size), block_n=block_n,
                        num_warps=num_warps, num_stages=num_stages)
-        if split_count(tile) == 1:
+        if split_count(tile) == 1:  # (the specialized kernel has no split-KV)
             return _specialized_plan(q, k, v, out, shapes, tile, total_q, softmax_scale, q_start, kv_start,
                                      softmax_offset)
     num_splits = split_count(config)
