@@ -1,4 +1,5 @@
-"""The opt-in kernel variants (``ForwardConfig`` fields) and the launch cache on CUDA, vs the fp32 reference.
+"""Kernel variants (``ForwardConfig`` fields), the warp-specialized kernel and direct launches on CUDA, vs the
+fp32 reference.
 
 Each variant runs realistic cases it is meant for: page-table addressing on paged mixed batches,
 the small second tile on mixed batches, the rotated walk on non-paged caches, TMA descriptors on
