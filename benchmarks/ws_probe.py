@@ -1,7 +1,9 @@
 """Probe: does Triton 3.6's Hopper automatic warp specialization speed up a plain attention loop?
 
-A minimal non-causal attention forward (tensor descriptors, one KV loop, no masks) with and without
-``tl.range(..., warp_specialize=True)``, next to the fused backend on the same problem, in TFLOP/s.
+A minimal attention forward (tensor descriptors, one KV loop) with and without
+``tl.range(..., warp_specialize=True)``, unmasked, masked per score (MASK_ALWAYS, or CAUSAL in the same
+loop), masked by a per-key bias (BIAS) or with the causal diagonal tile peeled before the loop (PEEL:
+Triton 3.6 rejects it when specializing), next to the fused backend on the same problem, in TFLOP/s.
 
     python -m benchmarks.ws_probe
 """
@@ -48,9 +50,9 @@ def _probe_attention(q_ptr, k_ptr, v_ptr, o_ptr, seqlen, qk_scale,
     for start in tl.range(0, hi, BLOCK_N, warp_specialize=WS):
         k = k_desc.load([first + start, 0])
         s = tl.dot(q, k.T) * qk_scale
-        if BIAS:  # ragged-tail mask as a per-key bias folded into the scale multiply (no per-score select)
+        if BIAS:  # ragged-tail mask as a per-key bias added with the scale (no per-score select)
             keys = start + tl.arange(0, BLOCK_N)
-            s = tl.dot(q, k.T) * qk_scale + tl.where(keys < seqlen, 0.0, float("-inf"))[None, :]
+            s = s + tl.where(keys < seqlen, 0.0, float("-inf"))[None, :]
         if (CAUSAL and not PEEL) or MASK_ALWAYS:  # one select per score on every tile (a single loop for the band too)
             keys = start + tl.arange(0, BLOCK_N)
             visible = keys[None, :] < seqlen
