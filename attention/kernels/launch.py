@@ -1,8 +1,10 @@
 """Launching Triton kernels without Triton's per-call argument binding.
 
-``kernel[grid](*args, **constexprs)`` binds and specializes every argument in Python on each call:
-about 35 µs per launch of the ~60-argument attention kernel on the H200's host (benchmarks,
-2026-11-30), three launches per eager decode step with the KV append and the split combine.
+``kernel[grid](*args, **constexprs)`` binds and specializes every argument in Python on each call.
+On the H200's host a batch-1 decode ``attention_forward`` (attention grid + split combine, two
+launches) cost 59.1 µs per call that way and 24.5 µs with the direct launches below (2026-11-30,
+commit 9814ca0, docs/results/2026-11-30-h200-9814ca0/overhead.md); an eager decode step launches a
+third kernel, the KV append.
 
 A caller that can name everything a launch depends on with a cheap key of its own (the tensors'
 metadata and the host scalars: see ``tensor_key``) builds one ``KernelLaunch`` per key: the grid,
