@@ -10,6 +10,8 @@ Triton 3.6 rejects it when specializing), next to the fused backend on the same 
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -86,20 +88,18 @@ def main() -> None:
     q, k, v = (torch.randn(batch * heads, seqlen, dim, dtype=torch.bfloat16, device="cuda") for _ in range(3))
     scale = dim ** -0.5 * 1.4426950408889634
     references: dict = {}
-    for causal, mask_always, bias, ws, warps, block_m, block_n, stages in (
-            (False, False, False, False, 8, 128, 64, 3), (False, False, False, True, 4, 128, 128, 2),
-            (False, True, False, True, 4, 128, 128, 2), (False, False, True, True, 4, 128, 128, 2),
-            (False, False, True, True, 4, 128, 64, 2), (False, False, True, True, 4, 128, 128, 3)):
-        peel = False
+    variants = (  # (CAUSAL, MASK_ALWAYS, BIAS, warp-specialized, warps, block_m, block_n, stages)
+        (False, False, False, False, 8, 128, 64, 3), (False, False, False, True, 4, 128, 128, 2),
+        (False, True, False, True, 4, 128, 128, 2), (False, False, True, True, 4, 128, 128, 2),
+        (False, False, True, True, 4, 128, 64, 2), (False, False, True, True, 4, 128, 128, 3))
+    for causal, mask_always, bias, ws, warps, block_m, block_n, stages in variants:
         out = torch.empty_like(q)
-
-        def run() -> None:
-            _probe_attention[(seqlen // block_m, batch * heads)](q, k, v, out, seqlen, scale, BLOCK_M=block_m,
-                                                                 BLOCK_N=block_n, D=dim, WS=ws, CAUSAL=causal,
-                                                                 MASK_ALWAYS=mask_always, PEEL=peel, BIAS=bias,
-                                                                 num_warps=warps,
-                                                                 num_stages=stages)
-        label = f"causal={causal!s:5} mask_always={mask_always!s:5} bias={bias!s:5} ws={ws!s:5} warps={warps} m{block_m} n{block_n} s{stages}"
+        run = functools.partial(
+            _probe_attention[(seqlen // block_m, batch * heads)], q, k, v, out, seqlen, scale, BLOCK_M=block_m,
+            BLOCK_N=block_n, D=dim, WS=ws, CAUSAL=causal, MASK_ALWAYS=mask_always, PEEL=False, BIAS=bias,
+            num_warps=warps, num_stages=stages)
+        label = (f"causal={causal!s:5} mask_always={mask_always!s:5} bias={bias!s:5} ws={ws!s:5} warps={warps} "
+                 f"m{block_m} n{block_n} s{stages}")
         try:
             run()
             ms = triton.testing.do_bench(run, warmup=25, rep=100)
@@ -115,14 +115,12 @@ def main() -> None:
     out4 = torch.empty_like(q4)
     cu = torch.arange(batch + 1, dtype=torch.int32, device="cuda") * seqlen
     for causal in (False, True):
-        def fused() -> None:
-            attention_forward(q4, k4, v4, out4, cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=seqlen,
-                              max_seqlen_kv=seqlen, softmax_scale=dim ** -0.5, causal=causal)
+        fused = functools.partial(attention_forward, q4, k4, v4, out4, cu_seqlens_q=cu, cu_seqlens_kv=cu,
+                                  max_seqlen_q=seqlen, max_seqlen_kv=seqlen, softmax_scale=dim ** -0.5, causal=causal)
         fused()
         ms = triton.testing.do_bench(fused, warmup=25, rep=100)
         print(f"fused backend causal={causal} (strided bshd view): {flops / (2 if causal else 1) / ms / 1e9:6.1f} "
               f"TFLOP/s", flush=True)
-
 
 if __name__ == "__main__":
     main()
