@@ -168,12 +168,12 @@ def _append_launch(new_k: Tensor, new_v: Tensor, k_cache: Tensor, v_cache: Tenso
             page_table.stride(0),
             num_positions, num_rows, page_size, k_cache.shape[2], k_cache.shape[3], v_cache.shape[3],
         ),
-        constexprs=dict(
-            IS_THD=qkv_format == "thd",
-            BLOCK_ROWS=_next_power_of_2(num_rows),
-            BLOCK_H=_next_power_of_2(k_cache.shape[2]),
-            BLOCK_D=_next_power_of_2(max(k_cache.shape[3], v_cache.shape[3])),
-        ),
+        constexprs={
+            "IS_THD": qkv_format == "thd",
+            "BLOCK_ROWS": _next_power_of_2(num_rows),
+            "BLOCK_H": _next_power_of_2(k_cache.shape[2]),
+            "BLOCK_D": _next_power_of_2(max(k_cache.shape[3], v_cache.shape[3])),
+        },
     )
 
 

@@ -593,7 +593,7 @@ def test_a_new_alignment_or_dtype_gets_its_own_plan(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(attention_fwd, "_plans", {})
     case = C((3, 2), (5, 7), layout="bshd", causal=True, bottom_right=True)
     inputs = build_inputs(case)
-    call = lambda q, **extra: attention_forward(q, inputs["k"], inputs["v"], inputs["out"], **{**inputs["call"], **extra})  # noqa: E731
+    call = lambda q, **extra: attention_forward(q, inputs["k"], inputs["v"], inputs["out"], **{**inputs["call"], **extra})
     call(inputs["q"])
     check_output(case, inputs)
     shifted = torch.empty(inputs["q"].numel() + 1, dtype=inputs["q"].dtype, device=DEVICE)[1:]

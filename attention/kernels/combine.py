@@ -107,12 +107,13 @@ def combine_launch(
     return KernelLaunch(
         combine_splits_kernel, (num_seqs * seq_grid if seq_grid else total_q, num_heads),
         scalars=(num_seqs, num_splits, *partial_out_strides, *partial_lse_strides, *out_strides),
-        constexprs=dict(
-            HEAD_DIM_V=head_dim_v, BLOCK_DV=max(16, next_power_of_2(head_dim_v)),
-            BLOCK_SPLITS=max(2, next_power_of_2(num_splits)),
-            HAS_Q_START=has_q_start, HAS_SINK=has_sink, WAIT_FOR_PRIMARY=dependent_launch, SEQ_GRID=seq_grid,
-        ),
-        options=dict(num_warps=4 if head_dim_v * num_splits >= 2048 else 2, launch_pdl=dependent_launch or None),
+        constexprs={
+            "HEAD_DIM_V": head_dim_v, "BLOCK_DV": max(16, next_power_of_2(head_dim_v)),
+            "BLOCK_SPLITS": max(2, next_power_of_2(num_splits)),
+            "HAS_Q_START": has_q_start, "HAS_SINK": has_sink, "WAIT_FOR_PRIMARY": dependent_launch,
+            "SEQ_GRID": seq_grid,
+        },
+        options={"num_warps": 4 if head_dim_v * num_splits >= 2048 else 2, "launch_pdl": dependent_launch or None},
     )
 
 

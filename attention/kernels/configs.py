@@ -16,8 +16,8 @@ from attention.environment import getenv
 
 __all__ = [
     "MAX_NUM_SPLITS",
-    "WARP_SPECIALIZED_TILE",
     "VARIANTS_ENV",
+    "WARP_SPECIALIZED_TILE",
     "ForwardConfig",
     "choose_num_splits",
     "next_power_of_2",

@@ -51,7 +51,7 @@ class KernelLaunch:
     tensors must keep the dtypes and 16-byte alignment of the first call's (the caller's key).
     """
 
-    __slots__ = ("fn", "grid", "scalars", "constexprs", "options", "_direct")
+    __slots__ = ("_direct", "constexprs", "fn", "grid", "options", "scalars")
 
     def __init__(self, fn: Any, grid: tuple[int, ...], scalars: tuple = (), constexprs: dict | None = None,
                  options: dict | None = None) -> None:
