@@ -22,7 +22,7 @@ import triton.language as tl
 
 from .sequence_lookup import find_sequence
 
-__all__ = ["attention_fwd_kernel"]
+__all__ = ["attention_fwd_kernel", "normalized_output"]
 
 LOG2E = tl.constexpr(1.4426950408889634)
 MERGE_SPLITS = tl.constexpr(64)
@@ -431,14 +431,21 @@ def _attend_q_tile(
                               GROUP_SIZE, HEAD_DIM_V, BLOCK_DV, HAS_Q_START, HAS_SINK)
                 tl.atomic_xchg(split_counter_ptr, 0)
     else:
-        if HAS_SINK:
-            sink = tl.load(softmax_offset_ptr + row_head).to(tl.float32) * LOG2E
-            m_total = tl.maximum(m_i, sink)
-            rescale = tl.math.exp2(m_i - m_total)
-            l_i = l_i * rescale + tl.math.exp2(sink - m_total)
-            acc = acc * rescale[:, None]
-        o = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
+        o = normalized_output(acc, l_i, m_i, softmax_offset_ptr, row_head, HAS_SINK)
         tl.store(out_ptrs, o.to(out_ptr.dtype.element_ty), mask=dv_mask)
+
+
+@triton.jit
+def normalized_output(acc, l_i, m_i, softmax_offset_ptr, row_head, HAS_SINK: tl.constexpr):
+    """acc / l per row (m_i, l_i: the running max in log2 units and the sum), the sink exp(offset of the
+    row's head) added to l first with HAS_SINK; a row that saw no key (and no sink) gets zeros."""
+    if HAS_SINK:
+        sink = tl.load(softmax_offset_ptr + row_head).to(tl.float32) * LOG2E
+        m_total = tl.maximum(m_i, sink)
+        rescale = tl.math.exp2(m_i - m_total)
+        l_i = l_i * rescale + tl.math.exp2(sink - m_total)
+        acc = acc * rescale[:, None]
+    return acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
 
 
 @triton.jit

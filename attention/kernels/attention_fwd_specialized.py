@@ -25,11 +25,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .attention_fwd_kernel import normalized_output
 from .sequence_lookup import find_sequence_unrolled
 
 __all__ = ["attention_fwd_specialized_kernel"]
-
-LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
@@ -100,13 +99,7 @@ def attention_fwd_specialized_kernel(
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
         m_i = m_new
 
-    if HAS_SINK:
-        sink = tl.load(softmax_offset_ptr + q_head).to(tl.float32) * LOG2E
-        m_total = tl.maximum(m_i, sink)
-        rescale = tl.math.exp2(m_i - m_total)
-        l_i = l_i * rescale + tl.math.exp2(sink - m_total)
-        acc = acc * rescale[:, None]
-    o = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
+    o = normalized_output(acc, l_i, m_i, softmax_offset_ptr, q_head, HAS_SINK)
     # Through a descriptor too (rows past the sequence are not written): with a pointer store the two
     # consumer groups' rows landed wrong (H200, Triton 3.6: only a tile's first 64 rows were right).
     out_desc = tl.make_tensor_descriptor(
