@@ -15,8 +15,8 @@ import torch
 import torch.utils.checkpoint
 from torch import nn
 
-from attention import call_setup, inputs, selection
-from attention.backends.base import AttentionCall
+from attention import call_plans, call_setup, inputs, selection
+from attention.backends.base import AttentionCall, Backend
 from attention.formats import check_format
 from attention.masks import check_set_window_size, normalize_mask_type
 
@@ -101,6 +101,7 @@ class DotProductAttention(nn.Module):
             os.environ.get("NVTE_ALLOW_NONDETERMINISTIC_ALGO", "1") == "0" or torch.are_deterministic_algorithms_enabled()
         )
         self.last_backend: str | None = None
+        self._call_plans: dict[tuple, call_plans.CallPlan] = {}   # call signature -> its checks and choices
 
     def extra_repr(self) -> str:
         return (
@@ -160,19 +161,34 @@ class DotProductAttention(nn.Module):
 
         Returns ``out``, or ``(out, max_logit)`` when the module was built with ``return_max_logit``.
         """
-        call = self._prepare(
+        compiling = torch.compiler.is_compiling()
+        cu_seqlens = (cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q_padded, cu_seqlens_kv_padded)
+        signature = None if compiling else call_plans.call_signature(
+            self, query_layer, key_layer, value_layer, cu_seqlens, core_attention_bias,
+            (qkv_format, attn_mask_type, window_size, bottom_right_diagonal, core_attention_bias_type, max_seqlen_q,
+             max_seqlen_kv, pad_between_seqs, num_splits),
+            inference_params is not None,
+        )
+        plan = None if signature is None else self._call_plans.get(signature) or call_plans.CallPlan()
+        call, backend = self._prepare(
             query_layer, key_layer, value_layer, attention_mask=attention_mask, qkv_format=qkv_format,
             cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv, cu_seqlens_q_padded=cu_seqlens_q_padded,
             cu_seqlens_kv_padded=cu_seqlens_kv_padded, max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
             attn_mask_type=attn_mask_type, window_size=window_size, core_attention_bias_type=core_attention_bias_type,
             core_attention_bias=core_attention_bias, alibi_slopes=alibi_slopes, inference_params=inference_params,
             pad_between_seqs=pad_between_seqs, bottom_right_diagonal=bottom_right_diagonal, num_splits=num_splits,
+            plan=plan,
         )
-        if torch.compiler.is_compiling():   # the choice is made at trace time, a constant of the graph
+        if plan is not None and signature not in self._call_plans:
+            if len(self._call_plans) >= call_plans.MAX_PLANS:
+                self._call_plans.clear()
+            self._call_plans[signature] = plan
+        if compiling:   # the choice is made at trace time, a constant of the graph
             backend = selection.select_compiled(call.params, self.backend)
             self.last_backend = backend.name
         else:
-            backend = selection.select(call.params, self.backend)
+            if backend is None:
+                backend = selection.select(call.params, self.backend)
             if self.last_backend != backend.name:   # skips nn.Module.__setattr__ (slow) on the hot path
                 self.last_backend = backend.name
         if checkpoint_core_attention and call.params.requires_grad:
@@ -189,7 +205,7 @@ class DotProductAttention(nn.Module):
         is not touched)."""
         kwargs.pop("checkpoint_core_attention", None)   # forward-only: no effect on the choice
         kwargs.pop("fast_zero_fill", None)
-        call = self._prepare(query_layer, key_layer, value_layer, dry_run=True, **kwargs)
+        call, _ = self._prepare(query_layer, key_layer, value_layer, dry_run=True, **kwargs)
         return selection.explain_params(call.params, self.backend)
 
     def _prepare(
@@ -215,23 +231,34 @@ class DotProductAttention(nn.Module):
         bottom_right_diagonal: bool | None = None,
         num_splits: int = 1,
         dry_run: bool = False,
-    ) -> AttentionCall:
-        if type(num_splits) is not int or num_splits < 1:
-            raise ValueError(f"num_splits must be a positive int; got {num_splits!r}")
+        plan: call_plans.CallPlan | None = None,
+    ) -> tuple[AttentionCall, Backend | None]:
+        """The call's AttentionCall, and its backend when a plan (``attention.call_plans``) is given:
+        the plan's checks and choices are reused, or made and recorded (None without a plan: the
+        caller selects)."""
         q, k, v = query_layer, key_layer, value_layer
-        fmt = check_format(qkv_format or self.qkv_format)
-        inputs.check_qkv(q, k, v, fmt, self.num_attention_heads, self.num_gqa_groups, self.head_dim_qk, self.head_dim_v)
-        device = q.device
         kv_caching = inference_params is not None
-        mask_type, window, bottom_right = call_setup.resolve_mask(
-            attn_mask_type or self.attn_mask_type,
-            window_size if window_size is not None else self._window_size_arg,
-            bottom_right_diagonal if bottom_right_diagonal is not None else self.bottom_right_diagonal,
-            kv_caching,
-        )
-        for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_kv", cu_seqlens_kv),
-                         ("cu_seqlens_q_padded", cu_seqlens_q_padded), ("cu_seqlens_kv_padded", cu_seqlens_kv_padded)):
-            inputs.check_cu_seqlens(name, cu, device)
+        if plan is not None and plan.checked:
+            fmt, mask_type, window, bottom_right = plan.fmt, plan.mask_type, plan.window, plan.bottom_right
+        else:
+            if type(num_splits) is not int or num_splits < 1:
+                raise ValueError(f"num_splits must be a positive int; got {num_splits!r}")
+            fmt = check_format(qkv_format or self.qkv_format)
+            inputs.check_qkv(q, k, v, fmt, self.num_attention_heads, self.num_gqa_groups, self.head_dim_qk,
+                             self.head_dim_v)
+            mask_type, window, bottom_right = call_setup.resolve_mask(
+                attn_mask_type or self.attn_mask_type,
+                window_size if window_size is not None else self._window_size_arg,
+                bottom_right_diagonal if bottom_right_diagonal is not None else self.bottom_right_diagonal,
+                kv_caching,
+            )
+            for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_kv", cu_seqlens_kv),
+                             ("cu_seqlens_q_padded", cu_seqlens_q_padded),
+                             ("cu_seqlens_kv_padded", cu_seqlens_kv_padded)):
+                inputs.check_cu_seqlens(name, cu, q.device)
+            if plan is not None:
+                plan.fmt, plan.mask_type, plan.window, plan.bottom_right = fmt, mask_type, window, bottom_right
+        device = q.device
         self_attention = self.attention_type == "self"
 
         if fmt == "thd":
@@ -265,12 +292,24 @@ class DotProductAttention(nn.Module):
                 attention_mask, batch, self.num_attention_heads, max_seqlen_q, max_seqlen_kv, device,
             )
         dropout_p = self.attention_dropout if self.training else 0.0
-        params = call_setup.attention_params(
-            self, q, k, v, device, fmt, kv_format, batch, max_seqlen_q, max_seqlen_kv, mask_type, window, bottom_right,
-            core_attention_bias_type, core_attention_bias, bias_shape, alibi_slopes, dropout_p, pad_between_seqs,
-            kv_cache, page_size, num_splits,
-        )
-        return AttentionCall(
+        backend = None
+        choice = None
+        if plan is not None:
+            key = call_plans.choice_key(batch, max_seqlen_q, max_seqlen_kv, kv_format, kv_cache, page_size,
+                                        pad_between_seqs, bias_shape, alibi_slopes)
+            choice = plan.choices.get(key)
+        if choice is not None:
+            params, backend = choice
+        else:
+            params = call_setup.attention_params(
+                self, q, k, v, device, fmt, kv_format, batch, max_seqlen_q, max_seqlen_kv, mask_type, window,
+                bottom_right, core_attention_bias_type, core_attention_bias, bias_shape, alibi_slopes, dropout_p,
+                pad_between_seqs, kv_cache, page_size, num_splits,
+            )
+            if plan is not None:
+                backend = selection.select(params, self.backend)
+                plan.remember(key, params, backend)
+        call = AttentionCall(
             params=params,
             query=q,
             key=k,
@@ -291,6 +330,7 @@ class DotProductAttention(nn.Module):
             inference_params=inference_params,
             layer_number=self.layer_number,
         )
+        return call, backend
 
 
 def explain(module: DotProductAttention, query_layer: torch.Tensor, key_layer: torch.Tensor,

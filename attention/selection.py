@@ -104,6 +104,11 @@ def env_snapshot() -> tuple[str | None, ...]:
     return getenv_many(_ENV_NAMES)
 
 
+def context_backends() -> tuple[str, ...] | None:
+    """The backends ``use_backends()`` restricts the current context to (None outside it)."""
+    return _context_backends.get()
+
+
 def env_flag(name: str, value: str | None = None) -> bool:
     value = os.environ.get(name, "1") if value is None else value
     if value not in ("0", "1"):
@@ -142,7 +147,7 @@ def _candidates(
 
 def candidates(requested: tuple[str, ...] | None) -> tuple[tuple[str, ...], str]:
     """The ordered backends to try and where that list came from (for messages)."""
-    return _candidates(env_snapshot(), requested, _context_backends.get())
+    return _candidates(env_snapshot(), requested, context_backends())
 
 
 def all_reasons(params: AttentionParams, names: Sequence[str]) -> dict[str, list[str]]:
@@ -236,10 +241,22 @@ def explain_params(params: AttentionParams, requested: tuple[str, ...] | None = 
     return f"{head}\n{format_reasons(params, reasons, source)}"
 
 
+_generation = 0
+
+
+def cache_generation() -> int:
+    """How often ``clear_cache`` ran: choices recorded elsewhere (the modules' call plans) are valid
+    only within one generation."""
+    return _generation
+
+
 def clear_cache() -> None:
-    """Forget cached choices (after installing a package, say). Env changes need no clearing."""
+    """Forget cached choices, the modules' call plans included (after installing a package, say).
+    Env changes need no clearing."""
+    global _generation
     _select.cache_clear()
     _candidates.cache_clear()
+    _generation += 1
 
 
 def _short(p: AttentionParams) -> str:

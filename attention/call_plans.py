@@ -1,0 +1,133 @@
+"""Call plans: the checks and the backend choice of ``DotProductAttention``, once per call signature.
+
+Most of what ``DotProductAttention._prepare`` does reads no tensor contents: the shape, dtype and
+device checks of q/k/v and the cu_seqlens, the mask and window resolution, the ``AttentionParams``
+and the backend selection. A serving loop calls a layer with the same signature step after step,
+so the module keeps, per signature, what those steps decided (a ``CallPlan``) and skips them on
+the next call with that signature. The steps that carry data (sequence lengths, the KV-cache
+append, bias and mask checks) run on every call.
+
+A signature holds everything the skipped steps read: the module's configuration and mode, the
+tensors' sizes, dtypes and devices, the host arguments, whether autograd will need a backward,
+whether a CUDA graph is being captured, the ``NVTE_*`` switches, ``use_backends()`` and how often
+``clear_cache()`` ran. Within a plan each combination of the values the data-carrying steps
+produce (batch size, sequence lengths, cache layout, bias shape) gets its own ``AttentionParams``
+and backend.
+
+Example (what a repeated call reuses)::
+
+    attn = DotProductAttention(32, 128, num_gqa_groups=8, qkv_format="bshd", attn_mask_type="padding_causal")
+    for _ in range(steps):
+        out = attn(q, k, v, inference_params=params)   # planned on the first call, reused after
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from attention import selection
+from attention.backends.base import Backend
+from attention.params import AttentionParams
+
+if TYPE_CHECKING:
+    from attention.dot_product_attention import DotProductAttention
+
+__all__ = ["MAX_CHOICES", "MAX_PLANS", "CallPlan", "call_signature", "choice_key", "requires_grad"]
+
+MAX_PLANS = 64
+"""Plans a module keeps (all dropped when full)."""
+MAX_CHOICES = 64
+"""(params, backend) pairs a plan keeps (all dropped when full): a thd cache step makes one per
+distinct max_seqlen_q."""
+
+
+@dataclass
+class CallPlan:
+    """What the checks of one call signature resolved, and the choices made under it.
+
+    fmt / mask_type / window / bottom_right: the call's resolved format and mask (None until the
+    first call with this signature passed its checks). choices: ``choice_key(...)`` -> the call's
+    ``AttentionParams`` and the backend selected for them.
+    """
+
+    fmt: str | None = None
+    mask_type: str | None = None
+    window: tuple[int, int] | None = None
+    bottom_right: bool | None = None
+    choices: dict[tuple, tuple[AttentionParams, Backend]] = field(default_factory=dict)
+
+    @property
+    def checked(self) -> bool:
+        return self.fmt is not None
+
+    def remember(self, key: tuple, params: AttentionParams, backend: Backend) -> None:
+        if len(self.choices) >= MAX_CHOICES:
+            self.choices.clear()
+        self.choices[key] = (params, backend)
+
+
+def requires_grad(module: DotProductAttention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  core_attention_bias: torch.Tensor | None) -> bool:
+    """Will a backward pass follow this call (grad mode on and a differentiable input)?"""
+    return torch.is_grad_enabled() and (
+        q.requires_grad or k.requires_grad or v.requires_grad
+        or (core_attention_bias is not None and core_attention_bias.requires_grad)
+        or (module.softmax_type == "learnable" and module.softmax_offset.requires_grad)
+    )
+
+
+def _tensor(x: Any) -> tuple | None | bool:
+    """A tensor's part of a signature: sizes, dtype, device (None for None; False: not a tensor)."""
+    if x is None:
+        return None
+    if not isinstance(x, torch.Tensor):
+        return False
+    return x.shape, x.dtype, x.device
+
+
+def call_signature(
+    module: DotProductAttention,
+    q: Any, k: Any, v: Any,
+    cu_seqlens: tuple[Any, Any, Any, Any],
+    core_attention_bias: Any,
+    host_arguments: tuple,
+    kv_caching: bool,
+) -> tuple | None:
+    """The signature of a call (a dict key), or None when the call cannot be planned: a tensor
+    argument that is not a tensor, or a host argument that is not hashable (a list, say); such
+    calls take the full path, whose checks say what is wrong.
+
+    ``host_arguments``: forward's non-tensor arguments that ``_prepare``'s checks and the choice read
+    (qkv_format, attn_mask_type, window_size, bottom_right_diagonal, core_attention_bias_type,
+    max_seqlen_q, max_seqlen_kv, pad_between_seqs, num_splits).
+    """
+    tensors = (_tensor(q), _tensor(k), _tensor(v), *map(_tensor, cu_seqlens), _tensor(core_attention_bias))
+    if False in tensors:
+        return None
+    device = q.device
+    signature = (
+        tensors, host_arguments, kv_caching,
+        module.training, module.backend, module.qkv_format, module.attn_mask_type, module._window_size_arg,
+        module.bottom_right_diagonal, module.attention_type, module.attention_dropout, module.softmax_type,
+        module.deterministic, module.return_max_logit,
+        requires_grad(module, q, k, v, core_attention_bias),
+        device.type == "cuda" and torch.cuda.is_current_stream_capturing(),
+        selection.env_snapshot(), selection.context_backends(), selection.cache_generation(),
+    )
+    try:
+        hash(signature)
+    except TypeError:
+        return None
+    return signature
+
+
+def choice_key(batch: int, max_seqlen_q: int, max_seqlen_kv: int, kv_format: str, kv_cache: str,
+               page_size: int | None, pad_between_seqs: bool, bias_shape: str | None,
+               alibi_slopes: torch.Tensor | None) -> tuple:
+    """The values of a call that ``AttentionParams`` takes from its data-carrying steps (the rest of
+    it is fixed by the signature)."""
+    return (batch, max_seqlen_q, max_seqlen_kv, kv_format, kv_cache, page_size, bool(pad_between_seqs), bias_shape,
+            None if alibi_slopes is None else alibi_slopes.shape)
