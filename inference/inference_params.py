@@ -7,8 +7,10 @@ One iteration of a serving loop::
                                                                       # calls step(layer, k, v, fmt)
 
 ``pre_step`` writes ``cu_seqlens_q``, ``cu_seqlens_kv``, the pre-step lengths and the page table
-into device buffers allocated once (so a captured CUDA graph replays with fresh metadata);
-``step`` appends the layer's new K/V to its cache and returns what the attention backend needs.
+into device buffers allocated once (so a captured CUDA graph replays with fresh metadata), with
+copies the host does not wait for (``inference.device_upload``; the page table only where it
+changed); ``step`` appends the layer's new K/V to its cache and returns what the attention backend
+needs.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import torch
 from torch import Tensor
 
 from inference.cache_manager import QKV_FORMATS, KVCacheManager, validate_step_dict
+from inference.device_upload import upload
 from inference.non_paged_cache_manager import NonPagedKVCacheManager
 from inference.paged_cache_manager import PagedKVCacheManager, pages_for
 
@@ -137,9 +140,14 @@ class InferenceParams:
 
         self.cache_qkv_format = "bshd"
         self._set_input_format(qkv_format)
-        self.cu_seqlens_q = torch.zeros(max_batch_size + 1, dtype=torch.int32, device=self.device)
-        self.cu_seqlens_kv = torch.zeros(max_batch_size + 1, dtype=torch.int32, device=self.device)
-        self.pre_step_seqlens = torch.zeros(max_batch_size, dtype=torch.int32, device=self.device)
+        # cu_seqlens_q, cu_seqlens_kv and the pre-step lengths are views of one device buffer, each
+        # starting 16-byte aligned, so pre_step writes all three with one copy.
+        self._metadata_stride = -(-(max_batch_size + 1) // 4) * 4
+        self._step_metadata = torch.zeros(3 * self._metadata_stride, dtype=torch.int32, device=self.device)
+        stride = self._metadata_stride
+        self.cu_seqlens_q = self._step_metadata[: max_batch_size + 1]
+        self.cu_seqlens_kv = self._step_metadata[stride : stride + max_batch_size + 1]
+        self.pre_step_seqlens = self._step_metadata[2 * stride : 2 * stride + max_batch_size]
         self.sequences: OrderedDict[Hashable, int] = OrderedDict()
         self.sequences_pre_step: OrderedDict[Hashable, int] = OrderedDict()
         self.step_dict: OrderedDict[Hashable, int] = OrderedDict()
@@ -184,21 +192,16 @@ class InferenceParams:
         self.sequences_pre_step = OrderedDict(
             (seq_id, total - self.step_dict[seq_id]) for seq_id, total in self.sequences.items()
         )
-        padding = [0] * (self.max_batch_size - self.batch_size)
+        stride = self._metadata_stride
         cu_q = [0, *accumulate(self.step_dict.values())]
         cu_kv = [0, *accumulate(self.sequences.values())]
-        host = torch.tensor(
-            [
-                *cu_q, *[cu_q[-1]] * len(padding),
-                *cu_kv, *[cu_kv[-1]] * len(padding),
-                *self.sequences_pre_step.values(), *padding,
-            ],
-            dtype=torch.int32,
-        )
-        rows = self.max_batch_size + 1
-        self.cu_seqlens_q.copy_(host[:rows])
-        self.cu_seqlens_kv.copy_(host[rows : 2 * rows])
-        self.pre_step_seqlens.copy_(host[2 * rows :])
+        pre_step = list(self.sequences_pre_step.values())
+        host = [
+            *cu_q, *[cu_q[-1]] * (stride - len(cu_q)),
+            *cu_kv, *[cu_kv[-1]] * (stride - len(cu_kv)),
+            *pre_step, *[0] * (stride - len(pre_step)),
+        ]
+        upload(self._step_metadata, torch.tensor(host, dtype=torch.int32))
 
     def step(
         self, layer_number: int, new_k: Tensor, new_v: Tensor, qkv_format: str
@@ -253,6 +256,4 @@ class InferenceParams:
         self.step_dict = OrderedDict()
         self.batch_size = 0
         self.longest_sequence = 0
-        self.cu_seqlens_q.zero_()
-        self.cu_seqlens_kv.zero_()
-        self.pre_step_seqlens.zero_()
+        self._step_metadata.zero_()   # cu_seqlens_q, cu_seqlens_kv, pre_step_seqlens

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from inference.cache_manager import KVCacheManager, validate_step_dict
+from inference.device_upload import upload
 from inference.errors import KVCacheFullError
 from inference.page_allocator import PageAllocator
 
@@ -100,19 +101,25 @@ class PagedKVCacheManager(KVCacheManager):
         """Row r of the table = the pages of the r-th sequence in batch order, zeros after them."""
         table = self._host_table
         rows: list[tuple[Hashable, int]] = []
+        changed: list[int] = []   # rows whose entries changed
         for row, seq_id in enumerate(self.sequences):
             pages = self.allocator.allocated_pages[seq_id]
             held, count = self._rows[row] if row < len(self._rows) else (None, 0)
             start = count if held == seq_id and count <= len(pages) else 0  # the same sequence only grows
             if start < len(pages):
                 table[row, start : len(pages)] = torch.tensor(pages[start:], dtype=torch.int32)
+                changed.append(row)
             if count > len(pages):
                 table[row, len(pages) : count] = 0
+                changed.append(row)
             rows.append((seq_id, len(pages)))
         for row in range(len(rows), len(self._rows)):
             table[row, : self._rows[row][1]] = 0
+            changed.append(row)
         self._rows = rows
-        self.page_table.copy_(table)
+        if changed:   # a decode step that adds no page copies nothing
+            first, last = min(changed), max(changed) + 1
+            upload(self.page_table[first:last], table[first:last])
 
     def step(
         self,
