@@ -82,3 +82,29 @@ def test_decode_step_replays_in_a_cuda_graph(is_paged):
         for row, length in enumerate(params.sequences.values()):
             assert torch.equal(k_rows[row, length - 1], new_k[row, 0])
             assert torch.equal(v_rows[row, length - 1], new_v[row, 0])
+
+
+@pytest.mark.parametrize("is_paged", [True, False])
+def test_pre_step_metadata_copies_stay_in_stream_order(is_paged):
+    """pre_step's copies do not make the host wait, so the host rewrites its bookkeeping while earlier
+    copies are still queued behind GPU work (a spin kernel here). Every step's device metadata, read
+    in stream order, must equal what a CPU InferenceParams computes for the same steps."""
+    steps = [{0: 40, 1: 7}, {0: 1, 1: 1}, {1: 1, 2: 33}, {1: 1, 2: 1, 3: 17}, {2: 1, 3: 1}, {3: 1, 4: 5}]
+    options = {"is_paged": is_paged, "page_size": 16 if is_paged else None}
+    on_gpu = InferenceParams(4, 128, 2, 16, torch.float16, device="cuda", **options)
+    on_cpu = InferenceParams(4, 128, 2, 16, torch.float16, device="cpu", **options)
+    snapshots = []
+    for step in steps:
+        torch.cuda._sleep(2_000_000)   # keep the stream busy: the copy below waits in the queue
+        on_gpu.pre_step(OrderedDict(step))
+        on_cpu.pre_step(OrderedDict(step))
+        tensors = [on_gpu.cu_seqlens_q, on_gpu.cu_seqlens_kv, on_gpu.pre_step_seqlens]
+        expected = [on_cpu.cu_seqlens_q, on_cpu.cu_seqlens_kv, on_cpu.pre_step_seqlens]
+        if is_paged:
+            tensors.append(on_gpu.cache_manager.page_table)
+            expected.append(on_cpu.cache_manager.page_table)
+        snapshots.append(([t.clone() for t in tensors], [t.clone() for t in expected]))
+    torch.cuda.synchronize()
+    for number, (got, want) in enumerate(snapshots):
+        for g, w in zip(got, want):
+            assert torch.equal(g.cpu(), w), f"step {number}"
