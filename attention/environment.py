@@ -37,11 +37,16 @@ def getenv(name: str, default: str | None = None) -> str | None:
     return default if value is None else os.fsdecode(value)
 
 
+@functools.cache
+def _raw_names(names: tuple[str, ...]) -> tuple[bytes, ...]:
+    return tuple(map(os.fsencode, names))
+
+
 def getenv_many(names: tuple[str, ...]) -> tuple[str | None, ...]:
     """``tuple(os.environ.get(name) for name in names)``; all-unset (the usual case) costs one lookup each."""
     if _RAW_ENVIRON is None:
         return tuple(map(os.environ.get, names))
-    raw = tuple(_RAW_ENVIRON.get(_raw_name(name)) for name in names)
+    raw = tuple(map(_RAW_ENVIRON.get, _raw_names(names)))
     if raw.count(None) == len(raw):
         return raw
     return tuple(None if value is None else os.fsdecode(value) for value in raw)
