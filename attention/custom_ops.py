@@ -50,7 +50,7 @@ def _attention_forward() -> Any:
 def _batched(x: Tensor, fmt: str, batch: int) -> Tensor:
     """The kernel's ``[B, S, H, D]`` strided view of a bshd / sbhd / thd (or cache) tensor; no copy."""
     if fmt == "thd":
-        return x.unsqueeze(0).expand(batch, -1, -1, -1)
+        return x.expand(batch, -1, -1, -1)   # a leading batch dim of stride 0 (one view, not two)
     return x.transpose(0, 1) if fmt == "sbhd" else x
 
 

@@ -197,8 +197,8 @@ class DotProductAttention(nn.Module):
             result = backend.forward(call)
         if self.return_max_logit:
             out, max_logit = result
-            return out.reshape(out.shape[:-2] + (-1,)), max_logit
-        return result.reshape(result.shape[:-2] + (-1,))
+            return out.flatten(-2), max_logit
+        return result.flatten(-2)   # heads and head dim -> h * d_v
 
     def explain(self, query_layer: torch.Tensor, key_layer: torch.Tensor, value_layer: torch.Tensor, **kwargs: Any) -> str:
         """What ``forward`` with these arguments would choose and why, without running (the KV cache
