@@ -65,7 +65,8 @@ def thd_seqlens(
     pad_between_seqs: bool | None,
 ) -> tuple[int, torch.Tensor, torch.Tensor, int | None, int | None, bool]:
     """thd: (batch, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, pad_between_seqs),
-    checked against each other. ``max_seqlen_kv`` stays None with a KV cache (the step sets it)."""
+    checked against each other. With a KV cache ``max_seqlen_q`` and ``max_seqlen_kv`` stay None
+    when not given (the step sets them, without reading ``cu_seqlens``)."""
     if not has_padding(mask_type):
         raise ValueError(
             f"qkv_format='thd' needs a padding attn_mask_type (padding, padding_causal, ...); got {mask_type!r}"
@@ -83,7 +84,7 @@ def thd_seqlens(
             cu_seqlens_kv_padded is not None and cu_seqlens_kv_padded is not cu_seqlens_kv
         )
     batch = cu_seqlens_q.numel() - 1
-    if max_seqlen_q is None:   # host sync; pass max_seqlen_q to avoid it
+    if max_seqlen_q is None and not kv_caching:   # host sync; pass max_seqlen_q to avoid it
         max_seqlen_q = int((cu_seqlens_q_padded if cu_seqlens_q_padded is not None else cu_seqlens_q).diff().max())
     if max_seqlen_kv is None and not kv_caching:
         max_seqlen_kv = int((cu_seqlens_kv_padded if cu_seqlens_kv_padded is not None else cu_seqlens_kv).diff().max())
@@ -141,15 +142,28 @@ def kv_cache_step(
             "(the sequences of the last pre_step)"
         )
     if fmt == "thd" and max_seqlen_q is None:
-        max_seqlen_q = getattr(ip, "max_ctx_len", None) or max_seqlen_q
+        max_seqlen_q = _step_queries_bound(ip, k.device)
     if dry_run:
         cu_seqlens_q, cu_seqlens_kv = ip.cu_seqlens_q, ip.cu_seqlens_kv
         max_seqlen_kv = ip.max_sequence_length
     else:
         k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_kv, _ = ip.step(layer_number, k, v, fmt)
+    if max_seqlen_q is None:   # host sync: a thd cache that says neither longest_step nor max_ctx_len
+        max_seqlen_q = int(cu_seqlens_q.diff().max())
     if fmt == "thd":
         batch = cu_seqlens_q.numel() - 1
     return k, v, batch, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv
+
+
+def _step_queries_bound(ip: Any, device: torch.device) -> int | None:
+    """thd ``max_seqlen_q`` of a cache step, from the host: the step's longest (``longest_step``)
+    in eager calls; ``max_ctx_len`` under a CUDA-graph capture or torch.compile, since replays
+    bring other steps (and for caches without ``longest_step``). None if the cache has neither."""
+    longest = getattr(ip, "longest_step", None)
+    if longest is None or torch.compiler.is_compiling() or (
+            device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+        return getattr(ip, "max_ctx_len", None)
+    return longest
 
 
 def cache_layout(inference_params: Any) -> tuple[str, int | None, torch.Tensor | None, str]:

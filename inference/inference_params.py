@@ -155,6 +155,9 @@ class InferenceParams:
         self.longest_sequence = 0
         """Host int: the longest sequence's length after this step's tokens (``max_sequence_length``
         bounds it; the fused backend sizes split-KV on it in eager calls)."""
+        self.longest_step = 0
+        """Host int: the most new tokens one sequence brings this step (``max_ctx_len`` bounds it;
+        an eager thd call takes it as ``max_seqlen_q`` instead of reading ``cu_seqlens_q``)."""
 
     def _set_input_format(self, qkv_format: str) -> None:
         self.input_qkv_format = qkv_format
@@ -189,6 +192,7 @@ class InferenceParams:
         self.step_dict = OrderedDict(step_dict)
         self.batch_size = len(step_dict)
         self.longest_sequence = max(self.sequences.values(), default=0)
+        self.longest_step = max(self.step_dict.values(), default=0)
         self.sequences_pre_step = OrderedDict(
             (seq_id, total - self.step_dict[seq_id]) for seq_id, total in self.sequences.items()
         )
@@ -256,4 +260,5 @@ class InferenceParams:
         self.step_dict = OrderedDict()
         self.batch_size = 0
         self.longest_sequence = 0
+        self.longest_step = 0
         self._step_metadata.zero_()   # cu_seqlens_q, cu_seqlens_kv, pre_step_seqlens

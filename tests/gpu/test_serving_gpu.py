@@ -1,0 +1,55 @@
+"""An eager serving step on the GPU makes no host sync: ``pre_step`` and every layer's
+``DotProductAttention`` call (KV append + fused attention) only queue work, so the host can run ahead
+of the GPU. ``torch.cuda.set_sync_debug_mode("error")`` turns any synchronizing call into an error."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import pytest
+import torch
+
+from attention import DotProductAttention
+from inference import InferenceParams
+
+pytestmark = pytest.mark.gpu
+
+HEADS, HEADS_KV, HEAD_DIM, LAYERS = 8, 2, 64, 2
+
+
+@pytest.mark.parametrize("qkv_format", ["bshd", "thd"])
+@pytest.mark.parametrize("page_size", [16, None])
+def test_an_eager_serving_step_makes_no_host_sync(qkv_format, page_size):
+    device, dtype = torch.device("cuda"), torch.bfloat16
+    params = InferenceParams(4, 512, HEADS_KV, HEAD_DIM, dtype, is_paged=page_size is not None, page_size=page_size,
+                             max_ctx_len=64, qkv_format=qkv_format, device=device)
+    layers = []
+    for number in range(1, LAYERS + 1):
+        params.allocate_memory(number)
+        layers.append(DotProductAttention(HEADS, HEAD_DIM, HEADS_KV, qkv_format=qkv_format,
+                                          attn_mask_type="padding_causal", layer_number=number, backend="fused"))
+
+    def step(lengths: dict[int, int]) -> torch.Tensor:
+        params.pre_step(OrderedDict(lengths))
+        if qkv_format == "thd":
+            shape = (sum(lengths.values()),)
+        else:
+            shape = (len(lengths), max(lengths.values()))
+        out = None
+        for layer in layers:
+            q = torch.randn(*shape, HEADS, HEAD_DIM, device=device, dtype=dtype)
+            k, v = (torch.randn(*shape, HEADS_KV, HEAD_DIM, device=device, dtype=dtype) for _ in range(2))
+            out = layer(q, k, v, inference_params=params)
+        return out
+
+    step({0: 40, 1: 24})          # prefill, compiles
+    step({0: 1, 1: 1})            # the first decode step compiles its kernels
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(20):       # 20 decode steps cross a page boundary (page 16)
+            out = step({0: 1, 1: 1})
+        out = step({0: 1, 1: 1, 2: 9})   # a new sequence joins with a prefill: a mixed step
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.isfinite(out.float()).all()
