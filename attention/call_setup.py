@@ -155,15 +155,20 @@ def kv_cache_step(
     return k, v, batch, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv
 
 
+def eager_step_value(ip: Any, name: str, device: torch.device) -> int | None:
+    """A host value of this cache step (``InferenceParams.longest_step``, ``step_tokens``), or None
+    when the cache has none or the call is being captured in a CUDA graph or traced by
+    torch.compile: replays of that graph bring other steps."""
+    if torch.compiler.is_compiling() or (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+        return None
+    return getattr(ip, name, None)
+
+
 def _step_queries_bound(ip: Any, device: torch.device) -> int | None:
     """thd ``max_seqlen_q`` of a cache step, from the host: the step's longest (``longest_step``)
-    in eager calls; ``max_ctx_len`` under a CUDA-graph capture or torch.compile, since replays
-    bring other steps (and for caches without ``longest_step``). None if the cache has neither."""
-    longest = getattr(ip, "longest_step", None)
-    if longest is None or torch.compiler.is_compiling() or (
-            device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
-        return getattr(ip, "max_ctx_len", None)
-    return longest
+    in eager calls, else ``max_ctx_len`` (None if the cache has neither)."""
+    longest = eager_step_value(ip, "longest_step", device)
+    return getattr(ip, "max_ctx_len", None) if longest is None else longest
 
 
 def cache_layout(inference_params: Any) -> tuple[str, int | None, torch.Tensor | None, str]:

@@ -329,6 +329,8 @@ class DotProductAttention(nn.Module):
             page_table=page_table,
             inference_params=inference_params,
             layer_number=self.layer_number,
+            step_tokens=call_setup.eager_step_value(inference_params, "step_tokens", device)
+            if kv_caching and fmt == "thd" else None,
         )
         return call, backend
 

@@ -126,7 +126,8 @@ class StaticKVCache:
         self.is_paged = page_size is not None
         self.page_size = page_size
         self.batch_size = self.max_batch_size = p.batch
-        self.max_ctx_len = p.max_q
+        self.max_ctx_len = self.longest_step = p.max_q
+        self.step_tokens = p.total_q
         self.max_sequence_length = p.max_kv
         self.cu_seqlens_q, self.cu_seqlens_kv = inputs.cu_q, inputs.cu_kv
         self._dense = (inputs.k_dense, inputs.v_dense)

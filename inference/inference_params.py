@@ -158,6 +158,9 @@ class InferenceParams:
         self.longest_step = 0
         """Host int: the most new tokens one sequence brings this step (``max_ctx_len`` bounds it;
         an eager thd call takes it as ``max_seqlen_q`` instead of reading ``cu_seqlens_q``)."""
+        self.step_tokens = 0
+        """Host int: the new tokens of this step, all sequences (a thd query of exactly this many
+        rows has no padding rows)."""
 
     def _set_input_format(self, qkv_format: str) -> None:
         self.input_qkv_format = qkv_format
@@ -193,6 +196,7 @@ class InferenceParams:
         self.batch_size = len(step_dict)
         self.longest_sequence = max(self.sequences.values(), default=0)
         self.longest_step = max(self.step_dict.values(), default=0)
+        self.step_tokens = sum(self.step_dict.values())
         self.sequences_pre_step = OrderedDict(
             (seq_id, total - self.step_dict[seq_id]) for seq_id, total in self.sequences.items()
         )
@@ -261,4 +265,5 @@ class InferenceParams:
         self.batch_size = 0
         self.longest_sequence = 0
         self.longest_step = 0
+        self.step_tokens = 0
         self._step_metadata.zero_()   # cu_seqlens_q, cu_seqlens_kv, pre_step_seqlens

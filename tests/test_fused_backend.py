@@ -18,12 +18,17 @@ PARAMS = AttentionParams(dtype=torch.float16, device_type="cpu")
     (dict(kv_cache="paged", qkv_format="sbhd"), (1, 8, 4, 16), False),
     (dict(kv_cache="paged", qkv_format="bshd"), (8, 3, 4, 16), True),      # chunks of unequal length
     (dict(kv_cache="non_paged", qkv_format="thd"), (9, 4, 16), True),
+    (dict(kv_cache="paged", qkv_format="thd"), (9, 4, 16, 9), False),      # exactly the step's tokens
+    (dict(kv_cache="paged", qkv_format="thd"), (9, 4, 16, 7), True),       # 2 rows of padding
     (dict(kv_cache="paged", qkv_format="bshd", pad_between_seqs=True), (8, 1, 4, 16), True),
     (dict(attn_mask_type="padding_causal"), (2, 5, 4, 16), True),
     (dict(attn_mask_type="causal"), (2, 5, 4, 16), False),
 ])
 def test_fused_output_starts_from_zeros_only_where_rows_can_be_padding(fields, q_shape, expected) -> None:
-    assert output_rows_may_be_padding(replace(PARAMS, **fields), torch.Size(q_shape)) is expected
+    step_tokens = None
+    if fields.get("qkv_format") == "thd" and len(q_shape) == 4:   # (t, h, d, the step's tokens)
+        *q_shape, step_tokens = q_shape
+    assert output_rows_may_be_padding(replace(PARAMS, **fields), torch.Size(q_shape), step_tokens) is expected
 
 
 def test_eager_cache_steps_size_split_kv_on_the_longest_sequence_not_the_capacity() -> None:
@@ -70,6 +75,36 @@ def test_the_fused_backend_hands_the_kernel_the_longest_sequence(monkeypatch) ->
     q, k = torch.randn(2, 1, 4, 16, dtype=torch.float16), torch.randn(2, 1, 2, 16, dtype=torch.float16)
     module(q, k, k.clone(), inference_params=params)
     assert seen == [257]
+
+
+@pytest.mark.parametrize("extra_rows", [0, 3])
+def test_a_thd_cache_step_starts_from_zeros_only_with_padding_rows(monkeypatch, extra_rows) -> None:
+    """thd over a cache: a query of exactly the step's tokens gets an uninitialised output (no memset
+    launch: the kernel writes every row); extra rows get zeros. The kernel is replaced by a no-op, so
+    what the output holds is what the backend allocated."""
+    from collections import OrderedDict
+
+    from attention import DotProductAttention, custom_ops
+    from attention.backends.fused import FusedBackend
+    from inference import InferenceParams
+
+    if FusedBackend().availability_reason():
+        pytest.skip(FusedBackend().availability_reason())
+    allocations = []
+    monkeypatch.setitem(custom_ops.OPS, "fused_attention_forward",
+                        (lambda *args: allocations.append(args[3]), custom_ops.OPS["fused_attention_forward"][1]))
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: torch.full(*a, float("nan"), **k))
+    params = InferenceParams(2, 64, 2, 16, torch.float16, is_paged=True, page_size=16, device="cpu")
+    params.allocate_memory(1)
+    params.pre_step(OrderedDict({"a": 3, "b": 2}))
+    module = DotProductAttention(4, 16, num_gqa_groups=2, qkv_format="thd", attn_mask_type="padding_causal",
+                                 layer_number=1, backend="fused")
+    rows = 5 + extra_rows
+    q, k = torch.randn(rows, 4, 16, dtype=torch.float16), torch.randn(rows, 2, 16, dtype=torch.float16)
+    cu = torch.tensor([0, 3, 5], dtype=torch.int32)
+    module(q, k, k.clone(), cu_seqlens_q=cu, cu_seqlens_kv=cu, inference_params=params)
+    (out,) = allocations
+    assert bool(out.isnan().all()) is (extra_rows == 0)
 
 
 @pytest.mark.parametrize("value", ["1", "true", "on"])

@@ -75,6 +75,7 @@ class AttentionCall:
     page_table: torch.Tensor | None = None          # int32 [b, max_pages] (paged cache)
     inference_params: Any = None
     layer_number: int | None = None
+    step_tokens: int | None = None                  # thd cache step: its new tokens (host), when known
     extra: dict[str, Any] = field(default_factory=dict)
 
 

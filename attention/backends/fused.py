@@ -31,14 +31,17 @@ def _triton_reason() -> str | None:
     return triton_available()
 
 
-def output_rows_may_be_padding(p: AttentionParams, q_shape: torch.Size) -> bool:
+def output_rows_may_be_padding(p: AttentionParams, q_shape: torch.Size, step_tokens: int | None = None) -> bool:
     """Can the output hold rows of padding tokens, which the kernel never writes (so they must start
     as zeros)? Not for a KV-cache step in bshd/sbhd with one query per row: every sequence of a
-    step brings at least one token (InferenceParams checks it), so a decode step skips the memset."""
+    step brings at least one token (InferenceParams checks it), so a decode step skips the memset;
+    nor for a thd cache step whose query has exactly the step's ``step_tokens`` rows."""
     if p.pad_between_seqs:
         return True
     if p.kv_cache != "none":
-        return p.qkv_format == "thd" or q_shape[1 if p.qkv_format == "bshd" else 0] != 1
+        if p.qkv_format == "thd":
+            return step_tokens != q_shape[0]
+        return q_shape[1 if p.qkv_format == "bshd" else 0] != 1
     return "padding" in p.attn_mask_type
 
 
@@ -125,7 +128,7 @@ class FusedBackend(Backend):
             if p.kv_format == "thd":
                 kv_starts = (call.cu_seqlens_kv_padded if call.cu_seqlens_kv_padded is not None else call.cu_seqlens_kv)[:-1]
 
-        alloc = torch.zeros if output_rows_may_be_padding(p, q.shape) else torch.empty
+        alloc = torch.zeros if output_rows_may_be_padding(p, q.shape, call.step_tokens) else torch.empty
         max_seqlen_kv = split_sizing_kv_length(call)
         out = alloc(q.shape[:-1] + (p.head_dim_v,), dtype=q.dtype, device=q.device)
         # num_splits=1 (the default) keeps the kernel's own split-KV heuristic; a larger value is forced.
