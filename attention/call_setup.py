@@ -63,16 +63,20 @@ def thd_seqlens(
     max_seqlen_q: int | None,
     max_seqlen_kv: int | None,
     pad_between_seqs: bool | None,
-) -> tuple[int, torch.Tensor, torch.Tensor, int | None, int | None, bool]:
+) -> tuple[int, torch.Tensor | None, torch.Tensor | None, int | None, int | None, bool]:
     """thd: (batch, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, pad_between_seqs),
-    checked against each other. With a KV cache ``max_seqlen_q`` and ``max_seqlen_kv`` stay None
-    when not given (the step sets them, without reading ``cu_seqlens``)."""
+    checked against each other. With a KV cache the step supplies the cu_seqlens (the given ones
+    are optional and unused, batch 0 and None here) and ``max_seqlen_q`` / ``max_seqlen_kv`` stay
+    None when not given (the step sets them, without reading ``cu_seqlens``)."""
     if not has_padding(mask_type):
         raise ValueError(
             f"qkv_format='thd' needs a padding attn_mask_type (padding, padding_causal, ...); got {mask_type!r}"
         )
+    if kv_caching and cu_seqlens_q is None:
+        return 0, None, None, max_seqlen_q, max_seqlen_kv, False
     if cu_seqlens_q is None or (cu_seqlens_kv is None and not kv_caching and not self_attention):
-        raise ValueError("qkv_format='thd' requires cu_seqlens_q and cu_seqlens_kv (int32 [b+1])")
+        raise ValueError("qkv_format='thd' requires cu_seqlens_q and cu_seqlens_kv (int32 [b+1]), "
+                         "unless inference_params supplies them")
     if cu_seqlens_kv is None:
         cu_seqlens_kv = cu_seqlens_q
     if not kv_caching:

@@ -200,7 +200,8 @@ def test_kv_cache_steps_reuse_one_plan_and_stay_right(counted):
 
 def test_a_thd_cache_step_takes_its_query_length_from_the_host(monkeypatch, counted):
     """thd with a KV cache and no max_seqlen_q: the step's longest new-token count comes from
-    InferenceParams (``longest_step``), not from reading cu_seqlens_q on the host (a sync per layer)."""
+    InferenceParams (``longest_step``), not from reading cu_seqlens_q on the host (a sync per layer).
+    The cu_seqlens too come from the cache: passing them is optional (here: only on the last step)."""
     attn = _module(qkv_format="thd", attn_mask_type="padding_causal", backend="unfused")
     cache = InferenceParams(2, 64, GROUPS, DIM, torch.float32, is_paged=True, page_size=4, device="cpu")
     cache.allocate_memory(1)
@@ -208,8 +209,9 @@ def test_a_thd_cache_step_takes_its_query_length_from_the_host(monkeypatch, coun
         cache.pre_step(OrderedDict(enumerate(lengths)))
         total = sum(lengths)
         q, k, v = torch.randn(total, HEADS, DIM), torch.randn(total, GROUPS, DIM), torch.randn(total, GROUPS, DIM)
-        cu = torch.tensor([0, lengths[0], total], dtype=torch.int32)
+        cu = torch.tensor([0, lengths[0], total], dtype=torch.int32) if lengths == (1, 2) else None
         with monkeypatch.context() as patch:
             patch.setattr(torch.Tensor, "diff", lambda *a, **k: pytest.fail("cu_seqlens read on the host"))
-            attn(q, k, v, cu_seqlens_q=cu, cu_seqlens_kv=cu, inference_params=cache)
+            out = attn(q, k, v, cu_seqlens_q=cu, cu_seqlens_kv=cu, inference_params=cache)
+        assert out.shape == (total, HEADS * DIM)
     assert [p.max_seqlen_q for p in counted["selected"]] == [5, 1, 2]

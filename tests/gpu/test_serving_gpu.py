@@ -39,7 +39,7 @@ def test_an_eager_serving_step_makes_no_host_sync(qkv_format, page_size):
         for layer in layers:
             q = torch.randn(*shape, HEADS, HEAD_DIM, device=device, dtype=dtype)
             k, v = (torch.randn(*shape, HEADS_KV, HEAD_DIM, device=device, dtype=dtype) for _ in range(2))
-            out = layer(q, k, v, inference_params=params)
+            out = layer(q, k, v, inference_params=params)   # thd: the cache supplies cu_seqlens
         return out
 
     step({0: 40, 1: 24})          # prefill, compiles
