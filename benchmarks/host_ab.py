@@ -1,0 +1,105 @@
+"""Host cost of the eager decode entry points, robust to a noisy host: the fastest of 25 repeats.
+
+For comparing two checkouts on one machine, alternate processes (the host's noise drifts over
+minutes, so back-to-back runs of one checkout are not comparable with later runs of the other).
+Run the file by its path, so that ``PYTHONPATH`` picks the checkout (``python -m`` would put the
+current directory first)::
+
+    git archive REV attention inference benchmarks | tar x -C /tmp/old
+    for i in 1 2 3; do
+      PYTHONPATH=. python benchmarks/host_ab.py --label new
+      PYTHONPATH=/tmp/old python benchmarks/host_ab.py --label old
+    done
+
+Prints one line per run, µs per call (wall time of 100 back-to-back calls / 100, fastest repeat):
+``attention_forward`` (the kernel launcher, batch 1, 256 keys, page 16), ``dpa_static_thd``
+(``DotProductAttention(backend="fused")``, thd, over a read-only paged cache), ``dpa_step_bshd``
+(the same in bshd through ``InferenceParams.step``, the KV append included) and ``pre_step_64``
+(``InferenceParams.pre_step`` of 64 decoding sequences). Needs CUDA.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+
+import torch
+
+CALLS = 100
+REPEATS = 25
+
+
+def _calls() -> dict[str, Callable[[], object]]:
+    from attention import DotProductAttention
+    from attention.kernels import attention_forward
+    from benchmarks.cells import Inputs, Problem
+    from benchmarks.providers import StaticKVCache
+    from inference import InferenceParams
+
+    device, dtype = torch.device("cuda"), torch.bfloat16
+    problem = Problem(q_lens=(1,), kv_lens=(256,), heads_q=32, heads_kv=8, causal=False, dtype=dtype)
+    inputs = Inputs(problem, device)
+    k, v, page_table = inputs.paged(16)
+    out = torch.empty(1, 1, 32, 128, dtype=dtype, device=device)
+    q4 = inputs.q.unsqueeze(0)
+
+    static = StaticKVCache(inputs, 16)
+    new_k, new_v = inputs.new_tokens()
+    dpa_thd = DotProductAttention(32, 128, num_gqa_groups=8, qkv_format="thd", attn_mask_type="padding",
+                                  backend="fused").to(device)
+
+    cache = InferenceParams(1, 1 << 16, 8, 128, dtype, is_paged=True, page_size=16, device=device)
+    cache.allocate_memory(1)
+    cache.pre_step(OrderedDict({0: 256}))
+    cache.pre_step(OrderedDict({0: 1}))
+    dpa_bshd = DotProductAttention(32, 128, num_gqa_groups=8, qkv_format="bshd", attn_mask_type="padding_causal",
+                                   layer_number=1, backend="fused")
+    q = torch.randn(1, 1, 32, 128, dtype=dtype, device=device)
+    step_k, step_v = (torch.randn(1, 1, 8, 128, dtype=dtype, device=device) for _ in range(2))
+
+    batch = InferenceParams(64, 4096, 8, 128, dtype, is_paged=True, page_size=16, device=device)
+    batch.pre_step(OrderedDict((seq, 100) for seq in range(64)))
+    decode = OrderedDict((seq, 1) for seq in range(64))   # ~2,600 steps fit 4096 tokens
+
+    return {
+        "attention_forward": lambda: attention_forward(
+            q4, k, v, out, cu_seqlens_q=inputs.cu_q, cu_seqlens_kv=inputs.cu_kv, page_table=page_table,
+            max_seqlen_q=1, max_seqlen_kv=256, total_q=1, softmax_scale=inputs.scale),
+        "dpa_static_thd": lambda: dpa_thd(inputs.q, new_k, new_v, inference_params=static, cu_seqlens_q=inputs.cu_q,
+                                          cu_seqlens_kv=inputs.cu_kv, max_seqlen_q=1),
+        "dpa_step_bshd": lambda: dpa_bshd(q, step_k, step_v, inference_params=cache),
+        "pre_step_64": lambda: batch.pre_step(decode),
+    }
+
+
+def measure() -> dict[str, float]:
+    calls = _calls()
+    best: dict[str, float] = {}
+    with torch.no_grad():
+        for fn in calls.values():
+            for _ in range(20):
+                fn()
+        for _ in range(REPEATS):   # the entry points interleaved, so a noisy stretch hits them all
+            for name, fn in calls.items():
+                torch.cuda.synchronize()
+                start = time.perf_counter()
+                for _ in range(CALLS):
+                    fn()
+                per_call = (time.perf_counter() - start) / CALLS * 1e6
+                best[name] = min(best.get(name, float("inf")), per_call)
+        torch.cuda.synchronize()
+    return best
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--label", default="")
+    args = parser.parse_args(argv)
+    best = measure()
+    print(args.label, " ".join(f"{name}={us:.1f}" for name, us in best.items()), flush=True)
+
+
+if __name__ == "__main__":
+    main()
