@@ -35,7 +35,7 @@ from attention.params import AttentionParams
 if TYPE_CHECKING:
     from attention.dot_product_attention import DotProductAttention
 
-__all__ = ["MAX_CHOICES", "MAX_PLANS", "CallPlan", "call_signature", "choice_key", "requires_grad"]
+__all__ = ["MAX_CHOICES", "MAX_PLANS", "CallPlan", "CallPlans", "call_signature", "choice_key", "requires_grad"]
 
 MAX_PLANS = 64
 """Plans a module keeps (all dropped when full)."""
@@ -67,6 +67,30 @@ class CallPlan:
         if len(self.choices) >= MAX_CHOICES:
             self.choices.clear()
         self.choices[key] = (params, backend)
+
+
+class CallPlans:
+    """A module's plans by call signature (all dropped when ``MAX_PLANS`` are kept)."""
+
+    def __init__(self) -> None:
+        self._plans: dict[tuple, CallPlan] = {}
+
+    def __len__(self) -> int:
+        return len(self._plans)
+
+    def lookup(self, signature: tuple | None) -> CallPlan | None:
+        """The signature's plan, a new (unchecked) one if it has none yet; None without a signature."""
+        if signature is None:
+            return None
+        return self._plans.get(signature) or CallPlan()
+
+    def keep(self, signature: tuple | None, plan: CallPlan | None) -> None:
+        """Keep a plan once its call went through (a failed call leaves no plan behind)."""
+        if plan is None or signature in self._plans:
+            return
+        if len(self._plans) >= MAX_PLANS:
+            self._plans.clear()
+        self._plans[signature] = plan
 
 
 def requires_grad(module: DotProductAttention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

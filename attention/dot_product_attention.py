@@ -101,7 +101,7 @@ class DotProductAttention(nn.Module):
             os.environ.get("NVTE_ALLOW_NONDETERMINISTIC_ALGO", "1") == "0" or torch.are_deterministic_algorithms_enabled()
         )
         self.last_backend: str | None = None
-        self._call_plans: dict[tuple, call_plans.CallPlan] = {}   # call signature -> its checks and choices
+        self._call_plans = call_plans.CallPlans()   # call signature -> its checks and choices
 
     def extra_repr(self) -> str:
         return (
@@ -169,7 +169,7 @@ class DotProductAttention(nn.Module):
              max_seqlen_kv, pad_between_seqs, num_splits),
             inference_params is not None,
         )
-        plan = None if signature is None else self._call_plans.get(signature) or call_plans.CallPlan()
+        plan = self._call_plans.lookup(signature)
         call, backend = self._prepare(
             query_layer, key_layer, value_layer, attention_mask=attention_mask, qkv_format=qkv_format,
             cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv, cu_seqlens_q_padded=cu_seqlens_q_padded,
@@ -179,10 +179,7 @@ class DotProductAttention(nn.Module):
             pad_between_seqs=pad_between_seqs, bottom_right_diagonal=bottom_right_diagonal, num_splits=num_splits,
             plan=plan,
         )
-        if plan is not None and signature not in self._call_plans:
-            if len(self._call_plans) >= call_plans.MAX_PLANS:
-                self._call_plans.clear()
-            self._call_plans[signature] = plan
+        self._call_plans.keep(signature, plan)
         if compiling:   # the choice is made at trace time, a constant of the graph
             backend = selection.select_compiled(call.params, self.backend)
             self.last_backend = backend.name
