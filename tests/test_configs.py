@@ -172,16 +172,20 @@ def test_decode_tiles_follow_the_packed_rows(group_size, tile) -> None:
     assert (config.block_m, config.block_n, config.max_registers) == tile
 
 
+OPT_IN = "prefill/contiguous=tma+int32_offsets+heavy_tiles_first+warp_specialize"
+
+
 @pytest.mark.parametrize("head_dim, paged, max_seqlen_q, max_seqlen_kv, interpret, override, expected", [
-    (128, False, 4096, 4096, False, "", True), (128, True, 4096, 4096, False, "", False),
-    (64, False, 4096, 4096, False, "", False), (256, False, 4096, 4096, False, "", False),
-    (128, False, 1, 4096, False, "", False), (128, False, 4096, 4096, True, "", False),
-    (128, False, 2048, 2048, False, "", False),
+    (128, False, 4096, 4096, False, "", False),   # off by default (an intermittent NaN, see configs.py)
+    (64, False, 4096, 4096, False, "", False), (128, False, 2048, 2048, False, "", False),
+    (128, False, 4096, 4096, False, OPT_IN, True), (64, False, 2048, 2048, False, OPT_IN, True),
+    (128, True, 4096, 4096, False, OPT_IN, False), (128, False, 1, 4096, False, OPT_IN, False),
     (128, False, 4096, 4096, False, "prefill/contiguous=tma+warp_specialize:0", False)])
-def test_warp_specialized_kernel_for_non_paged_d128_prefill(monkeypatch, head_dim, paged, max_seqlen_q, max_seqlen_kv,
-                                                           interpret, override, expected) -> None:
-    """The tables send non-paged d128 prefill over KV walks past the short-KV tiles to the warp-specialized
-    kernel (calls without a mask band use it); an override with warp_specialize:0 turns it off."""
+def test_warp_specialized_kernel_is_opt_in_for_non_paged_prefill(monkeypatch, head_dim, paged, max_seqlen_q,
+                                                                max_seqlen_kv, interpret, override, expected) -> None:
+    """The warp-specialized kernel is opt-in: ATTN_FUSED_VARIANTS naming warp_specialize for
+    prefill/contiguous sends that class to it (calls without a mask band use it); other classes
+    (paged, decode) and the defaults keep it off."""
     monkeypatch.setenv("ATTN_FUSED_VARIANTS", override)
     config = select_forward_config(head_dim_qk=head_dim, head_dim_v=head_dim, group_size=4, max_seqlen_q=max_seqlen_q,
                                    interpret=interpret, paged=paged, max_seqlen_kv=max_seqlen_kv)

@@ -90,7 +90,8 @@ class ForwardConfig:
     warp_specialize: calls over a non-paged cache (or packed K/V) without a mask band (no causal mask,
         window or ALiBi) at head dims <= 128 run one KV loop that Triton 3.6 warp-specializes on Hopper
         (a TMA producer warp group, two consumer groups), on WARP_SPECIALIZED_TILE unless a config is
-        passed; K/V through tensor descriptors whatever ``tma`` says.
+        passed; K/V through tensor descriptors whatever ``tma`` says. Opt-in (no table sets it: an
+        intermittent wrong result on the H200, see select_forward_config).
     heavy_tiles_first: a sequence's q tiles run last tile first. Under a causal mask the last tile
         sees the most keys, so the longest programs start early instead of ending the launch alone.
     max_registers: 0, or a cap on registers per thread passed to ptxas (``maxnreg``). Decode tiles
@@ -269,14 +270,19 @@ def select_forward_config(
         against 128x64 8 warps 324 / 387. d256 causal: 128x64 8 warps 2 stages 467 (3 stages and
         128x128 exceed shared memory; 64x64 4 warps 327).
       KV walks of at most 1024 / 2048 keys at d128: SHORT_KV_TILES.
-      Non-paged prefill at d128 over KV walks longer than SHORT_KV_TILES' sets warp_specialize (calls
-      without a mask band then run the warp-specialized kernel on WARP_SPECIALIZED_TILE). bench_prefill,
-      commit 71a6829, fused TFLOP/s without -> with (docs/results/2026-11-30-h200-71a6829/): MHA full
-      4x4k 484.7 -> 528.3, 2x8k 491.8 -> 557.5, 1x16k 493.3 -> 528.6; GQA 32/8 full 4x4k 486.5 -> 507.3,
-      2x8k 500.8 -> 547.4, 1x16k 493.8 -> 539.0. Short walks keep their tiles: 16x1k 385.8 -> 392.5 and
-      388.9 -> 396.1, but 8x2k 486.2 -> 477.1 and 491.2 -> 478.5. At d64 it lost (416.6 -> 334.7, commit
-      a9d919b); d256 does not fit the tile. ``ATTN_FUSED_VARIANTS=prefill/contiguous=...+warp_specialize:0``
-      turns it off.
+      warp_specialize is opt-in: ``ATTN_FUSED_VARIANTS=prefill/contiguous=tma+int32_offsets+
+      heavy_tiles_first+warp_specialize`` sends every non-paged prefill call without a mask band that
+      the warp-specialized kernel can take to it (on WARP_SPECIALIZED_TILE); it paid at d128 over KV
+      walks longer than SHORT_KV_TILES' (figures below). It is off by default since the H200 GPU suite at commit 87c85d6 saw it
+      once give NaN rows (a ragged non-causal bf16 thd prefill, 192 rows of one head; the same test passed
+      in four other suite runs and 900 repeats in one process): a race in Triton 3.6's Hopper warp
+      specialization is the suspect (a pointer store from its second consumer group had already put
+      rows wrong, see attention_fwd_specialized.py). bench_prefill, commit 71a6829, fused TFLOP/s
+      without -> with (docs/results/2026-11-30-h200-71a6829/): MHA full 4x4k 484.7 -> 528.3, 2x8k
+      491.8 -> 557.5, 1x16k 493.3 -> 528.6; GQA 32/8 full 4x4k 486.5 -> 507.3, 2x8k 500.8 -> 547.4,
+      1x16k 493.8 -> 539.0. Short walks: 16x1k 385.8 -> 392.5 and 388.9 -> 396.1, but 8x2k 486.2 ->
+      477.1 and 491.2 -> 478.5. At d64 it lost (416.6 -> 334.7, commit a9d919b); d256 does not fit the
+      tile.
 
     Example:
         >>> select_forward_config(head_dim_qk=128, head_dim_v=128, group_size=4,
@@ -340,8 +346,6 @@ def _select_forward_config(head_dim_qk: int, head_dim_v: int, group_size: int, m
     )
     if not tuned:
         return config
-    if not paged and not interpret and packed_rows > _DECODE_MAX_ROWS and block_d == 128 and not short_kv_tiles:
-        config = replace(config, warp_specialize=True)  # see the docstring; an override may turn it off
     return _with_variants(config, shape_class(group_size, max_seqlen_q, paged), group_size, variants_override, long_kv)
 
 
