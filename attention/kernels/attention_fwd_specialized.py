@@ -16,7 +16,7 @@ searches sequences with a while loop. So this kernel serves what needs none of t
     through a descriptor as well (needs 16-byte aligned strides, like q, k and v).
 
 Opt-in (``warp_specialize`` in ATTN_FUSED_VARIANTS' prefill/contiguous entry): one H200 GPU-suite run
-gave 192 NaN rows of one head on a ragged non-causal thd prefill that four other runs and 900 repeats
+gave 192 NaN rows of one head on a ragged non-causal thd prefill that three other runs and 600 repeats
 passed, so no table turns it on until that is understood (attention/kernels/configs.py).
 
 Grid: (q tiles over the flattened query tokens + one per sequence, H_q). Program (t, h) finds its

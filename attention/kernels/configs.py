@@ -273,10 +273,10 @@ def select_forward_config(
       warp_specialize is opt-in: ``ATTN_FUSED_VARIANTS=prefill/contiguous=tma+int32_offsets+
       heavy_tiles_first+warp_specialize`` sends every non-paged prefill call without a mask band that
       the warp-specialized kernel can take to it (on WARP_SPECIALIZED_TILE); it paid at d128 over KV
-      walks longer than SHORT_KV_TILES' (figures below). It is off by default since the H200 GPU suite at commit 87c85d6 saw it
-      once give NaN rows (a ragged non-causal bf16 thd prefill, 192 rows of one head; the same test passed
-      in four other suite runs and 900 repeats in one process): a race in Triton 3.6's Hopper warp
-      specialization is the suspect (a pointer store from its second consumer group had already put
+      walks longer than SHORT_KV_TILES' (figures below). It is off by default since the H200 GPU suite
+      at commit 87c85d6 saw it once give NaN rows (a ragged non-causal bf16 thd prefill, 192 rows of one
+      head; the same test passed in three other suite runs and 600 repeats in one process): a race in
+      Triton 3.6's Hopper warp specialization is the suspect (a pointer store from its second consumer group had already put
       rows wrong, see attention_fwd_specialized.py). bench_prefill, commit 71a6829, fused TFLOP/s
       without -> with (docs/results/2026-11-30-h200-71a6829/): MHA full 4x4k 484.7 -> 528.3, 2x8k
       491.8 -> 557.5, 1x16k 493.3 -> 528.6; GQA 32/8 full 4x4k 486.5 -> 507.3, 2x8k 500.8 -> 547.4,
