@@ -17,7 +17,7 @@ from torch import Tensor
 
 from inference.kv_append import append_to_kv_cache
 
-__all__ = ["QKV_FORMATS", "KVCacheManager", "validate_step_dict", "validate_new_kv"]
+__all__ = ["QKV_FORMATS", "KVCacheManager", "validate_new_kv", "validate_step_dict"]
 
 QKV_FORMATS = ("bshd", "sbhd", "thd")
 
@@ -28,7 +28,7 @@ def validate_step_dict(
     max_batch_size: int,
     max_sequence_length: int,
     max_ctx_len: int | None = None,
-) -> "OrderedDict[Hashable, int]":
+) -> OrderedDict[Hashable, int]:
     """Check one iteration's ``{seq_id: step_len}`` and return the lengths after the step.
 
     Args:
@@ -202,7 +202,7 @@ class KVCacheManager:
             self.cache[layer_number] = self._allocate_pair(self.cache_rows)
         return self.cache[layer_number]
 
-    def pre_step(self, step_dict: Mapping[Hashable, int]) -> "OrderedDict[Hashable, int]":
+    def pre_step(self, step_dict: Mapping[Hashable, int]) -> OrderedDict[Hashable, int]:
         """Advance the bookkeeping by one iteration; return ``{seq_id: length after the step}``."""
         raise NotImplementedError
 

@@ -72,7 +72,7 @@ class PagedKVCacheManager(KVCacheManager):
         self._host_table = torch.zeros(max_batch_size, self.max_pages_per_seq, dtype=torch.int32)
         self._rows: list[tuple[Hashable, int]] = []
 
-    def pre_step(self, step_dict: Mapping[Hashable, int]) -> "OrderedDict[Hashable, int]":
+    def pre_step(self, step_dict: Mapping[Hashable, int]) -> OrderedDict[Hashable, int]:
         """Free finished sequences' pages, allocate the pages this step needs, rebuild the table."""
         lengths_after = validate_step_dict(step_dict, self.sequences, self.max_batch_size, self.max_seqlen)
         finished = [seq_id for seq_id in self.sequences if seq_id not in step_dict]

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from inference.errors import KVCacheFullError
 
-__all__ = ["Request", "ContinuousBatchingScheduler"]
+__all__ = ["ContinuousBatchingScheduler", "Request"]
 
 
 @dataclass
@@ -115,7 +115,7 @@ class ContinuousBatchingScheduler:
         draft = self.rng.randint(1, self.max_decode_tokens)
         return min(draft, request.total_len - request.processed)
 
-    def schedule(self, pre_step: Callable[["OrderedDict[int, int]"], None]) -> "OrderedDict[int, int]":
+    def schedule(self, pre_step: Callable[[OrderedDict[int, int]], None]) -> OrderedDict[int, int]:
         """Plan this iteration and commit it with ``pre_step`` (retrying on ``KVCacheFullError``).
 
         Returns the committed ``step_dict`` (empty when nobody is running this step).

@@ -200,7 +200,7 @@ def build_call(case: FlashCase, *, dtype: torch.dtype = torch.float32, device: s
         alibi_slopes_shape=(case.heads,) if case.alibi else None, pad_between_seqs=case.pad_between_seqs,
         kv_cache=case.kv_cache, page_size=case.page_size, softmax_type=case.softmax_type,
     )
-    move = lambda x: None if x is None else x.to(device)  # noqa: E731
+    move = lambda x: None if x is None else x.to(device)
     call = AttentionCall(
         params=params, query=query.to(device, dtype), key=key.to(device, dtype), value=value.to(device, dtype),
         cu_seqlens_q=move(cu_q), cu_seqlens_kv=move(cu_kv), cu_seqlens_q_padded=move(cu_q_padded),

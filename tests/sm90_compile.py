@@ -188,7 +188,7 @@ def configurations() -> list[dict]:
 
 def _private_api_missing() -> str | None:
     """compile_for_sm90 binds arguments the way JITFunction.run does, through Triton internals."""
-    import triton.runtime.jit as jit
+    from triton.runtime import jit
 
     if not hasattr(jit, "create_function_from_signature") or not hasattr(jit.JITFunction, "_pack_args"):
         return f"Triton {__import__('triton').__version__} lacks the internals this script binds arguments with"

@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 import os
 import subprocess
-import time
 import sys
+import time
 from types import SimpleNamespace
 
 import pytest

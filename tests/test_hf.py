@@ -14,9 +14,9 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config  # noqa: E402
+from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
 
-from attention.integrations import hf  # noqa: E402
+from attention.integrations import hf
 
 VOCAB = 97
 COMMON = dict(

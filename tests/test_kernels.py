@@ -14,15 +14,15 @@ import torch
 if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"  # must precede the first `import triton`
 
-import math  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from dataclasses import dataclass, replace  # noqa: E402
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
-import pytest  # noqa: E402
+import pytest
 
-from attention.kernels import attention_forward, triton_available  # noqa: E402
-from attention.kernels.configs import ForwardConfig, choose_num_splits, select_forward_config  # noqa: E402
-from tests.reference import reference_one_sequence  # noqa: E402
+from attention.kernels import attention_forward, triton_available
+from attention.kernels.configs import ForwardConfig, choose_num_splits, select_forward_config
+from tests.reference import reference_one_sequence
 
 # The interpreter converts 0-d arrays with int(); numpy deprecates that, harmlessly here.
 pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0:DeprecationWarning")

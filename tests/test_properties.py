@@ -16,12 +16,12 @@ import pytest
 import torch
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from attention import DotProductAttention, explain  # noqa: E402
-from attention.selection import registry  # noqa: E402
-from tests.reference import reference_attention, reference_one_sequence  # noqa: E402
+from attention import DotProductAttention, explain
+from attention.selection import registry
+from tests.reference import reference_attention, reference_one_sequence
 
 try:
     from inference import InferenceParams, KVCacheFullError

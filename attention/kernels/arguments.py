@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["ForwardShapes", "validate_forward_arguments", "normalize_window"]
+__all__ = ["ForwardShapes", "normalize_window", "validate_forward_arguments"]
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_HEAD_DIM = 256

@@ -8,7 +8,7 @@ import torch
 
 from attention.environment import getenv
 
-__all__ = ["triton_available", "interpreter_enabled"]
+__all__ = ["interpreter_enabled", "triton_available"]
 
 
 def interpreter_enabled() -> bool:
