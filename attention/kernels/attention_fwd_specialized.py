@@ -17,7 +17,10 @@ searches sequences with a while loop. So this kernel serves what needs none of t
 
 Opt-in (``warp_specialize`` in ATTN_FUSED_VARIANTS' prefill/contiguous entry): one H200 GPU-suite run
 gave 192 NaN rows of one head on a ragged non-causal thd prefill that three other runs and 600 repeats
-passed, so no table turns it on until that is understood (attention/kernels/configs.py).
+passed, so no table turns it on until that is understood (attention/kernels/configs.py). The wrong
+rows were a tile's second consumer group and the whole next tile; a suspect is the q/k/v descriptors,
+made on the device before the specialized loop and used by its producer partition (a fence between
+partitions). benchmarks/repeat_check.py repeats that call.
 
 Grid: (q tiles over the flattened query tokens + one per sequence, H_q). Program (t, h) finds its
 sequence by SEARCH_STEPS unrolled halvings of cu_seqlens_q, like find_sequence; a tile past its
