@@ -91,7 +91,8 @@ class PagedKVCacheManager(KVCacheManager):
         for seq_id in finished:
             self.allocator.free(seq_id)
         for seq_id, num_pages in new_pages.items():
-            self.allocator.allocate(seq_id, num_pages)
+            if num_pages:   # a decode step usually needs no new page (every sequence holds >= 1 already)
+                self.allocator.allocate(seq_id, num_pages)
         self.sequences = lengths_after
         self.step_lens = list(step_dict.values())
         self._write_page_table()
@@ -100,11 +101,15 @@ class PagedKVCacheManager(KVCacheManager):
     def _write_page_table(self) -> None:
         """Row r of the table = the pages of the r-th sequence in batch order, zeros after them."""
         table = self._host_table
+        allocated, previous = self.allocator.allocated_pages, self._rows
         rows: list[tuple[Hashable, int]] = []
         changed: list[int] = []   # rows whose entries changed
         for row, seq_id in enumerate(self.sequences):
-            pages = self.allocator.allocated_pages[seq_id]
-            held, count = self._rows[row] if row < len(self._rows) else (None, 0)
+            pages = allocated[seq_id]
+            held, count = previous[row] if row < len(previous) else (None, 0)
+            if held == seq_id and count == len(pages):   # unchanged (most rows of a decode step)
+                rows.append((seq_id, count))
+                continue
             start = count if held == seq_id and count <= len(pages) else 0  # the same sequence only grows
             if start < len(pages):
                 table[row, start : len(pages)] = torch.tensor(pages[start:], dtype=torch.int32)
