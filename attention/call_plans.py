@@ -79,10 +79,15 @@ class CallPlans:
         return len(self._plans)
 
     def lookup(self, signature: tuple | None) -> CallPlan | None:
-        """The signature's plan, a new (unchecked) one if it has none yet; None without a signature."""
+        """The signature's plan, a new (unchecked) one if it has none yet; None without a signature or
+        for one that is not hashable (a list among the host arguments, say: such calls take the full
+        path, whose checks say what is wrong)."""
         if signature is None:
             return None
-        return self._plans.get(signature) or CallPlan()
+        try:
+            return self._plans.get(signature) or CallPlan()
+        except TypeError:
+            return None
 
     def keep(self, signature: tuple | None, plan: CallPlan | None) -> None:
         """Keep a plan once its call went through (a failed call leaves no plan behind)."""
@@ -120,9 +125,9 @@ def call_signature(
     host_arguments: tuple,
     kv_caching: bool,
 ) -> tuple | None:
-    """The signature of a call (a dict key), or None when the call cannot be planned: a tensor
-    argument that is not a tensor, or a host argument that is not hashable (a list, say); such
-    calls take the full path, whose checks say what is wrong.
+    """The signature of a call (a dict key; ``CallPlans.lookup`` refuses an unhashable one), or None
+    when a tensor argument is not a tensor: such calls take the full path, whose checks say what is
+    wrong.
 
     ``host_arguments``: forward's non-tensor arguments that ``_prepare``'s checks and the choice read
     (qkv_format, attn_mask_type, window_size, bottom_right_diagonal, core_attention_bias_type,
@@ -132,7 +137,7 @@ def call_signature(
     if False in tensors:
         return None
     device = q.device
-    signature = (
+    return (
         tensors, host_arguments, kv_caching,
         module.training, module.backend, module.qkv_format, module.attn_mask_type, module._window_size_arg,
         module.bottom_right_diagonal, module.attention_type, module.attention_dropout, module.softmax_type,
@@ -141,11 +146,6 @@ def call_signature(
         device.type == "cuda" and torch.cuda.is_current_stream_capturing(),
         selection.env_snapshot(), selection.context_backends(), selection.cache_generation(),
     )
-    try:
-        hash(signature)
-    except TypeError:
-        return None
-    return signature
 
 
 def choice_key(batch: int, max_seqlen_q: int, max_seqlen_kv: int, kv_format: str, kv_cache: str,
