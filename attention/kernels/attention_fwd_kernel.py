@@ -22,7 +22,7 @@ import triton.language as tl
 
 from .sequence_lookup import find_sequence
 
-__all__ = ["attention_fwd_kernel", "normalized_output"]
+__all__ = ["attention_fwd_kernel", "normalized_output", "online_softmax_step"]
 
 LOG2E = tl.constexpr(1.4426950408889634)
 MERGE_SPLITS = tl.constexpr(64)
@@ -258,18 +258,7 @@ def _attend_kv_tiles(
                 visible = visible & (offs_n[None, :] >= (row_token + diag_offset - window_left)[:, None])
             scores = tl.where(visible, scores, float("-inf"))
 
-        m_new = tl.maximum(m_i, tl.max(scores, 1))
-        if MASKED:
-            # A row that has seen no key yet keeps max -inf; shift by 0 so exp2 gives 0, not NaN.
-            m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        else:
-            m_new_safe = m_new
-        p = tl.math.exp2(scores - m_new_safe[:, None])
-        alpha = tl.math.exp2(m_i - m_new_safe)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
-        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
-        m_i = m_new
+        acc, l_i, m_i = online_softmax_step(scores, v, acc, l_i, m_i, MASKED, DOT_PRECISION)
     return acc, l_i, m_i
 
 
@@ -433,6 +422,24 @@ def _attend_q_tile(
     else:
         o = normalized_output(acc, l_i, m_i, softmax_offset_ptr, row_head, HAS_SINK)
         tl.store(out_ptrs, o.to(out_ptr.dtype.element_ty), mask=dv_mask)
+
+
+@triton.jit
+def online_softmax_step(scores, v, acc, l_i, m_i, ROWS_MAY_BE_EMPTY: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """One KV tile into the running softmax: scores [M, N] (log2 units, masked keys -inf), v [N, D];
+    returns (acc, l_i, m_i). ROWS_MAY_BE_EMPTY: a row may have seen no key yet (max -inf), so the
+    shift is 0 there and exp2 gives 0, not NaN."""
+    m_new = tl.maximum(m_i, tl.max(scores, 1))
+    if ROWS_MAY_BE_EMPTY:
+        m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_new_safe = m_new
+    p = tl.math.exp2(scores - m_new_safe[:, None])
+    alpha = tl.math.exp2(m_i - m_new_safe)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
+    return acc, l_i, m_new
 
 
 @triton.jit

@@ -32,7 +32,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .attention_fwd_kernel import normalized_output
+from .attention_fwd_kernel import normalized_output, online_softmax_step
 from .sequence_lookup import find_sequence_unrolled
 
 __all__ = ["attention_fwd_specialized_kernel"]
@@ -98,13 +98,7 @@ def attention_fwd_specialized_kernel(
         keys = tile * BLOCK_N + tl.arange(0, BLOCK_N)
         scores = (tl.dot(q, k_t, input_precision=DOT_PRECISION) * qk_scale
                   + tl.where(keys < kv_len, 0.0, float("-inf"))[None, :])
-        m_new = tl.maximum(m_i, tl.max(scores, 1))
-        p = tl.math.exp2(scores - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
-        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
-        m_i = m_new
+        acc, l_i, m_i = online_softmax_step(scores, v, acc, l_i, m_i, False, DOT_PRECISION)
 
     o = normalized_output(acc, l_i, m_i, softmax_offset_ptr, q_head, HAS_SINK)
     # Through a descriptor too (rows past the sequence are not written): with a pointer store the two
