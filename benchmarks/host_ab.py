@@ -12,10 +12,11 @@ current directory first)::
     done
 
 Prints one line per run, µs per call (wall time of 100 back-to-back calls / 100, fastest repeat):
-``attention_forward`` (the kernel launcher, batch 1, 256 keys, page 16), ``dpa_static_thd``
-(``DotProductAttention(backend="fused")``, thd, over a read-only paged cache), ``dpa_step_bshd``
-(the same in bshd through ``InferenceParams.step``, the KV append included) and ``pre_step_64``
-(``InferenceParams.pre_step`` of 64 decoding sequences). Needs CUDA.
+``attention_forward`` and ``dpa_step_bshd`` (``benchmarks.profile_call``'s two calls: the kernel
+launcher, batch 1, 256 keys, page 16; ``DotProductAttention(backend="fused")`` in bshd through
+``InferenceParams.step``, the KV append included), ``dpa_static_thd`` (the module in thd over a
+read-only paged cache) and ``pre_step_64`` (``InferenceParams.pre_step`` of 64 decoding sequences).
+Needs CUDA.
 """
 
 from __future__ import annotations
@@ -32,44 +33,31 @@ REPEATS = 25
 
 
 def _calls() -> dict[str, Callable[[], object]]:
+    # profile_call's two decode calls (every checkout since f9e03c0 has that function: the A/B needs it
+    # from both), plus a thd call over a read-only cache and a 64-sequence pre_step.
     from attention import DotProductAttention
-    from attention.kernels import attention_forward
     from benchmarks.cells import Inputs, Problem
+    from benchmarks.profile_call import _calls as profiled_calls
     from benchmarks.providers import StaticKVCache
     from inference import InferenceParams
 
     device, dtype = torch.device("cuda"), torch.bfloat16
-    problem = Problem(q_lens=(1,), kv_lens=(256,), heads_q=32, heads_kv=8, causal=False, dtype=dtype)
-    inputs = Inputs(problem, device)
-    k, v, page_table = inputs.paged(16)
-    out = torch.empty(1, 1, 32, 128, dtype=dtype, device=device)
-    q4 = inputs.q.unsqueeze(0)
-
+    profiled = profiled_calls(device, dtype)
+    inputs = Inputs(Problem(q_lens=(1,), kv_lens=(256,), heads_q=32, heads_kv=8, causal=False, dtype=dtype), device)
     static = StaticKVCache(inputs, 16)
     new_k, new_v = inputs.new_tokens()
     dpa_thd = DotProductAttention(32, 128, num_gqa_groups=8, qkv_format="thd", attn_mask_type="padding",
                                   backend="fused").to(device)
-
-    cache = InferenceParams(1, 1 << 16, 8, 128, dtype, is_paged=True, page_size=16, device=device)
-    cache.allocate_memory(1)
-    cache.pre_step(OrderedDict({0: 256}))
-    cache.pre_step(OrderedDict({0: 1}))
-    dpa_bshd = DotProductAttention(32, 128, num_gqa_groups=8, qkv_format="bshd", attn_mask_type="padding_causal",
-                                   layer_number=1, backend="fused")
-    q = torch.randn(1, 1, 32, 128, dtype=dtype, device=device)
-    step_k, step_v = (torch.randn(1, 1, 8, 128, dtype=dtype, device=device) for _ in range(2))
 
     batch = InferenceParams(64, 4096, 8, 128, dtype, is_paged=True, page_size=16, device=device)
     batch.pre_step(OrderedDict((seq, 100) for seq in range(64)))
     decode = OrderedDict((seq, 1) for seq in range(64))   # ~2,600 steps fit 4096 tokens
 
     return {
-        "attention_forward": lambda: attention_forward(
-            q4, k, v, out, cu_seqlens_q=inputs.cu_q, cu_seqlens_kv=inputs.cu_kv, page_table=page_table,
-            max_seqlen_q=1, max_seqlen_kv=256, total_q=1, softmax_scale=inputs.scale),
+        "attention_forward": profiled["attention_forward"],
         "dpa_static_thd": lambda: dpa_thd(inputs.q, new_k, new_v, inference_params=static, cu_seqlens_q=inputs.cu_q,
                                           cu_seqlens_kv=inputs.cu_kv, max_seqlen_q=1),
-        "dpa_step_bshd": lambda: dpa_bshd(q, step_k, step_v, inference_params=cache),
+        "dpa_step_bshd": profiled["DotProductAttention + InferenceParams.step"],
         "pre_step_64": lambda: batch.pre_step(decode),
     }
 
