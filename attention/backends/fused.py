@@ -14,6 +14,7 @@ import torch
 
 from attention import custom_ops
 from attention.backends.base import AttentionCall, Backend, Capabilities
+from attention.call_setup import eager_step_value
 from attention.kernels.availability import interpreter_enabled
 from attention.kernels.configs import MAX_NUM_SPLITS
 from attention.masks import is_causal
@@ -55,11 +56,8 @@ def split_sizing_kv_length(call: AttentionCall) -> int:
     longer sequences.
     """
     ip = call.inference_params
-    if ip is None or torch.compiler.is_compiling():
-        return call.max_seqlen_kv
-    if call.query.is_cuda and torch.cuda.is_current_stream_capturing():
-        return call.max_seqlen_kv
-    return min(call.max_seqlen_kv, getattr(ip, "longest_sequence", call.max_seqlen_kv))
+    longest = None if ip is None else eager_step_value(ip, "longest_sequence", call.query.device)
+    return call.max_seqlen_kv if longest is None else min(call.max_seqlen_kv, longest)
 
 
 def _leading(x: torch.Tensor, rows: int) -> torch.Tensor:
