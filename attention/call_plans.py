@@ -28,14 +28,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from attention import selection
+from attention import call_setup, selection
 from attention.backends.base import Backend
 from attention.params import AttentionParams
 
 if TYPE_CHECKING:
     from attention.dot_product_attention import DotProductAttention
 
-__all__ = ["MAX_CHOICES", "MAX_PLANS", "CallPlan", "CallPlans", "call_signature", "choice_key", "requires_grad"]
+__all__ = ["MAX_CHOICES", "MAX_PLANS", "CallPlan", "CallPlans", "call_signature", "choice_key"]
 
 MAX_PLANS = 64
 """Plans a module keeps (all dropped when full)."""
@@ -98,16 +98,6 @@ class CallPlans:
         self._plans[signature] = plan
 
 
-def requires_grad(module: DotProductAttention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                  core_attention_bias: torch.Tensor | None) -> bool:
-    """Will a backward pass follow this call (grad mode on and a differentiable input)?"""
-    return torch.is_grad_enabled() and (
-        q.requires_grad or k.requires_grad or v.requires_grad
-        or (core_attention_bias is not None and core_attention_bias.requires_grad)
-        or (module.softmax_type == "learnable" and module.softmax_offset.requires_grad)
-    )
-
-
 def _tensor(x: Any) -> tuple | None | bool:
     """A tensor's part of a signature: sizes, dtype, device (None for None; False: not a tensor)."""
     if x is None:
@@ -142,7 +132,7 @@ def call_signature(
         module.training, module.backend, module.qkv_format, module.attn_mask_type, module._window_size_arg,
         module.bottom_right_diagonal, module.attention_type, module.attention_dropout, module.softmax_type,
         module.deterministic, module.return_max_logit,
-        requires_grad(module, q, k, v, core_attention_bias),
+        call_setup.requires_grad(module, q, k, v, core_attention_bias),
         device.type == "cuda" and torch.cuda.is_current_stream_capturing(),
         selection.env_snapshot(), selection.context_backends(), selection.cache_generation(),
     )

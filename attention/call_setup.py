@@ -216,6 +216,16 @@ def check_arbitrary_mask(attention_mask: Any, batch: int, heads: int, max_seqlen
     inputs.check_arbitrary_mask(attention_mask, batch, heads, max_seqlen_q, max_seqlen_kv, device)
 
 
+def requires_grad(module: DotProductAttention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  core_attention_bias: torch.Tensor | None) -> bool:
+    """Will a backward pass follow this call (grad mode on and a differentiable input)?"""
+    return torch.is_grad_enabled() and (
+        q.requires_grad or k.requires_grad or v.requires_grad
+        or (core_attention_bias is not None and core_attention_bias.requires_grad)
+        or (module.softmax_type == "learnable" and module.softmax_offset.requires_grad)
+    )
+
+
 def attention_params(
     module: DotProductAttention,
     q: torch.Tensor,
@@ -243,11 +253,6 @@ def attention_params(
     """The selection key of the call: the resolved arguments plus the module's configuration, whether
     a backward pass will follow, the device's compute capability and whether a CUDA graph is being
     captured."""
-    requires_grad = torch.is_grad_enabled() and (
-        any(t.requires_grad for t in (q, k, v))
-        or (core_attention_bias is not None and core_attention_bias.requires_grad)
-        or (module.softmax_type == "learnable" and module.softmax_offset.requires_grad)
-    )
     compiling = torch.compiler.is_compiling()
     # Under torch.compile a capture happens when the compiled graph runs (cudagraph trees), not now.
     capturing = device.type == "cuda" and not compiling and torch.cuda.is_current_stream_capturing()
@@ -272,7 +277,7 @@ def attention_params(
         alibi_slopes_shape=tuple(alibi_slopes.shape) if alibi_slopes is not None else None,
         softmax_type=module.softmax_type,
         attention_dropout=dropout_p,
-        requires_grad=requires_grad,
+        requires_grad=requires_grad(module, q, k, v, core_attention_bias),
         deterministic=module.deterministic,
         pad_between_seqs=bool(pad_between_seqs),
         kv_cache=kv_cache,
