@@ -12,6 +12,7 @@ against it. Writes a markdown table (µs, GB/s or TFLOP/s, ratio to the default)
 
     python -m benchmarks.sweep --out sweep.md [--budget-s 200] [--only mixed,decode,prefill] [--cells a,b]
                                               [--layout-only | --tiles-only] [--variants-out variants.txt]
+                                              [--names "tuned,tma"]  (variants named so, and the default)
                                               [--compile-workers 12]
 """
 
@@ -78,10 +79,12 @@ class Measured:
 
 
 def _base_config(cell: Cell, tuned: bool):
+    """The cell's table configuration (tuned or every variant off), over its pages: no page copy."""
     p = cell.problem
-    return select_forward_config(head_dim_qk=p.head_dim, head_dim_v=p.head_dim_v, group_size=p.heads_q // p.heads_kv,
-                                 max_seqlen_q=p.max_q, interpret=False, paged=cell.kv_source == "paged", tuned=tuned,
-                                 max_seqlen_kv=p.max_kv)
+    config = select_forward_config(head_dim_qk=p.head_dim, head_dim_v=p.head_dim_v, group_size=p.heads_q // p.heads_kv,
+                                   max_seqlen_q=p.max_q, interpret=False, paged=cell.kv_source == "paged",
+                                   tuned=tuned, max_seqlen_kv=p.max_kv)
+    return replace(config, gather_pages=False) if cell.kv_source == "paged" else config
 
 
 def _shape_class(cell: Cell) -> str:
@@ -154,10 +157,15 @@ def _speedup_of(fields: frozenset[str], runs: dict[frozenset[str], float]) -> fl
     return min(runs[measured] for measured in subsets if len(measured) == largest)
 
 
+def _named(variants: list[Variant], names: Sequence[str] | None) -> list[Variant]:
+    """The default and the variants whose names contain one of ``names`` (all of them without ``names``)."""
+    return [v for i, v in enumerate(variants) if not names or i == 0 or any(n in v[0] for n in names)]
+
+
 def _variants(cell: Cell, layout_only: bool = False, tiles_only: bool = False) -> list[Variant]:
     """The default (every variant off), the tuned table's choice if it differs (and with page-granular
-    tiles where pages are smaller than a tile, or the warp-specialized kernel where no mask band needs the
-    general one), then the layout variants
+    tiles where pages are smaller than a tile, with the pages of a prefill-class cell copied first, or the
+    warp-specialized kernel where no mask band needs the general one), then the layout variants
     (small tile, page-table addressing, rotated walk, K^T loads, runtime page size, register cap,
     split merges, TMA, heavy tiles first; each layout variant also with 32-bit offsets) unless
     ``tiles_only``, then tiles and split counts unless ``layout_only``."""
@@ -169,6 +177,8 @@ def _variants(cell: Cell, layout_only: bool = False, tiles_only: bool = False) -
         out.append((f"tuned ({_variant_string(base, tuned)})", {"config": tuned}))
     if cell.kv_source == "paged" and cell.page_size < tuned.block_n and not tuned.page_granular_tiles:
         out.append(("tuned + page-granular tiles", {"config": replace(tuned, page_granular_tiles=True)}))
+    if cell.kv_source == "paged" and not decode_class:  # the pages copied first, then the non-paged tables' config
+        out.append(("tuned pages copied (gather_pages)", {"config": replace(tuned, gather_pages=True)}))
     if cell.kv_source != "paged" and not decode_class and not cell.problem.causal:  # the kernel on WARP_SPECIALIZED_TILE
         name = "tuned without the warp-specialized kernel" if tuned.warp_specialize else "tuned + warp-specialized kernel"
         out.append((name, {"config": replace(tuned, warp_specialize=not tuned.warp_specialize)}))
@@ -295,14 +305,15 @@ def _selected_cells(only: str, wanted: list[str] | None, cfg: BenchConfig) -> li
 
 
 def _compile_share(only: str, wanted: list[str] | None, layout_only: bool, worker: int, workers: int,
-                   deadline: float, device: str = "cuda", smoke: bool = False, tiles_only: bool = False) -> int:
+                   deadline: float, device: str = "cuda", smoke: bool = False, tiles_only: bool = False,
+                   names: list[str] | None = None) -> int:
     """Worker process: run once every (cell, variant) pair whose index is ``worker`` modulo ``workers``,
     so Triton compiles them in parallel into its on-disk cache; the timed pass then only loads them."""
     cfg = BenchConfig(device=torch.device(device), deadline=deadline, smoke=smoke)
     done, pair = 0, 0
     for cell in _selected_cells(only, wanted, cfg):
         inputs = None
-        for _, overrides in _variants(cell, layout_only, tiles_only):
+        for _, overrides in _named(_variants(cell, layout_only, tiles_only), names):
             pair += 1
             if (pair - 1) % workers != worker or cfg.stop_reason():
                 continue
@@ -323,14 +334,16 @@ def _compile_share(only: str, wanted: list[str] | None, layout_only: bool, worke
 
 
 def compile_in_parallel(only: str, wanted: list[str] | None, layout_only: bool, workers: int, deadline: float,
-                        device: str = "cuda", smoke: bool = False, tiles_only: bool = False) -> int:
+                        device: str = "cuda", smoke: bool = False, tiles_only: bool = False,
+                        names: list[str] | None = None) -> int:
     """Every variant of the selected cells run once, spread over ``workers`` spawned processes; returns
     how many ran."""
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
     started = time.monotonic()
-    shares = [(only, wanted, layout_only, w, workers, deadline, device, smoke, tiles_only) for w in range(workers)]
+    shares = [(only, wanted, layout_only, w, workers, deadline, device, smoke, tiles_only, names)
+              for w in range(workers)]
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
         done = sum(pool.map(_compile_share, *zip(*shares)))
     print(f"compiled {done} variants in {workers} processes in {time.monotonic() - started:.0f} s", flush=True)
@@ -338,14 +351,15 @@ def compile_in_parallel(only: str, wanted: list[str] | None, layout_only: bool, 
 
 
 def sweep_cell(cell: Cell, cfg: BenchConfig, layout_only: bool = False,
-               measured: list[Measured] | None = None, tiles_only: bool = False) -> list[str]:
+               measured: list[Measured] | None = None, tiles_only: bool = False,
+               names: list[str] | None = None) -> list[str]:
     """Markdown rows for one cell: every variant's time, rate and error against the default; each
     variant's speedup is appended to ``measured``."""
     inputs = Inputs(cell.problem, cfg.device)
     p = cell.problem
     base, shape_class = _base_config(cell, tuned=False), _shape_class(cell)
     rows, reference, default_us = [], None, None
-    for index, (name, overrides) in enumerate(_variants(cell, layout_only, tiles_only)):
+    for index, (name, overrides) in enumerate(_named(_variants(cell, layout_only, tiles_only), names)):
         if cfg.stop_reason():
             rows.append(f"| {cell.name} | {name} | skipped: budget | | | |")
             continue
@@ -390,6 +404,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="only tiles and split counts (with the tuned variants), no layout variants")
     parser.add_argument("--variants-out", default=None,
                         help="write the ATTN_FUSED_VARIANTS string the measurements favour to this file")
+    parser.add_argument("--names", default=None, help="comma list of substrings of variant names (and the default)")
     parser.add_argument("--compile-workers", type=int, default=0,
                         help="first compile every variant in this many processes (Triton's compiles are CPU-bound)")
     args = parser.parse_args(argv)
@@ -397,15 +412,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit("the sweep measures the GPU kernels: no CUDA device is visible")
     deadline = time.monotonic() + args.budget_s
     wanted = [s.strip() for s in args.cells.split(",")] if args.cells else None
+    names = [s.strip() for s in args.names.split(",")] if args.names else None
     if args.compile_workers > 1:
         compile_in_parallel(args.only, wanted, args.layout_only, args.compile_workers, deadline,
-                            tiles_only=args.tiles_only)
+                            tiles_only=args.tiles_only, names=names)
     cfg = BenchConfig(device=torch.device("cuda"), deadline=deadline, rep_ms=20.0)
     lines = [f"# Fused kernel sweep ({torch.cuda.get_device_name()}, {time.strftime('%Y-%m-%d')})", "",
              "| cell | variant | µs | rate | vs default | max err vs default |", "|---|---|---|---|---|---|"]
     measured: list[Measured] = []
     for cell in _selected_cells(args.only, wanted, cfg):
-        lines += sweep_cell(cell, cfg, args.layout_only, measured, args.tiles_only)
+        lines += sweep_cell(cell, cfg, args.layout_only, measured, args.tiles_only, names)
         with open(args.out, "w") as handle:
             handle.write("\n".join(lines) + "\n")
     if args.variants_out:

@@ -24,6 +24,7 @@ from .configs import (
     select_forward_config,
 )
 from .launch import KernelLaunch, tensor_key
+from .page_gather import gather_pages, gathered_page_count
 
 __all__ = ["attention_forward"]
 
@@ -51,7 +52,16 @@ class ForwardPlan:
     split_counters: int
 
 
-_plans: dict[tuple, ForwardPlan | None] = {}
+@dataclass(frozen=True)
+class GatherPlan:
+    """Run the call over a contiguous copy of its pages (attention/kernels/page_gather.py): the first
+    ``num_pages`` logical pages of each sequence, then attention_forward without a page table (the
+    tables' configuration for a non-paged cache)."""
+
+    num_pages: int
+
+
+_plans: dict[tuple, ForwardPlan | GatherPlan | None] = {}
 _split_counters: dict[tuple, torch.Tensor] = {}
 
 
@@ -113,7 +123,7 @@ def attention_forward(
 ) -> torch.Tensor:
     """Varlen / paged / GQA attention forward for prefill, decode and mixed batches in one launch.
 
-    Layout convention (4-D strided views, last dim contiguous, no copies):
+    Layout convention (4-D strided views, last dim contiguous):
       q:   [B, S_q, H_q, D_qk]   bshd: q; sbhd: q.transpose(0, 1); thd: q.unsqueeze(0).expand(B, ...)
       k/v: dense [B, S_kv, H_kv, D_qk / D_v] (same convention), or with `page_table` the paged
            cache [num_pages, page_size, H_kv, D_qk / D_v].
@@ -127,6 +137,11 @@ def attention_forward(
     Host ints (max_seqlen_q, max_seqlen_kv, total_q) only size the grid and pick configurations:
     no device value is read on the host, so the call can be captured in a CUDA graph and replayed
     with new cu_seqlens / page_table contents (within the same bounds).
+
+    A prefill call over pages smaller than a KV tile whose sequences bring thousands of query rows each
+    first copies its pages to a contiguous buffer and runs as over a non-paged cache, with that layout's
+    configuration (attention/kernels/page_gather.py; ``config.gather_pages`` forces or forbids the copy): ``max_seqlen_kv`` then sizes that copy and must bound every sequence's KV
+    length, as its name says.
 
     Each call is planned once per key of its arguments: the tensors' sizes, strides, dtypes, devices
     and 16-byte alignment, and the host values, with max_seqlen_kv rounded up to 16 keys
@@ -175,6 +190,13 @@ def attention_forward(
         _plans[key] = plan
     if plan is None:  # nothing to compute
         return out
+    if type(plan) is GatherPlan:
+        k, v = gather_pages(k, v, page_table, plan.num_pages)
+        return attention_forward(
+            q, k, v, out, cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv, q_start=q_start,
+            max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv, total_q=total_q, softmax_scale=softmax_scale,
+            causal=causal, window_size=window_size, bottom_right=bottom_right, alibi_slopes=alibi_slopes,
+            softmax_offset=softmax_offset, num_splits=num_splits)
 
     placeholder = cu_seqlens_q  # any device tensor for pointers a constexpr flag disables
     if plan.partial_out_shape:
@@ -246,9 +268,9 @@ def _plan_forward(
     softmax_offset: torch.Tensor | None, *, max_seqlen_q: int, max_seqlen_kv: int, total_q: int | None,
     softmax_scale: float, causal: bool, window_size: tuple[int, int], bottom_right: bool,
     num_splits: int | None, config: ForwardConfig | None,
-) -> ForwardPlan | None:
+) -> ForwardPlan | GatherPlan | None:
     """Validate the arguments and fix everything the launches need but the tensors' addresses (None:
-    nothing to compute). Reads tensor metadata and host values only."""
+    nothing to compute; a GatherPlan: copy the pages first). Reads tensor metadata and host values only."""
     shapes = validate_forward_arguments(
         q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, alibi_slopes, softmax_offset)
     window_left, window_right = normalize_window(window_size, causal)
@@ -273,6 +295,16 @@ def _plan_forward(
             or (config.small_block_m and not group_size <= config.small_block_m <= config.block_m):
         raise ValueError(f"config {config} does not fit group size {group_size} and head dims "
                          f"{shapes.head_dim_qk}/{shapes.head_dim_v}")
+
+    if shapes.paged and config.gather_pages is not False:
+        num_pages = gathered_page_count(
+            page_size=shapes.page_size, table_pages=page_table.shape[1], num_seqs=shapes.num_seqs, total_q=total_q,
+            group_size=group_size, max_seqlen_kv=max_seqlen_kv, window_bounded=window_left >= 0,
+            kv_row_bytes=shapes.num_heads_kv * (shapes.head_dim_qk * k.element_size()
+                                                + shapes.head_dim_v * v.element_size()),
+            forced=config.gather_pages is True)
+        if num_pages:
+            return GatherPlan(num_pages)
 
     def split_count(tile: ForwardConfig) -> int:
         return num_splits or choose_num_splits(

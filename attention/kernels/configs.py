@@ -15,6 +15,9 @@ import torch
 from attention.environment import getenv
 
 __all__ = [
+    "GATHER_MAX_BYTES",
+    "GATHER_MAX_PAGE_SIZE",
+    "GATHER_MIN_PACKED_ROWS",
     "MAX_NUM_SPLITS",
     "VARIANTS_ENV",
     "WARP_SPECIALIZED_TILE",
@@ -92,6 +95,12 @@ class ForwardConfig:
         (a TMA producer warp group, two consumer groups), on WARP_SPECIALIZED_TILE unless a config is
         passed; K/V through tensor descriptors whatever ``tma`` says. Opt-in (no table sets it: an
         intermittent wrong result on the H200, see select_forward_config).
+    gather_pages: over a paged cache, whether the launcher first copies each sequence's pages into a
+        contiguous buffer and runs the call as over a non-paged cache, with the tables' configuration for
+        that layout (attention/kernels/page_gather.py):
+        None (the tables' value) lets its rule decide (GATHER_MAX_PAGE_SIZE, GATHER_MIN_PACKED_ROWS,
+        GATHER_MAX_BYTES); True copies whenever the copy fits GATHER_MAX_BYTES and no sliding window
+        bounds the walk; False never copies. Not a ``VARIANT_FIELDS`` entry: the sweep compares it by hand.
     heavy_tiles_first: a sequence's q tiles run last tile first. Under a causal mask the last tile
         sees the most keys, so the longest programs start early instead of ending the launch alone.
     max_registers: 0, or a cap on registers per thread passed to ptxas (``maxnreg``). Decode tiles
@@ -121,6 +130,7 @@ class ForwardConfig:
     page_granular_tiles: bool = False
     warp_specialize: bool = False
     max_registers: int = 0
+    gather_pages: bool | None = None
 
 
 VARIANT_FIELDS = ("paged_scalar_ids", "prefetch_page_ids", "small_block_m", "rotate_kv_tiles", "tma", "fused_combine",
@@ -193,6 +203,20 @@ variants): 16x1k 128x32 4 warps MHA / GQA full 1.02x / 1.01x, causal 1.06x / 1.0
 0.98x / 0.97x, 1.06x / 1.01x); 8x2k 64x64 4 warps full 1.12x / 1.11x, causal 1.16x / 1.10x; over a
 paged cache, 2k prefill + 128 decodes at 2k 1.23x (a 2k chunk on 14k + 64 decodes keeps 128x128:
 64x64 there 0.89x)."""
+
+GATHER_MAX_PAGE_SIZE = 64
+"""Pages smaller than this are copied to a contiguous buffer before a prefill call that reads them often
+(GATHER_MIN_PACKED_ROWS); larger pages hold whole 64-key tiles, which the kernel reads with one page id.
+Measured on the H200: see docs/benchmarks.md (chunked prefill)."""
+
+GATHER_MIN_PACKED_ROWS = 4096
+"""The page copy needs at least this many packed query rows (query tokens x GQA group size) per sequence
+on average: the copy reads and writes each sequence's K/V once, the kernel reads them once per q tile
+of 128 packed rows. A decode or mixed batch (mostly one-token sequences) never copies."""
+
+GATHER_MAX_BYTES = 1 << 30
+"""Largest page copy (K and V together) the launcher makes; larger calls run over the pages. A CUDA
+graph capture sizes the copy by the cache's capacity, so a long-context capture stays on the pages."""
 
 WARP_SPECIALIZED_TILE = (128, 128, 4, 2)
 """(block_m, block_n, num_warps, num_stages) of the warp-specialized loop: Triton splits the 128 rows over two

@@ -49,6 +49,21 @@ def test_paged_mixed_batch_page_sizes(page_size: int, dtype: torch.dtype) -> Non
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("page_size", [1, 16, 32])
+def test_chunks_over_small_pages_run_over_a_copy(page_size: int, dtype: torch.dtype, monkeypatch) -> None:
+    """Chunks of thousands of tokens (GQA 32/8: >= GATHER_MIN_PACKED_ROWS packed rows per sequence) over
+    pages below GATHER_MAX_PAGE_SIZE run over a contiguous copy of their pages (page_gather.py)."""
+    from attention.kernels import attention_fwd
+    from attention.kernels.page_gather import gather_pages
+
+    copies = []
+    monkeypatch.setattr(attention_fwd, "gather_pages", lambda *args: copies.append(args[3]) or gather_pages(*args))
+    check_on_gpu(C((2048, 1500, 1024), (6144 + 2048, 1500, 3000), heads=(32, 8), d_qk=128, d_v=128, dtype=dtype,
+                   layout="paged", page_size=page_size, causal=True, bottom_right=True, num_splits=None))
+    assert copies == [-(-8192 // page_size)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("causal", [True, False])
 def test_ragged_prefill_thd(causal: bool, dtype: torch.dtype) -> None:
     lengths = (1, 17, 513, 2048, 8192, 3001, 64)
