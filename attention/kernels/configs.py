@@ -207,12 +207,16 @@ paged cache, 2k prefill + 128 decodes at 2k 1.23x (a 2k chunk on 14k + 64 decode
 GATHER_MAX_PAGE_SIZE = 64
 """Pages smaller than this are copied to a contiguous buffer before a prefill call that reads them often
 (GATHER_MIN_PACKED_ROWS); larger pages hold whole 64-key tiles, which the kernel reads with one page id.
-Measured on the H200: see docs/benchmarks.md (chunked prefill)."""
+H200, commit dc3ccf8, 2k chunk GQA 32/8 d128 bf16 causal, tuned paged kernel -> pages copied first
+(benchmarks.sweep --names tuned, docs/results/2026-11-30-h200-dc3ccf8/sweep-gather.md): page 16 on a
+6k prefix 545.9 -> 507.7 µs, on 30k 2173.4 -> 2142.6; page 256 on 6k 513.2 -> 507.1, on 30k 2109.8 ->
+2124.5 (the copy does not pay where the kernel already reads whole tiles per page)."""
 
 GATHER_MIN_PACKED_ROWS = 4096
 """The page copy needs at least this many packed query rows (query tokens x GQA group size) per sequence
 on average: the copy reads and writes each sequence's K/V once, the kernel reads them once per q tile
-of 128 packed rows. A decode or mixed batch (mostly one-token sequences) never copies."""
+of 128 packed rows. A decode or mixed batch (mostly one-token sequences) never copies. Chosen, not
+swept: the 2k chunks above (8192 packed rows) gain; the copy of a 6k-token prefix cost ~25 µs there."""
 
 GATHER_MAX_BYTES = 1 << 30
 """Largest page copy (K and V together) the launcher makes; larger calls run over the pages. A CUDA
