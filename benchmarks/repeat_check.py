@@ -6,16 +6,31 @@ bf16; non-causal unless ``--causal``) ``--repeats`` times per ``ATTN_FUSED_VARIA
 is wrong if any row holds NaN or differs from the fp32 reference by more than 0.025. This is how the
 warp-specialized kernel's one NaN in the GPU suite (commit 87c85d6) was chased::
 
-    python -m benchmarks.repeat_check --repeats 300 \\
+    python -m benchmarks.repeat_check --repeats 300 [--pollute] \\
         default "prefill/contiguous=tma+int32_offsets+heavy_tiles_first+warp_specialize"
 
-Needs CUDA. Several copies of it in parallel load the GPU the way the sharded GPU suite does.
+``--pollute`` runs the general kernel over NaN inputs of the same shapes before every checked call, so
+every SM's shared memory holds NaN when the checked kernel starts (the GPU suite's paged tests fill
+unowned cache slots with NaN): a kernel that reads a shared-memory tile before its copy has landed then
+returns NaN instead of an older, finite tile's values.
+
+``--processes N`` runs N copies at once (each its own CUDA context, as the sharded GPU suite does), so
+the GPU time-slices between them. That is what breaks the warp-specialized kernel: H200, 2026-11-30,
+three processes, 92-100 % of its runs returned NaN rows (0 of 400 alone), while the general kernel's
+runs were all right (docs/results/2026-11-30-h200-dc3ccf8/repeat-check.txt)::
+
+    python -m benchmarks.repeat_check --processes 3 --repeats 600 \\
+        "prefill/contiguous=tma+int32_offsets+heavy_tiles_first+warp_specialize"
+
+Needs CUDA; each process peaks at ~45 GB of GPU memory (the fp32 reference of the 8192-token sequence).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 
@@ -25,8 +40,11 @@ TOLERANCE = 0.025
 LENGTHS = (1, 17, 513, 2048, 8192, 3001, 64)
 
 
-def check(variants: str, repeats: int, causal: bool) -> str:
+def check(variants: str, repeats: int, causal: bool, pollute: bool = False) -> str:
+    from dataclasses import replace
+
     from attention.kernels import attention_forward
+    from attention.kernels.configs import select_forward_config
     from tests.test_kernels import SENTINEL, AttentionCase, build_inputs
 
     if variants == "default":
@@ -38,9 +56,14 @@ def check(variants: str, repeats: int, causal: bool) -> str:
     inputs = build_inputs(case, "cuda")
     starts = inputs["q_start"].tolist()
     expected = torch.cat(inputs["expected"]).float()
+    nan_inputs = [_nan_like(inputs[name]) for name in ("q", "k", "v", "out")]
+    general = replace(select_forward_config(head_dim_qk=128, head_dim_v=128, group_size=4, max_seqlen_q=max(LENGTHS),
+                                            interpret=False, max_seqlen_kv=max(LENGTHS)), warp_specialize=False)
     wrong, nan_rows, worst = 0, 0, 0.0
     start = time.perf_counter()
     for _ in range(repeats):
+        if pollute:
+            attention_forward(*nan_inputs, **inputs["call"], config=general)
         inputs["out_base"].fill_(SENTINEL)
         attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"])
         got = torch.cat([inputs["out"][b, starts[b]: starts[b] + n] for b, n in enumerate(LENGTHS)]).float()
@@ -49,8 +72,15 @@ def check(variants: str, repeats: int, causal: bool) -> str:
         wrong += bool(rows or error > TOLERANCE)
         nan_rows += rows
         worst = max(worst, error)
-    return (f"{variants}: {wrong}/{repeats} runs wrong, {nan_rows} NaN (token, head) rows, worst error {worst:.3g} "
+    return (f"{variants}{' (shared memory polluted)' if pollute else ''}: {wrong}/{repeats} runs wrong, {nan_rows} NaN (token, head) rows, worst error {worst:.3g} "
             f"({time.perf_counter() - start:.1f} s)")
+
+
+def _nan_like(x: torch.Tensor) -> torch.Tensor:
+    """NaN with x's shape and strides (a thd tensor expanded over the batch stays expanded)."""
+    if x.stride(0) == 0:
+        return torch.full_like(x[:1], float("nan")).expand_as(x)
+    return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).fill_(float("nan"))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -58,9 +88,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("variants", nargs="+", help="ATTN_FUSED_VARIANTS values, or 'default'")
     parser.add_argument("--repeats", type=int, default=300)
     parser.add_argument("--causal", action="store_true")
+    parser.add_argument("--pollute", action="store_true", help="NaN in shared memory before every checked call")
+    parser.add_argument("--processes", type=int, default=1, help="run this many copies at once (GPU time-slicing)")
     args = parser.parse_args(argv)
+    if args.processes > 1:
+        one = [*args.variants, "--repeats", str(args.repeats)] + ["--causal"] * args.causal + ["--pollute"] * args.pollute
+        copies = [subprocess.Popen([sys.executable, "-m", "benchmarks.repeat_check", *one]) for _ in range(args.processes)]
+        raise SystemExit(max(copy.wait() for copy in copies))
     for variants in args.variants:
-        print(check(variants, args.repeats, args.causal), flush=True)
+        print(check(variants, args.repeats, args.causal, args.pollute), flush=True)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, replace
 
 import torch
@@ -235,7 +236,11 @@ def _specialized_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: to
                       config: ForwardConfig, total_q: int, softmax_scale: float, q_start: torch.Tensor | None,
                       kv_start: torch.Tensor | None, softmax_offset: torch.Tensor | None) -> ForwardPlan:
     """The launch of attention_fwd_specialized_kernel: one program per (tile of block_m query tokens, query
-    head), no split-KV."""
+    head), no split-KV. Warns: the kernel is wrong while processes share the GPU (see its module)."""
+    if not interpreter_enabled():
+        warnings.warn("the warp-specialized attention kernel (ForwardConfig.warp_specialize) returns NaN rows while "
+                      "other processes use the GPU (Triton 3.6, H200): use it for measurements only",
+                      RuntimeWarning, stacklevel=4)
     grid = (-(-total_q // config.block_m) + shapes.num_seqs, shapes.num_heads_q)
     attention = KernelLaunch(
         attention_fwd_specialized_kernel, grid,

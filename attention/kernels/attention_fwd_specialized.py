@@ -15,12 +15,15 @@ searches sequences with a while loop. So this kernel serves what needs none of t
   * sinks (softmax_offset), varlen (``thd``) and padded starts as in the general kernel; out is written
     through a descriptor as well (needs 16-byte aligned strides, like q, k and v).
 
-Opt-in (``warp_specialize`` in ATTN_FUSED_VARIANTS' prefill/contiguous entry): one H200 GPU-suite run
-gave 192 NaN rows of one head on a ragged non-causal thd prefill that three other runs and 600 repeats
-passed, so no table turns it on until that is understood (attention/kernels/configs.py). The wrong
-rows were a tile's second consumer group and the whole next tile; a suspect is the q/k/v descriptors,
-made on the device before the specialized loop and used by its producer partition (a fence between
-partitions). benchmarks/repeat_check.py repeats that call.
+Opt-in for measurements only (``warp_specialize`` in ATTN_FUSED_VARIANTS' prefill/contiguous entry; planning
+it warns): it is wrong while other processes use the GPU. On the H200 (Triton 3.6, 2026-11-30) a ragged
+non-causal thd prefill returned NaN rows in 553-600 of 600 runs in each of three processes running at
+once, against 0 of 400 in one process alone; the general kernel was right in all 6,000 runs under the
+same load (``python -m benchmarks.repeat_check --processes 3``, docs/results/2026-11-30-h200-dc3ccf8/).
+The GPU suite's shards are such processes: one of its runs (87c85d6) caught it. Not isolated further:
+the sm90 code keeps each program's descriptors in a slot of its own and fences them as Triton's general
+kernels do; what the specialized code adds is the producer / consumer split (register reallocation,
+named barriers, mbarrier pipelines), which a time-slice switch of the GPU apparently upsets.
 
 Grid: (q tiles over the flattened query tokens + one per sequence, H_q). Program (t, h) finds its
 sequence by SEARCH_STEPS unrolled halvings of cu_seqlens_q, like find_sequence; a tile past its

@@ -93,8 +93,8 @@ class ForwardConfig:
     warp_specialize: calls over a non-paged cache (or packed K/V) without a mask band (no causal mask,
         window or ALiBi) at head dims <= 128 run one KV loop that Triton 3.6 warp-specializes on Hopper
         (a TMA producer warp group, two consumer groups), on WARP_SPECIALIZED_TILE unless a config is
-        passed; K/V through tensor descriptors whatever ``tma`` says. Opt-in (no table sets it: an
-        intermittent wrong result on the H200, see select_forward_config).
+        passed; K/V through tensor descriptors whatever ``tma`` says. For measurements only (no table
+        sets it): wrong while other processes share the GPU, see select_forward_config.
     gather_pages: over a paged cache, whether the launcher first copies each sequence's pages into a
         contiguous buffer and runs the call as over a non-paged cache, with the tables' configuration for
         that layout (attention/kernels/page_gather.py):
@@ -301,11 +301,10 @@ def select_forward_config(
       warp_specialize is opt-in: ``ATTN_FUSED_VARIANTS=prefill/contiguous=tma+int32_offsets+
       heavy_tiles_first+warp_specialize`` sends every non-paged prefill call without a mask band that
       the warp-specialized kernel can take to it (on WARP_SPECIALIZED_TILE); it paid at d128 over KV
-      walks longer than SHORT_KV_TILES' (figures below). It is off by default since the H200 GPU suite
-      at commit 87c85d6 saw it once give NaN rows (a ragged non-causal bf16 thd prefill, 192 rows of one
-      head; the same test passed in three other suite runs and 600 repeats in one process): a race in
-      Triton 3.6's Hopper warp specialization is the suspect (a pointer store from its second consumer group had already put
-      rows wrong, see attention_fwd_specialized.py). bench_prefill, commit 71a6829, fused TFLOP/s
+      walks longer than SHORT_KV_TILES' (figures below). It is for measurements only: while other
+      processes use the GPU it returns NaN rows (three processes at once: 553-600 of 600 runs wrong each,
+      one process alone: 0 of 400; the general kernel 0 of 6,000; attention_fwd_specialized.py).
+      bench_prefill, commit 71a6829, fused TFLOP/s
       without -> with (docs/results/2026-11-30-h200-71a6829/): MHA full 4x4k 484.7 -> 528.3, 2x8k
       491.8 -> 557.5, 1x16k 493.3 -> 528.6; GQA 32/8 full 4x4k 486.5 -> 507.3, 2x8k 500.8 -> 547.4,
       1x16k 493.8 -> 539.0. Short walks: 16x1k 385.8 -> 392.5 and 388.9 -> 396.1, but 8x2k 486.2 ->
