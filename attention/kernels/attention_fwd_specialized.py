@@ -18,8 +18,9 @@ searches sequences with a while loop. So this kernel serves what needs none of t
 Opt-in for measurements only (``warp_specialize`` in ATTN_FUSED_VARIANTS' prefill/contiguous entry; planning
 it warns): it is wrong while other processes use the GPU. On the H200 (Triton 3.6, 2026-11-30) a ragged
 non-causal thd prefill returned NaN rows in 553-600 of 600 runs in each of three processes running at
-once, against 0 of 400 in one process alone; the general kernel was right in all 6,000 runs under the
-same load (``python -m benchmarks.repeat_check --processes 3``, docs/results/2026-11-30-h200-dc3ccf8/).
+once, against 0 of 400 in one process alone, and 3 of 1,800 under MPS (no time-slicing); the general
+kernel was right in all 6,000 runs under the same load (``python -m benchmarks.repeat_check --processes 3``,
+docs/results/2026-11-30-h200-dc3ccf8/repeat-check.txt): a race whose odds rise with other work on the GPU.
 The GPU suite's shards are such processes: one of its runs (87c85d6) caught it. Not isolated further:
 the sm90 code keeps each program's descriptors in a slot of its own and fences them as Triton's general
 kernels do; what the specialized code adds is the producer / consumer split (register reallocation,
