@@ -139,7 +139,7 @@ def attention_forward(
     no device value is read on the host, so the call can be captured in a CUDA graph and replayed
     with new cu_seqlens / page_table contents (within the same bounds).
 
-    A prefill call over pages smaller than a KV tile whose sequences bring thousands of query rows each
+    A prefill call over pages of fewer than 64 tokens whose sequences bring thousands of query rows each
     first copies its pages to a contiguous buffer and runs as over a non-paged cache, with that layout's
     configuration (attention/kernels/page_gather.py; ``config.gather_pages`` forces or forbids the copy): ``max_seqlen_kv`` then sizes that copy and must bound every sequence's KV
     length, as its name says.
