@@ -152,7 +152,8 @@ def attention_forward(
     `config` overrides the launch configuration `select_forward_config` would pick (tuning sweeps:
     `python -m benchmarks.sweep`); it must pack whole query tokens (block_q * group <= block_m). With
     `config.warp_specialize`, calls without a mask band (no causal mask, window or ALiBi) over a
-    non-paged cache at head dims <= 128 and one KV split run attention_fwd_specialized.py's kernel.
+    non-paged cache at head dims <= 128 and one KV split run attention_fwd_specialized.py's kernel (for
+    measurements only: it is wrong while other work shares the GPU, and planning it warns).
 
     The example needs a CUDA GPU (compute capability 8.0+), so doctest skips its GPU lines. Two
     sequences in bshd: 5 queries over 7 keys, and 3 queries over 5 keys.
