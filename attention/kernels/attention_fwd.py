@@ -141,8 +141,8 @@ def attention_forward(
 
     A prefill call over pages of fewer than 64 tokens whose sequences bring thousands of query rows each
     first copies its pages to a contiguous buffer and runs as over a non-paged cache, with that layout's
-    configuration (attention/kernels/page_gather.py; ``config.gather_pages`` forces or forbids the copy): ``max_seqlen_kv`` then sizes that copy and must bound every sequence's KV
-    length, as its name says.
+    configuration (attention/kernels/page_gather.py; ``config.gather_pages`` forces or forbids the copy).
+    ``max_seqlen_kv`` then sizes that copy and must bound every sequence's KV length, as its name says.
 
     Each call is planned once per key of its arguments: the tensors' sizes, strides, dtypes, devices
     and 16-byte alignment, and the host values, with max_seqlen_kv rounded up to 16 keys
