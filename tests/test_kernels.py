@@ -555,6 +555,30 @@ def test_heavy_tiles_first_matches_the_reference(layout: str) -> None:
     check_with_config(case, interpreted_config(case, heavy_tiles_first=True, block_m=32, block_q=16, small_block_m=16))
 
 
+@pytest.mark.parametrize("heavy", [False, True])
+@pytest.mark.parametrize("q_lens", [(37, 37, 37), (37, 20, 0, 37)], ids=["equal", "shorter"])
+def test_sequence_major_grid_matches_the_reference(q_lens: tuple[int, ...], heavy: bool,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sequences of max_seqlen_q queries get a sequence-major grid of several q tiles each (no search);
+    with total_q a loose bound (num_seqs x max_seqlen_q) shorter and empty sequences leave programs idle."""
+    from attention.kernels import attention_fwd
+
+    monkeypatch.setattr(attention_fwd, "_plans", {})
+    case = C(q_lens, (45, 60, 7, 37)[:len(q_lens)], heads=(4, 2), layout="thd", causal=True, bottom_right=True,
+             num_splits=None, dtype=torch.float16)
+    config = interpreted_config(case, heavy_tiles_first=heavy)
+    inputs = build_inputs(case)
+    call = {**inputs["call"], "total_q": len(q_lens) * max(q_lens)}
+    for num_splits in (1, 3):
+        inputs["out_base"].fill_(SENTINEL)
+        attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **{**call, "num_splits": num_splits},
+                          config=config)
+        check_output(case, inputs)
+    for plan in attention_fwd._plans.values():
+        launch = plan.attention
+        assert launch.constexprs["SEQ_GRID"] and launch.scalars[1] == -(-max(q_lens) // config.block_q) > 1
+
+
 def test_offsets_fit_int32_counts_the_largest_offset() -> None:
     from attention.kernels.attention_fwd import _offsets_fit_int32
 

@@ -137,7 +137,10 @@ def attention_forward(
 
     Host ints (max_seqlen_q, max_seqlen_kv, total_q) only size the grid and pick configurations:
     no device value is read on the host, so the call can be captured in a CUDA graph and replayed
-    with new cu_seqlens / page_table contents (within the same bounds).
+    with new cu_seqlens / page_table contents (within the same bounds). They are bounds: every
+    sequence has at most max_seqlen_q queries and max_seqlen_kv keys, all together at most total_q
+    queries. When num_seqs x ceil(max_seqlen_q / q tile) programs are no more than the token-indexed
+    grid needs (decode; sequences of equal length), program ids name (sequence, q tile) directly.
 
     A prefill call over pages of fewer than 64 tokens whose sequences bring thousands of query rows each
     first copies its pages to a contiguous buffer and runs as over a non-paged cache, with that layout's
@@ -342,8 +345,12 @@ def _plan_forward(
         page_scalar and all(x.stride(0) == shapes.page_size * x.stride(1) for x in (k, v))))  # one row space
     page_granular = (shapes.paged and config.page_granular_tiles and not config.runtime_page_size
                      and shapes.page_size < config.block_n and config.block_n % shapes.page_size == 0)
-    seq_grid = max_seqlen_q <= config.block_q  # one q tile per sequence: program id = sequence
-    q_programs = shapes.num_seqs if seq_grid else -(-total_q // config.block_q) + shapes.num_seqs
+    # Sequence-major grid (tiles_per_seq programs per sequence, no search) when it has no more programs
+    # than the searched grid: decode, and batches whose sequences all have max_seqlen_q queries.
+    tiles_per_seq = -(-max_seqlen_q // config.block_q)
+    searched_programs = -(-total_q // config.block_q) + shapes.num_seqs
+    seq_grid = shapes.num_seqs * tiles_per_seq <= searched_programs
+    q_programs = shapes.num_seqs * tiles_per_seq if seq_grid else searched_programs
     grid = (q_programs, shapes.num_heads_kv, num_splits)
     fused_combine = write_partial and config.fused_combine
     # (the interpreter has no grid dependency control; CPU tensors outside it only reach tests/sm90_compile)
@@ -351,7 +358,8 @@ def _plan_forward(
     attention = KernelLaunch(
         attention_fwd_kernel, grid,
         scalars=(
-            shapes.num_seqs, shapes.page_size, k.shape[0] * k.shape[1] if shapes.paged else 0,
+            shapes.num_seqs, tiles_per_seq if seq_grid else 0, shapes.page_size,
+            k.shape[0] * k.shape[1] if shapes.paged else 0,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
             *(page_table.stride() if page_table is not None else (0, 0)),
             alibi_stride_b,
@@ -388,5 +396,5 @@ def _plan_forward(
         combine = combine_launch(
             partial_out_shape, part_strides, lse_strides, out.stride()[:3], num_seqs=shapes.num_seqs,
             has_q_start=q_start is not None, has_sink=softmax_offset is not None, dependent_launch=dependent_launch,
-            max_seqlen_q=max_seqlen_q if seq_grid else None)
+            max_seqlen_q=max_seqlen_q if seq_grid and tiles_per_seq == 1 else None)
     return ForwardPlan(attention, combine, partial_out_shape, grid[0] * grid[1] if fused_combine else 0)

@@ -513,7 +513,7 @@ def attention_fwd_kernel(
     partial_out_ptr, partial_lse_ptr,
     cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr,
     page_table_ptr, alibi_slopes_ptr, softmax_offset_ptr, split_counter_ptr,
-    num_seqs, page_size, num_cache_rows,
+    num_seqs, tiles_per_seq, page_size, num_cache_rows,
     stride_qb, stride_qs, stride_qh,
     stride_kb, stride_ks, stride_kh,
     stride_vb, stride_vs, stride_vh,
@@ -544,11 +544,13 @@ def attention_fwd_kernel(
     SMALL_BLOCK_M > 0 (mixed batches): a sequence with at most SMALL_BLOCK_Q queries (a decode, a
     short verification step) runs a SMALL_BLOCK_M-row tile instead of the BLOCK_M-row prefill tile.
     HEAVY_TILES_FIRST: program t of a sequence with n q tiles takes tile n - 1 - t.
-    SEQ_GRID (every sequence has at most BLOCK_Q queries: decode, speculative verification): the grid
-    has one q-tile program per sequence and program t is sequence t. Otherwise a program finds its
-    sequence by a binary search over cu_seqlens_q: log2(batch) dependent loads from a cold L2 before
-    the first K/V load, paid by every program of a one-wave decode at once (H200 sweep: 64x4k 258.7 ->
-    254.2 µs without the search; the small-batch cells, one to three loads, did not move).
+    SEQ_GRID: the grid is sequence-major, `tiles_per_seq` q-tile programs per sequence (enough for the
+    longest), and program t is local tile t % tiles_per_seq of sequence t // tiles_per_seq; decode and
+    speculative verification have one (tiles_per_seq == 1, which Triton compiles in), batches of equal
+    lengths as many as each needs. Otherwise a program finds its sequence by a binary search over
+    cu_seqlens_q: log2(batch) dependent loads from a cold L2 before the first K/V load, paid by every
+    program of a one-wave decode at once (H200 sweep: 64x4k 258.7 -> 254.2 µs without the search; the
+    small-batch cells, one to three loads, did not move).
     LAUNCH_DEPENDENTS: each program lets the next kernel of the stream launch (launched with
     programmatic dependent launch, the split combine: it waits for this grid before reading partials).
     PAGES_PER_TILE > 0 (a paged cache with PAGE_SIZE * PAGES_PER_TILE == BLOCK_N): KV tiles are read page
@@ -568,20 +570,19 @@ def attention_fwd_kernel(
     split = tl.program_id(2)
     num_splits = tl.num_programs(2)
 
-    if SEQ_GRID:  # every sequence is one q tile: the program id is the sequence, no search
-        seq = tile_id
+    if SEQ_GRID:  # sequence-major grid: the program id names the sequence, no search
+        seq = tile_id // tiles_per_seq
+        local_tile = tile_id % tiles_per_seq
     else:
         seq = find_sequence(cu_seqlens_q_ptr, num_seqs, tile_id, BLOCK_Q, True)
     q_begin = tl.load(cu_seqlens_q_ptr + seq)
     q_len = tl.load(cu_seqlens_q_ptr + seq + 1) - q_begin
-    if SEQ_GRID:
-        local_tile = tile_id * 0
-    else:
+    if not SEQ_GRID:
         local_tile = tile_id - (q_begin // BLOCK_Q + seq)
-        if HEAVY_TILES_FIRST:  # the sequence's last q tile (under a causal mask the one seeing most keys) first
-            local_tile = (q_len + BLOCK_Q - 1) // BLOCK_Q - 1 - local_tile
-            if local_tile < 0:
-                return
+    if HEAVY_TILES_FIRST:  # the sequence's last q tile (under a causal mask the one seeing most keys) first
+        local_tile = (q_len + BLOCK_Q - 1) // BLOCK_Q - 1 - local_tile
+        if local_tile < 0:
+            return
     first_query = local_tile * BLOCK_Q
     if first_query >= q_len:
         return
