@@ -149,16 +149,19 @@ def test_the_tuned_table_is_what_the_recorded_sweeps_picked() -> None:
     assert picked == TUNED_VARIANTS
 
 
-@pytest.mark.parametrize("head_dim, max_seqlen_kv, paged, tile", [
-    (128, 1024, False, (128, 32, 4)), (128, 2048, False, (64, 64, 4)), (128, 2049, False, (128, 64, 8)),
-    (128, 1024, True, (64, 64, 4)), (128, 2048, True, (64, 64, 4)), (128, 16384, True, (128, 128, 8)),
-    (128, None, False, (128, 64, 8)), (64, 4096, False, (64, 64, 4)), (256, 1024, False, (128, 64, 8)),
+@pytest.mark.parametrize("head_dim, max_seqlen_kv, paged, causal, tile", [
+    (128, 1024, False, False, (128, 64, 8, 2, 128)), (128, 1024, False, True, (128, 32, 8, 3, 128)),
+    (128, 2048, False, True, (128, 64, 8, 2, 128)), (128, 2049, False, True, (128, 64, 8, 2, 128)),
+    (128, 1024, True, True, (64, 64, 4, 3, 0)), (128, 2048, True, False, (64, 64, 4, 3, 0)),
+    (128, 16384, True, True, (128, 128, 8, 3, 0)), (128, None, False, False, (128, 64, 8, 2, 128)),
+    (64, 4096, False, False, (64, 64, 4, 3, 0)), (256, 1024, False, True, (128, 64, 8, 2, 0)),
 ])
-def test_prefill_tiles_follow_head_dim_and_kv_length(head_dim, max_seqlen_kv, paged, tile) -> None:
-    """SHORT_KV_TILES for d128 walks of at most 1024 / 2048 keys, 64x64 at d64, else the long-walk tiles."""
+def test_prefill_tiles_follow_head_dim_and_kv_length(head_dim, max_seqlen_kv, paged, causal, tile) -> None:
+    """(block_m, block_n, warps, stages, register cap): SHORT_KV_TILES for d128 walks of at most 1024 / 2048
+    keys (non-paged 1k walks by mask), PREFILL_TILE for longer non-paged d128 walks, 64x64 at d64, d256's own."""
     config = select_forward_config(head_dim_qk=head_dim, head_dim_v=head_dim, group_size=4, max_seqlen_q=2048,
-                                   interpret=False, paged=paged, max_seqlen_kv=max_seqlen_kv)
-    assert (config.block_m, config.block_n, config.num_warps) == tile
+                                   interpret=False, paged=paged, max_seqlen_kv=max_seqlen_kv, causal=causal)
+    assert (config.block_m, config.block_n, config.num_warps, config.num_stages, config.max_registers) == tile
     assert config.block_q == config.block_m // 4
 
 

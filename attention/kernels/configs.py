@@ -19,6 +19,7 @@ __all__ = [
     "GATHER_MAX_PAGE_SIZE",
     "GATHER_MIN_PACKED_ROWS",
     "MAX_NUM_SPLITS",
+    "PREFILL_TILE",
     "VARIANTS_ENV",
     "WARP_SPECIALIZED_TILE",
     "ForwardConfig",
@@ -195,14 +196,29 @@ def parse_variants(text: str) -> dict[str, dict[str, int]]:
     return table
 
 
-SHORT_KV_TILES = ((1024, (128, 32, 4, 3), (64, 64, 4, 3)), (2048, (64, 64, 4, 3), (64, 64, 4, 3)))
-"""Prefill tiles (block_m, block_n, warps, stages) of d <= 128 calls whose KV walks are at most that many
-keys, contiguous then paged: short walks favour small, many programs (H200, 2026-11-30, commit 5642f28,
-docs/results/2026-11-30-h200-5642f28/sweep-tiles.md, speedups over 128x64 8 warps with the tuned
-variants): 16x1k 128x32 4 warps MHA / GQA full 1.02x / 1.01x, causal 1.06x / 1.09x (64x64 4 warps
-0.98x / 0.97x, 1.06x / 1.01x); 8x2k 64x64 4 warps full 1.12x / 1.11x, causal 1.16x / 1.10x; over a
-paged cache, 2k prefill + 128 decodes at 2k 1.23x (a 2k chunk on 14k + 64 decodes keeps 128x128:
-64x64 there 0.89x)."""
+PREFILL_TILE = (128, 64, 8, 2, 128)
+"""(block_m, block_n, warps, stages, register cap) of d128 prefill over a non-paged cache (or packed K/V)
+walking more than SHORT_KV_TILES' keys. Two stages and at most 128 registers per thread let two 8-warp
+programs share an SM (shared memory 96 KiB each; ptxas gave the uncapped tile more than 128 registers,
+one program per SM), so one program's Q load and output store overlap the other's loop. H200, 2026-11-30,
+commit 9f215ab, thd 16k tokens bf16, against 128x64 8 warps 3 stages uncapped (docs/results/
+2026-11-30-h200-9f215ab/tiles.md): 4x4k MHA full / causal 1.020x / 1.020x, GQA 32/8 1.037x / 1.040x;
+1x16k MHA 1.002x / 0.992x, GQA 1.014x / 1.026x. Uncapped at two stages: 0.81-0.93x."""
+
+SHORT_KV_TILES = (
+    (1024, (128, 64, 8, 2, 128), (128, 32, 8, 3, 128), (64, 64, 4, 3, 0)),
+    (2048, (128, 64, 8, 2, 128), (128, 64, 8, 2, 128), (64, 64, 4, 3, 0)),
+)
+"""Prefill tiles (block_m, block_n, warps, stages, register cap) of d <= 128 calls whose KV walks are at most
+that many keys: non-paged without, then with a causal mask, then paged. Short walks pay each program's fixed
+work (sequence lookup, Q load, output store) often, so two 8-warp programs per SM (a 128-register cap) hide
+it best. H200, 2026-11-30, commit 9f215ab, thd 16k tokens bf16 (docs/results/2026-11-30-h200-9f215ab/tiles.md),
+speedups over the earlier tiles (16x1k 128x32 4 warps 3 stages, 8x2k 64x64 4 warps 3 stages):
+  16x1k 128x64 8 warps 2 stages capped: MHA / GQA 32/8 full 1.031x / 1.083x, causal 1.010x / 1.014x;
+  16x1k causal 128x32 8 warps 3 stages capped: MHA 1.045x, GQA 1.051x (full 1.010x / 1.019x);
+  8x2k 128x64 8 warps 2 stages capped: MHA full / causal 1.023x / 0.996x, GQA 1.047x / 1.062x.
+Paged caches keep 64x64 4 warps (commit 5642f28: 2k prefill + 128 decodes at 2k 1.23x over 128x128); a 2k
+chunk on 14k + 64 decodes keeps the long-walk 128x128 (64x64 there 0.89x)."""
 
 GATHER_MAX_PAGE_SIZE = 64
 """Pages smaller than this are copied to a contiguous buffer before a prefill call that reads them often
@@ -269,6 +285,7 @@ def select_forward_config(
     paged: bool = False,
     tuned: bool = True,
     max_seqlen_kv: int | None = None,
+    causal: bool = False,
 ) -> ForwardConfig:
     """Pick block sizes, warps and stages for one call, then the class's tuned variants.
 
@@ -277,7 +294,8 @@ def select_forward_config(
     work; "prefill" uses 128-row tiles (64 for head dim 256, register/smem bound). Interpreter mode
     uses the smallest legal tiles so CPU tests stay fast (with the same variants, so CI runs them).
     ``paged`` picks the variant table's layout; ``tuned=False`` leaves every variant off (the sweep's
-    baseline); ``max_seqlen_kv`` (None: long) decides whether a table's ``tma`` applies (``tma_pays``).
+    baseline); ``max_seqlen_kv`` (None: long) decides whether a table's ``tma`` applies (``tma_pays``) and
+    picks SHORT_KV_TILES, whose non-paged entries differ with ``causal`` (a causal mask of any alignment).
 
     Measured on the H200 with L2 flushed (benchmarks/sweep.py, bf16, Triton 3.6, 2026-11-30; the
     full table is docs/results/2026-11-30-h200/sweep.md):
@@ -297,7 +315,7 @@ def select_forward_config(
       d64 (4x4k, tuned variants, commit 5642f28): 64x64 4 warps 3 stages full 417, causal 378 TFLOP/s
         against 128x64 8 warps 324 / 387. d256 causal: 128x64 8 warps 2 stages 467 (3 stages and
         128x128 exceed shared memory; 64x64 4 warps 327).
-      KV walks of at most 1024 / 2048 keys at d128: SHORT_KV_TILES.
+      KV walks of at most 1024 / 2048 keys at d128: SHORT_KV_TILES; longer non-paged walks: PREFILL_TILE.
       warp_specialize is opt-in: ``ATTN_FUSED_VARIANTS=prefill/contiguous=tma+int32_offsets+
       heavy_tiles_first+warp_specialize`` sends every non-paged prefill call without a mask band that
       the warp-specialized kernel can take to it (on WARP_SPECIALIZED_TILE); it paid at d128 over KV
@@ -318,17 +336,18 @@ def select_forward_config(
     """
     long_kv = max_seqlen_kv is None or max_seqlen_kv >= TMA_MIN_KV_LENGTH
     return _select_forward_config(head_dim_qk, head_dim_v, group_size, max_seqlen_q, interpret, paged, tuned,
-                                  getenv(VARIANTS_ENV, "") if tuned else "", long_kv, _short_kv_tiles(max_seqlen_kv))
+                                  getenv(VARIANTS_ENV, "") if tuned else "", long_kv,
+                                  _short_kv_tiles(max_seqlen_kv, causal))
 
 
-def _short_kv_tiles(max_seqlen_kv: int | None) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-    """The (contiguous, paged) SHORT_KV_TILES entry of the smallest bound holding ``max_seqlen_kv`` keys;
-    None for longer walks or None (a config cache key that changes at those bounds only, not on
-    every decode step)."""
+def _short_kv_tiles(max_seqlen_kv: int | None, causal: bool) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """The (non-paged, paged) tiles of the SHORT_KV_TILES entry of the smallest bound holding ``max_seqlen_kv``
+    keys; None for longer walks or None (a config cache key that changes at those bounds only, not on every
+    decode step)."""
     if max_seqlen_kv is not None:
-        for bound, contiguous_tile, paged_tile in SHORT_KV_TILES:
+        for bound, full_tile, causal_tile, paged_tile in SHORT_KV_TILES:
             if max_seqlen_kv <= bound:
-                return contiguous_tile, paged_tile
+                return causal_tile if causal else full_tile, paged_tile
     return None
 
 
@@ -353,11 +372,11 @@ def _select_forward_config(head_dim_qk: int, head_dim_v: int, group_size: int, m
     elif block_d <= 64:
         block_m, block_n, num_warps, num_stages = 64, 64, 4, 3
     elif block_d == 128 and short_kv_tiles:
-        block_m, block_n, num_warps, num_stages = short_kv_tiles[1] if paged else short_kv_tiles[0]
+        block_m, block_n, num_warps, num_stages, max_registers = short_kv_tiles[1] if paged else short_kv_tiles[0]
     elif block_d == 128 and paged:
         block_m, block_n, num_warps, num_stages = 128, 128, 8, 3
-    elif block_d <= 128:
-        block_m, block_n, num_warps, num_stages = 128, 64, 8, 3
+    elif block_d == 128:
+        block_m, block_n, num_warps, num_stages, max_registers = PREFILL_TILE
     else:
         block_m, block_n, num_warps, num_stages = 128, 64, 8, 2
     block_m = max(block_m, group_rows)
