@@ -259,9 +259,10 @@ def _launch(plan: ForwardPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
             softmax_offset: torch.Tensor | None) -> None:
     """Run a ForwardPlan's launches on these tensors (only their addresses are read)."""
     placeholder = cu_seqlens_q  # any device tensor for pointers a constexpr flag disables
-    if plan.partial_out_shape:
-        partial_out = torch.empty(plan.partial_out_shape, dtype=torch.float32, device=q.device)
-        partial_lse = torch.empty(plan.partial_out_shape[:3], dtype=torch.float32, device=q.device)
+    if plan.partial_out_shape:  # (unpacked sizes: a tuple argument parses ~0.5 µs slower)
+        splits, tokens, heads, head_dim_v = plan.partial_out_shape
+        partial_out = torch.empty(splits, tokens, heads, head_dim_v, dtype=torch.float32, device=q.device)
+        partial_lse = torch.empty(splits, tokens, heads, dtype=torch.float32, device=q.device)
     else:
         partial_out = partial_lse = out  # unused placeholders
     if softmax_offset is not None:
