@@ -114,6 +114,7 @@ def call_signature(
     core_attention_bias: Any,
     host_arguments: tuple,
     kv_caching: bool,
+    capturing: bool,
 ) -> tuple | None:
     """The signature of a call (a dict key; ``CallPlans.lookup`` refuses an unhashable one), or None
     when a tensor argument is not a tensor: such calls take the full path, whose checks say what is
@@ -121,19 +122,19 @@ def call_signature(
 
     ``host_arguments``: forward's non-tensor arguments that ``_prepare``'s checks and the choice read
     (qkv_format, attn_mask_type, window_size, bottom_right_diagonal, core_attention_bias_type,
-    max_seqlen_q, max_seqlen_kv, pad_between_seqs, num_splits).
+    max_seqlen_q, max_seqlen_kv, pad_between_seqs, num_splits). ``capturing``: a CUDA graph is being
+    captured on the current stream.
     """
     tensors = (_tensor(q), _tensor(k), _tensor(v), *map(_tensor, cu_seqlens), _tensor(core_attention_bias))
     if False in tensors:
         return None
-    device = q.device
     return (
         tensors, host_arguments, kv_caching,
         module.training, module.backend, module.qkv_format, module.attn_mask_type, module._window_size_arg,
         module.bottom_right_diagonal, module.attention_type, module.attention_dropout, module.softmax_type,
         module.deterministic, module.return_max_logit,
         call_setup.requires_grad(module, q, k, v, core_attention_bias),
-        device.type == "cuda" and torch.cuda.is_current_stream_capturing(),
+        capturing,
         selection.env_snapshot(), selection.context_backends(), selection.cache_generation(),
     )
 

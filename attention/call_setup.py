@@ -135,10 +135,12 @@ def kv_cache_step(
     batch: int,
     max_seqlen_q: int | None,
     dry_run: bool,
+    eager: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, int, torch.Tensor, torch.Tensor, int | None, int]:
     """Append k/v to the cache of ``layer_number`` and attend over it: (k, v, batch, cu_seqlens_q,
     cu_seqlens_kv, max_seqlen_q, max_seqlen_kv) with the cache as k/v. A dry run (``explain``)
-    reads the cache's metadata and leaves the cache alone (k/v as given)."""
+    reads the cache's metadata and leaves the cache alone (k/v as given). ``eager``: as for
+    ``eager_step_value``."""
     ip = inference_params
     if fmt != "thd" and batch != ip.batch_size:
         raise ValueError(
@@ -146,7 +148,7 @@ def kv_cache_step(
             "(the sequences of the last pre_step)"
         )
     if fmt == "thd" and max_seqlen_q is None:
-        max_seqlen_q = _step_queries_bound(ip, k.device)
+        max_seqlen_q = _step_queries_bound(ip, k.device, eager)
     if dry_run:
         cu_seqlens_q, cu_seqlens_kv = ip.cu_seqlens_q, ip.cu_seqlens_kv
         max_seqlen_kv = ip.max_sequence_length
@@ -159,19 +161,25 @@ def kv_cache_step(
     return k, v, batch, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv
 
 
-def eager_step_value(ip: Any, name: str, device: torch.device) -> int | None:
+def eager_call(device: torch.device) -> bool:
+    """Is this call neither traced by torch.compile nor captured in a CUDA graph (whose replays bring
+    other steps)?"""
+    return not (torch.compiler.is_compiling() or (device.type == "cuda" and torch.cuda.is_current_stream_capturing()))
+
+
+def eager_step_value(ip: Any, name: str, device: torch.device, eager: bool | None = None) -> int | None:
     """A host value of this cache step (``InferenceParams.longest_step``, ``step_tokens``), or None
-    when the cache has none or the call is being captured in a CUDA graph or traced by
-    torch.compile: replays of that graph bring other steps."""
-    if torch.compiler.is_compiling() or (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+    when the cache has none or the call is not eager (``eager_call(device)``, or ``eager`` when the
+    caller knows it already)."""
+    if not (eager_call(device) if eager is None else eager):
         return None
     return getattr(ip, name, None)
 
 
-def _step_queries_bound(ip: Any, device: torch.device) -> int | None:
+def _step_queries_bound(ip: Any, device: torch.device, eager: bool | None) -> int | None:
     """thd ``max_seqlen_q`` of a cache step, from the host: the step's longest (``longest_step``)
     in eager calls, else ``max_ctx_len`` (None if the cache has neither)."""
-    longest = eager_step_value(ip, "longest_step", device)
+    longest = eager_step_value(ip, "longest_step", device, eager)
     return getattr(ip, "max_ctx_len", None) if longest is None else longest
 
 

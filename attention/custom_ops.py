@@ -42,16 +42,9 @@ __all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache
 @functools.cache
 def _attention_forward() -> Any:
     """The kernel launcher, imported on first use (Triton stays unimported until a fused call)."""
-    from attention.kernels.attention_fwd import attention_forward
+    from attention.kernels.attention_fwd import packed_attention_forward
 
-    return attention_forward
-
-
-def _batched(x: Tensor, fmt: str, batch: int) -> Tensor:
-    """The kernel's ``[B, S, H, D]`` strided view of a bshd / sbhd / thd (or cache) tensor; no copy."""
-    if fmt == "thd":
-        return x.expand(batch, -1, -1, -1)   # a leading batch dim of stride 0 (one view, not two)
-    return x.transpose(0, 1) if fmt == "sbhd" else x
+    return packed_attention_forward
 
 
 def fused_attention_forward(
@@ -65,14 +58,17 @@ def fused_attention_forward(
 ) -> None:
     """Run the fused kernel, writing the rows of real query tokens of ``out`` (in place).
 
-    ``num_splits``: the split-KV count, or None for the kernel's heuristic."""
+    ``q_start`` / ``kv_start``: thd offsets, cu_seqlens-style int32 ``[batch + 1]`` (the last entry is not
+    read). ``num_splits``: the split-KV count, or None for the kernel's heuristic. The launcher sees sbhd
+    as ``[b, s, h, d]`` (a transposed view) and takes thd ``[t, h, d]`` as it is (``packed_attention_forward``)."""
+    if q_format == "sbhd":
+        q, out = q.transpose(0, 1), out.transpose(0, 1)
+    if kv_format == "sbhd":
+        k, v = k.transpose(0, 1), v.transpose(0, 1)
     _attention_forward()(
-        _batched(q, q_format, batch), _batched(k, kv_format, batch), _batched(v, kv_format, batch),
-        _batched(out, q_format, batch),
-        cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv, q_start=q_start, kv_start=kv_start,
-        page_table=page_table, max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv, total_q=total_q,
-        softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
-        bottom_right=bottom_right, alibi_slopes=alibi_slopes, softmax_offset=softmax_offset, num_splits=num_splits,
+        q, k, v, out, batch, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, max_seqlen_q,
+        max_seqlen_kv, total_q, softmax_scale, causal, window_left, window_right, bottom_right, alibi_slopes,
+        softmax_offset, num_splits,
     )
 
 

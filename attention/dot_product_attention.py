@@ -162,22 +162,22 @@ class DotProductAttention(nn.Module):
         Returns ``out``, or ``(out, max_logit)`` when the module was built with ``return_max_logit``.
         """
         compiling = torch.compiler.is_compiling()
+        capturing = (not compiling and isinstance(query_layer, torch.Tensor) and query_layer.is_cuda
+                     and torch.cuda.is_current_stream_capturing())
         cu_seqlens = (cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q_padded, cu_seqlens_kv_padded)
         signature = None if compiling else call_plans.call_signature(
             self, query_layer, key_layer, value_layer, cu_seqlens, core_attention_bias,
             (qkv_format, attn_mask_type, window_size, bottom_right_diagonal, core_attention_bias_type, max_seqlen_q,
              max_seqlen_kv, pad_between_seqs, num_splits),
-            inference_params is not None,
+            inference_params is not None, capturing,
         )
         plan = self._call_plans.lookup(signature)
+        # positional: _prepare's parameters in order (keywords cost ~0.7 µs a call here)
         call, backend = self._prepare(
-            query_layer, key_layer, value_layer, attention_mask=attention_mask, qkv_format=qkv_format,
-            cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv, cu_seqlens_q_padded=cu_seqlens_q_padded,
-            cu_seqlens_kv_padded=cu_seqlens_kv_padded, max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
-            attn_mask_type=attn_mask_type, window_size=window_size, core_attention_bias_type=core_attention_bias_type,
-            core_attention_bias=core_attention_bias, alibi_slopes=alibi_slopes, inference_params=inference_params,
-            pad_between_seqs=pad_between_seqs, bottom_right_diagonal=bottom_right_diagonal, num_splits=num_splits,
-            plan=plan,
+            query_layer, key_layer, value_layer, attention_mask, qkv_format, cu_seqlens_q, cu_seqlens_kv,
+            cu_seqlens_q_padded, cu_seqlens_kv_padded, max_seqlen_q, max_seqlen_kv, attn_mask_type, window_size,
+            core_attention_bias_type, core_attention_bias, alibi_slopes, inference_params, pad_between_seqs,
+            bottom_right_diagonal, num_splits, False, plan, not (compiling or capturing),
         )
         self._call_plans.keep(signature, plan)
         if compiling:   # the choice is made at trace time, a constant of the graph
@@ -229,10 +229,11 @@ class DotProductAttention(nn.Module):
         num_splits: int = 1,
         dry_run: bool = False,
         plan: call_plans.CallPlan | None = None,
+        eager: bool | None = None,
     ) -> tuple[AttentionCall, Backend | None]:
         """The call's AttentionCall, and its backend when a plan (``attention.call_plans``) is given:
         the plan's checks and choices are reused, or made and recorded (None without a plan: the
-        caller selects)."""
+        caller selects). ``eager``: the call is neither compiled nor captured (None: find out here)."""
         q, k, v = query_layer, key_layer, value_layer
         kv_caching = inference_params is not None
         if plan is not None and plan.checked:
@@ -257,6 +258,8 @@ class DotProductAttention(nn.Module):
                 plan.fmt, plan.mask_type, plan.window, plan.bottom_right = fmt, mask_type, window, bottom_right
         device = q.device
         self_attention = self.attention_type == "self"
+        if kv_caching and eager is None:
+            eager = call_setup.eager_call(device)
 
         if fmt == "thd":
             (batch, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv,
@@ -274,7 +277,7 @@ class DotProductAttention(nn.Module):
         kv_cache, page_size, page_table, kv_format = "none", None, None, fmt
         if kv_caching:
             k, v, batch, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv = call_setup.kv_cache_step(
-                inference_params, self.layer_number, k, v, fmt, batch, max_seqlen_q, dry_run,
+                inference_params, self.layer_number, k, v, fmt, batch, max_seqlen_q, dry_run, eager,
             )
             kv_cache, page_size, page_table, kv_format = call_setup.cache_layout(inference_params)
             cu_seqlens_q_padded = cu_seqlens_kv_padded = None
@@ -326,7 +329,7 @@ class DotProductAttention(nn.Module):
             page_table=page_table,
             inference_params=inference_params,
             layer_number=self.layer_number,
-            step_tokens=call_setup.eager_step_value(inference_params, "step_tokens", device)
+            step_tokens=call_setup.eager_step_value(inference_params, "step_tokens", device, eager)
             if kv_caching and fmt == "thd" else None,
         )
         return call, backend

@@ -7,13 +7,13 @@ CPU tensors through the interpreter (fp16/fp32 only there) in the same process a
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
+from attention.environment import getenv
 from attention.kernels.launch import KernelLaunch, tensor_key
 
 __all__ = ["append_triton", "reindex_triton"]
@@ -103,7 +103,7 @@ def _next_power_of_2(value: int) -> int:
 
 
 def _interpret() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    return getenv("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def _kernels() -> tuple:

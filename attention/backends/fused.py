@@ -102,13 +102,15 @@ class FusedBackend(Backend):
     def forward(self, call: AttentionCall) -> torch.Tensor:
         p = call.params
         q = call.query
+        q_format = p.qkv_format
+        cu_seqlens_q = call.cu_seqlens_q
         q_starts = None
-        if p.qkv_format == "thd":
-            batch = call.cu_seqlens_q.numel() - 1
-            q_starts = (call.cu_seqlens_q_padded if call.cu_seqlens_q_padded is not None else call.cu_seqlens_q)[:-1]
+        if q_format == "thd":
+            batch = cu_seqlens_q.numel() - 1
+            q_starts = cu_seqlens_q if call.cu_seqlens_q_padded is None else call.cu_seqlens_q_padded
             total_q = q.shape[0]
         else:
-            batch = q.shape[0] if p.qkv_format == "bshd" else q.shape[1]
+            batch = q.shape[0] if q_format == "bshd" else q.shape[1]
             total_q = q.shape[0] * q.shape[1]
 
         page_table = None
@@ -123,21 +125,27 @@ class FusedBackend(Backend):
             kv_format = "cache"
         else:
             k, v = call.key, call.value
-            if p.kv_format == "thd":
-                kv_starts = (call.cu_seqlens_kv_padded if call.cu_seqlens_kv_padded is not None else call.cu_seqlens_kv)[:-1]
+            if kv_format == "thd":
+                kv_starts = call.cu_seqlens_kv if call.cu_seqlens_kv_padded is None else call.cu_seqlens_kv_padded
 
-        alloc = torch.zeros if output_rows_may_be_padding(p, q.shape, call.step_tokens) else torch.empty
-        max_seqlen_kv = split_sizing_kv_length(call)
-        out = alloc(q.shape[:-1] + (p.head_dim_v,), dtype=q.dtype, device=q.device)
+        out = _output(q, p.head_dim_v, output_rows_may_be_padding(p, q.shape, call.step_tokens))
         # num_splits=1 (the default) keeps the kernel's own split-KV heuristic; a larger value is forced.
         # The launch is the custom op dpa::fused_attention_forward under torch.compile (attention.custom_ops).
         custom_ops.dispatch("fused_attention_forward")(
             q, k, v, out,
-            _leading(call.cu_seqlens_q, batch + 1), _leading(call.cu_seqlens_kv, batch + 1),
+            _leading(cu_seqlens_q, batch + 1), _leading(call.cu_seqlens_kv, batch + 1),
             q_starts, kv_starts, page_table,
-            p.qkv_format, kv_format, batch,
-            call.max_seqlen_q, max_seqlen_kv, total_q, call.softmax_scale,
+            q_format, kv_format, batch,
+            call.max_seqlen_q, split_sizing_kv_length(call), total_q, call.softmax_scale,
             is_causal(p.attn_mask_type), p.window_size[0], p.window_size[1], p.bottom_right_diagonal,
             call.alibi_slopes, call.softmax_offset, None if p.num_splits == 1 else p.num_splits,
         )
         return out
+
+
+def _output(q: torch.Tensor, head_dim_v: int, zeros: bool) -> torch.Tensor:
+    """A new contiguous output ``[..., h, head_dim_v]`` in q's format, dtype and device (zeros or uninitialised).
+    The ``*_like`` forms and unpacked sizes parse faster than a ``torch.Size`` argument (1-2 µs a call)."""
+    if head_dim_v == q.shape[-1]:
+        return (torch.zeros_like if zeros else torch.empty_like)(q, memory_format=torch.contiguous_format)
+    return (torch.zeros if zeros else torch.empty)(*q.shape[:-1], head_dim_v, dtype=q.dtype, device=q.device)

@@ -27,7 +27,7 @@ from .configs import (
 from .launch import KernelLaunch, tensor_key
 from .page_gather import gather_pages, gathered_page_count
 
-__all__ = ["attention_forward"]
+__all__ = ["attention_forward", "packed_attention_forward"]
 
 _KV_LENGTH_QUANTUM = 16
 """Launch plans see max_seqlen_kv rounded up to a multiple of this: every KV tile is a multiple of 16
@@ -190,9 +190,7 @@ def attention_forward(
             max_seqlen_q=max_seqlen_q, max_seqlen_kv=_KV_LENGTH_QUANTUM * kv_length_quanta, total_q=total_q,
             softmax_scale=softmax_scale, causal=causal, window_size=window_size, bottom_right=bottom_right,
             num_splits=num_splits, config=config)
-        if len(_plans) >= _MAX_PLANS:
-            _plans.clear()
-        _plans[key] = plan
+        _keep(key, plan)
     if plan is None:  # nothing to compute
         return out
     if type(plan) is GatherPlan:
@@ -202,11 +200,72 @@ def attention_forward(
             max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv, total_q=total_q, softmax_scale=softmax_scale,
             causal=causal, window_size=window_size, bottom_right=bottom_right, alibi_slopes=alibi_slopes,
             softmax_offset=softmax_offset, num_splits=num_splits)
+    _launch(plan, q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, alibi_slopes,
+            softmax_offset)
+    return out
 
+
+def packed_attention_forward(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, batch: int,
+    cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor, q_start: torch.Tensor | None,
+    kv_start: torch.Tensor | None, page_table: torch.Tensor | None, max_seqlen_q: int, max_seqlen_kv: int,
+    total_q: int | None, softmax_scale: float, causal: bool, window_left: int, window_right: int,
+    bottom_right: bool, alibi_slopes: torch.Tensor | None, softmax_offset: torch.Tensor | None,
+    num_splits: int | None,
+) -> None:
+    """``attention_forward`` with positional arguments (the fused backend's path), with two differences
+    that save a tensor view each per call: q, k, v and out may also be 3-D thd ``[T, H, D]``, seen as
+    ``[batch, T, H, D]`` with a batch stride of 0 (the ``expand`` the launcher's convention asks for, made
+    once per plan); q_start / kv_start are cu_seqlens-style, int32 ``[batch + 1]`` (the last entry is
+    not read: the kernels see the same pointer as ``q_start[:-1]``)."""
+    if max_seqlen_q < 0 or max_seqlen_kv < 0:
+        raise ValueError(f"max_seqlen_q / max_seqlen_kv must be >= 0, got {max_seqlen_q} / {max_seqlen_kv}")
+    kv_length_quanta = -(-max_seqlen_kv // _KV_LENGTH_QUANTUM)
+    key = ("packed", batch, tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(out), tensor_key(cu_seqlens_q),
+           tensor_key(cu_seqlens_kv), tensor_key(q_start), tensor_key(kv_start), tensor_key(page_table),
+           tensor_key(alibi_slopes), tensor_key(softmax_offset), max_seqlen_q, kv_length_quanta,
+           total_q, softmax_scale, causal, window_left, window_right, bottom_right, num_splits,
+           getenv(VARIANTS_ENV, ""), interpreter_enabled(), torch._C._cuda_getDevice() if q.is_cuda else -1)
+    plan = _plans.get(key, _NO_PLAN)
+    if plan is _NO_PLAN or type(plan) is GatherPlan:
+        q4, k4, v4, out4 = (x.expand(batch, -1, -1, -1) if x.dim() == 3 else x for x in (q, k, v, out))
+        q_start, kv_start = (None if x is None else x[:-1] for x in (q_start, kv_start))
+        if plan is _NO_PLAN:
+            plan = _plan_forward(
+                q4, k4, v4, out4, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, alibi_slopes,
+                softmax_offset, max_seqlen_q=max_seqlen_q, max_seqlen_kv=_KV_LENGTH_QUANTUM * kv_length_quanta,
+                total_q=total_q, softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
+                bottom_right=bottom_right, num_splits=num_splits, config=None)
+            _keep(key, plan)
+        if type(plan) is GatherPlan:
+            attention_forward(
+                q4, k4, v4, out4, cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv, q_start=q_start,
+                kv_start=kv_start, page_table=page_table, max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
+                total_q=total_q, softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
+                bottom_right=bottom_right, alibi_slopes=alibi_slopes, softmax_offset=softmax_offset,
+                num_splits=num_splits)
+            return
+    if plan is not None:
+        _launch(plan, q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, alibi_slopes,
+                softmax_offset)
+
+
+def _keep(key: tuple, plan: ForwardPlan | GatherPlan | None) -> None:
+    if len(_plans) >= _MAX_PLANS:
+        _plans.clear()
+    _plans[key] = plan
+
+
+def _launch(plan: ForwardPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+            cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor, q_start: torch.Tensor | None,
+            kv_start: torch.Tensor | None, page_table: torch.Tensor | None, alibi_slopes: torch.Tensor | None,
+            softmax_offset: torch.Tensor | None) -> None:
+    """Run a ForwardPlan's launches on these tensors (only their addresses are read)."""
     placeholder = cu_seqlens_q  # any device tensor for pointers a constexpr flag disables
-    if plan.partial_out_shape:
-        partial_out = torch.empty(plan.partial_out_shape, dtype=torch.float32, device=q.device)
-        partial_lse = torch.empty(plan.partial_out_shape[:3], dtype=torch.float32, device=q.device)
+    if plan.partial_out_shape:  # (unpacked sizes: a tuple argument parses ~0.5 µs slower)
+        splits, tokens, heads, head_dim_v = plan.partial_out_shape
+        partial_out = torch.empty(splits, tokens, heads, head_dim_v, dtype=torch.float32, device=q.device)
+        partial_lse = torch.empty(splits, tokens, heads, dtype=torch.float32, device=q.device)
     else:
         partial_out = partial_lse = out  # unused placeholders
     if softmax_offset is not None:
@@ -222,7 +281,6 @@ def attention_forward(
     )
     if plan.combine is not None:
         _combine(plan.combine, partial_out, partial_lse, out, cu_seqlens_q, q_start, softmax_offset)
-    return out
 
 
 def _specializes(config: ForwardConfig, paged: bool, window_left: int, window_right: int,

@@ -1,0 +1,99 @@
+"""CPU proxy for the host cost of one eager decode call: the calls of ``benchmarks.host_ab`` without a GPU.
+
+Builds ``benchmarks.profile_call``'s decode (batch 1, context 256, GQA 32/8, d=128, page 16) on CPU
+tensors (float16) and times N back-to-back calls (µs per call, fastest of R repeats, the calls
+interleaved) of:
+
+* ``attention_forward``: the kernel launcher, direct;
+* ``dpa_static_thd``: ``DotProductAttention(backend="fused")`` in thd over a read-only paged cache;
+* ``dpa_step_bshd``: the same module in bshd through ``InferenceParams.step`` (the KV append).
+
+Stubs, so no kernel runs and nothing needs CUDA: ``KernelLaunch.__call__`` is a no-op (the attention,
+combine and append launches), the fused backend's availability check passes without a GPU (it
+asks for CUDA or ``TRITON_INTERPRET=1``; the interpreter would change the configuration), and the
+cache append takes the Triton path as on a GPU (on CPU tensors it would take the torch one).
+Configuration is chosen as on the H200 (no interpreter, 132 SMs), so the split counts are the
+H200's: the thd call over 256 keys runs one launch, the bshd step over 257 keys two splits and a combine.
+
+    python -m benchmarks.host_proxy [--calls 200] [--repeats 25] [--profile [NAME]]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import time
+from collections.abc import Callable, Sequence
+
+import torch
+
+from attention.backends import fused
+from attention.kernels import attention_fwd, launch
+from inference import kv_append
+
+
+def _stub() -> None:
+    launch.KernelLaunch.__call__ = lambda self, *tensors: None
+    fused._triton_reason = lambda: None
+    attention_fwd.num_streaming_multiprocessors = lambda device: 132
+    kv_append._use_triton = lambda cache, implementation: implementation != "torch"
+
+
+def calls() -> dict[str, Callable[[], object]]:
+    """The three calls, built as host_ab builds them (on CPU, float16)."""
+    from attention import DotProductAttention
+    from benchmarks.cells import Inputs, Problem
+    from benchmarks.profile_call import _calls as profiled_calls
+    from benchmarks.providers import StaticKVCache
+
+    device, dtype = torch.device("cpu"), torch.float16
+    profiled = profiled_calls(device, dtype)
+    inputs = Inputs(Problem(q_lens=(1,), kv_lens=(256,), heads_q=32, heads_kv=8, causal=False, dtype=dtype), device)
+    static = StaticKVCache(inputs, 16)
+    new_k, new_v = inputs.new_tokens()
+    dpa_thd = DotProductAttention(32, 128, num_gqa_groups=8, qkv_format="thd", attn_mask_type="padding",
+                                  backend="fused")
+    return {
+        "attention_forward": profiled["attention_forward"],
+        "dpa_static_thd": lambda: dpa_thd(inputs.q, new_k, new_v, inference_params=static, cu_seqlens_q=inputs.cu_q,
+                                          cu_seqlens_kv=inputs.cu_kv, max_seqlen_q=1),
+        "dpa_step_bshd": profiled["DotProductAttention + InferenceParams.step"],
+    }
+
+
+def measure(fns: dict[str, Callable[[], object]], n: int, repeats: int) -> dict[str, float]:
+    """Fastest repeat's µs per call of each function, the functions interleaved within each repeat."""
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            for _ in range(n):
+                fn()
+            best[name] = min(best[name], (time.perf_counter() - start) / n * 1e6)
+    return best
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=25)
+    parser.add_argument("--profile", nargs="?", const="dpa_static_thd", help="cProfile this call (top 30)")
+    args = parser.parse_args(argv)
+    _stub()
+    with torch.no_grad():
+        fns = calls()
+        for fn in fns.values():
+            for _ in range(20):
+                fn()
+        if args.profile:
+            profiler = cProfile.Profile()
+            profiler.runcall(lambda: [fns[args.profile]() for _ in range(args.calls * 10)])
+            pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
+            return
+        best = measure(fns, args.calls, args.repeats)
+    print(" ".join(f"{name}={us:.1f}" for name, us in best.items()), flush=True)
+
+
+if __name__ == "__main__":
+    main()

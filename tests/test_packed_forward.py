@@ -1,0 +1,53 @@
+"""``packed_attention_forward``: the fused backend's positional launcher path (3-D thd tensors,
+cu_seqlens-style starts) computes what ``attention_forward`` computes, and its launch plans are keyed
+so that a changed stride, dtype or batch is planned (and validated) afresh, never served a stale plan."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attention.kernels import triton_available
+from tests.test_kernels import SENTINEL, C, build_inputs, check_output
+
+pytestmark = pytest.mark.skipif(triton_available() is not None, reason=str(triton_available()))
+
+
+def _packed_call(inputs: dict, q: torch.Tensor | None = None, batch: int | None = None) -> None:
+    """The case's call through packed_attention_forward, with q, k, v and out as 3-D thd views."""
+    from attention.kernels.attention_fwd import packed_attention_forward
+
+    a = inputs["call"]
+    cu_style = [None if x is None else torch.cat([x, x[-1:]]) for x in (a.get("q_start"), a.get("kv_start"))]
+    q = inputs["q"][0] if q is None else q
+    packed_attention_forward(
+        q, inputs["k"][0], inputs["v"][0], inputs["out"][0], inputs["q"].shape[0] if batch is None else batch,
+        a["cu_seqlens_q"], a["cu_seqlens_kv"], *cu_style, None, a["max_seqlen_q"], a["max_seqlen_kv"],
+        a["total_q"], a["softmax_scale"], a["causal"], *a["window_size"], a["bottom_right"], a["alibi_slopes"],
+        a["softmax_offset"], a["num_splits"])
+
+
+def test_packed_thd_matches_the_reference_and_new_metadata_gets_a_new_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attention.kernels import attention_fwd
+
+    monkeypatch.setattr(attention_fwd, "_plans", {})
+    case = C((3, 2), (5, 7), layout="thd", causal=True, bottom_right=True)
+    inputs = build_inputs(case)
+    _packed_call(inputs)
+    check_output(case, inputs)
+    _packed_call(inputs)   # a repeat call: the same plan
+    assert len(attention_fwd._plans) == 1
+
+    q = inputs["q"][0]
+    strided = torch.empty(q.shape[0], q.shape[1] + 1, q.shape[2], dtype=q.dtype)[:, 1:]   # another head stride
+    strided.copy_(q)
+    inputs["out"].fill_(SENTINEL)
+    _packed_call(inputs, strided)
+    check_output(case, inputs)
+    assert len(attention_fwd._plans) == 2
+
+    with pytest.raises(ValueError, match="dtype"):
+        _packed_call(inputs, q.half())
+    with pytest.raises(ValueError, match="cu_seqlens_q must have length 2"):
+        _packed_call(inputs, batch=1)   # a batch the cu_seqlens do not describe
+    assert len(attention_fwd._plans) == 2
