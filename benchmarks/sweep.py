@@ -83,7 +83,8 @@ def _base_config(cell: Cell, tuned: bool):
     p = cell.problem
     config = select_forward_config(head_dim_qk=p.head_dim, head_dim_v=p.head_dim_v, group_size=p.heads_q // p.heads_kv,
                                    max_seqlen_q=p.max_q, interpret=False, paged=cell.kv_source == "paged",
-                                   tuned=tuned, max_seqlen_kv=p.max_kv, causal=p.causal)
+                                   tuned=tuned, max_seqlen_kv=p.max_kv, causal=p.causal,
+                                   num_q_tiles=-(-p.total_q * (p.heads_q // p.heads_kv) // 128) * p.heads_kv)
     return replace(config, gather_pages=False) if cell.kv_source == "paged" else config
 
 

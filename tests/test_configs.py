@@ -165,6 +165,19 @@ def test_prefill_tiles_follow_head_dim_and_kv_length(head_dim, max_seqlen_kv, pa
     assert config.block_q == config.block_m // 4
 
 
+@pytest.mark.parametrize("num_q_tiles, tile", [(None, (2, 128)), (4096, (2, 128)), (2048, (2, 128)),
+                                                (2047, (3, 0)), (512, (3, 0))])
+def test_long_walks_of_few_q_tiles_keep_one_deep_program_per_sm(num_q_tiles, tile) -> None:
+    """(stages, register cap) of the non-paged d128 long-walk tile: PREFILL_TILE (two programs per SM) from
+    PREFILL_TILE_MIN_PROGRAMS q tiles on, FEW_PROGRAMS_TILE (one, three stages) below; paged keeps its own."""
+    config = select_forward_config(head_dim_qk=128, head_dim_v=128, group_size=4, max_seqlen_q=2048,
+                                   interpret=False, max_seqlen_kv=8192, causal=True, num_q_tiles=num_q_tiles)
+    assert (config.num_stages, config.max_registers) == tile
+    paged = select_forward_config(head_dim_qk=128, head_dim_v=128, group_size=4, max_seqlen_q=2048,
+                                  interpret=False, paged=True, max_seqlen_kv=8192, num_q_tiles=num_q_tiles)
+    assert (paged.block_n, paged.num_stages) == (128, 3)
+
+
 @pytest.mark.parametrize("group_size, tile", [(4, (16, 64, 128)), (8, (16, 64, 128)), (32, (32, 128, 0)),
                                               (64, (64, 64, 0))])
 def test_decode_tiles_follow_the_packed_rows(group_size, tile) -> None:

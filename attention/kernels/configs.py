@@ -19,7 +19,9 @@ __all__ = [
     "GATHER_MAX_PAGE_SIZE",
     "GATHER_MIN_PACKED_ROWS",
     "MAX_NUM_SPLITS",
+    "FEW_PROGRAMS_TILE",
     "PREFILL_TILE",
+    "PREFILL_TILE_MIN_PROGRAMS",
     "VARIANTS_ENV",
     "WARP_SPECIALIZED_TILE",
     "ForwardConfig",
@@ -198,12 +200,24 @@ def parse_variants(text: str) -> dict[str, dict[str, int]]:
 
 PREFILL_TILE = (128, 64, 8, 2, 128)
 """(block_m, block_n, warps, stages, register cap) of d128 prefill over a non-paged cache (or packed K/V)
-walking more than SHORT_KV_TILES' keys. Two stages and at most 128 registers per thread let two 8-warp
-programs share an SM (shared memory 96 KiB each; ptxas gave the uncapped tile more than 128 registers,
-one program per SM), so one program's Q load and output store overlap the other's loop. H200, 2026-11-30,
-commit 9f215ab, thd 16k tokens bf16, against 128x64 8 warps 3 stages uncapped (docs/results/
-2026-11-30-h200-9f215ab/tiles.md): 4x4k MHA full / causal 1.020x / 1.020x, GQA 32/8 1.037x / 1.040x;
-1x16k MHA 1.002x / 0.992x, GQA 1.014x / 1.026x. Uncapped at two stages: 0.81-0.93x."""
+walking more than SHORT_KV_TILES' keys, when the call has at least PREFILL_TILE_MIN_PROGRAMS q tiles. Two
+stages and at most 128 registers per thread let two 8-warp programs share an SM (shared memory 96 KiB each;
+ptxas gave the uncapped tile more than 128 registers, one program per SM), so one program's Q load and
+output store overlap the other's loop. H200, 2026-11-30, commit 9f215ab, thd 16k tokens bf16, against
+FEW_PROGRAMS_TILE (docs/results/2026-11-30-h200-9f215ab/tiles.md): 4x4k MHA full / causal 1.020x / 1.020x,
+GQA 32/8 1.037x / 1.040x; 1x16k MHA 1.002x / 0.992x, GQA 1.014x / 1.026x. Uncapped at two stages: 0.81-0.93x."""
+
+FEW_PROGRAMS_TILE = (128, 64, 8, 3, 0)
+"""The long-walk tile of calls with fewer q tiles than PREFILL_TILE_MIN_PROGRAMS: one program per SM, three
+stages. Such calls (a chunk over a long prefix) walk many keys per program, so a program's fixed work is a
+small share and a deeper pipeline pays. H200, 2026-11-30, code of f360216, against PREFILL_TILE
+(docs/results/2026-11-30-h200-f360216/chunk-ab.md): a 2k chunk GQA 32/8 on a 6k / 14k / 30k prefix (512 q
+tiles) 1.056x / 1.019x / 1.003x, a 4k chunk on 4k (1,024) 1.023x; thd causal 2x8k (4,096) 0.988x GQA, 0.980x
+MHA."""
+
+PREFILL_TILE_MIN_PROGRAMS = 2048
+"""q tiles (128 packed rows each, times KV heads) from which PREFILL_TILE replaces FEW_PROGRAMS_TILE: between
+the 1,024 of a 4k chunk (FEW_PROGRAMS_TILE 1.023x) and the 4,096 of 16k-token thd batches (PREFILL_TILE)."""
 
 SHORT_KV_TILES = (
     (1024, (128, 64, 8, 2, 128), (128, 32, 8, 3, 128), (64, 64, 4, 3, 0)),
@@ -286,6 +300,7 @@ def select_forward_config(
     tuned: bool = True,
     max_seqlen_kv: int | None = None,
     causal: bool = False,
+    num_q_tiles: int | None = None,
 ) -> ForwardConfig:
     """Pick block sizes, warps and stages for one call, then the class's tuned variants.
 
@@ -296,6 +311,7 @@ def select_forward_config(
     ``paged`` picks the variant table's layout; ``tuned=False`` leaves every variant off (the sweep's
     baseline); ``max_seqlen_kv`` (None: long) decides whether a table's ``tma`` applies (``tma_pays``) and
     picks SHORT_KV_TILES, whose non-paged entries differ with ``causal`` (a causal mask of any alignment).
+    ``num_q_tiles`` (128-row q tiles times KV heads; None: many) picks the non-paged long-walk tile.
 
     Measured on the H200 with L2 flushed (benchmarks/sweep.py, bf16, Triton 3.6, 2026-11-30; the
     full table is docs/results/2026-11-30-h200/sweep.md):
@@ -315,7 +331,8 @@ def select_forward_config(
       d64 (4x4k, tuned variants, commit 5642f28): 64x64 4 warps 3 stages full 417, causal 378 TFLOP/s
         against 128x64 8 warps 324 / 387. d256 causal: 128x64 8 warps 2 stages 467 (3 stages and
         128x128 exceed shared memory; 64x64 4 warps 327).
-      KV walks of at most 1024 / 2048 keys at d128: SHORT_KV_TILES; longer non-paged walks: PREFILL_TILE.
+      KV walks of at most 1024 / 2048 keys at d128: SHORT_KV_TILES; longer non-paged walks: PREFILL_TILE,
+      FEW_PROGRAMS_TILE below PREFILL_TILE_MIN_PROGRAMS q tiles.
       warp_specialize is opt-in: ``ATTN_FUSED_VARIANTS=prefill/contiguous=tma+int32_offsets+
       heavy_tiles_first+warp_specialize`` sends every non-paged prefill call without a mask band that
       the warp-specialized kernel can take to it (on WARP_SPECIALIZED_TILE); it paid at d128 over KV
@@ -337,7 +354,8 @@ def select_forward_config(
     long_kv = max_seqlen_kv is None or max_seqlen_kv >= TMA_MIN_KV_LENGTH
     return _select_forward_config(head_dim_qk, head_dim_v, group_size, max_seqlen_q, interpret, paged, tuned,
                                   getenv(VARIANTS_ENV, "") if tuned else "", long_kv,
-                                  _short_kv_tiles(max_seqlen_kv, causal))
+                                  _short_kv_tiles(max_seqlen_kv, causal),
+                                  num_q_tiles is None or num_q_tiles >= PREFILL_TILE_MIN_PROGRAMS)
 
 
 def _short_kv_tiles(max_seqlen_kv: int | None, causal: bool) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
@@ -354,7 +372,8 @@ def _short_kv_tiles(max_seqlen_kv: int | None, causal: bool) -> tuple[tuple[int,
 @functools.lru_cache(maxsize=512)
 def _select_forward_config(head_dim_qk: int, head_dim_v: int, group_size: int, max_seqlen_q: int, interpret: bool,
                            paged: bool, tuned: bool, variants_override: str, long_kv: bool,
-                           short_kv_tiles: tuple[tuple[int, ...], tuple[int, ...]] | None) -> ForwardConfig:
+                           short_kv_tiles: tuple[tuple[int, ...], tuple[int, ...]] | None,
+                           many_q_tiles: bool) -> ForwardConfig:
     """select_forward_config's work, cached: a decode call asks the same question every step."""
     max_registers = 0
     block_dqk = max(16, next_power_of_2(head_dim_qk))
@@ -376,7 +395,7 @@ def _select_forward_config(head_dim_qk: int, head_dim_v: int, group_size: int, m
     elif block_d == 128 and paged:
         block_m, block_n, num_warps, num_stages = 128, 128, 8, 3
     elif block_d == 128:
-        block_m, block_n, num_warps, num_stages, max_registers = PREFILL_TILE
+        block_m, block_n, num_warps, num_stages, max_registers = PREFILL_TILE if many_q_tiles else FEW_PROGRAMS_TILE
     else:
         block_m, block_n, num_warps, num_stages = 128, 64, 8, 2
     block_m = max(block_m, group_rows)
