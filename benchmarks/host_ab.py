@@ -32,34 +32,38 @@ CALLS = 100
 REPEATS = 25
 
 
-def _calls() -> dict[str, Callable[[], object]]:
-    # profile_call's two decode calls (every checkout since f9e03c0 has that function: the A/B needs it
-    # from both), plus a thd call over a read-only cache and a 64-sequence pre_step.
+def decode_calls(device: torch.device, dtype: torch.dtype) -> dict[str, Callable[[], object]]:
+    """profile_call's two decode calls (every checkout since f9e03c0 has that function: the A/B needs it
+    from both) and a thd call over a read-only cache, on ``device`` (benchmarks.host_proxy: on CPU)."""
     from attention import DotProductAttention
     from benchmarks.cells import Inputs, Problem
     from benchmarks.profile_call import _calls as profiled_calls
     from benchmarks.providers import StaticKVCache
-    from inference import InferenceParams
 
-    device, dtype = torch.device("cuda"), torch.bfloat16
     profiled = profiled_calls(device, dtype)
     inputs = Inputs(Problem(q_lens=(1,), kv_lens=(256,), heads_q=32, heads_kv=8, causal=False, dtype=dtype), device)
     static = StaticKVCache(inputs, 16)
     new_k, new_v = inputs.new_tokens()
     dpa_thd = DotProductAttention(32, 128, num_gqa_groups=8, qkv_format="thd", attn_mask_type="padding",
                                   backend="fused").to(device)
-
-    batch = InferenceParams(64, 4096, 8, 128, dtype, is_paged=True, page_size=16, device=device)
-    batch.pre_step(OrderedDict((seq, 100) for seq in range(64)))
-    decode = OrderedDict((seq, 1) for seq in range(64))   # ~2,600 steps fit 4096 tokens
-
     return {
         "attention_forward": profiled["attention_forward"],
         "dpa_static_thd": lambda: dpa_thd(inputs.q, new_k, new_v, inference_params=static, cu_seqlens_q=inputs.cu_q,
                                           cu_seqlens_kv=inputs.cu_kv, max_seqlen_q=1),
         "dpa_step_bshd": profiled["DotProductAttention + InferenceParams.step"],
-        "pre_step_64": lambda: batch.pre_step(decode),
     }
+
+
+def _calls() -> dict[str, Callable[[], object]]:
+    # the decode calls on the GPU, plus a 64-sequence pre_step.
+    from inference import InferenceParams
+
+    device, dtype = torch.device("cuda"), torch.bfloat16
+    calls = decode_calls(device, dtype)
+    batch = InferenceParams(64, 4096, 8, 128, dtype, is_paged=True, page_size=16, device=device)
+    batch.pre_step(OrderedDict((seq, 100) for seq in range(64)))
+    decode = OrderedDict((seq, 1) for seq in range(64))   # ~2,600 steps fit 4096 tokens
+    return {**calls, "pre_step_64": lambda: batch.pre_step(decode)}
 
 
 def measure() -> dict[str, float]:

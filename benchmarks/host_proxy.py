@@ -41,25 +41,10 @@ def _stub() -> None:
 
 
 def calls() -> dict[str, Callable[[], object]]:
-    """The three calls, built as host_ab builds them (on CPU, float16)."""
-    from attention import DotProductAttention
-    from benchmarks.cells import Inputs, Problem
-    from benchmarks.profile_call import _calls as profiled_calls
-    from benchmarks.providers import StaticKVCache
+    """The three calls, built by host_ab (on CPU, float16)."""
+    from benchmarks.host_ab import decode_calls
 
-    device, dtype = torch.device("cpu"), torch.float16
-    profiled = profiled_calls(device, dtype)
-    inputs = Inputs(Problem(q_lens=(1,), kv_lens=(256,), heads_q=32, heads_kv=8, causal=False, dtype=dtype), device)
-    static = StaticKVCache(inputs, 16)
-    new_k, new_v = inputs.new_tokens()
-    dpa_thd = DotProductAttention(32, 128, num_gqa_groups=8, qkv_format="thd", attn_mask_type="padding",
-                                  backend="fused")
-    return {
-        "attention_forward": profiled["attention_forward"],
-        "dpa_static_thd": lambda: dpa_thd(inputs.q, new_k, new_v, inference_params=static, cu_seqlens_q=inputs.cu_q,
-                                          cu_seqlens_kv=inputs.cu_kv, max_seqlen_q=1),
-        "dpa_step_bshd": profiled["DotProductAttention + InferenceParams.step"],
-    }
+    return decode_calls(torch.device("cpu"), torch.float16)
 
 
 def measure(fns: dict[str, Callable[[], object]], n: int, repeats: int) -> dict[str, float]:

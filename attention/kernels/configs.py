@@ -15,11 +15,11 @@ import torch
 from attention.environment import getenv
 
 __all__ = [
+    "FEW_PROGRAMS_TILE",
     "GATHER_MAX_BYTES",
     "GATHER_MAX_PAGE_SIZE",
     "GATHER_MIN_PACKED_ROWS",
     "MAX_NUM_SPLITS",
-    "FEW_PROGRAMS_TILE",
     "PREFILL_TILE",
     "PREFILL_TILE_MIN_PROGRAMS",
     "VARIANTS_ENV",
@@ -29,6 +29,7 @@ __all__ = [
     "next_power_of_2",
     "num_streaming_multiprocessors",
     "parse_variants",
+    "q_tile_count",
     "select_forward_config",
     "shape_class",
     "tma_pays",
@@ -218,6 +219,17 @@ MHA."""
 PREFILL_TILE_MIN_PROGRAMS = 2048
 """q tiles (128 packed rows each, times KV heads) from which PREFILL_TILE replaces FEW_PROGRAMS_TILE: between
 the 1,024 of a 4k chunk (FEW_PROGRAMS_TILE 1.023x) and the 4,096 of 16k-token thd batches (PREFILL_TILE)."""
+
+def q_tile_count(total_q: int, group_size: int, num_heads_kv: int) -> int:
+    """A call's 128-row q tiles (query tokens x GQA group, packed) times its KV heads: select_forward_config's
+    ``num_q_tiles``.
+
+    Example:
+        >>> q_tile_count(total_q=2048, group_size=4, num_heads_kv=8)
+        512
+    """
+    return -(-total_q * group_size // 128) * num_heads_kv
+
 
 SHORT_KV_TILES = (
     (1024, (128, 64, 8, 2, 128), (128, 32, 8, 3, 128), (64, 64, 4, 3, 0)),
