@@ -62,6 +62,11 @@ def check(variants: str, repeats: int, causal: bool, pollute: bool = False) -> s
         general = replace(select_forward_config(head_dim_qk=128, head_dim_v=128, group_size=4,
                                                 max_seqlen_q=max(LENGTHS), interpret=False,
                                                 max_seqlen_kv=max(LENGTHS)), warp_specialize=False)
+    from attention.kernels import attention_fwd
+
+    attention_fwd._plans.clear()
+    attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"])
+    kernel = ", ".join(sorted({type(plan).__name__ for plan in attention_fwd._plans.values()}))
     wrong, nan_rows, worst = 0, 0, 0.0
     start = time.perf_counter()
     for _ in range(repeats):
@@ -75,7 +80,7 @@ def check(variants: str, repeats: int, causal: bool, pollute: bool = False) -> s
         wrong += bool(rows or error > TOLERANCE)
         nan_rows += rows
         worst = max(worst, error)
-    label = f"{variants} (shared memory polluted)" if pollute else variants
+    label = f"{variants} [{kernel}]" + (" (shared memory polluted)" if pollute else "")
     return (f"{label}: {wrong}/{repeats} runs wrong, {nan_rows} NaN (token, head) rows, worst error {worst:.3g} "
             f"({time.perf_counter() - start:.1f} s)")
 

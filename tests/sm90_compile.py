@@ -49,6 +49,8 @@ def compile_for_sm90(fn: Any, args: tuple, constexprs: dict, num_warps: int, num
                   **{name: value for name, value in options.items() if value is not None})
     bound_args, specialization, options = binder(*args, **kwargs)
     options, signature, constants, attrs = fn._pack_args(backend, kwargs, bound_args, specialization, options)
+    if fn.is_gluon():
+        from triton.experimental.gluon._runtime import GluonASTSource as ASTSource
     kernel = triton.compile(ASTSource(fn, signature, constants, attrs), target=target, options=options.__dict__)
     if kernel.metadata.shared > SHARED_MEMORY_LIMIT:
         raise ValueError(f"needs {kernel.metadata.shared} bytes of shared memory; sm90 has {SHARED_MEMORY_LIMIT}")
@@ -186,6 +188,41 @@ def configurations() -> list[dict]:
     return calls
 
 
+def hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
+    """Launches of the Gluon sm90 kernel (attention_fwd_hopper.py): head dims 64 and 128, causal top-left /
+    bottom-right and full, with and without start offsets, bf16 and fp16, with a plan's launch options."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from attention.kernels.attention_fwd_hopper import HOPPER_ROWS_PER_GROUP, attention_fwd_hopper_kernel
+    from attention.kernels.hopper_forward import HOPPER_TILE
+
+    launches = []
+    cu = torch.zeros(3, dtype=torch.int32)
+    for head_dim, dtype, causal, bottom_right, starts, page_size in (
+            (128, torch.bfloat16, True, False, True, 0), (128, torch.bfloat16, True, True, False, 0),
+            (128, torch.float16, False, False, True, 0), (64, torch.bfloat16, True, True, True, 0),
+            (64, torch.float16, False, False, False, 0), (128, torch.bfloat16, True, True, False, 256)):
+        block_n, stages, registers = HOPPER_TILE[head_dim]
+        element = gl.bfloat16 if dtype == torch.bfloat16 else gl.float16
+        q = torch.zeros(256, 4 * head_dim, dtype=dtype)
+        k = torch.zeros(256, 2 * head_dim, dtype=dtype)
+
+        def descriptor(x: torch.Tensor, rows: int) -> Any:
+            block = [rows, head_dim]
+            return TensorDescriptor.from_tensor(x, block, gl.NVMMASharedLayout.get_default_for(block, element))
+
+        args = (descriptor(q, HOPPER_ROWS_PER_GROUP), descriptor(k, block_n), descriptor(k, block_n),
+                torch.zeros(256, 4, head_dim, dtype=dtype), cu, cu, cu, cu, cu, 0, 0, 0, 0, 4 * head_dim, 8, 0.18)
+        constexprs = dict(GROUP_SIZE=2, BLOCK_N=block_n, STAGES=stages, PAGE_SIZE=page_size, CAUSAL=causal,
+                          BOTTOM_RIGHT=bottom_right,
+                          HAS_Q_START=starts, HAS_KV_START=starts, CONSUMER_REGISTERS=registers, maxnreg=168)
+        label = (f"d{head_dim} {str(dtype)[6:]} {'causal' if causal else 'full'}{' bottom-right' if bottom_right else ''}"
+                 f"{' + starts' if starts else ''}{f' page {page_size}' if page_size else ''}")
+        launches.append((label, attention_fwd_hopper_kernel, args, constexprs, 4, 1))
+    return launches
+
+
 def _private_api_missing() -> str | None:
     """compile_for_sm90 binds arguments the way JITFunction.run does, through Triton internals."""
     from triton.runtime import jit
@@ -219,13 +256,14 @@ def main() -> int:
         return 0
     registers = "--registers" in sys.argv
     failures = 0
-    launches = recorded_launches(configurations())
+    launches = recorded_launches(configurations()) + hopper_launches()
     for label, fn, args, constexprs, warps, stages in launches:
         try:
             kernel = compile_for_sm90(fn, args, constexprs, warps, stages)
             if constexprs.get("FUSED_COMBINE"):
                 check_split_arrival(kernel.asm["ptx"])
-            if fn.__name__ == "attention_fwd_specialized_kernel" and kernel.metadata.num_warps <= warps:
+            if fn.__name__ in ("attention_fwd_specialized_kernel", "attention_fwd_hopper_kernel") \
+                    and kernel.metadata.num_warps <= warps:
                 raise ValueError(f"not warp-specialized: {kernel.metadata.num_warps} warps for a {warps}-warp launch")
             for flag, instruction in (("LAUNCH_DEPENDENTS", "griddepcontrol.launch_dependents"),
                                       ("WAIT_FOR_PRIMARY", "griddepcontrol.wait")):

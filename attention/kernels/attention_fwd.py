@@ -25,6 +25,7 @@ from .configs import (
     q_tile_count,
     select_forward_config,
 )
+from .hopper_forward import HOPPER_ENV, HopperPlan, plan_hopper_forward
 from .launch import KernelLaunch, tensor_key
 from .page_gather import gather_pages, gathered_page_count
 
@@ -63,7 +64,7 @@ class GatherPlan:
     num_pages: int
 
 
-_plans: dict[tuple, ForwardPlan | GatherPlan | None] = {}
+_plans: dict[tuple, ForwardPlan | GatherPlan | HopperPlan | None] = {}
 _split_counters: dict[tuple, torch.Tensor] = {}
 
 
@@ -183,7 +184,7 @@ def attention_forward(
            tensor_key(cu_seqlens_kv), tensor_key(q_start), tensor_key(kv_start), tensor_key(page_table),
            tensor_key(alibi_slopes), tensor_key(softmax_offset), max_seqlen_q, kv_length_quanta,
            total_q, softmax_scale, causal, tuple(window_size), bottom_right, num_splits, config,
-           getenv(VARIANTS_ENV, ""), interpreter_enabled(), torch._C._cuda_getDevice() if q.is_cuda else -1)
+           getenv(VARIANTS_ENV, ""), getenv(HOPPER_ENV, ""), interpreter_enabled(), torch._C._cuda_getDevice() if q.is_cuda else -1)
     plan = _plans.get(key, _NO_PLAN)
     if plan is _NO_PLAN:
         plan = _plan_forward(
@@ -201,6 +202,9 @@ def attention_forward(
             max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv, total_q=total_q, softmax_scale=softmax_scale,
             causal=causal, window_size=window_size, bottom_right=bottom_right, alibi_slopes=alibi_slopes,
             softmax_offset=softmax_offset, num_splits=num_splits)
+    if type(plan) is HopperPlan:
+        plan(q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table)
+        return out
     _launch(plan, q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, alibi_slopes,
             softmax_offset)
     return out
@@ -226,7 +230,7 @@ def packed_attention_forward(
            tensor_key(cu_seqlens_kv), tensor_key(q_start), tensor_key(kv_start), tensor_key(page_table),
            tensor_key(alibi_slopes), tensor_key(softmax_offset), max_seqlen_q, kv_length_quanta,
            total_q, softmax_scale, causal, window_left, window_right, bottom_right, num_splits,
-           getenv(VARIANTS_ENV, ""), interpreter_enabled(), torch._C._cuda_getDevice() if q.is_cuda else -1)
+           getenv(VARIANTS_ENV, ""), getenv(HOPPER_ENV, ""), interpreter_enabled(), torch._C._cuda_getDevice() if q.is_cuda else -1)
     plan = _plans.get(key, _NO_PLAN)
     if plan is _NO_PLAN or type(plan) is GatherPlan:
         q4, k4, v4, out4 = (x.expand(batch, -1, -1, -1) if x.dim() == 3 else x for x in (q, k, v, out))
@@ -246,12 +250,14 @@ def packed_attention_forward(
                 bottom_right=bottom_right, alibi_slopes=alibi_slopes, softmax_offset=softmax_offset,
                 num_splits=num_splits)
             return
-    if plan is not None:
+    if type(plan) is HopperPlan:
+        plan(q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table)
+    elif plan is not None:
         _launch(plan, q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, alibi_slopes,
                 softmax_offset)
 
 
-def _keep(key: tuple, plan: ForwardPlan | GatherPlan | None) -> None:
+def _keep(key: tuple, plan: ForwardPlan | GatherPlan | HopperPlan | None) -> None:
     if len(_plans) >= _MAX_PLANS:
         _plans.clear()
     _plans[key] = plan
@@ -336,9 +342,10 @@ def _plan_forward(
     softmax_offset: torch.Tensor | None, *, max_seqlen_q: int, max_seqlen_kv: int, total_q: int | None,
     softmax_scale: float, causal: bool, window_size: tuple[int, int], bottom_right: bool,
     num_splits: int | None, config: ForwardConfig | None,
-) -> ForwardPlan | GatherPlan | None:
+) -> ForwardPlan | GatherPlan | HopperPlan | None:
     """Validate the arguments and fix everything the launches need but the tensors' addresses (None:
-    nothing to compute; a GatherPlan: copy the pages first). Reads tensor metadata and host values only."""
+    nothing to compute; a GatherPlan: copy the pages first; a HopperPlan: the Gluon sm90 kernel runs the
+    call). Reads tensor metadata and host values only."""
     shapes = validate_forward_arguments(
         q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, alibi_slopes, softmax_offset)
     window_left, window_right = normalize_window(window_size, causal)
@@ -354,6 +361,7 @@ def _plan_forward(
         return None
 
     group_size = shapes.num_heads_q // shapes.num_heads_kv
+    config_given = config
     if config is None:
         config = select_forward_config(
             head_dim_qk=shapes.head_dim_qk, head_dim_v=shapes.head_dim_v, group_size=group_size,
@@ -374,6 +382,17 @@ def _plan_forward(
             forced=config.gather_pages is True)
         if num_pages:
             return GatherPlan(num_pages)
+
+    if config_given is None and num_splits in (None, 1) and not config.warp_specialize:
+        hopper = plan_hopper_forward(
+            q, k, v, out, num_seqs=shapes.num_seqs, max_seqlen_q=max_seqlen_q, total_q=total_q,
+            softmax_scale=softmax_scale, window=(window_left, window_right), bottom_right=bottom_right,
+            page_size=shapes.page_size if shapes.paged else 0, alibi=alibi_slopes is not None,
+            sink=softmax_offset is not None,
+            has_q_start=q_start is not None, has_kv_start=kv_start is not None,
+            num_sms=num_streaming_multiprocessors(q.device))
+        if hopper is not None:
+            return hopper
 
     def split_count(tile: ForwardConfig) -> int:
         return num_splits or choose_num_splits(

@@ -1,0 +1,275 @@
+"""A Hopper (sm90) attention forward written in Gluon: a TMA producer warp and two wgmma consumer warp groups.
+
+The general kernel (attention_fwd_kernel.py) leaves scheduling to Triton's pipeliner; on the H200 it runs
+d128 prefill at 413-501 TFLOP/s against flash-attn-4's 616-734. This kernel places the work by hand, the
+way FlashAttention-3 does on Hopper:
+
+  * one program per (query head, tile of 128 query tokens, sequence); a KV head's query heads and
+    q tiles are neighbours (they share its K/V in L2), the heaviest (last) q tiles first;
+  * a 1-warp producer partition issues every load by TMA: the two 64-row halves of the Q tile once,
+    then K and V tiles of BLOCK_N keys into a ring of STAGES buffers, each with a ready and an empty
+    mbarrier (K and V separately: K is released as soon as QK^T is done, V after PV);
+  * two 4-warp consumer partitions (one warp group each) own 64 query rows each. Each overlaps its
+    own softmax with its tensor cores: in step t it issues S_t = Q K_t^T and O += P_{t-1} V_{t-1}
+    (both async), waits for S_t only, runs the online softmax of tile t while the PV wgmma runs,
+    then waits for PV and rescales O. The two warp groups interleave on the SM's tensor cores.
+  * masking (keys past the sequence end, the causal band) only on the tiles that need it (a
+    runtime test per tile), exp2 with the scale folded into one FMA; P goes to the PV wgmma from
+    registers.
+
+What it serves (the host side checks, hopper_forward.py): fp16 / bf16, head dims 64 or 128 (equal for
+q/k and v), no window, ALiBi or sinks, one KV split; packed K/V, a non-paged cache or a paged one whose
+pages hold whole 128-key tiles (page_size % 128 == 0: one page id per tile, read by the producer); q,
+k, v, out whose tokens are rows of a 2-D matrix with heads packed along it (thd, bshd; not sbhd).
+Query i of a sequence sees key j iff j < len_kv and, causal, j <= i + off (off = len_kv - len_q when
+bottom_right, else 0); a row that sees no key gets zeros.
+
+Rows read past a sequence's end by the tile loads belong to the next sequence, padding (or TMA's zero
+fill past the tensor): keys there are masked, V rows there zeroed in shared memory before their PV
+(padding may hold NaN), query rows there are computed and not stored.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+__all__ = ["HOPPER_BLOCK_M", "HOPPER_ROWS_PER_GROUP", "attention_fwd_hopper_kernel"]
+
+HOPPER_ROWS_PER_GROUP = 64
+"""Query rows per consumer warp group (wgmma's M is 64 per warp group)."""
+HOPPER_BLOCK_M = 2 * HOPPER_ROWS_PER_GROUP
+"""Query rows per program: two consumer warp groups."""
+
+
+@gluon.jit
+def _producer(descriptors, buffers, loads, walk, output,
+              CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr):
+    """1 warp: TMA loads of the Q halves, then K_t / V_t into the stage ring as the consumers free it."""
+    q_desc, k_desc, v_desc = descriptors
+    q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty = buffers
+    q_row0, q_col, k_row0, v_row0, kv_col, num_tiles, pages = loads
+    rows: gl.constexpr = q_desc.block_type.shape[0]
+    mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [q_row0, q_col], q_bar, q_smem.index(0))
+    tma.async_copy_global_to_shared(q_desc, [q_row0 + rows, q_col], q_bar, q_smem.index(1))
+    for t in range(num_tiles):
+        stage = t % STAGES
+        phase = (t // STAGES) & 1
+        k_row = k_row0 + t * BLOCK_N
+        v_row = v_row0 + t * BLOCK_N
+        if PAGE_SIZE > 0:  # the tile lies in one page: rows page * PAGE_SIZE + offset of the page pool
+            key = t * BLOCK_N
+            page_row = gl.load(pages + key // PAGE_SIZE) * PAGE_SIZE + key % PAGE_SIZE
+            k_row = page_row
+            v_row = page_row
+        mbarrier.wait(k_empty.index(stage), phase ^ 1)  # a fresh barrier counts as released
+        mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [k_row, kv_col], k_ready.index(stage), k_smem.index(stage))
+        mbarrier.wait(v_empty.index(stage), phase ^ 1)
+        mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(v_desc, [v_row, kv_col], v_ready.index(stage), v_smem.index(stage))
+
+
+@gluon.jit
+def _softmax_tile(s, m_i, l_i, tile, masked, rows, kv_len, diag, qk_scale,
+                  CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, col_layout: gl.constexpr):
+    """Online softmax of one score tile (raw Q K^T): returns P (fp32), the rescale of the previous
+    tiles' sums, and the new running max (log2 units) and sum. ``rows``: the rows' query indices."""
+    if masked:
+        cols = tile * BLOCK_N + gl.arange(0, BLOCK_N, layout=col_layout)
+        keep = cols[None, :] < kv_len
+        if CAUSAL:
+            keep = keep & (cols[None, :] <= rows[:, None] + diag)
+        s = gl.where(keep, s, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
+    m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: p = 0, not NaN
+    p = gl.exp2(s * qk_scale - m_use[:, None])
+    alpha = gl.exp2(m_i - m_use)
+    l_i = l_i * alpha + gl.sum(p, axis=1)
+    return p, alpha, m_new, l_i
+
+
+@gluon.jit
+def _zero_rows_from(tile, first_row):
+    """Zero rows >= first_row of a [BLOCK_N, D] shared tile, in halves (32 registers a thread), for the
+    wgmma that reads it next. Both consumer groups run this before their own PV on the tile: each
+    writes the same values (its valid rows unchanged), so neither waits for the other."""
+    BLOCK_N: gl.constexpr = tile.type.shape[0]
+    HALF: gl.constexpr = BLOCK_N // 2
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    for half in gl.static_range(2):
+        part = tile.slice(half * HALF, HALF)
+        values = part.load(layout)
+        rows = half * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(1, layout))
+        part.store(gl.where((rows < first_row)[:, None], values, gl.zeros_like(values)))
+    fence_async_shared()
+    gl.thread_barrier()
+
+
+@gluon.jit
+def _consume(buffers, walk, output,
+             GROUP: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """4 warps (one warp group): 64 query rows through every KV tile, then the normalized output."""
+    q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty = buffers
+    num_tiles, first_masked, kv_len, diag, qk_scale = walk
+    out_ptr, out_row0, stride_os, out_col, rows_left = output
+    ROWS: gl.constexpr = q_smem.type.shape[1]
+    HEAD_DIM: gl.constexpr = q_smem.type.shape[2]
+    dtype: gl.constexpr = q_smem.dtype
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    col_o: gl.constexpr = gl.SliceLayout(0, o_layout)
+
+    first_row = GROUP * ROWS  # of the program's 128
+    rows = first_row + gl.arange(0, ROWS, layout=row_s)  # query index within the tile
+    q = q_smem.index(GROUP)
+    m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=row_s)
+    l_i = gl.zeros([ROWS], gl.float32, layout=row_s)
+    o = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
+    s = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
+    p16 = gl.zeros([ROWS, BLOCK_N], dtype, layout=p_layout)
+    mbarrier.wait(q_bar, 0)
+    if num_tiles > 0:
+        mbarrier.wait(k_ready.index(0), 0)
+        s = warpgroup_mma(q, k_smem.index(0).permute((1, 0)), s, use_acc=False, is_async=True)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+        mbarrier.arrive(k_empty.index(0), count=1)
+        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, 0, 0 >= first_masked, rows, kv_len, diag,
+                                           qk_scale, CAUSAL, BLOCK_N, col_s)
+        p16 = gl.convert_layout(p.to(dtype), p_layout)
+        for t in range(1, num_tiles):
+            stage = t % STAGES
+            prev = (t - 1) % STAGES
+            mbarrier.wait(k_ready.index(stage), (t // STAGES) & 1)
+            s = warpgroup_mma(q, k_smem.index(stage).permute((1, 0)), s, use_acc=False, is_async=True)
+            mbarrier.wait(v_ready.index(prev), ((t - 1) // STAGES) & 1)
+            o = warpgroup_mma(p16, v_smem.index(prev), o, is_async=True)
+            s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))  # S_t done, PV_{t-1} may still run
+            mbarrier.arrive(k_empty.index(stage), count=1)
+            p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, t, t >= first_masked, rows, kv_len, diag,
+                                               qk_scale, CAUSAL, BLOCK_N, col_s)
+            o, p16 = warpgroup_mma_wait(num_outstanding=0, deps=(o, p16))
+            mbarrier.arrive(v_empty.index(prev), count=1)
+            o = o * gl.convert_layout(alpha, row_o)[:, None]
+            p16 = gl.convert_layout(p.to(dtype), p_layout)
+        last = (num_tiles - 1) % STAGES
+        mbarrier.wait(v_ready.index(last), ((num_tiles - 1) // STAGES) & 1)
+        if num_tiles * BLOCK_N > kv_len:  # V rows past the sequence: P is 0 there, but 0 * NaN is not
+            _zero_rows_from(v_smem.index(last), kv_len - (num_tiles - 1) * BLOCK_N)
+        o = warpgroup_mma(p16, v_smem.index(last), o, is_async=True)
+        o, p16 = warpgroup_mma_wait(num_outstanding=0, deps=(o, p16))
+        mbarrier.arrive(v_empty.index(last), count=1)
+
+    l_o = gl.convert_layout(l_i, row_o)
+    o = o / gl.where(l_o == 0.0, 1.0, l_o)[:, None]
+    out_rows = first_row + gl.arange(0, ROWS, layout=row_o)
+    out_cols = gl.arange(0, HEAD_DIM, layout=col_o)
+    offsets = (out_row0 + out_rows.to(gl.int64))[:, None] * stride_os + (out_col + out_cols)[None, :]
+    gl.store(out_ptr + offsets, o.to(out_ptr.dtype.element_ty), mask=(out_rows < rows_left)[:, None])
+
+
+@gluon.jit
+def _consume_first_half(descriptors, buffers, loads, walk, output,
+                        CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr):
+    _consume(buffers, walk, output, 0, CAUSAL, BLOCK_N, STAGES)
+
+
+@gluon.jit
+def _consume_second_half(descriptors, buffers, loads, walk, output,
+                         CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr):
+    """A worker partition: the same signature as the producer's (Gluon's rule for workers)."""
+    _consume(buffers, walk, output, 1, CAUSAL, BLOCK_N, STAGES)
+
+
+@gluon.jit
+def attention_fwd_hopper_kernel(
+    q_desc, k_desc, v_desc, out_ptr,
+    cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr,
+    q_batch_rows, k_batch_rows, v_batch_rows, out_batch_rows, stride_os, page_table_stride, qk_scale,
+    GROUP_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
+    CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr, HAS_KV_START: gl.constexpr,
+    CONSUMER_REGISTERS: gl.constexpr,
+):
+    """Grid (q tiles of the longest sequence x GROUP_SIZE, H_kv, sequences). q_desc / k_desc / v_desc: descriptors over
+    2-D views [token rows, heads x head dim] with blocks [64, D] / [BLOCK_N, D]; sequence b's token i is
+    row b * *_batch_rows + start[b] + i (start: q_start / kv_start, or 0). With PAGE_SIZE (a multiple of
+    BLOCK_N; 0: not paged) k / v are page pools [pages x PAGE_SIZE rows, H_kv x D] and key j of sequence b
+    is row page_table[b, j // PAGE_SIZE] * PAGE_SIZE + j % PAGE_SIZE. out: element offsets
+    (b * out_batch_rows + q_start[b] + i) * stride_os + h * D + d. qk_scale in log2 units."""
+    ROWS: gl.constexpr = q_desc.block_type.shape[0]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+    # Program ids: the query heads of one KV head, q tile by q tile (heaviest, i.e. last, first), then
+    # the next KV head. The programs in flight share a few KV heads' tiles in L2: MHA with the heads
+    # varying fastest re-read K/V from DRAM (H200: full 4x4k at 536 TFLOP/s, GQA 32/8 at 592).
+    q_tiles = gl.num_programs(0) // GROUP_SIZE
+    tile = q_tiles - 1 - gl.program_id(0) // GROUP_SIZE
+    q_head = gl.program_id(1) * GROUP_SIZE + gl.program_id(0) % GROUP_SIZE
+    seq = gl.program_id(2)
+    q_begin = gl.load(cu_seqlens_q_ptr + seq)
+    q_len = gl.load(cu_seqlens_q_ptr + seq + 1) - q_begin
+    first_query = tile * (2 * ROWS)
+    if first_query < q_len:
+        kv_len = gl.load(cu_seqlens_kv_ptr + seq + 1) - gl.load(cu_seqlens_kv_ptr + seq)
+        q_first = 0
+        if HAS_Q_START:
+            q_first = gl.load(q_start_ptr + seq)
+        kv_first = 0
+        if HAS_KV_START:
+            kv_first = gl.load(kv_start_ptr + seq)
+        diag = 0
+        if BOTTOM_RIGHT:
+            diag = kv_len - q_len
+        if CAUSAL:
+            keys = gl.minimum(kv_len, gl.maximum(first_query + 2 * ROWS + diag, 0))
+            first_masked = gl.minimum(gl.maximum(first_query + diag + 1, 0) // BLOCK_N, kv_len // BLOCK_N)
+        else:
+            keys = kv_len
+            first_masked = kv_len // BLOCK_N
+        num_tiles = (keys + BLOCK_N - 1) // BLOCK_N
+
+        q_smem = gl.allocate_shared_memory(q_desc.dtype, [2, ROWS, HEAD_DIM], q_desc.layout)
+        k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
+        v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+        q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(q_bar, count=1)
+        for i in gl.static_range(STAGES):
+            mbarrier.init(k_ready.index(i), count=1)
+            mbarrier.init(v_ready.index(i), count=1)
+            mbarrier.init(k_empty.index(i), count=2)  # both consumer groups release a stage
+            mbarrier.init(v_empty.index(i), count=2)
+
+        kv_head = q_head // GROUP_SIZE
+        q_row0 = seq * q_batch_rows + q_first + first_query
+        descriptors = (q_desc, k_desc, v_desc)
+        buffers = (q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty)
+        loads = (q_row0, q_head * HEAD_DIM, seq * k_batch_rows + kv_first, seq * v_batch_rows + kv_first,
+                 kv_head * HEAD_DIM, num_tiles, page_table_ptr + seq.to(gl.int64) * page_table_stride)
+        walk = (num_tiles, first_masked, kv_len, diag + first_query, qk_scale)  # rows count from the tile's first
+        output = (out_ptr, (seq * out_batch_rows + q_first + first_query).to(gl.int64), stride_os, q_head * HEAD_DIM,
+                  q_len - first_query)
+        gl.warp_specialize([  # (constexprs stay constexprs only as direct members of an argument tuple)
+            (_consume_first_half, (descriptors, buffers, loads, walk, output,
+                                 CAUSAL, BLOCK_N, STAGES, PAGE_SIZE)),
+            (_consume_second_half, (descriptors, buffers, loads, walk, output,
+                                  CAUSAL, BLOCK_N, STAGES, PAGE_SIZE)),
+            (_producer, (descriptors, buffers, loads, walk, output,
+                       CAUSAL, BLOCK_N, STAGES, PAGE_SIZE)),
+        ], [4, 1], [CONSUMER_REGISTERS, 24])

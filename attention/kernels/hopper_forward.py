@@ -1,0 +1,139 @@
+"""Host side of the Gluon Hopper forward (attention_fwd_hopper.py): which calls it serves, and their launch.
+
+attention_forward plans a call here first (``plan_hopper_forward``); a HopperPlan runs it, anything else
+goes to the general kernel. ``ATTN_FUSED_HOPPER=0`` turns the Hopper kernel off (A/B measurements).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from attention.environment import getenv
+
+from .attention_fwd_hopper import HOPPER_BLOCK_M, HOPPER_ROWS_PER_GROUP, attention_fwd_hopper_kernel
+from .availability import interpreter_enabled
+
+__all__ = ["HOPPER_ENV", "HOPPER_TILE", "HopperPlan", "hopper_unsupported_reason", "plan_hopper_forward"]
+
+HOPPER_ENV = "ATTN_FUSED_HOPPER"
+"""``0`` sends every call to the general kernel; unset or ``1``: calls the Hopper kernel serves go to it."""
+
+HOPPER_TILE = {64: (128, 2, 240), 128: (128, 2, 240)}
+"""Head dim -> (BLOCK_N, STAGES, consumer registers). 128 keys per tile and two stages: Q (32 KiB) and the
+K and V rings (2 x 2 x 32 KiB at d128) fill most of sm90's shared memory, one program per SM; each consumer
+warp group holds O, S and two P tiles in 240 registers. H200, 2026-11-30 (abtree harness, bf16 thd 16k
+tokens, against this tile in the same process): three stages lost 1-7 % on every d128 / d64 cell (MHA full
+4x4k 593.4 -> 578.8 TFLOP/s). Taking turns to issue wgmmas (FlashAttention-3's ping-pong of its two consumer
+groups, here an mbarrier pair) lost 0-3 % on 22 of 23 cells (MHA full 4x4k 579.1 -> 576.6, GQA causal 8x2k
+457.7 -> 444.9; d64 causal 381.8 -> 384.4): the warp schedulers already interleave the two groups."""
+
+HOPPER_MIN_QUERIES_PER_SEQUENCE = 64
+"""The kernel gives each sequence whole 128-row q tiles of one query head: a batch that averages fewer
+queries per sequence (decode, mixed batches) is the general kernel's (GQA packing, split-KV)."""
+
+
+def _rows_matrix(x: torch.Tensor) -> tuple[torch.Tensor, int] | None:
+    """A [B, S, H, D] strided view (or thd [T, H, D]) as (2-D view [token rows, H * D], rows per batch step),
+    or None when its tokens are not rows of one matrix with heads packed (sbhd) or TMA cannot read it."""
+    if x.dim() == 3:
+        x = x.unsqueeze(0).expand(1, -1, -1, -1)
+    batch_stride, token_stride, head_stride, dim_stride = x.stride()
+    batches, tokens, heads, head_dim = x.shape
+    if dim_stride != 1 or head_stride != head_dim or token_stride < heads * head_dim:
+        return None
+    if batch_stride % token_stride or (token_stride * x.element_size()) % 16 or x.data_ptr() % 16:
+        return None
+    batch_rows = batch_stride // token_stride
+    rows = (batches - 1) * batch_rows + tokens
+    if rows >= 2**31:  # TMA coordinates and the kernel's row arithmetic are 32-bit
+        return None
+    return torch.as_strided(x, (rows, heads * head_dim), (token_stride, 1)), batch_rows
+
+
+def hopper_unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, *,
+                              page_size: int, window: tuple[int, int], alibi: bool, sink: bool) -> str | None:
+    """None when attention_fwd_hopper_kernel can run this call, else why not. ``page_size``: 0 for a
+    non-paged call; ``window``: normalized (left, right), -1 unbounded (a causal mask is right == 0)."""
+    if interpreter_enabled() or not q.is_cuda or torch.cuda.get_device_capability(q.device) != (9, 0):
+        return "needs an sm90 GPU (Hopper), not the interpreter"
+    if getenv(HOPPER_ENV, "1") == "0":
+        return f"{HOPPER_ENV}=0"
+    if q.dtype not in (torch.float16, torch.bfloat16) or not q.dtype == k.dtype == v.dtype == out.dtype:
+        return "needs fp16 or bf16 q, k, v and out of one dtype"
+    head_dim = q.shape[-1]
+    if head_dim not in HOPPER_TILE or k.shape[-1] != head_dim or v.shape[-1] != head_dim:
+        return f"needs head dims in {sorted(HOPPER_TILE)}, equal for q/k and v"
+    if window[0] >= 0 or window[1] > 0 or alibi or sink:
+        return "needs no sliding window, ALiBi or sinks"
+    matrices = [_rows_matrix(x) for x in (q, k, v, out)]
+    if any(matrix is None for matrix in matrices):
+        return "needs tokens as rows of a 2-D matrix with heads packed along it, 16-byte aligned (not sbhd)"
+    block_n = HOPPER_TILE[head_dim][0]
+    if page_size and (page_size % block_n or any(matrix[1] != page_size for matrix in matrices[1:3])):
+        return f"needs pages of a multiple of {block_n} tokens, stored one after another"
+    return None
+
+
+@dataclass(frozen=True)
+class HopperPlan:
+    """One call's launch of attention_fwd_hopper_kernel, all but the tensors' addresses."""
+
+    grid: tuple[int, int, int]
+    group_size: int
+    batch_rows: tuple[int, int, int, int]
+    """q, k, v, out: rows from one batch entry to the next (0 for thd)."""
+    softmax_scale_log2: float
+    page_size: int
+    causal: bool
+    bottom_right: bool
+    has_q_start: bool
+    has_kv_start: bool
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                 cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor, q_start: torch.Tensor | None,
+                 kv_start: torch.Tensor | None, page_table: torch.Tensor | None) -> None:
+        from triton.experimental.gluon import language as gl
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+        head_dim = q.shape[-1]
+        block_n, stages, consumer_registers = HOPPER_TILE[head_dim]
+        element = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
+
+        def descriptor(x: torch.Tensor, block_rows: int) -> TensorDescriptor:
+            block = [block_rows, head_dim]
+            matrix, _ = _rows_matrix(x)
+            return TensorDescriptor.from_tensor(matrix, block, gl.NVMMASharedLayout.get_default_for(block, element))
+
+        q_rows, k_rows, v_rows, out_rows = self.batch_rows
+        attention_fwd_hopper_kernel[self.grid](
+            descriptor(q, HOPPER_ROWS_PER_GROUP), descriptor(k, block_n), descriptor(v, block_n), out,
+            cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q if q_start is None else q_start,
+            cu_seqlens_kv if kv_start is None else kv_start, cu_seqlens_q if page_table is None else page_table,
+            q_rows, k_rows, v_rows, out_rows, out.stride(-3), 0 if page_table is None else page_table.stride(0),
+            self.softmax_scale_log2, GROUP_SIZE=self.group_size, BLOCK_N=block_n, STAGES=stages,
+            PAGE_SIZE=self.page_size, CAUSAL=self.causal, BOTTOM_RIGHT=self.bottom_right,
+            HAS_Q_START=self.has_q_start, HAS_KV_START=self.has_kv_start,
+            CONSUMER_REGISTERS=consumer_registers, num_warps=4, maxnreg=168)
+
+
+def plan_hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, *, num_seqs: int,
+                        max_seqlen_q: int, total_q: int, softmax_scale: float, window: tuple[int, int],
+                        bottom_right: bool, page_size: int, alibi: bool, sink: bool, has_q_start: bool,
+                        has_kv_start: bool, num_sms: int) -> HopperPlan | None:
+    """A HopperPlan when the kernel serves this call and suits it (enough query rows per sequence to fill
+    128-row tiles, enough of them to fill the GPU), else None. Tensors as attention_forward's (4-D views;
+    k / v paged caches [pages, page_size, H_kv, D] when page_size > 0)."""
+    if hopper_unsupported_reason(q, k, v, out, page_size=page_size, window=window, alibi=alibi, sink=sink):
+        return None
+    heads_q, heads_kv = q.shape[2], k.shape[2]
+    if total_q < HOPPER_MIN_QUERIES_PER_SEQUENCE * num_seqs or -(-total_q // HOPPER_BLOCK_M) * heads_q < num_sms:
+        return None  # decode-like, or too few programs without split-KV
+    group_size = heads_q // heads_kv
+    batch_rows = tuple(_rows_matrix(x)[1] for x in (q, k, v, out))
+    return HopperPlan(
+        grid=(-(-max_seqlen_q // HOPPER_BLOCK_M) * group_size, heads_kv, num_seqs), group_size=group_size,
+        batch_rows=batch_rows,
+        softmax_scale_log2=float(softmax_scale) * 1.4426950408889634, page_size=page_size, causal=window[1] == 0,
+        bottom_right=bool(bottom_right), has_q_start=has_q_start, has_kv_start=has_kv_start)

@@ -1,0 +1,100 @@
+"""The Gluon sm90 forward (attention/kernels/attention_fwd_hopper.py) against the fp32 reference, on an H100 /
+H200: attention_forward routes prefill-sized calls to it; each case checks that it did (a HopperPlan), the
+rows against the reference and that padding rows of out were not written."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attention.kernels import attention_forward
+from attention.kernels import attention_fwd as launcher
+from attention.kernels.hopper_forward import HOPPER_ENV, HopperPlan, hopper_unsupported_reason
+from tests.test_kernels import SENTINEL, AttentionCase, build_inputs, check_output
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                       reason="needs an sm90 GPU (H100 / H200)"),
+]
+
+C = AttentionCase
+RAGGED_Q = (300, 129, 1000, 64, 0, 700)
+RAGGED_KV = (700, 129, 1000, 65, 0, 1500)
+CASES = [
+    *[C(RAGGED_Q, RAGGED_Q, heads=heads, d_qk=d, d_v=d, dtype=dtype, layout="thd", causal=causal)
+      for heads in ((16, 4), (16, 16)) for d in (64, 128) for causal in (False, True)
+      for dtype in ((torch.bfloat16,) if heads[0] != heads[1] else (torch.float16,))],
+    *[C(RAGGED_Q, RAGGED_KV, heads=(16, 2), d_qk=d, d_v=d, dtype=torch.bfloat16, layout=layout, causal=True,
+        bottom_right=True) for d in (64, 128) for layout in ("thd", "cache")],
+    C(RAGGED_Q, RAGGED_KV, heads=(16, 8), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="cache"),
+    C((1024, 1024), (1024, 1024), heads=(16, 16), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="bshd", causal=True),
+    C((640, 1024), (1024, 200), heads=(16, 16), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="bshd", causal=True,
+      bottom_right=True),  # rows that see no key get zeros
+    C((2048,), (2048 + 6144,), heads=(32, 8), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="cache", causal=True,
+      bottom_right=True),  # a 2k chunk over a 6k prefix
+    # paged: pages of whole 128-key tiles are read in place (unowned slots hold NaN); 16-token pages are
+    # copied to a contiguous buffer first (GatherPlan), then run here
+    C(RAGGED_Q, RAGGED_KV, heads=(16, 2), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="paged", page_size=256,
+      causal=True, bottom_right=True),
+    C(RAGGED_Q, RAGGED_KV, heads=(16, 4), d_qk=64, d_v=64, dtype=torch.float16, layout="paged", page_size=128),
+    C((2048,), (2048 + 6144,), heads=(32, 8), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="paged", page_size=16,
+      causal=True, bottom_right=True),
+]
+
+
+def _run(case: AttentionCase, inputs: dict) -> None:
+    launcher._plans.clear()
+    attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"])
+    kinds = {type(plan).__name__ for plan in launcher._plans.values()}
+    assert kinds in ({"HopperPlan"}, {"HopperPlan", "GatherPlan"}), f"{case}: planned {kinds}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_hopper_kernel_matches_the_reference(case: AttentionCase) -> None:
+    inputs = build_inputs(case, "cuda")
+    _run(case, inputs)
+    check_output(case, inputs)
+
+
+def test_nan_padding_of_a_cache_stays_out_of_the_output() -> None:
+    """Cache rows past each sequence's keys hold NaN: the kernel's V tiles read them (P is 0 there)."""
+    case = C((600, 400), (633, 400), heads=(32, 32), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="cache",
+             causal=True, bottom_right=True)
+    inputs = build_inputs(case, "cuda")
+    for x in (inputs["k"], inputs["v"]):
+        for b, n in enumerate(case.kv_lens):
+            x[b, n:] = float("nan")
+    _run(case, inputs)
+    check_output(case, inputs)
+
+
+def test_sbhd_and_the_switch_keep_the_general_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    case = C((512, 512), (512, 512), heads=(16, 16), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="sbhd")
+    inputs = build_inputs(case, "cuda")
+    reason = hopper_unsupported_reason(inputs["q"], inputs["k"], inputs["v"], inputs["out"], page_size=0,
+                                       window=(-1, -1), alibi=False, sink=False)
+    assert reason is not None and "sbhd" in reason
+    case = C((512, 512), (512, 512), heads=(16, 16), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="bshd")
+    inputs = build_inputs(case, "cuda")
+    monkeypatch.setenv(HOPPER_ENV, "0")
+    launcher._plans.clear()
+    attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"])
+    assert not any(type(plan) is HopperPlan for plan in launcher._plans.values())
+    check_output(case, inputs)
+
+
+def test_cuda_graph_replay() -> None:
+    """The launch reads no device value on the host: it captures into a CUDA graph and replays."""
+    case = C((700, 300), (700, 300), heads=(32, 8), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="thd", causal=True)
+    inputs = build_inputs(case, "cuda")
+    _run(case, inputs)
+    call = dict(inputs["call"])
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **call)
+    inputs["out_base"].fill_(SENTINEL)
+    graph.replay()
+    torch.cuda.synchronize()
+    check_output(case, inputs)
