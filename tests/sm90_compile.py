@@ -6,7 +6,9 @@ runtime bool, compiled with a 0-row tile when the variant was off, and a helper 
 of different shapes under a constexpr `if`. This script records every launch that
 ``attention_forward`` and the KV append make for a set of configurations (``KernelLaunch`` is
 patched to record, not launch) and compiles each with Triton's CUDA back end, which needs no driver
-(Triton ships ptxas), checking the shared memory it asks for against sm90's limit.
+(Triton ships ptxas), checking the shared memory it asks for against sm90's limit, then the Gluon sm90
+kernel (attention_fwd_hopper.py) on a set of its launches (hopper_launches: on CPU, attention_forward never
+plans it).
 
 Run without TRITON_INTERPRET (tests/test_kernel_compile.py starts it in a subprocess; ~30 s on 2 cores):
     python -m tests.sm90_compile [--registers]   # one line per launch (with ptxas's register and
@@ -208,7 +210,7 @@ def hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
         q = torch.zeros(256, 4 * head_dim, dtype=dtype)
         k = torch.zeros(256, 2 * head_dim, dtype=dtype)
 
-        def descriptor(x: torch.Tensor, rows: int) -> Any:
+        def descriptor(x: torch.Tensor, rows: int, head_dim: int = head_dim, element: Any = element) -> Any:
             block = [rows, head_dim]
             return TensorDescriptor.from_tensor(x, block, gl.NVMMASharedLayout.get_default_for(block, element))
 

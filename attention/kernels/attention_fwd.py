@@ -154,6 +154,11 @@ def attention_forward(
     (``_KV_LENGTH_QUANTUM``). A repeat call skips validation, configuration and Triton's argument
     binding and launches the compiled kernels directly (``attention.kernels.launch``).
 
+    On an sm90 GPU, prefill-sized calls the Gluon kernel serves (attention/kernels/hopper_forward.py: fp16 /
+    bf16, head dim 64 or 128, no window, ALiBi or sinks, packed K/V, a non-paged cache or pages of a multiple
+    of 128 tokens) run attention_fwd_hopper.py's kernel unless a config or split count is passed or
+    ``ATTN_FUSED_HOPPER=0``.
+
     `config` overrides the launch configuration `select_forward_config` would pick (tuning sweeps:
     `python -m benchmarks.sweep`); it must pack whole query tokens (block_q * group <= block_m). With
     `config.warp_specialize`, calls without a mask band (no causal mask, window or ALiBi) over a

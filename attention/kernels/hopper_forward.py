@@ -37,9 +37,11 @@ queries per sequence (decode, mixed batches) is the general kernel's (GQA packin
 def _rows_matrix(x: torch.Tensor) -> tuple[torch.Tensor, int] | None:
     """A [B, S, H, D] strided view (or thd [T, H, D]) as (2-D view [token rows, H * D], rows per batch step),
     or None when its tokens are not rows of one matrix with heads packed (sbhd) or TMA cannot read it."""
-    if x.dim() == 3:
-        x = x.unsqueeze(0).expand(1, -1, -1, -1)
+    thd = x.dim() == 3
+    if thd:
+        x = x.unsqueeze(0)
     batch_stride, token_stride, head_stride, dim_stride = x.stride()
+    batch_stride = 0 if thd else batch_stride  # one batch entry: as the launcher's expanded thd views
     batches, tokens, heads, head_dim = x.shape
     if dim_stride != 1 or head_stride != head_dim or token_stride < heads * head_dim:
         return None
