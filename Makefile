@@ -3,13 +3,16 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # The CPU wheel of torch (no multi-GB CUDA download). On a GPU machine, install the project yourself.
 TORCH_SPEC ?= torch==2.13.0
+# Triton pinned too: its Gluon API renames things between releases (tests/sm90_compile.py compiles the
+# Gluon kernel with it). The H200 runs 3.6; attention_fwd_hopper.py compiles with both.
+TRITON_SPEC ?= triton==3.9.0
 
 .PHONY: demo test bench gpu-test clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q "setuptools>=64"
-	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q "$(TORCH_SPEC)" "$(TRITON_SPEC)"
 	$(PY) -m pip install -q --no-build-isolation -e ".[test,demo,bench]"
 	touch $@
 

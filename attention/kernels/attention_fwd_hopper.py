@@ -48,6 +48,10 @@ HOPPER_ROWS_PER_GROUP = 64
 HOPPER_BLOCK_M = 2 * HOPPER_ROWS_PER_GROUP
 """Query rows per program: two consumer warp groups."""
 
+# Triton 3.6 names (the H200's) and their later renames (3.9, the CPU CI's): the kernel compiles with both.
+_cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+
 
 @gluon.jit
 def _producer(descriptors, buffers, loads, walk, output,
@@ -58,8 +62,8 @@ def _producer(descriptors, buffers, loads, walk, output,
     q_row0, q_col, k_row0, v_row0, kv_col, num_tiles, pages = loads
     rows: gl.constexpr = q_desc.block_type.shape[0]
     mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [q_row0, q_col], q_bar, q_smem.index(0))
-    tma.async_copy_global_to_shared(q_desc, [q_row0 + rows, q_col], q_bar, q_smem.index(1))
+    _tma_load(q_desc, [q_row0, q_col], q_bar, q_smem.index(0))
+    _tma_load(q_desc, [q_row0 + rows, q_col], q_bar, q_smem.index(1))
     for t in range(num_tiles):
         stage = t % STAGES
         phase = (t // STAGES) & 1
@@ -72,10 +76,10 @@ def _producer(descriptors, buffers, loads, walk, output,
             v_row = page_row
         mbarrier.wait(k_empty.index(stage), phase ^ 1)  # a fresh barrier counts as released
         mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [k_row, kv_col], k_ready.index(stage), k_smem.index(stage))
+        _tma_load(k_desc, [k_row, kv_col], k_ready.index(stage), k_smem.index(stage))
         mbarrier.wait(v_empty.index(stage), phase ^ 1)
         mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(v_desc, [v_row, kv_col], v_ready.index(stage), v_smem.index(stage))
+        _tma_load(v_desc, [v_row, kv_col], v_ready.index(stage), v_smem.index(stage))
 
 
 @gluon.jit
@@ -111,7 +115,7 @@ def _zero_rows_from(tile, first_row):
         rows = half * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(1, layout))
         part.store(gl.where((rows < first_row)[:, None], values, gl.zeros_like(values)))
     fence_async_shared()
-    gl.thread_barrier()
+    _cta_barrier()
 
 
 @gluon.jit
