@@ -2,12 +2,12 @@
 
 Runs tests/test_kernels.py's ragged thd prefill case (7 sequences of 1 to 8192 tokens, GQA 32/8, d128,
 bf16; non-causal unless ``--causal``) ``--repeats`` times per ``ATTN_FUSED_VARIANTS`` setting given
-(``default`` = the tables), in one process, refilling the output with a sentinel before each call. A run
-is wrong if any row holds NaN or differs from the fp32 reference by more than 0.025. This is how the
-warp-specialized kernel's one NaN in the GPU suite (commit 87c85d6) was chased::
+(``default`` = the tables), in one process, refilling the output with a sentinel before each call. Each
+line names the plan that ran (HopperPlan: the Gluon sm90 kernel; ForwardPlan: the general kernel, also
+under ``ATTN_FUSED_HOPPER=0``). A run is wrong if any row holds NaN or differs from the fp32 reference by
+more than 0.025::
 
-    python -m benchmarks.repeat_check --repeats 300 [--pollute] \\
-        default "prefill/contiguous=tma+int32_offsets+heavy_tiles_first+warp_specialize"
+    python -m benchmarks.repeat_check --repeats 300 [--causal] [--pollute] default
 
 ``--pollute`` runs the general kernel over NaN inputs of the same shapes before every checked call, so
 every SM's shared memory holds NaN when the checked kernel starts (the GPU suite's paged tests fill
@@ -15,13 +15,10 @@ unowned cache slots with NaN): a kernel that reads a shared-memory tile before i
 returns NaN instead of an older, finite tile's values.
 
 ``--processes N`` runs N copies at once (each its own CUDA context, as the sharded GPU suite does), so
-the GPU time-slices between them. That is what exposes the warp-specialized kernel: H200, 2026-11-30,
-three processes, 92-100 % of its runs returned NaN rows (0 of 400 alone; 3 of 1,800 under MPS, which
-shares the SMs without time-slicing), while the general kernel's runs were all right
-(docs/results/2026-11-30-h200-dc3ccf8/repeat-check.txt)::
+the GPU time-slices between them, which raises the odds of a race inside a kernel (the removed Triton
+warp-specialized kernel returned NaN rows in 92-100 % of such runs on the H200, 2026-11-30)::
 
-    python -m benchmarks.repeat_check --processes 3 --repeats 600 \\
-        "prefill/contiguous=tma+int32_offsets+heavy_tiles_first+warp_specialize"
+    python -m benchmarks.repeat_check --processes 3 --repeats 3000 default
 
 Needs CUDA; each process peaks at ~45 GB of GPU memory (the fp32 reference of the 8192-token sequence).
 """
@@ -42,8 +39,6 @@ LENGTHS = (1, 17, 513, 2048, 8192, 3001, 64)
 
 
 def check(variants: str, repeats: int, causal: bool, pollute: bool = False) -> str:
-    from dataclasses import replace
-
     from attention.kernels import attention_forward
     from attention.kernels.configs import select_forward_config
     from tests.test_kernels import SENTINEL, AttentionCase, build_inputs
@@ -59,9 +54,8 @@ def check(variants: str, repeats: int, causal: bool, pollute: bool = False) -> s
     expected = torch.cat(inputs["expected"]).float()
     if pollute:  # the general kernel over NaN copies of the inputs (same shapes and strides)
         nan_inputs = [_nan_like(inputs[name]) for name in ("q", "k", "v", "out")]
-        general = replace(select_forward_config(head_dim_qk=128, head_dim_v=128, group_size=4,
-                                                max_seqlen_q=max(LENGTHS), interpret=False,
-                                                max_seqlen_kv=max(LENGTHS)), warp_specialize=False)
+        general = select_forward_config(head_dim_qk=128, head_dim_v=128, group_size=4, max_seqlen_q=max(LENGTHS),
+                                        interpret=False, max_seqlen_kv=max(LENGTHS))
     from attention.kernels import attention_fwd
 
     attention_fwd._plans.clear()

@@ -165,11 +165,10 @@ def _named(variants: list[Variant], names: Sequence[str] | None) -> list[Variant
 
 def _variants(cell: Cell, layout_only: bool = False, tiles_only: bool = False) -> list[Variant]:
     """The default (every variant off), the tuned table's choice if it differs (and with page-granular
-    tiles where pages are smaller than a tile, with the pages of a prefill-class cell copied first, or the
-    warp-specialized kernel where no mask band needs the general one), then the layout variants
-    (small tile, page-table addressing, rotated walk, K^T loads, runtime page size, register cap,
-    split merges, TMA, heavy tiles first; each layout variant also with 32-bit offsets) unless
-    ``tiles_only``, then tiles and split counts unless ``layout_only``."""
+    tiles where pages are smaller than a tile, or with the pages of a prefill-class cell copied first),
+    then the layout variants (small tile, page-table addressing, rotated walk, K^T loads, runtime page
+    size, register cap, split merges, TMA, heavy tiles first; each layout variant also with 32-bit
+    offsets) unless ``tiles_only``, then tiles and split counts unless ``layout_only``."""
     base = _base_config(cell, tuned=False)
     tuned = _base_config(cell, tuned=True)
     decode_class = _shape_class(cell).startswith("decode")
@@ -180,9 +179,6 @@ def _variants(cell: Cell, layout_only: bool = False, tiles_only: bool = False) -
         out.append(("tuned + page-granular tiles", {"config": replace(tuned, page_granular_tiles=True)}))
     if cell.kv_source == "paged" and not decode_class:  # the pages copied first, then the non-paged tables' config
         out.append(("tuned pages copied (gather_pages)", {"config": replace(tuned, gather_pages=True)}))
-    if cell.kv_source != "paged" and not decode_class and not cell.problem.causal:  # the kernel on WARP_SPECIALIZED_TILE
-        name = "tuned without the warp-specialized kernel" if tuned.warp_specialize else "tuned + warp-specialized kernel"
-        out.append((name, {"config": replace(tuned, warp_specialize=not tuned.warp_specialize)}))
     if tiles_only:
         return out + (_decode_variants(cell, base) if decode_class else _prefill_variants(cell, base, tuned))
     out += _small_tile_variants(cell, base) + _paged_variants(cell, base, decode_class)

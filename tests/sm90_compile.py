@@ -128,7 +128,7 @@ def _inputs(paged: bool, head_dim: int) -> dict:
 def configurations() -> list[dict]:
     """The production tiles of head dims 128 and 256 (with their tuned variants); at d 64 the default
     configs, each variant alone and together, splits (the combine kernel), ALiBi, sinks, windows."""
-    from attention.kernels.configs import WARP_SPECIALIZED_TILE, select_forward_config
+    from attention.kernels.configs import select_forward_config
 
     prefill = select_forward_config(head_dim_qk=64, head_dim_v=64, group_size=2, max_seqlen_q=400, interpret=False,
                                     tuned=False)
@@ -148,14 +148,6 @@ def configurations() -> list[dict]:
                 if paged and head_dim == 128 and not max_kv:  # 16-token pages in 64/128-key tiles, read page by page
                     calls.append(dict(label=f"{label} page-granular", paged=True, head_dim=128, num_splits=splits,
                                       config=replace(config, page_granular_tiles=True)))
-    specialized = select_forward_config(head_dim_qk=128, head_dim_v=128, group_size=2, max_seqlen_q=400,
-                                        interpret=False, tuned=False)
-    block_m, block_n, warps, stages = WARP_SPECIALIZED_TILE
-    for sink in (None, torch.zeros(4)):  # the warp-specialized kernel on its tile (no mask band: causal off)
-        calls.append(dict(label=f"d128 warp-specialized{' + sink' if sink is not None else ''}", paged=False,
-                          head_dim=128, causal=False, bottom_right=False, num_splits=1, softmax_offset=sink,
-                          config=replace(specialized, warp_specialize=True, block_m=block_m, block_q=block_m // 2,
-                                         block_n=block_n, num_warps=warps, num_stages=stages)))
     for paged in (True, False):
         layout = "paged" if paged else "contiguous"
         calls += [
@@ -264,8 +256,7 @@ def main() -> int:
             kernel = compile_for_sm90(fn, args, constexprs, warps, stages)
             if constexprs.get("FUSED_COMBINE"):
                 check_split_arrival(kernel.asm["ptx"])
-            if fn.__name__ in ("attention_fwd_specialized_kernel", "attention_fwd_hopper_kernel") \
-                    and kernel.metadata.num_warps <= warps:
+            if fn.__name__ == "attention_fwd_hopper_kernel" and kernel.metadata.num_warps <= warps:
                 raise ValueError(f"not warp-specialized: {kernel.metadata.num_warps} warps for a {warps}-warp launch")
             for flag, instruction in (("LAUNCH_DEPENDENTS", "griddepcontrol.launch_dependents"),
                                       ("WAIT_FOR_PRIMARY", "griddepcontrol.wait")):

@@ -30,6 +30,7 @@ def test_parse_variants_reads_classes_flags_and_values() -> None:
     ("decode=tma", "unknown shape class 'decode'"),
     ("decode/paged=fast", "bad variant 'fast'"),
     ("decode/paged=small_block_m:x", "bad variant 'small_block_m:x'"),
+    ("prefill/contiguous=tma+warp_specialize", "bad variant 'warp_specialize'.*expected one of paged_scalar_ids"),
 ])
 def test_parse_variants_names_what_is_wrong(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -186,23 +187,3 @@ def test_decode_tiles_follow_the_packed_rows(group_size, tile) -> None:
     config = select_forward_config(head_dim_qk=128, head_dim_v=128, group_size=group_size, max_seqlen_q=1,
                                    interpret=False, paged=True, max_seqlen_kv=4096)
     assert (config.block_m, config.block_n, config.max_registers) == tile
-
-
-OPT_IN = "prefill/contiguous=tma+int32_offsets+heavy_tiles_first+warp_specialize"
-
-
-@pytest.mark.parametrize("head_dim, paged, max_seqlen_q, max_seqlen_kv, interpret, override, expected", [
-    (128, False, 4096, 4096, False, "", False),   # off by default (an intermittent NaN, see configs.py)
-    (64, False, 4096, 4096, False, "", False), (128, False, 2048, 2048, False, "", False),
-    (128, False, 4096, 4096, False, OPT_IN, True), (64, False, 2048, 2048, False, OPT_IN, True),
-    (128, True, 4096, 4096, False, OPT_IN, False), (128, False, 1, 4096, False, OPT_IN, False),
-    (128, False, 4096, 4096, False, "prefill/contiguous=tma+warp_specialize:0", False)])
-def test_warp_specialized_kernel_is_opt_in_for_non_paged_prefill(monkeypatch, head_dim, paged, max_seqlen_q,
-                                                                max_seqlen_kv, interpret, override, expected) -> None:
-    """The warp-specialized kernel is opt-in: ATTN_FUSED_VARIANTS naming warp_specialize for
-    prefill/contiguous sends that class to it (calls without a mask band use it); other classes
-    (paged, decode) and the defaults keep it off."""
-    monkeypatch.setenv("ATTN_FUSED_VARIANTS", override)
-    config = select_forward_config(head_dim_qk=head_dim, head_dim_v=head_dim, group_size=4, max_seqlen_q=max_seqlen_q,
-                                   interpret=interpret, paged=paged, max_seqlen_kv=max_seqlen_kv)
-    assert config.warp_specialize is expected

@@ -415,31 +415,6 @@ def test_page_granular_tiles_match_the_reference(prefetch, page_size, block_n, w
                                                prefetch_page_ids=prefetch), split_counts=(1, 3))
 
 
-SPECIALIZED_CASES = [
-    C((5, 11, 3), (5, 11, 3), layout="bshd"),
-    C((5, 11, 3), (9, 7, 20), layout="thd", heads=(4, 2), sink=True, dtype=torch.float16),
-    C((12, 3), (5, 40), layout="sbhd", heads=(4, 1), d_qk=32, d_v=16),
-    C((1, 7, 0), (17, 30, 4), layout="cache", heads=(4, 2), dtype=torch.float16),
-    C((0, 19), (0, 33), layout="thd", heads=(2, 2), d_qk=8, d_v=8),
-    C((5, 0, 3, 0), (0, 6, 9, 0), layout="thd", heads=(4, 2), sink=True),  # empty q or kv, last sequence empty
-]
-
-
-@pytest.mark.parametrize("case", SPECIALIZED_CASES, ids=str)
-def test_warp_specialized_kernel_matches_the_reference(case: AttentionCase, monkeypatch: pytest.MonkeyPatch) -> None:
-    """warp_specialize: calls without a mask band run attention_fwd_specialized_kernel (one query head per
-    program, per-key bias for the ragged tail, unrolled sequence search); calls with one keep the general kernel."""
-    from attention.kernels import attention_fwd
-
-    monkeypatch.setattr(attention_fwd, "_plans", {})
-    check_with_config(case, interpreted_config(case, warp_specialize=True))
-    (plan,) = attention_fwd._plans.values()
-    assert plan.attention.fn.__name__ == "attention_fwd_specialized_kernel"
-    masked = replace(case, causal=True, bottom_right=True)
-    check_with_config(masked, interpreted_config(masked, warp_specialize=True))
-    assert [p.attention.fn.__name__ for p in attention_fwd._plans.values()][-1] == "attention_fwd_kernel"
-
-
 @pytest.mark.parametrize("options", [
     dict(causal=True, bottom_right=True),
     dict(causal=True, bottom_right=True, window=(6, 0), alibi="h"),

@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import math
-import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
 from attention.environment import getenv
 
-from .arguments import ForwardShapes, normalize_window, validate_forward_arguments
+from .arguments import normalize_window, validate_forward_arguments
 from .attention_fwd_kernel import attention_fwd_kernel
-from .attention_fwd_specialized import attention_fwd_specialized_kernel
 from .availability import interpreter_enabled
 from .combine import combine_launch
 from .configs import (
     MAX_NUM_SPLITS,
     VARIANTS_ENV,
-    WARP_SPECIALIZED_TILE,
     ForwardConfig,
     choose_num_splits,
     num_streaming_multiprocessors,
@@ -85,13 +82,12 @@ def _offsets_fit_int32(x: torch.Tensor) -> bool:
     return sum((size - 1) * abs(stride) for size, stride in zip(x.shape, x.stride()) if size > 0) < 2**31
 
 
-def _tma_ready(*tensors: torch.Tensor) -> bool:
+def _tma_ready(k: torch.Tensor, v: torch.Tensor) -> bool:
     """Tensor descriptors need 16-byte aligned bases and 16-byte multiples for every non-unit stride;
     on a GPU the device-side descriptors also need Triton's scratch allocator (set here if unset)."""
-    for x in tensors:
+    for x in (k, v):
         if x.data_ptr() % 16 or any(stride * x.element_size() % 16 for stride in x.stride()[:-1]):
             return False
-    k = tensors[0]
     if k.is_cuda:
         import triton
         from triton.runtime._allocation import NullAllocator, _allocator
@@ -160,10 +156,7 @@ def attention_forward(
     ``ATTN_FUSED_HOPPER=0``.
 
     `config` overrides the launch configuration `select_forward_config` would pick (tuning sweeps:
-    `python -m benchmarks.sweep`); it must pack whole query tokens (block_q * group <= block_m). With
-    `config.warp_specialize`, calls without a mask band (no causal mask, window or ALiBi) over a
-    non-paged cache at head dims <= 128 and one KV split run attention_fwd_specialized.py's kernel (for
-    measurements only: it is wrong while other work shares the GPU, and planning it warns).
+    `python -m benchmarks.sweep`); it must pack whole query tokens (block_q * group <= block_m).
 
     The example needs a CUDA GPU (compute capability 8.0+), so doctest skips its GPU lines. Two
     sequences in bshd: 5 queries over 7 keys, and 3 queries over 5 keys.
@@ -295,44 +288,6 @@ def _launch(plan: ForwardPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
         _combine(plan.combine, partial_out, partial_lse, out, cu_seqlens_q, q_start, softmax_offset)
 
 
-def _specializes(config: ForwardConfig, paged: bool, window_left: int, window_right: int,
-                 alibi_slopes: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                 out: torch.Tensor) -> bool:
-    """Can a call run the warp-specialized kernel (ForwardConfig.warp_specialize)? It needs no mask band
-    (no causal mask, window or ALiBi), a non-paged cache, no second tile or in-kernel merge, head dims
-    <= 128, and q, k, v, out that tensor descriptors can address; split-KV is checked by the caller."""
-    return (config.warp_specialize and not paged and window_left < 0 and window_right < 0 and alibi_slopes is None
-            and not config.small_block_m and not config.fused_combine and max(config.block_dqk, config.block_dv) <= 128
-            and _tma_ready(q, k, v, out))
-
-
-def _specialized_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, shapes: ForwardShapes,
-                      config: ForwardConfig, total_q: int, softmax_scale: float, q_start: torch.Tensor | None,
-                      kv_start: torch.Tensor | None, softmax_offset: torch.Tensor | None) -> ForwardPlan:
-    """The launch of attention_fwd_specialized_kernel: one program per (tile of block_m query tokens, query
-    head), no split-KV. Warns: the kernel is wrong while processes share the GPU (see its module)."""
-    if not interpreter_enabled():
-        warnings.warn("the warp-specialized attention kernel (ForwardConfig.warp_specialize) returns NaN rows while "
-                      "other processes use the GPU (Triton 3.6, H200): use it for measurements only",
-                      RuntimeWarning, stacklevel=4)
-    grid = (-(-total_q // config.block_m) + shapes.num_seqs, shapes.num_heads_q)
-    attention = KernelLaunch(
-        attention_fwd_specialized_kernel, grid,
-        scalars=(shapes.num_seqs, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
-                 float(softmax_scale) * 1.4426950408889634),
-        constexprs={
-            "HEAD_DIM_QK": shapes.head_dim_qk, "HEAD_DIM_V": shapes.head_dim_v, "BLOCK_DQK": config.block_dqk,
-            "BLOCK_DV": config.block_dv, "GROUP_SIZE": shapes.num_heads_q // shapes.num_heads_kv,
-            "BLOCK_M": config.block_m, "BLOCK_N": config.block_n,
-            "HAS_Q_START": q_start is not None, "HAS_KV_START": kv_start is not None,
-            "HAS_SINK": softmax_offset is not None, "SEARCH_STEPS": max(1, shapes.num_seqs.bit_length()),
-            "DOT_PRECISION": "ieee" if q.dtype == torch.float32 else "tf32",
-        },
-        options={"num_warps": config.num_warps, "num_stages": config.num_stages},
-    )
-    return ForwardPlan(attention, None, None, 0)
-
-
 def _combine(launch: KernelLaunch, partial_out: torch.Tensor, partial_lse: torch.Tensor, out: torch.Tensor,
              cu_seqlens_q: torch.Tensor, q_start: torch.Tensor | None, softmax_offset: torch.Tensor | None) -> None:
     """The split merge after the attention grid (a seam for benchmarks.latency_breakdown)."""
@@ -388,7 +343,7 @@ def _plan_forward(
         if num_pages:
             return GatherPlan(num_pages)
 
-    if config_given is None and num_splits in (None, 1) and not config.warp_specialize:
+    if config_given is None and num_splits in (None, 1):
         hopper = plan_hopper_forward(
             q, k, v, out, num_seqs=shapes.num_seqs, max_seqlen_q=max_seqlen_q, total_q=total_q,
             softmax_scale=softmax_scale, window=(window_left, window_right), bottom_right=bottom_right,
@@ -399,20 +354,11 @@ def _plan_forward(
         if hopper is not None:
             return hopper
 
-    def split_count(tile: ForwardConfig) -> int:
-        return num_splits or choose_num_splits(
+    if num_splits is None:
+        num_splits = choose_num_splits(
             num_seqs=shapes.num_seqs, num_kv_heads=shapes.num_heads_kv, total_q=total_q,
-            max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv, block_q=tile.block_q,
-            block_n=tile.block_n, num_sms=num_streaming_multiprocessors(q.device), block_m=tile.block_m)
-
-    if _specializes(config, shapes.paged, window_left, window_right, alibi_slopes, q, k, v, out):
-        block_m, block_n, num_warps, num_stages = WARP_SPECIALIZED_TILE  # the tile the specializer takes
-        tile = replace(config, block_m=block_m, block_q=max(1, block_m // group_size), block_n=block_n,
-                       num_warps=num_warps, num_stages=num_stages)
-        if split_count(tile) == 1:  # (the specialized kernel has no split-KV)
-            return _specialized_plan(q, k, v, out, shapes, tile, total_q, softmax_scale, q_start, kv_start,
-                                     softmax_offset)
-    num_splits = split_count(config)
+            max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv, block_q=config.block_q,
+            block_n=config.block_n, num_sms=num_streaming_multiprocessors(q.device), block_m=config.block_m)
 
     write_partial = num_splits > 1
     partial_out_shape = (num_splits, total_q, shapes.num_heads_q, shapes.head_dim_v) if write_partial else None

@@ -22,7 +22,7 @@ import triton.language as tl
 
 from .sequence_lookup import find_sequence
 
-__all__ = ["attention_fwd_kernel", "normalized_output", "online_softmax_step"]
+__all__ = ["attention_fwd_kernel"]
 
 LOG2E = tl.constexpr(1.4426950408889634)
 MERGE_SPLITS = tl.constexpr(64)

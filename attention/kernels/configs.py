@@ -23,7 +23,6 @@ __all__ = [
     "PREFILL_TILE",
     "PREFILL_TILE_MIN_PROGRAMS",
     "VARIANTS_ENV",
-    "WARP_SPECIALIZED_TILE",
     "ForwardConfig",
     "choose_num_splits",
     "next_power_of_2",
@@ -94,11 +93,6 @@ class ForwardConfig:
     page_granular_tiles: with a paged cache whose pages are smaller than a KV tile (block_n a multiple of
         page_size), read each tile page by page: one page id per page and per thread instead of one per
         key (see the kernel's _load_tile_by_pages).
-    warp_specialize: calls over a non-paged cache (or packed K/V) without a mask band (no causal mask,
-        window or ALiBi) at head dims <= 128 run one KV loop that Triton 3.6 warp-specializes on Hopper
-        (a TMA producer warp group, two consumer groups), on WARP_SPECIALIZED_TILE unless a config is
-        passed; K/V through tensor descriptors whatever ``tma`` says. For measurements only (no table
-        sets it): wrong while other processes share the GPU, see select_forward_config.
     gather_pages: over a paged cache, whether the launcher first copies each sequence's pages into a
         contiguous buffer and runs the call as over a non-paged cache, with the tables' configuration for
         that layout (attention/kernels/page_gather.py):
@@ -132,14 +126,13 @@ class ForwardConfig:
     runtime_page_size: bool = False
     dependent_combine: bool = False
     page_granular_tiles: bool = False
-    warp_specialize: bool = False
     max_registers: int = 0
     gather_pages: bool | None = None
 
 
 VARIANT_FIELDS = ("paged_scalar_ids", "prefetch_page_ids", "small_block_m", "rotate_kv_tiles", "tma", "fused_combine",
                   "int32_offsets", "heavy_tiles_first", "transposed_k_loads",
-                  "runtime_page_size", "dependent_combine", "page_granular_tiles", "warp_specialize")
+                  "runtime_page_size", "dependent_combine", "page_granular_tiles")
 """The ForwardConfig fields a shape class can switch (kernel variants), as opposed to its tile sizes."""
 
 SHAPE_CLASSES = ("decode/paged", "decode/contiguous", "prefill/paged", "prefill/contiguous")
@@ -264,13 +257,6 @@ GATHER_MAX_BYTES = 1 << 30
 """Largest page copy (K and V together) the launcher makes; larger calls run over the pages. A CUDA
 graph capture sizes the copy by the cache's capacity, so a long-context capture stays on the pages."""
 
-WARP_SPECIALIZED_TILE = (128, 128, 4, 2)
-"""(block_m, block_n, num_warps, num_stages) of the warp-specialized loop: Triton splits the 128 rows over two
-4-warp consumer groups beside a producer group (a 4-warp launch runs 12 warps). H200, 2026-11-30, probe of
-one non-causal loop (benchmarks/ws_probe.py, 4x4k MHA d128): 524 TFLOP/s unmasked, 507 with the per-key
-bias mask, against 458 without specialization and 476 for the fused kernel; 64-key tiles 477, 3 stages
-exceed shared memory."""
-
 TMA_MIN_KV_LENGTH = 2048
 """The variant tables' ``tma`` is used for head dims >= 128 over KV walks of at least this many keys
 only: a descriptor's setup pays off over long walks of wide rows (H200, tma + 32-bit offsets
@@ -345,18 +331,8 @@ def select_forward_config(
         128x128 exceed shared memory; 64x64 4 warps 327).
       KV walks of at most 1024 / 2048 keys at d128: SHORT_KV_TILES; longer non-paged walks: PREFILL_TILE,
       FEW_PROGRAMS_TILE below PREFILL_TILE_MIN_PROGRAMS q tiles.
-      warp_specialize is opt-in: ``ATTN_FUSED_VARIANTS=prefill/contiguous=tma+int32_offsets+
-      heavy_tiles_first+warp_specialize`` sends every non-paged prefill call without a mask band that
-      the warp-specialized kernel can take to it (on WARP_SPECIALIZED_TILE); it paid at d128 over KV
-      walks longer than SHORT_KV_TILES' (figures below). It is for measurements only: while other
-      processes use the GPU it returns NaN rows (three processes at once: 553-600 of 600 runs wrong each,
-      one process alone: 0 of 400; the general kernel 0 of 6,000; attention_fwd_specialized.py).
-      bench_prefill, commit 71a6829, fused TFLOP/s
-      without -> with (docs/results/2026-11-30-h200-71a6829/): MHA full 4x4k 484.7 -> 528.3, 2x8k
-      491.8 -> 557.5, 1x16k 493.3 -> 528.6; GQA 32/8 full 4x4k 486.5 -> 507.3, 2x8k 500.8 -> 547.4,
-      1x16k 493.8 -> 539.0. Short walks: 16x1k 385.8 -> 392.5 and 388.9 -> 396.1, but 8x2k 486.2 ->
-      477.1 and 491.2 -> 478.5. At d64 it lost (416.6 -> 334.7, commit a9d919b); d256 does not fit the
-      tile.
+      The Triton warp-specialized kernel was removed in favour of the Gluon Hopper kernel
+      (attention_fwd_hopper.py); its measured figures are in docs/benchmarks.md's history.
 
     Example:
         >>> select_forward_config(head_dim_qk=128, head_dim_v=128, group_size=4,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["find_sequence", "find_sequence_unrolled"]
+__all__ = ["find_sequence"]
 
 
 @triton.jit
@@ -31,20 +31,3 @@ def find_sequence(cu_seqlens_ptr, num_seqs, target, BLOCK_Q: tl.constexpr, TILE_
             right = mid
     return left - 1
 
-
-@triton.jit
-def find_sequence_unrolled(cu_seqlens_ptr, num_seqs, target, BLOCK_Q: tl.constexpr, TILE_GRID: tl.constexpr,
-                           STEPS: tl.constexpr):
-    """find_sequence as STEPS unrolled, branch-free halvings (STEPS >= num_seqs.bit_length() converges):
-    no loop or branch ahead of the KV loop, which Triton 3.6's Hopper warp specializer requires."""
-    left = num_seqs * 0
-    right = num_seqs
-    for _ in tl.static_range(STEPS):
-        mid = (left + right) // 2
-        start = tl.load(cu_seqlens_ptr + mid)
-        if TILE_GRID:
-            start = start // BLOCK_Q + mid
-        searching = left < right
-        left = tl.where(searching & (start <= target), mid + 1, left)
-        right = tl.where(searching & (start > target), mid, right)
-    return left - 1

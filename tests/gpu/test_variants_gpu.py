@@ -1,5 +1,4 @@
-"""Kernel variants (``ForwardConfig`` fields), the warp-specialized kernel and direct launches on CUDA, vs the
-fp32 reference.
+"""Kernel variants (``ForwardConfig`` fields) and direct launches on CUDA, vs the fp32 reference.
 
 Each variant runs realistic cases it is meant for: page-table addressing on paged mixed batches,
 the small second tile on mixed batches, the rotated walk on non-paged caches, TMA descriptors on
@@ -40,12 +39,6 @@ CASES = {
                 d_v=128, dtype=torch.bfloat16, layout="cache", causal=True, bottom_right=True, num_splits=None),
     "thd": C((1, 17, 513, 2048, 3001), (1, 17, 513, 2048, 3001), heads=(32, 8), d_qk=128, d_v=128,
              dtype=torch.float16, layout="thd", causal=True, num_splits=None),
-    "thd-full": C((1, 17, 513, 2048, 3001), (1, 17, 513, 2048, 3001), heads=(32, 8), d_qk=128, d_v=128,
-                  dtype=torch.bfloat16, layout="thd", num_splits=1),
-    "thd-full-empty": C((0, 700, 5, 0), (0, 3000, 0, 2500), heads=(32, 8), d_qk=128, d_v=128, dtype=torch.bfloat16,
-                        layout="thd", num_splits=1),
-    "bshd-full-sink": C((700, 2048), (900, 2048), heads=(16, 16), d_qk=64, d_v=64, dtype=torch.float16,
-                        layout="bshd", sink=True, num_splits=1),
     "thd-d64-window": C((700, 2048), (700, 2048), heads=(16, 4), d_qk=64, d_v=64, dtype=torch.bfloat16,
                         layout="bshd", window=(128, 128)),
 }
@@ -80,26 +73,6 @@ def test_variant_matches_the_reference(fields: str, case_name: str) -> None:
     attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"],
                       config=_config(case, fields))
     check_output(case, inputs, TOLERANCE[case.dtype])
-
-
-@pytest.mark.parametrize("case_name", ["thd-full", "thd-full-empty", "bshd-full-sink"])
-def test_warp_specialized_kernel_matches_the_reference(case_name: str, monkeypatch) -> None:
-    """The opt-in warp_specialize on calls without a mask band: the specialized kernel on its own tile
-    (4 warps, which Triton runs as 12), right on ragged varlen and bshd batches with sinks while it has the
-    GPU to itself; planning it warns that it is not while other processes share the GPU."""
-    from attention.kernels import attention_fwd
-    from attention.kernels.configs import WARP_SPECIALIZED_TILE
-
-    monkeypatch.setenv("ATTN_FUSED_VARIANTS", "prefill/contiguous=tma+int32_offsets+warp_specialize")
-    monkeypatch.setattr(attention_fwd, "_plans", {})
-    case = CASES[case_name]
-    inputs = build_inputs(case, "cuda")
-    with pytest.warns(RuntimeWarning, match="warp-specialized"):
-        attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"])
-    check_output(case, inputs, TOLERANCE[case.dtype])
-    (plan,) = attention_fwd._plans.values()
-    assert plan.attention.fn.__name__ == "attention_fwd_specialized_kernel"
-    assert plan.attention.options["num_warps"] == WARP_SPECIALIZED_TILE[2]
 
 
 @pytest.mark.parametrize("case_name", ["paged", "decode", "thd"])
