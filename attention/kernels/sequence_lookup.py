@@ -30,4 +30,3 @@ def find_sequence(cu_seqlens_ptr, num_seqs, target, BLOCK_Q: tl.constexpr, TILE_
         else:
             right = mid
     return left - 1
-
