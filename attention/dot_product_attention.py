@@ -309,27 +309,14 @@ class DotProductAttention(nn.Module):
             if plan is not None:
                 backend = selection.select(params, self.backend)
                 plan.remember(key, params, backend)
+        # positional, in AttentionCall's field order (keywords cost ~0.7 µs a call)
         call = AttentionCall(
-            params=params,
-            query=q,
-            key=k,
-            value=v,
-            cu_seqlens_q=cu_seqlens_q,
-            cu_seqlens_kv=cu_seqlens_kv,
-            cu_seqlens_q_padded=cu_seqlens_q_padded,
-            cu_seqlens_kv_padded=cu_seqlens_kv_padded,
-            max_seqlen_q=int(max_seqlen_q),
-            max_seqlen_kv=int(max_seqlen_kv),
-            softmax_scale=self.softmax_scale,
-            dropout_p=dropout_p,
-            attention_mask=attention_mask if mask_type == "arbitrary" else None,
-            core_attention_bias=core_attention_bias,
-            alibi_slopes=alibi_slopes,
-            softmax_offset=self._softmax_offset_fp32(),
-            page_table=page_table,
-            inference_params=inference_params,
-            layer_number=self.layer_number,
-            step_tokens=call_setup.eager_step_value(inference_params, "step_tokens", device, eager)
+            params, q, k, v, cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q_padded, cu_seqlens_kv_padded,
+            int(max_seqlen_q), int(max_seqlen_kv), self.softmax_scale, dropout_p,
+            attention_mask if mask_type == "arbitrary" else None,
+            core_attention_bias, alibi_slopes, self._softmax_offset_fp32(), page_table, inference_params,
+            self.layer_number,
+            call_setup.eager_step_value(inference_params, "step_tokens", device, eager)
             if kv_caching and fmt == "thd" else None,
         )
         return call, backend

@@ -54,6 +54,7 @@ class AttentionCall:
     (no cache), the non-paged cache ``[b_max, s_max, h_kv, d]`` or the paged cache
     ``[pages, page_size, h_kv, d]`` (``kv_format`` = ``"bshd"``/``"paged"`` with ``kv_cache`` set).
     ``cu_seqlens_*`` are int32 ``[b+1]`` real lengths (always present); ``*_padded`` give thd offsets.
+    ``DotProductAttention`` passes the fields positionally: keep their order (add new ones last).
     """
 
     params: AttentionParams
