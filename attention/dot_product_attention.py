@@ -188,14 +188,10 @@ class DotProductAttention(nn.Module):
                 backend = selection.select(call.params, self.backend)
             if self.last_backend != backend.name:   # skips nn.Module.__setattr__ (slow) on the hot path
                 self.last_backend = backend.name
+        # heads and head dim -> h * d_v (and (out, max_logit) with return_max_logit)
         if checkpoint_core_attention and call.params.requires_grad:
-            result = torch.utils.checkpoint.checkpoint(backend.forward, call, use_reentrant=False)
-        else:
-            result = backend.forward(call)
-        if self.return_max_logit:
-            out, max_logit = result
-            return out.flatten(-2), max_logit
-        return result.flatten(-2)   # heads and head dim -> h * d_v
+            return torch.utils.checkpoint.checkpoint(backend.forward_flat, call, use_reentrant=False)
+        return backend.forward_flat(call)
 
     def explain(self, query_layer: torch.Tensor, key_layer: torch.Tensor, value_layer: torch.Tensor, **kwargs: Any) -> str:
         """What ``forward`` with these arguments would choose and why, without running (the KV cache

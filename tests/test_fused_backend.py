@@ -95,6 +95,8 @@ def test_a_thd_cache_step_starts_from_zeros_only_with_padding_rows(monkeypatch, 
                         (lambda *args: allocations.append(args[3]), custom_ops.OPS["fused_attention_forward"][1]))
     monkeypatch.setattr(torch, "empty", lambda *a, **k: torch.full(a, float("nan"), **k))
     monkeypatch.setattr(torch, "empty_like", lambda x, **k: torch.full_like(x, float("nan"), **k))
+    monkeypatch.setattr(torch.Tensor, "new_empty",
+                        lambda x, *size, **k: torch.full(size, float("nan"), dtype=x.dtype, device=x.device))
     params = InferenceParams(2, 64, 2, 16, torch.float16, is_paged=True, page_size=16, device="cpu")
     params.allocate_memory(1)
     params.pre_step(OrderedDict({"a": 3, "b": 2}))

@@ -13,7 +13,8 @@ from tests.test_kernels import SENTINEL, C, build_inputs, check_output
 pytestmark = pytest.mark.skipif(triton_available() is not None, reason=str(triton_available()))
 
 
-def _packed_call(inputs: dict, q: torch.Tensor | None = None, batch: int | None = None) -> None:
+def _packed_call(inputs: dict, q: torch.Tensor | None = None, batch: int | None = None,
+                 out: torch.Tensor | None = None) -> None:
     """The case's call through packed_attention_forward, with q, k, v and out as 3-D thd views."""
     from attention.kernels.attention_fwd import packed_attention_forward
 
@@ -21,7 +22,8 @@ def _packed_call(inputs: dict, q: torch.Tensor | None = None, batch: int | None 
     cu_style = [None if x is None else torch.cat([x, x[-1:]]) for x in (a.get("q_start"), a.get("kv_start"))]
     q = inputs["q"][0] if q is None else q
     packed_attention_forward(
-        q, inputs["k"][0], inputs["v"][0], inputs["out"][0], inputs["q"].shape[0] if batch is None else batch,
+        q, inputs["k"][0], inputs["v"][0], inputs["out"][0] if out is None else out,
+        inputs["q"].shape[0] if batch is None else batch,
         a["cu_seqlens_q"], a["cu_seqlens_kv"], *cu_style, None, a["max_seqlen_q"], a["max_seqlen_kv"],
         a["total_q"], a["softmax_scale"], a["causal"], *a["window_size"], a["bottom_right"], a["alibi_slopes"],
         a["softmax_offset"], a["num_splits"])
@@ -102,3 +104,20 @@ def test_a_changed_environment_switch_gets_a_new_plan(monkeypatch: pytest.Monkey
     _packed_call(inputs)
     check_output(case, inputs)
     assert len(attention_fwd._plans) == 3
+
+
+def test_an_output_with_flattened_heads_gets_the_same_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """out may be [T, H * D_v] (DotProductAttention's layout): the same values land in it, under a plan of its own."""
+    from attention.kernels import attention_fwd
+
+    monkeypatch.setattr(attention_fwd, "_plans", {})
+    case = C((3, 2), (5, 7), layout="thd", causal=True, bottom_right=True)
+    inputs = build_inputs(case)
+    _packed_call(inputs)
+    check_output(case, inputs)
+    unflat = inputs["out"][0]
+    flat = torch.full((unflat.shape[0], unflat.shape[1] * unflat.shape[2]), SENTINEL, dtype=unflat.dtype)
+    _packed_call(inputs, out=flat)
+    _packed_call(inputs, out=flat)
+    assert len(attention_fwd._plans) == 2
+    torch.testing.assert_close(flat.unflatten(-1, unflat.shape[1:]), unflat, rtol=0, atol=0)

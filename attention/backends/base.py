@@ -104,6 +104,15 @@ class Backend:
         ``call.params.return_max_logit`` (only backends whose sheet says ``return_max_logit``)."""
         raise NotImplementedError
 
+    def forward_flat(self, call: AttentionCall) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """``forward`` with heads flattened, ``[..., h * d_v]`` (what ``DotProductAttention`` returns);
+        a backend that can write that layout directly overrides it."""
+        result = self.forward(call)
+        if call.params.return_max_logit:
+            out, max_logit = result
+            return out.flatten(-2), max_logit
+        return result.flatten(-2)
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
 

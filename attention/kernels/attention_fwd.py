@@ -220,7 +220,8 @@ def packed_attention_forward(
     that save a tensor view each per call: q, k, v and out may also be 3-D thd ``[T, H, D]``, seen as
     ``[batch, T, H, D]`` with a batch stride of 0 (the ``expand`` the launcher's convention asks for, made
     once per plan); q_start / kv_start are cu_seqlens-style, int32 ``[batch + 1]`` (the last entry is
-    not read: the kernels see the same pointer as ``q_start[:-1]``)."""
+    not read: the kernels see the same pointer as ``q_start[:-1]``). ``out`` may also have its heads
+    flattened, ``[..., H_q * D_v]`` (DotProductAttention's output layout, unflattened once per plan)."""
     if max_seqlen_q < 0 or max_seqlen_kv < 0:
         raise ValueError(f"max_seqlen_q / max_seqlen_kv must be >= 0, got {max_seqlen_q} / {max_seqlen_kv}")
     kv_length_quanta = -(-max_seqlen_kv // _KV_LENGTH_QUANTUM)
@@ -233,7 +234,8 @@ def packed_attention_forward(
            _plan_environment(), torch._C._cuda_getDevice() if q.is_cuda else -1)
     plan = _plans.get(key, _NO_PLAN)
     if plan is _NO_PLAN or type(plan) is GatherPlan:
-        q4, k4, v4, out4 = (x.expand(batch, -1, -1, -1) if x.dim() == 3 else x for x in (q, k, v, out))
+        out4 = out.unflatten(-1, (q.shape[-2], -1)) if out.dim() < q.dim() else out
+        q4, k4, v4, out4 = (x.expand(batch, -1, -1, -1) if x.dim() == 3 else x for x in (q, k, v, out4))
         q_start, kv_start = (None if x is None else x[:-1] for x in (q_start, kv_start))
         if plan is _NO_PLAN:
             plan = _plan_forward(
