@@ -314,6 +314,7 @@ class DotProductAttention(nn.Module):
             self.layer_number,
             call_setup.eager_step_value(inference_params, "step_tokens", device, eager)
             if kv_caching and fmt == "thd" else None,
+            eager,
         )
         return call, backend
 

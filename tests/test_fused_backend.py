@@ -45,8 +45,14 @@ def test_eager_cache_steps_size_split_kv_on_the_longest_sequence_not_the_capacit
     params.pre_step(OrderedDict({"a": 1, "b": 1}))
     assert params.longest_sequence == 257
     query = torch.empty(2, 1, 4, 16)
-    assert split_sizing_kv_length(SimpleNamespace(inference_params=params, max_seqlen_kv=1 << 16, query=query)) == 257
-    assert split_sizing_kv_length(SimpleNamespace(inference_params=None, max_seqlen_kv=900, query=query)) == 900
+    call = SimpleNamespace(inference_params=params, max_seqlen_kv=1 << 16, query=query, eager=None)
+    assert split_sizing_kv_length(call) == 257
+    call.eager = False   # the module found the call compiled or captured: the capacity
+    assert split_sizing_kv_length(call) == 1 << 16
+    call.eager = True
+    assert split_sizing_kv_length(call) == 257
+    no_cache = SimpleNamespace(inference_params=None, max_seqlen_kv=900, query=query, eager=None)
+    assert split_sizing_kv_length(no_cache) == 900
     params.reset()
     assert params.longest_sequence == 0
 

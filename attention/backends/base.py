@@ -77,6 +77,7 @@ class AttentionCall:
     inference_params: Any = None
     layer_number: int | None = None
     step_tokens: int | None = None                  # thd cache step: its new tokens (host), when known
+    eager: bool | None = None                       # neither compiled nor captured (None: not known)
     extra: dict[str, Any] = field(default_factory=dict)
 
 

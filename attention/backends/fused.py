@@ -56,7 +56,7 @@ def split_sizing_kv_length(call: AttentionCall) -> int:
     longer sequences.
     """
     ip = call.inference_params
-    longest = None if ip is None else eager_step_value(ip, "longest_sequence", call.query.device)
+    longest = None if ip is None else eager_step_value(ip, "longest_sequence", call.query.device, call.eager)
     return call.max_seqlen_kv if longest is None else min(call.max_seqlen_kv, longest)
 
 
