@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from attention import call_setup, selection
+from attention.environment import token_reader
 from attention.backends.base import Backend
 from attention.params import AttentionParams
 
@@ -98,6 +99,10 @@ class CallPlans:
         self._plans[signature] = plan
 
 
+_env_tokens = token_reader(*selection._ENV_NAMES)
+"""The ``NVTE_*`` switches selection reads (``selection.env_snapshot``), as key tokens (~0.25 µs cheaper)."""
+
+
 def _tensor(x: Any) -> tuple | None | bool:
     """A tensor's part of a signature: sizes, dtype, device (None for None; False: not a tensor)."""
     if x is None:
@@ -135,7 +140,7 @@ def call_signature(
         module.deterministic, module.return_max_logit,
         call_setup.requires_grad(module, q, k, v, core_attention_bias),
         capturing,
-        selection.env_snapshot(), selection.context_backends(), selection.cache_generation(),
+        _env_tokens(), selection.context_backends(), selection.cache_generation(),
     )
 
 

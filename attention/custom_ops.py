@@ -56,7 +56,8 @@ def fused_attention_forward(
     causal: bool, window_left: int, window_right: int, bottom_right: bool,
     alibi_slopes: Tensor | None, softmax_offset: Tensor | None, num_splits: int | None = None,
 ) -> None:
-    """Run the fused kernel, writing the rows of real query tokens of ``out`` (in place).
+    """Run the fused kernel, writing the rows of real query tokens of ``out`` (in place; ``[..., h, d_v]``
+    in q's format, or with heads flattened ``[..., h * d_v]``).
 
     ``q_start`` / ``kv_start``: thd offsets, cu_seqlens-style int32 ``[batch + 1]`` (the last entry is not
     read). ``num_splits``: the split-KV count, or None for the kernel's heuristic. The launcher sees sbhd

@@ -188,14 +188,10 @@ class DotProductAttention(nn.Module):
                 backend = selection.select(call.params, self.backend)
             if self.last_backend != backend.name:   # skips nn.Module.__setattr__ (slow) on the hot path
                 self.last_backend = backend.name
+        # heads and head dim -> h * d_v (and (out, max_logit) with return_max_logit)
         if checkpoint_core_attention and call.params.requires_grad:
-            result = torch.utils.checkpoint.checkpoint(backend.forward, call, use_reentrant=False)
-        else:
-            result = backend.forward(call)
-        if self.return_max_logit:
-            out, max_logit = result
-            return out.flatten(-2), max_logit
-        return result.flatten(-2)   # heads and head dim -> h * d_v
+            return torch.utils.checkpoint.checkpoint(backend.forward_flat, call, use_reentrant=False)
+        return backend.forward_flat(call)
 
     def explain(self, query_layer: torch.Tensor, key_layer: torch.Tensor, value_layer: torch.Tensor, **kwargs: Any) -> str:
         """What ``forward`` with these arguments would choose and why, without running (the KV cache
@@ -309,28 +305,16 @@ class DotProductAttention(nn.Module):
             if plan is not None:
                 backend = selection.select(params, self.backend)
                 plan.remember(key, params, backend)
+        # positional, in AttentionCall's field order (keywords cost ~0.7 µs a call)
         call = AttentionCall(
-            params=params,
-            query=q,
-            key=k,
-            value=v,
-            cu_seqlens_q=cu_seqlens_q,
-            cu_seqlens_kv=cu_seqlens_kv,
-            cu_seqlens_q_padded=cu_seqlens_q_padded,
-            cu_seqlens_kv_padded=cu_seqlens_kv_padded,
-            max_seqlen_q=int(max_seqlen_q),
-            max_seqlen_kv=int(max_seqlen_kv),
-            softmax_scale=self.softmax_scale,
-            dropout_p=dropout_p,
-            attention_mask=attention_mask if mask_type == "arbitrary" else None,
-            core_attention_bias=core_attention_bias,
-            alibi_slopes=alibi_slopes,
-            softmax_offset=self._softmax_offset_fp32(),
-            page_table=page_table,
-            inference_params=inference_params,
-            layer_number=self.layer_number,
-            step_tokens=call_setup.eager_step_value(inference_params, "step_tokens", device, eager)
+            params, q, k, v, cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q_padded, cu_seqlens_kv_padded,
+            int(max_seqlen_q), int(max_seqlen_kv), self.softmax_scale, dropout_p,
+            attention_mask if mask_type == "arbitrary" else None,
+            core_attention_bias, alibi_slopes, self._softmax_offset_fp32(), page_table, inference_params,
+            self.layer_number,
+            call_setup.eager_step_value(inference_params, "step_tokens", device, eager)
             if kv_caching and fmt == "thd" else None,
+            eager,
         )
         return call, backend
 

@@ -45,8 +45,14 @@ def test_eager_cache_steps_size_split_kv_on_the_longest_sequence_not_the_capacit
     params.pre_step(OrderedDict({"a": 1, "b": 1}))
     assert params.longest_sequence == 257
     query = torch.empty(2, 1, 4, 16)
-    assert split_sizing_kv_length(SimpleNamespace(inference_params=params, max_seqlen_kv=1 << 16, query=query)) == 257
-    assert split_sizing_kv_length(SimpleNamespace(inference_params=None, max_seqlen_kv=900, query=query)) == 900
+    call = SimpleNamespace(inference_params=params, max_seqlen_kv=1 << 16, query=query, eager=None)
+    assert split_sizing_kv_length(call) == 257
+    call.eager = False   # the module found the call compiled or captured: the capacity
+    assert split_sizing_kv_length(call) == 1 << 16
+    call.eager = True
+    assert split_sizing_kv_length(call) == 257
+    no_cache = SimpleNamespace(inference_params=None, max_seqlen_kv=900, query=query, eager=None)
+    assert split_sizing_kv_length(no_cache) == 900
     params.reset()
     assert params.longest_sequence == 0
 
@@ -95,6 +101,8 @@ def test_a_thd_cache_step_starts_from_zeros_only_with_padding_rows(monkeypatch, 
                         (lambda *args: allocations.append(args[3]), custom_ops.OPS["fused_attention_forward"][1]))
     monkeypatch.setattr(torch, "empty", lambda *a, **k: torch.full(a, float("nan"), **k))
     monkeypatch.setattr(torch, "empty_like", lambda x, **k: torch.full_like(x, float("nan"), **k))
+    monkeypatch.setattr(torch.Tensor, "new_empty",
+                        lambda x, *size, **k: torch.full(size, float("nan"), dtype=x.dtype, device=x.device))
     params = InferenceParams(2, 64, 2, 16, torch.float16, is_paged=True, page_size=16, device="cpu")
     params.allocate_memory(1)
     params.pre_step(OrderedDict({"a": 3, "b": 2}))

@@ -13,7 +13,8 @@ from tests.test_kernels import SENTINEL, C, build_inputs, check_output
 pytestmark = pytest.mark.skipif(triton_available() is not None, reason=str(triton_available()))
 
 
-def _packed_call(inputs: dict, q: torch.Tensor | None = None, batch: int | None = None) -> None:
+def _packed_call(inputs: dict, q: torch.Tensor | None = None, batch: int | None = None,
+                 out: torch.Tensor | None = None) -> None:
     """The case's call through packed_attention_forward, with q, k, v and out as 3-D thd views."""
     from attention.kernels.attention_fwd import packed_attention_forward
 
@@ -21,7 +22,8 @@ def _packed_call(inputs: dict, q: torch.Tensor | None = None, batch: int | None 
     cu_style = [None if x is None else torch.cat([x, x[-1:]]) for x in (a.get("q_start"), a.get("kv_start"))]
     q = inputs["q"][0] if q is None else q
     packed_attention_forward(
-        q, inputs["k"][0], inputs["v"][0], inputs["out"][0], inputs["q"].shape[0] if batch is None else batch,
+        q, inputs["k"][0], inputs["v"][0], inputs["out"][0] if out is None else out,
+        inputs["q"].shape[0] if batch is None else batch,
         a["cu_seqlens_q"], a["cu_seqlens_kv"], *cu_style, None, a["max_seqlen_q"], a["max_seqlen_kv"],
         a["total_q"], a["softmax_scale"], a["causal"], *a["window_size"], a["bottom_right"], a["alibi_slopes"],
         a["softmax_offset"], a["num_splits"])
@@ -51,3 +53,75 @@ def test_packed_thd_matches_the_reference_and_new_metadata_gets_a_new_plan(monke
     with pytest.raises(ValueError, match="cu_seqlens_q must have length 2"):
         _packed_call(inputs, batch=1)   # a batch the cu_seqlens do not describe
     assert len(attention_fwd._plans) == 2
+
+
+def test_starts_that_are_not_the_cu_seqlens_are_keyed_on_their_own_metadata(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan key marks q_start / kv_start that are the cu_seqlens themselves; any other start tensor is keyed
+    (and validated) on its own metadata, however the cu_seqlens look."""
+    from attention.kernels import attention_fwd
+
+    monkeypatch.setattr(attention_fwd, "_plans", {})
+    case = C((3, 2), (5, 7), layout="thd")
+    inputs = build_inputs(case)
+    a = inputs["call"]
+    cu_q, cu_kv = a["cu_seqlens_q"], a["cu_seqlens_kv"]
+    batch = inputs["q"].shape[0]
+
+    def call(q_start: torch.Tensor, kv_start: torch.Tensor) -> None:
+        attention_fwd.packed_attention_forward(
+            inputs["q"][0], inputs["k"][0], inputs["v"][0], inputs["out"][0], batch, cu_q, cu_kv, q_start, kv_start,
+            None, a["max_seqlen_q"], a["max_seqlen_kv"], a["total_q"], a["softmax_scale"], False, -1, -1, False,
+            None, None, None)
+
+    call(cu_q, cu_kv)   # starts = cu_seqlens (ignoring the case's padded layout: only the keys matter here)
+    first = inputs["out"].clone()
+    inputs["out"].fill_(SENTINEL)
+    call(cu_q.clone(), cu_kv.clone())   # equal metadata, other tensors: planned once more, same result
+    assert len(attention_fwd._plans) == 2
+    torch.testing.assert_close(inputs["out"], first, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="q_start"):
+        call(cu_q.long(), cu_kv)
+    with pytest.raises(ValueError, match="kv_start"):
+        call(cu_q, cu_kv.long())
+
+
+def test_a_changed_environment_switch_gets_a_new_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plans are keyed on ATTN_FUSED_VARIANTS, ATTN_FUSED_HOPPER and TRITON_INTERPRET as they are at each call."""
+    from attention.kernels import attention_fwd
+    from attention.kernels.configs import VARIANTS_ENV
+    from attention.kernels.hopper_forward import HOPPER_ENV
+
+    monkeypatch.setattr(attention_fwd, "_plans", {})
+    case = C((3, 2), (5, 7), layout="thd", causal=True, bottom_right=True)
+    inputs = build_inputs(case)
+    _packed_call(inputs)
+    _packed_call(inputs)
+    assert len(attention_fwd._plans) == 1
+    monkeypatch.setenv(VARIANTS_ENV, "decode/paged=int32_offsets")
+    _packed_call(inputs)
+    assert len(attention_fwd._plans) == 2
+    monkeypatch.setenv("TRITON_INTERPRET", "true")   # the same meaning as "1", another value
+    inputs["out"].fill_(SENTINEL)
+    _packed_call(inputs)
+    check_output(case, inputs)
+    assert len(attention_fwd._plans) == 3
+    monkeypatch.setenv(HOPPER_ENV, "0")
+    _packed_call(inputs)
+    assert len(attention_fwd._plans) == 4
+
+
+def test_an_output_with_flattened_heads_gets_the_same_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """out may be [T, H * D_v] (DotProductAttention's layout): the same values land in it, under a plan of its own."""
+    from attention.kernels import attention_fwd
+
+    monkeypatch.setattr(attention_fwd, "_plans", {})
+    case = C((3, 2), (5, 7), layout="thd", causal=True, bottom_right=True)
+    inputs = build_inputs(case)
+    _packed_call(inputs)
+    check_output(case, inputs)
+    unflat = inputs["out"][0]
+    flat = torch.full((unflat.shape[0], unflat.shape[1] * unflat.shape[2]), SENTINEL, dtype=unflat.dtype)
+    _packed_call(inputs, out=flat)
+    _packed_call(inputs, out=flat)
+    assert len(attention_fwd._plans) == 2
+    torch.testing.assert_close(flat.unflatten(-1, unflat.shape[1:]), unflat, rtol=0, atol=0)

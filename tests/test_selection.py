@@ -218,3 +218,25 @@ def test_env_snapshot_reads_what_os_environ_holds(raw: bool, monkeypatch) -> Non
     monkeypatch.delenv("NVTE_FUSED_ATTN")
     assert selection.env_snapshot()[names.index("NVTE_FUSED_ATTN")] is None
 
+
+@pytest.mark.parametrize("raw", [True, False], ids=["raw-environ", "os.environ"])
+@pytest.mark.parametrize("count", [1, 2, 3])
+def test_token_reader_tokens_change_with_the_values(raw: bool, count: int, monkeypatch) -> None:
+    """Cache-key tokens of environment variables: equal exactly when the values are (unset, empty, set, changed)."""
+    from attention import environment
+
+    if not raw:
+        monkeypatch.setattr(environment, "_RAW_ENVIRON", None)
+    elif environment._RAW_ENVIRON is None:
+        pytest.skip("no raw environ mapping on this platform")
+    names = ("ATTN_TEST_TOKEN_A", "ATTN_TEST_TOKEN_B", "ATTN_TEST_TOKEN_C")[:count]
+    for name in names:
+        monkeypatch.delenv(name, raising=False)
+    read = environment.token_reader(*names)
+    seen = {read(): (None,) * count}
+    for value in ("", "0", "1", "true", "1"):
+        monkeypatch.setenv(names[-1], value)
+        values = tuple(os.environ.get(name) for name in names)
+        assert seen.setdefault(read(), values) == values
+    assert len(seen) == 5 and len(read()) == count
+

@@ -54,6 +54,7 @@ class AttentionCall:
     (no cache), the non-paged cache ``[b_max, s_max, h_kv, d]`` or the paged cache
     ``[pages, page_size, h_kv, d]`` (``kv_format`` = ``"bshd"``/``"paged"`` with ``kv_cache`` set).
     ``cu_seqlens_*`` are int32 ``[b+1]`` real lengths (always present); ``*_padded`` give thd offsets.
+    ``DotProductAttention`` passes the fields positionally: keep their order (add new ones last).
     """
 
     params: AttentionParams
@@ -76,6 +77,7 @@ class AttentionCall:
     inference_params: Any = None
     layer_number: int | None = None
     step_tokens: int | None = None                  # thd cache step: its new tokens (host), when known
+    eager: bool | None = None                       # neither compiled nor captured (None: not known)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -102,6 +104,15 @@ class Backend:
         """The output in the query's format, ``[..., h, d_v]``; ``(out, max_logit)`` (fp32 ``[h]``) when
         ``call.params.return_max_logit`` (only backends whose sheet says ``return_max_logit``)."""
         raise NotImplementedError
+
+    def forward_flat(self, call: AttentionCall) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """``forward`` with heads flattened, ``[..., h * d_v]`` (what ``DotProductAttention`` returns);
+        a backend that can write that layout directly overrides it."""
+        result = self.forward(call)
+        if call.params.return_max_logit:
+            out, max_logit = result
+            return out.flatten(-2), max_logit
+        return result.flatten(-2)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"

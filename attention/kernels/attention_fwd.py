@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attention.environment import getenv
+from attention.environment import token_reader
 
 from .arguments import normalize_window, validate_forward_arguments
 from .attention_fwd_kernel import attention_fwd_kernel
@@ -35,6 +35,10 @@ key of attention_forward's arguments) serves 16 steps instead of one."""
 _MAX_PLANS = 512
 """Launch plans kept (all dropped when full: a decode makes a new one every 16 steps)."""
 _NO_PLAN = object()
+_SAME_AS_CU_SEQLENS = "cu_seqlens"
+_plan_environment = token_reader(VARIANTS_ENV, HOPPER_ENV, "TRITON_INTERPRET")
+"""The environment a plan depends on (configuration variants, the Hopper kernel switch, the interpreter),
+for its key."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -182,7 +186,7 @@ def attention_forward(
            tensor_key(cu_seqlens_kv), tensor_key(q_start), tensor_key(kv_start), tensor_key(page_table),
            tensor_key(alibi_slopes), tensor_key(softmax_offset), max_seqlen_q, kv_length_quanta,
            total_q, softmax_scale, causal, tuple(window_size), bottom_right, num_splits, config,
-           getenv(VARIANTS_ENV, ""), getenv(HOPPER_ENV, ""), interpreter_enabled(), torch._C._cuda_getDevice() if q.is_cuda else -1)
+           _plan_environment(), torch._C._cuda_getDevice() if q.is_cuda else -1)
     plan = _plans.get(key, _NO_PLAN)
     if plan is _NO_PLAN:
         plan = _plan_forward(
@@ -220,18 +224,22 @@ def packed_attention_forward(
     that save a tensor view each per call: q, k, v and out may also be 3-D thd ``[T, H, D]``, seen as
     ``[batch, T, H, D]`` with a batch stride of 0 (the ``expand`` the launcher's convention asks for, made
     once per plan); q_start / kv_start are cu_seqlens-style, int32 ``[batch + 1]`` (the last entry is
-    not read: the kernels see the same pointer as ``q_start[:-1]``)."""
+    not read: the kernels see the same pointer as ``q_start[:-1]``). ``out`` may also have its heads
+    flattened, ``[..., H_q * D_v]`` (DotProductAttention's output layout, unflattened once per plan)."""
     if max_seqlen_q < 0 or max_seqlen_kv < 0:
         raise ValueError(f"max_seqlen_q / max_seqlen_kv must be >= 0, got {max_seqlen_q} / {max_seqlen_kv}")
     kv_length_quanta = -(-max_seqlen_kv // _KV_LENGTH_QUANTUM)
+    # q_start / kv_start are usually the cu_seqlens themselves: their metadata is keyed already
     key = ("packed", batch, tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(out), tensor_key(cu_seqlens_q),
-           tensor_key(cu_seqlens_kv), tensor_key(q_start), tensor_key(kv_start), tensor_key(page_table),
+           tensor_key(cu_seqlens_kv), _SAME_AS_CU_SEQLENS if q_start is cu_seqlens_q else tensor_key(q_start),
+           _SAME_AS_CU_SEQLENS if kv_start is cu_seqlens_kv else tensor_key(kv_start), tensor_key(page_table),
            tensor_key(alibi_slopes), tensor_key(softmax_offset), max_seqlen_q, kv_length_quanta,
            total_q, softmax_scale, causal, window_left, window_right, bottom_right, num_splits,
-           getenv(VARIANTS_ENV, ""), getenv(HOPPER_ENV, ""), interpreter_enabled(), torch._C._cuda_getDevice() if q.is_cuda else -1)
+           _plan_environment(), torch._C._cuda_getDevice() if q.is_cuda else -1)
     plan = _plans.get(key, _NO_PLAN)
     if plan is _NO_PLAN or type(plan) is GatherPlan:
-        q4, k4, v4, out4 = (x.expand(batch, -1, -1, -1) if x.dim() == 3 else x for x in (q, k, v, out))
+        out4 = out.unflatten(-1, (q.shape[-2], -1)) if out.dim() < q.dim() else out
+        q4, k4, v4, out4 = (x.expand(batch, -1, -1, -1) if x.dim() == 3 else x for x in (q, k, v, out4))
         q_start, kv_start = (None if x is None else x[:-1] for x in (q_start, kv_start))
         if plan is _NO_PLAN:
             plan = _plan_forward(
