@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from attention import call_setup, selection
-from attention.environment import token_reader
 from attention.backends.base import Backend
+from attention.environment import token_reader
 from attention.params import AttentionParams
 
 if TYPE_CHECKING:

@@ -8,7 +8,6 @@ bottom-right alignment, ``0`` for top-left) and ``-1`` leaves that side unbounde
 from __future__ import annotations
 
 import logging
-import math
 
 logger = logging.getLogger("attention")
 
@@ -103,7 +102,7 @@ def is_trivial_window(window_size: tuple[int, int]) -> bool:
 
 def default_alibi_slopes(num_heads: int) -> list[float]:
     """ALiBi slopes of the paper (and TE): geometric in the largest power of two <= heads, then interleaved."""
-    n = 2 ** int(math.floor(math.log2(num_heads)))
+    n = 1 << (num_heads.bit_length() - 1)  # the largest power of two <= num_heads
     slopes = [2.0 ** (-8.0 * k / n) for k in range(1, n + 1)]
     slopes += [2.0 ** (-4.0 * (2 * m - 1) / n) for m in range(1, num_heads - n + 1)]
     return slopes

@@ -75,7 +75,7 @@ def _variants(cell: Cell, inputs: Inputs) -> list[tuple[str, Callable[[], Any]]]
         rows.append(("combine only", lambda: combine(*saved[0])))
     for name, field in (("dependent combine", "dependent_combine"), ("fused combine", "fused_combine")):
         rows.append((name, _fused(cell, inputs, cell.kv_source, config=replace(config, **{field: True}))[0].fn))
-    runner, reason = FACTORIES["sdpa_cudnn"](cell, inputs)
+    runner, _reason = FACTORIES["sdpa_cudnn"](cell, inputs)
     if runner is not None:
         rows.append(("sdpa_cudnn", runner.fn))
     return rows

@@ -129,7 +129,7 @@ def pick_variants(measured: Sequence[Measured]) -> str:
             fields = frozenset(m.variants.split("+"))
             runs[fields] = min(m.speedup, runs.get(fields, math.inf))
     entries = []
-    for shape_class, cells in sorted(by_class.items()):
+    for class_name, cells in sorted(by_class.items()):
         candidates = sorted({fields for runs in cells.values() for fields in runs}, key=lambda f: (len(f), sorted(f)))
         best, best_gain = "none", PICK_MIN_GAIN
         for fields in candidates:
@@ -139,7 +139,7 @@ def pick_variants(measured: Sequence[Measured]) -> str:
             gain = math.exp(sum(map(math.log, speedups)) / len(speedups))
             if gain > best_gain:
                 best, best_gain = "+".join(sorted(fields, key=_field_order)), gain
-        entries.append(f"{shape_class}={best}")
+        entries.append(f"{class_name}={best}")
     return ";".join(entries)
 
 

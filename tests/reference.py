@@ -43,7 +43,7 @@ def default_alibi_slopes(num_heads: int) -> Tensor:
     """
     if num_heads < 1:
         raise ValueError(f"num_heads must be >= 1, got {num_heads}")
-    n = 2 ** int(math.floor(math.log2(num_heads)))
+    n = 1 << (num_heads.bit_length() - 1)  # the largest power of two <= num_heads
     slopes = [2.0 ** (-8.0 * k / n) for k in range(1, n + 1)]
     slopes += [2.0 ** (-4.0 * (2 * m - 1) / n) for m in range(1, num_heads - n + 1)]
     return torch.tensor(slopes, dtype=torch.float32)

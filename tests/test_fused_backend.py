@@ -69,7 +69,7 @@ def test_the_fused_backend_hands_the_kernel_the_longest_sequence(monkeypatch) ->
     if FusedBackend().availability_reason():
         pytest.skip(FusedBackend().availability_reason())
     seen = []
-    eager, op = custom_ops.OPS["fused_attention_forward"]
+    _eager, op = custom_ops.OPS["fused_attention_forward"]
     monkeypatch.setitem(custom_ops.OPS, "fused_attention_forward",
                         (lambda *args: seen.append(args[13]), op))  # args[13]: max_seqlen_kv
     params = InferenceParams(2, 4096, 2, 16, torch.float16, is_paged=True, page_size=16, device="cpu")
