@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attention.kernels.hopper_forward import _rows_matrix, hopper_unsupported_reason
+from attention.kernels import hopper_forward
+from attention.kernels.hopper_forward import _rows_matrix, hopper_unsupported_reason, plan_hopper_forward
 
 
 def test_thd_and_bshd_are_row_matrices() -> None:
@@ -38,3 +39,37 @@ def test_off_sm90_the_general_kernel_runs() -> None:
     q = torch.randn(10, 4, 128, dtype=torch.bfloat16)
     reason = hopper_unsupported_reason(q, q, q, q, page_size=0, window=(-1, 0), alibi=False, sink=False)
     assert reason is not None and "sm90" in reason
+
+
+class _RecordedLaunch:
+    """Stands in for the Gluon kernel: ``kernel[grid](*args, **kwargs)`` records the arguments."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def __getitem__(self, grid: tuple):
+        return lambda *args, **kwargs: self.calls.append((grid, args, kwargs))
+
+
+@pytest.mark.parametrize("flat_out", [False, True])
+def test_a_plan_launches_with_the_planned_output_row_stride(monkeypatch: pytest.MonkeyPatch, flat_out: bool) -> None:
+    """packed_attention_forward hands a HopperPlan DotProductAttention's output with the heads flattened
+    ([T, H * D]): the launch takes the token stride from the plan, not from that tensor's dims."""
+    monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
+    kernel = _RecordedLaunch()
+    monkeypatch.setattr(hopper_forward, "attention_fwd_hopper_kernel", kernel)
+    tokens, heads, heads_kv, head_dim = 256, 4, 2, 128
+    q = torch.randn(tokens, heads, head_dim, dtype=torch.bfloat16)
+    k = v = torch.randn(tokens, heads_kv, head_dim, dtype=torch.bfloat16)
+    out = torch.empty_like(q)
+    q4, k4, v4, out4 = (x.unsqueeze(0).expand(2, -1, -1, -1) for x in (q, k, v, out))
+    plan = plan_hopper_forward(q4, k4, v4, out4, num_seqs=2, max_seqlen_q=128, total_q=tokens, softmax_scale=0.1,
+                               window=(-1, 0), bottom_right=False, page_size=0, alibi=False, sink=False,
+                               has_q_start=True, has_kv_start=True, num_sms=4)
+    assert plan is not None
+    cu = torch.tensor([0, 128, 256], dtype=torch.int32)
+    plan(q, k, v, out.flatten(-2) if flat_out else out, cu, cu, cu, cu, None)
+    (_, args, _), = kernel.calls
+    assert args[3].data_ptr() == out.data_ptr()
+    out_token_stride = args[13]  # after the descriptors, out, five int tensors and the batch rows of q, k, v, out
+    assert out_token_stride == heads * head_dim

@@ -86,6 +86,9 @@ class HopperPlan:
     group_size: int
     batch_rows: tuple[int, int, int, int]
     """q, k, v, out: rows from one batch entry to the next (0 for thd)."""
+    out_token_stride: int
+    """Elements from one output row (token) to the next, read when planned: a call may pass ``out`` with its
+    heads flattened (DotProductAttention's layout, through packed_attention_forward)."""
     softmax_scale_log2: float
     page_size: int
     causal: bool
@@ -96,6 +99,8 @@ class HopperPlan:
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor, q_start: torch.Tensor | None,
                  kv_start: torch.Tensor | None, page_table: torch.Tensor | None) -> None:
+        """Launch on these tensors: q, k, v as planned (4-D views or 3-D thd), ``out`` as planned or with
+        its heads flattened (only its address is read)."""
         from triton.experimental.gluon import language as gl
         from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -113,7 +118,7 @@ class HopperPlan:
             descriptor(q, HOPPER_ROWS_PER_GROUP), descriptor(k, block_n), descriptor(v, block_n), out,
             cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q if q_start is None else q_start,
             cu_seqlens_kv if kv_start is None else kv_start, cu_seqlens_q if page_table is None else page_table,
-            q_rows, k_rows, v_rows, out_rows, out.stride(-3), 0 if page_table is None else page_table.stride(0),
+            q_rows, k_rows, v_rows, out_rows, self.out_token_stride, 0 if page_table is None else page_table.stride(0),
             self.softmax_scale_log2, GROUP_SIZE=self.group_size, BLOCK_N=block_n, STAGES=stages,
             PAGE_SIZE=self.page_size, CAUSAL=self.causal, BOTTOM_RIGHT=self.bottom_right,
             HAS_Q_START=self.has_q_start, HAS_KV_START=self.has_kv_start,
@@ -136,6 +141,6 @@ def plan_hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
     batch_rows = tuple(_rows_matrix(x)[1] for x in (q, k, v, out))
     return HopperPlan(
         grid=(-(-max_seqlen_q // HOPPER_BLOCK_M) * group_size, heads_kv, num_seqs), group_size=group_size,
-        batch_rows=batch_rows,
+        batch_rows=batch_rows, out_token_stride=out.stride(-3),
         softmax_scale_log2=float(softmax_scale) * 1.4426950408889634, page_size=page_size, causal=window[1] == 0,
         bottom_right=bool(bottom_right), has_q_start=has_q_start, has_kv_start=has_kv_start)
