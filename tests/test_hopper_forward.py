@@ -56,6 +56,7 @@ def test_a_plan_launches_with_the_planned_output_row_stride(monkeypatch: pytest.
     """packed_attention_forward hands a HopperPlan DotProductAttention's output with the heads flattened
     ([T, H * D]): the launch takes the token stride from the plan, not from that tensor's dims."""
     monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
+    names = hopper_forward.attention_fwd_hopper_kernel.arg_names
     kernel = _RecordedLaunch()
     monkeypatch.setattr(hopper_forward, "attention_fwd_hopper_kernel", kernel)
     tokens, heads, heads_kv, head_dim = 256, 4, 2, 128
@@ -70,6 +71,5 @@ def test_a_plan_launches_with_the_planned_output_row_stride(monkeypatch: pytest.
     cu = torch.tensor([0, 128, 256], dtype=torch.int32)
     plan(q, k, v, out.flatten(-2) if flat_out else out, cu, cu, cu, cu, None)
     (_, args, _), = kernel.calls
-    assert args[3].data_ptr() == out.data_ptr()
-    out_token_stride = args[13]  # after the descriptors, out, five int tensors and the batch rows of q, k, v, out
-    assert out_token_stride == heads * head_dim
+    launched = dict(zip(names, args))
+    assert launched["out_ptr"].data_ptr() == out.data_ptr() and launched["stride_os"] == heads * head_dim
