@@ -1,6 +1,7 @@
 """Host side of the Gluon sm90 kernel (attention/kernels/hopper_forward.py) on CPU: the 2-D row views its
-descriptors read, and the refusal off sm90 (the kernel itself runs in tests/gpu/test_hopper_gpu.py and
-compiles for sm90 in tests/sm90_compile.py)."""
+descriptors read, the refusal off sm90, and the launch a plan makes, from the module down, with the kernel
+stubbed (the kernel itself runs in tests/gpu/test_hopper_gpu.py and compiles for sm90 in
+tests/sm90_compile.py)."""
 
 from __future__ import annotations
 
@@ -72,4 +73,34 @@ def test_a_plan_launches_with_the_planned_output_row_stride(monkeypatch: pytest.
     plan(q, k, v, out.flatten(-2) if flat_out else out, cu, cu, cu, cu, None)
     (_, args, _), = kernel.calls
     launched = dict(zip(names, args))
+    assert launched["out_ptr"].data_ptr() == out.data_ptr() and launched["stride_os"] == heads * head_dim
+
+
+@pytest.mark.parametrize("qkv_format", ["thd", "bshd"])
+def test_the_module_hands_a_hopper_plan_its_flat_output(monkeypatch: pytest.MonkeyPatch, qkv_format: str) -> None:
+    """DotProductAttention -> fused backend -> packed_attention_forward -> HopperPlan, the kernel stubbed: the
+    launch writes the module's own (heads-flattened) output, rows H * D apart."""
+    from attention import DotProductAttention
+    from attention.kernels import attention_fwd
+
+    monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
+    monkeypatch.setattr(attention_fwd, "_plans", {})
+    names = hopper_forward.attention_fwd_hopper_kernel.arg_names
+    kernel = _RecordedLaunch()
+    monkeypatch.setattr(hopper_forward, "attention_fwd_hopper_kernel", kernel)
+    heads, heads_kv, head_dim, seqs, tokens = 4, 2, 128, 2, 256
+    attn = DotProductAttention(heads, head_dim, num_gqa_groups=heads_kv, qkv_format=qkv_format,
+                               attn_mask_type="padding_causal" if qkv_format == "thd" else "causal", backend="fused")
+    shape = (seqs * tokens,) if qkv_format == "thd" else (seqs, tokens)
+    q = torch.randn(*shape, heads, head_dim, dtype=torch.float16)
+    k, v = (torch.randn(*shape, heads_kv, head_dim, dtype=torch.float16) for _ in range(2))
+    extra = {}
+    if qkv_format == "thd":
+        cu = torch.tensor([0, tokens, 2 * tokens], dtype=torch.int32)
+        extra = {"cu_seqlens_q": cu, "cu_seqlens_kv": cu, "max_seqlen_q": tokens, "max_seqlen_kv": tokens}
+    out = attn(q, k, v, **extra)
+    assert [type(plan).__name__ for plan in attention_fwd._plans.values()] == ["HopperPlan"]
+    (_, args, _), = kernel.calls
+    launched = dict(zip(names, args))
+    assert out.shape == (*shape, heads * head_dim)
     assert launched["out_ptr"].data_ptr() == out.data_ptr() and launched["stride_os"] == heads * head_dim
