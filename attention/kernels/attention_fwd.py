@@ -204,9 +204,6 @@ def attention_forward(
             max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv, total_q=total_q, softmax_scale=softmax_scale,
             causal=causal, window_size=window_size, bottom_right=bottom_right, alibi_slopes=alibi_slopes,
             softmax_offset=softmax_offset, num_splits=num_splits)
-    if type(plan) is HopperPlan:
-        plan(q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table)
-        return out
     _launch(plan, q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, alibi_slopes,
             softmax_offset)
     return out
@@ -256,9 +253,7 @@ def packed_attention_forward(
                 bottom_right=bottom_right, alibi_slopes=alibi_slopes, softmax_offset=softmax_offset,
                 num_splits=num_splits)
             return
-    if type(plan) is HopperPlan:
-        plan(q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table)
-    elif plan is not None:
+    if plan is not None:
         _launch(plan, q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, alibi_slopes,
                 softmax_offset)
 
@@ -269,11 +264,14 @@ def _keep(key: tuple, plan: ForwardPlan | GatherPlan | HopperPlan | None) -> Non
     _plans[key] = plan
 
 
-def _launch(plan: ForwardPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+def _launch(plan: ForwardPlan | HopperPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
             cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor, q_start: torch.Tensor | None,
             kv_start: torch.Tensor | None, page_table: torch.Tensor | None, alibi_slopes: torch.Tensor | None,
             softmax_offset: torch.Tensor | None) -> None:
-    """Run a ForwardPlan's launches on these tensors (only their addresses are read)."""
+    """Run a plan's launches on these tensors (only their addresses are read)."""
+    if type(plan) is HopperPlan:
+        plan(q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table)
+        return
     placeholder = cu_seqlens_q  # any device tensor for pointers a constexpr flag disables
     if plan.partial_out_shape:  # (unpacked sizes: a tuple argument parses ~0.5 µs slower)
         splits, tokens, heads, head_dim_v = plan.partial_out_shape
