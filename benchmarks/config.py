@@ -21,6 +21,8 @@ class BenchConfig:
     smoke: bool = False
     warmup_ms: float = 5.0
     rep_ms: float = 30.0
+    settle_ms: float = 250.0
+    """Back-to-back calls before timing a throughput (non-latency) cell: benchmarks/timing.py says why."""
     cpu_reps: int = 1
     graphs: bool = True
     check: bool = True
@@ -68,6 +70,9 @@ def add_common_arguments(parser: Any, default_budget_s: float) -> None:
                         help="wall-clock budget; cells left when it runs out are reported as skipped (0 = none)")
     parser.add_argument("--warmup-ms", type=float, default=5.0, help="do_bench warmup per measurement")
     parser.add_argument("--rep-ms", type=float, default=30.0, help="do_bench / graph-replay time per measurement")
+    parser.add_argument("--settle-ms", type=float, default=250.0,
+                        help="throughput cells (prefill): run the call back to back this long before timing it, "
+                             "so the GPU is at the call's own clock under its power cap (0: off)")
     parser.add_argument("--no-graphs", action="store_true", help="skip CUDA-graph replay timings")
     parser.add_argument("--no-check", action="store_true", help="skip comparing outputs across providers")
     parser.add_argument("--quiet", action="store_true", help="no per-measurement progress lines")
@@ -81,7 +86,7 @@ def config_from_args(args: Any, budget_s: float | None = None) -> BenchConfig:
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     budget = args.budget_s if budget_s is None else budget_s
     return BenchConfig(
-        device=device, smoke=args.smoke, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms,
+        device=device, smoke=args.smoke, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, settle_ms=args.settle_ms,
         graphs=not args.no_graphs, check=not args.no_check, providers=_split(args.providers),
         cells=_split(args.cells), deadline=time.monotonic() + budget if budget and budget > 0 else None,
         verbose=not args.quiet,

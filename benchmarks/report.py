@@ -266,6 +266,8 @@ METHOD = (
     "Method: every timed call starts with L2 flushed (a 256 MB buffer is zeroed before it). *eager* = "
     "`triton.testing.do_bench` median (p20–p80) of the plain call; *graph* = median of one CUDA-graph replay "
     "of the call (latency cells; mixed cells), also with L2 flushed, CUDA events around the replay only. "
+    "Throughput cells (prefill) are timed after the call has run back to back for `--settle-ms` (default 250 ms), "
+    "at the GPU's steady clock under its power cap. "
     "`µs` is the graph time when measured, else eager. Decode GB/s = bytes of K+V the call must read / time; "
     "prefill TFLOP/s = 4·h·s_q·s_k·d per sequence, causal counts the visible trapezoid (halved for self-attention). "
     "`fused × best` = best competitor's time / fused time (> 1: fused is faster). Every output is compared with "

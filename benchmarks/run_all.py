@@ -57,7 +57,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def _forwarded(args: argparse.Namespace) -> list[str]:
     """The options a child suite process inherits."""
-    out = ["--warmup-ms", str(args.warmup_ms), "--rep-ms", str(args.rep_ms)]
+    out = ["--warmup-ms", str(args.warmup_ms), "--rep-ms", str(args.rep_ms), "--settle-ms", str(args.settle_ms)]
     for flag in ("smoke", "no_graphs", "no_check", "quiet"):
         if getattr(args, flag):
             out.append("--" + flag.replace("_", "-"))

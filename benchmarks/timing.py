@@ -4,9 +4,13 @@
   call, so L2 is cold;
 * CUDA graph (latency cells): one call captured in a graph, replayed with the same L2 flush before
   each replay and CUDA events around the replay only (``do_bench_cudagraph`` keeps L2 warm, which
-  flatters cells whose KV fits the H200's 50 MB L2).
-
-On CPU (smoke runs) a wall-clock median; no graphs.
+  flatters cells whose KV fits the H200's 50 MB L2);
+* settling (``settle_ms``, the throughput cells): the call runs back to back for that long before it is
+  timed. Compute-bound kernels hold the H200 at its 700 W cap, where the SM clock falls from 1980 to
+  1550-1730 MHz (nvidia-smi: reason "SW power cap"), so a short window measures whatever clock the
+  previous work left: on 2026-12-01 the fused prefill ran at 581-694 TFLOP/s in a 35 ms window on an
+  idle H200 and at 515-610 after 200 ms of its own calls (four d128 cells). Settled, every provider is
+  timed at its own steady clock under the cap, whichever provider ran before it.
 """
 
 from __future__ import annotations
@@ -82,10 +86,27 @@ def _graph_replay_us(fn: Callable[[], Any], device: torch.device, rep_ms: float)
         del graph
 
 
-def time_fn(fn: Callable[[], Any], cuda_graph: bool, cfg: BenchConfig) -> Timing:
-    """Time ``fn``: eager median (p20, p80) with cold L2, plus CUDA-graph replay when asked.
+def settle(fn: Callable[[], Any], settle_ms: float, wait: Callable[[], None]) -> int:
+    """Run ``fn`` back to back for at least ``settle_ms`` of wall time (``wait`` drains the queue after
+    each batch of calls, a batch sized to about a tenth of the time); returns the number of calls."""
+    calls, batch = 0, 1
+    start = time.perf_counter()
+    while (elapsed_ms := (time.perf_counter() - start) * 1e3) < settle_ms:
+        if calls:
+            per_call_ms = max(elapsed_ms / calls, 1e-3)
+            batch = max(1, min(int(settle_ms / 10 / per_call_ms), 1000))
+        for _ in range(batch):
+            fn()
+        wait()
+        calls += batch
+    return calls
 
-    On CPU (smoke runs) a wall-clock median of ``cfg.cpu_reps`` calls; no graphs.
+
+def time_fn(fn: Callable[[], Any], cuda_graph: bool, cfg: BenchConfig, settle_ms: float = 0.0) -> Timing:
+    """Time ``fn``: eager median (p20, p80) with cold L2, plus CUDA-graph replay when asked, after
+    ``settle_ms`` of back-to-back calls (the GPU at this call's steady clock; see the module's note).
+
+    On CPU (smoke runs) a wall-clock median of ``cfg.cpu_reps`` calls; no graphs, no settling.
     """
     if not cfg.cuda:
         times = []
@@ -96,6 +117,8 @@ def time_fn(fn: Callable[[], Any], cuda_graph: bool, cfg: BenchConfig) -> Timing
         return Timing(us_eager=statistics.median(times), p20=min(times), p80=max(times))
     import triton.testing
 
+    if settle_ms > 0:
+        settle(fn, settle_ms, lambda: synchronize(cfg.device))
     median, p20, p80 = triton.testing.do_bench(
         fn, warmup=cfg.warmup_ms, rep=cfg.rep_ms, quantiles=[0.5, 0.2, 0.8], return_mode="median")
     timing = Timing(us_eager=median * 1000, p20=p20 * 1000, p80=p80 * 1000)

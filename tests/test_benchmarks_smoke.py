@@ -89,6 +89,31 @@ def test_csv_round_trip(tmp_path) -> None:
     assert back == rows
 
 
+def test_settle_runs_the_call_back_to_back_for_its_time() -> None:
+    from benchmarks.timing import settle
+
+    calls, drains = [], []
+    start = time.perf_counter()
+    count = settle(lambda: calls.append(time.sleep(0.001)), 30.0, lambda: drains.append(len(calls)))
+    elapsed_ms = (time.perf_counter() - start) * 1e3
+    assert count == len(calls) and 30.0 <= elapsed_ms < 200.0
+    assert 1 < len(drains) < count  # batches of calls, drained between batches
+    assert settle(lambda: calls.append(None), 0.0, lambda: None) == 0
+
+
+def test_only_throughput_cells_are_settled(monkeypatch) -> None:
+    seen = []
+    monkeypatch.setattr(harness, "time_fn", lambda fn, graph, cfg, settle_ms=0.0: (
+        seen.append(settle_ms), harness.Timing(us_eager=1.0))[1])
+    cfg = BenchConfig(device=torch.device("cpu"), settle_ms=123.0)
+    for latency in (False, True):
+        cell = Cell("c", "g", Problem(q_lens=(1,), kv_lens=(4,)), "dense", None, latency=latency)
+        runner = SimpleNamespace(fn=lambda: torch.zeros(1, 1, 1), graphable=True, describe=None,
+                                 to_thd=lambda out: out, layout="thd", note="")
+        harness._measure(cell, "unfused", runner, harness.Row("s", "g", "c", "unfused"), cfg, [])
+    assert seen == [123.0, 0.0]
+
+
 # ------------------------------------------------------------------------------------------------
 # Every script, smoke mode, in-process.
 
