@@ -114,6 +114,20 @@ def test_only_throughput_cells_are_settled(monkeypatch) -> None:
     assert seen == [123.0, 0.0]
 
 
+
+def test_settling_is_on_by_default_off_in_smoke_runs_and_forwarded_to_suite_processes() -> None:
+    import argparse
+
+    from benchmarks import config
+
+    parser = argparse.ArgumentParser()
+    config.add_common_arguments(parser, 1.0)
+    assert config.config_from_args(parser.parse_args([])).settle_ms == 250.0
+    assert config.config_from_args(parser.parse_args(["--settle-ms", "40"])).settle_ms == 40.0
+    assert config.config_from_args(parser.parse_args(["--smoke"])).settle_ms == 0.0
+    forwarded = run_all._forwarded(run_all._parse(["--settle-ms", "40"]))
+    assert forwarded[forwarded.index("--settle-ms") + 1] == "40.0"
+
 # ------------------------------------------------------------------------------------------------
 # Every script, smoke mode, in-process.
 
