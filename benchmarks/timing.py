@@ -7,7 +7,7 @@
   flatters cells whose KV fits the H200's 50 MB L2);
 * settling (``settle_ms``, the throughput cells): the call runs back to back for that long before it is
   timed. Compute-bound kernels hold the H200 at its 700 W cap, where the SM clock falls from 1980 to
-  1550-1730 MHz (nvidia-smi: reason "SW power cap"), so a short window measures whatever clock the
+  about 1550-1790 MHz (nvidia-smi: reason "SW power cap"), so a short window measures whatever clock the
   previous work left: on 2026-12-01 the fused prefill ran at 581-694 TFLOP/s in a 35 ms window on an
   idle H200 and at 515-610 after 200 ms of its own calls (four d128 cells). Settled, every provider is
   timed at its own steady clock under the cap, whichever provider ran before it.
