@@ -5,7 +5,7 @@
 * CUDA graph (latency cells): one call captured in a graph, replayed with the same L2 flush before
   each replay and CUDA events around the replay only (``do_bench_cudagraph`` keeps L2 warm, which
   flatters cells whose KV fits the H200's 50 MB L2);
-* settling (``settle_ms``, the throughput cells): the call runs back to back for that long before it is
+* settling (``cfg.settle_ms``, the throughput cells): the call runs back to back for that long before it is
   timed. Compute-bound kernels hold the H200 at its 700 W cap, where the SM clock falls from 1980 to
   about 1550-1790 MHz (nvidia-smi: reason "SW power cap"), so a short window measures whatever clock the
   previous work left: on 2026-12-01 the fused prefill ran at 581-694 TFLOP/s in a 35 ms window on an
@@ -102,9 +102,10 @@ def settle(fn: Callable[[], Any], settle_ms: float, wait: Callable[[], None]) ->
     return calls
 
 
-def time_fn(fn: Callable[[], Any], cuda_graph: bool, cfg: BenchConfig, settle_ms: float = 0.0) -> Timing:
-    """Time ``fn``: eager median (p20, p80) with cold L2, plus CUDA-graph replay when asked, after
-    ``settle_ms`` of back-to-back calls (the GPU at this call's steady clock; see the module's note).
+def time_fn(fn: Callable[[], Any], cuda_graph: bool, cfg: BenchConfig, throughput: bool = False) -> Timing:
+    """Time ``fn``: eager median (p20, p80) with cold L2, plus CUDA-graph replay when asked. A
+    ``throughput`` call (not a latency cell) first runs back to back for ``cfg.settle_ms`` (the GPU at
+    this call's steady clock; see the module's note).
 
     On CPU (smoke runs) a wall-clock median of ``cfg.cpu_reps`` calls; no graphs, no settling.
     """
@@ -117,8 +118,8 @@ def time_fn(fn: Callable[[], Any], cuda_graph: bool, cfg: BenchConfig, settle_ms
         return Timing(us_eager=statistics.median(times), p20=min(times), p80=max(times))
     import triton.testing
 
-    if settle_ms > 0:
-        settle(fn, settle_ms, lambda: synchronize(cfg.device))
+    if throughput and cfg.settle_ms > 0:
+        settle(fn, cfg.settle_ms, lambda: synchronize(cfg.device))
     median, p20, p80 = triton.testing.do_bench(
         fn, warmup=cfg.warmup_ms, rep=cfg.rep_ms, quantiles=[0.5, 0.2, 0.8], return_mode="median")
     timing = Timing(us_eager=median * 1000, p20=p20 * 1000, p80=p80 * 1000)

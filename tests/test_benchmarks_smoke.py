@@ -103,8 +103,8 @@ def test_settle_runs_the_call_back_to_back_for_its_time() -> None:
 
 def test_only_throughput_cells_are_settled(monkeypatch) -> None:
     seen = []
-    monkeypatch.setattr(harness, "time_fn", lambda fn, graph, cfg, settle_ms=0.0: (
-        seen.append(settle_ms), harness.Timing(us_eager=1.0))[1])
+    monkeypatch.setattr(harness, "time_fn", lambda fn, graph, cfg, throughput=False: (
+        seen.append(cfg.settle_ms if throughput else 0.0), harness.Timing(us_eager=1.0))[1])
     cfg = BenchConfig(device=torch.device("cpu"), settle_ms=123.0)
     for latency in (False, True):
         cell = Cell("c", "g", Problem(q_lens=(1,), kv_lens=(4,)), "dense", None, latency=latency)
