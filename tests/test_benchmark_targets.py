@@ -1,0 +1,61 @@
+"""benchmarks/targets.py: the issues' targets read off benchmark CSVs (no GPU: hand-made rows)."""
+
+from __future__ import annotations
+
+from benchmarks import targets
+from benchmarks.harness import Row
+from benchmarks.report import write_csv
+
+
+def _rows(suite: str, cell: str, **us: float) -> list[Row]:
+    return [Row(suite, "g", cell, provider, us=value) for provider, value in us.items()]
+
+
+def _prefill_run(path, chunk_p16_us: float) -> str:
+    rows = (_rows("prefill", "MHA full 4x4k", fused=100.0, flash2=115.0, flash4=90.0)
+            + _rows("prefill", "MHA full 16x1k", fused=100.0, flash2=200.0, flash4=50.0)  # 1k: not a 0.8x cell
+            + _rows("prefill", "chunk 2k on 6k p16", fused=chunk_p16_us, flash2=300.0)
+            + _rows("prefill", "chunk 2k on 6k non-paged", fused=85.0, flash2=300.0)
+            + [Row("prefill", "g", "MHA full 2x8k", "fused", status="error"), *_rows("prefill", "MHA full 2x8k",
+                                                                                    flash4=1.0)])
+    write_csv(rows, str(path))
+    return str(path)
+
+
+def test_prefill_targets_read_the_right_cells_and_name_the_misses(tmp_path) -> None:
+    runs = {"a": targets.load(_prefill_run(tmp_path / "a.csv", 100.0)),
+            "b": targets.load(_prefill_run(tmp_path / "b.csv", 90.0))}
+    text = targets.report(runs)
+    lines = {line.split(" (#")[0].lstrip("| "): line for line in text.splitlines() if line.startswith(("| fused", "| paged"))}
+    # flash2: the worst cell is the 4x4k one (1.15x); both runs hold
+    assert lines["fused >= 1.1x flash2, every cell"].count("1.150x (MHA full 4x4k); holds") == 3
+    # flash4: only d128 cells with >= 4k keys count (16x1k at 0.5x does not); the errored 2x8k row is skipped
+    assert lines["fused >= 0.8x flash4, d128 with >= 4k keys"].count("0.900x (MHA full 4x4k); holds") == 3
+    # paged chunk: 85 / 100 misses in run a, 85 / 90 holds in run b; the median (0.897x) misses
+    paged = lines["paged chunk >= 0.9x non-paged (fused)"]
+    assert "0.850x (chunk 2k on 6k p16); **1 of 1 miss**" in paged and "0.944x (chunk 2k on 6k p16); holds" in paged
+    assert "- a: paged chunk >= 0.9x non-paged (fused): chunk 2k on 6k p16 0.850x" in text
+    assert "- median of runs: paged chunk >= 0.9x non-paged (fused): chunk 2k on 6k p16 0.897x" in text
+    # no decode rows: those targets print a dash in every column
+    assert "| 1x8k p16 <= 20 µs (#6) | – | – | – |" in text
+
+
+def test_decode_and_mixed_targets(tmp_path) -> None:
+    rows = (_rows("decode", "1x8k p16", fused=25.0, sdpa_cudnn=22.0, flash2=30.0)
+            + [Row("decode", "g", "64x4k p16", "fused", us=260.0, gbps=4134.0),
+               Row("decode", "g", "64x4k p1", "fused", us=275.0, gbps=3900.0)]
+            + _rows("decode", "64x4k non-paged", fused=257.0)
+            + _rows("mixed", "M1", fused=356.0, **{"fused (separately)": 395.0, "best competitors (separately)": 325.0}))
+    write_csv(rows, str(tmp_path / "results.csv"))
+    text = targets.report({"run": targets.load(tmp_path / "results.csv")})
+    assert "| 1x8k p16 <= 20 µs (#6) | 25.00 µs (1x8k p16); **1 of 1 miss** |" in text
+    assert "0.880x (1x8k p16); **1 of 1 miss**" in text  # the 64x4k cells have no competitor rows: not checked
+    assert "4.13 TB/s (64x4k p16); holds" in text  # the large cells only: 64x4k p1 is not one
+    assert "1.070x (64x4k p1); **1 of 2 miss**" in text  # 275 / 257: more than 5 % slower than non-paged
+    assert "1.095x (M1); **1 of 1 miss**" in text  # 356 / min(395, 325)
+
+
+def test_a_column_is_labelled_by_its_folder_or_by_label_equals_path() -> None:
+    assert targets._label("runs/settled-b/prefill.csv") == ("settled-b", "runs/settled-b/prefill.csv")
+    assert targets._label("b=x/y.csv") == ("b", "x/y.csv")
+    assert targets._label("x/run-7.csv") == ("run-7", "x/run-7.csv")
