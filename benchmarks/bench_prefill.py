@@ -25,7 +25,7 @@ from benchmarks.config import BenchConfig, bench_dtype
 from benchmarks.harness import Row
 
 SUITE = "prefill"
-DEFAULT_BUDGET_S = 200.0
+DEFAULT_BUDGET_S = 300.0
 TOTAL_TOKENS = 16384
 
 

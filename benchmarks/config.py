@@ -23,6 +23,9 @@ class BenchConfig:
     rep_ms: float = 30.0
     settle_ms: float = 250.0
     """Back-to-back calls before timing a throughput (non-latency) cell: benchmarks/timing.py says why."""
+    throughput_rep_ms: float = 300.0
+    """do_bench's window for a throughput cell (at least ``rep_ms``): long enough to average the clock's
+    swings under the power cap (benchmarks/timing.py)."""
     cpu_reps: int = 1
     graphs: bool = True
     check: bool = True
@@ -73,6 +76,9 @@ def add_common_arguments(parser: Any, default_budget_s: float) -> None:
     parser.add_argument("--settle-ms", type=float, default=250.0,
                         help="throughput cells (prefill): run the call back to back this long before timing it, "
                              "so the GPU is at the call's own clock under its power cap (0: off)")
+    parser.add_argument("--throughput-rep-ms", type=float, default=300.0,
+                        help="do_bench time per measurement of a throughput cell (at least --rep-ms): the clock "
+                             "swings under the power cap, and a short window catches one phase of it")
     parser.add_argument("--no-graphs", action="store_true", help="skip CUDA-graph replay timings")
     parser.add_argument("--no-check", action="store_true", help="skip comparing outputs across providers")
     parser.add_argument("--quiet", action="store_true", help="no per-measurement progress lines")
@@ -88,6 +94,7 @@ def config_from_args(args: Any, budget_s: float | None = None) -> BenchConfig:
     return BenchConfig(
         device=device, smoke=args.smoke, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms,
         settle_ms=0.0 if args.smoke else args.settle_ms,  # smoke runs check the scripts, not the clocks
+        throughput_rep_ms=args.throughput_rep_ms,
         graphs=not args.no_graphs, check=not args.no_check, providers=_split(args.providers),
         cells=_split(args.cells), deadline=time.monotonic() + budget if budget and budget > 0 else None,
         verbose=not args.quiet,

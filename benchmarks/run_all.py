@@ -7,7 +7,7 @@ docs/benchmarks.md), ``DIR/results.csv`` (every row of every suite) and ``DIR/<s
 decode, mixed and prefill: at most 5 files. Both result files are rewritten after each suite, so
 a run cut short keeps what it measured.
 
-``--budget-s`` (default 420) is shared among the suites by weight; time a suite leaves unused goes
+``--budget-s`` (default 500) is shared among the suites by weight; time a suite leaves unused goes
 to the next ones, and cells that find their suite's time spent are reported as skipped.
 By default every suite runs in this process (kernels compile once). ``--isolate`` runs each suite
 in a child process instead (Triton's disk cache still spares most recompiles): a CUDA error that
@@ -30,7 +30,7 @@ from benchmarks.timing import short_error
 
 SUITES = ("decode", "mixed", "prefill", "overhead")
 WEIGHTS = {"decode": 0.35, "mixed": 0.13, "prefill": 0.42, "overhead": 0.10}
-DEFAULT_BUDGET_S = 420.0
+DEFAULT_BUDGET_S = 500.0
 CHILD_GRACE_S = 90.0
 """A child suite may overrun its share by a compile or a long cell; past this it is killed."""
 
@@ -57,7 +57,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def _forwarded(args: argparse.Namespace) -> list[str]:
     """The options a child suite process inherits."""
-    out = ["--warmup-ms", str(args.warmup_ms), "--rep-ms", str(args.rep_ms), "--settle-ms", str(args.settle_ms)]
+    out = ["--warmup-ms", str(args.warmup_ms), "--rep-ms", str(args.rep_ms), "--settle-ms", str(args.settle_ms),
+           "--throughput-rep-ms", str(args.throughput_rep_ms)]
     for flag in ("smoke", "no_graphs", "no_check", "quiet"):
         if getattr(args, flag):
             out.append("--" + flag.replace("_", "-"))

@@ -10,7 +10,12 @@
   about 1550-1790 MHz (nvidia-smi: reason "SW power cap"), so a short window measures whatever clock the
   previous work left: on 2026-12-01 the fused prefill ran at 581-694 TFLOP/s in a 35 ms window on an
   idle H200 and at 515-610 after 200 ms of its own calls (four d128 cells). Settled, every provider is
-  timed at its own steady clock under the cap, whichever provider ran before it.
+  timed at its own steady clock under the cap, whichever provider ran before it;
+* the window (``cfg.throughput_rep_ms``, default 300 ms, for the throughput cells): under the cap the clock
+  keeps swinging (nvidia-smi: 1400-1980 MHz samples within one prefill run), and do_bench's default 30 ms
+  window catches one phase of it. On 2026-12-01 the same fused kernel timed through two entry points
+  (``fused`` and ``auto``) in one run differed by up to 11 % per cell with 30 ms windows, and by at most
+  2.3 % with 300 ms windows (four d128 cells, two runs each; docs/benchmarks.md, fourteenth session).
 """
 
 from __future__ import annotations
@@ -105,7 +110,7 @@ def settle(fn: Callable[[], Any], settle_ms: float, wait: Callable[[], None]) ->
 def time_fn(fn: Callable[[], Any], cuda_graph: bool, cfg: BenchConfig, throughput: bool = False) -> Timing:
     """Time ``fn``: eager median (p20, p80) with cold L2, plus CUDA-graph replay when asked. A
     ``throughput`` call (not a latency cell) first runs back to back for ``cfg.settle_ms`` (the GPU at
-    this call's steady clock; see the module's note).
+    this call's steady clock) and is then timed over ``cfg.throughput_rep_ms`` (see the module's note).
 
     On CPU (smoke runs) a wall-clock median of ``cfg.cpu_reps`` calls; no graphs, no settling.
     """
@@ -118,10 +123,11 @@ def time_fn(fn: Callable[[], Any], cuda_graph: bool, cfg: BenchConfig, throughpu
         return Timing(us_eager=statistics.median(times), p20=min(times), p80=max(times))
     import triton.testing
 
+    rep_ms = max(cfg.rep_ms, cfg.throughput_rep_ms) if throughput else cfg.rep_ms
     if throughput and cfg.settle_ms > 0:
         settle(fn, cfg.settle_ms, lambda: synchronize(cfg.device))
     median, p20, p80 = triton.testing.do_bench(
-        fn, warmup=cfg.warmup_ms, rep=cfg.rep_ms, quantiles=[0.5, 0.2, 0.8], return_mode="median")
+        fn, warmup=cfg.warmup_ms, rep=rep_ms, quantiles=[0.5, 0.2, 0.8], return_mode="median")
     timing = Timing(us_eager=median * 1000, p20=p20 * 1000, p80=p80 * 1000)
     if cuda_graph and cfg.graphs:
         try:

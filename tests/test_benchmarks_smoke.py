@@ -114,8 +114,23 @@ def test_only_throughput_cells_are_settled(monkeypatch) -> None:
     assert seen == [123.0, 0.0]
 
 
+def test_throughput_calls_are_timed_over_the_longer_window(monkeypatch) -> None:
+    import triton.testing
 
-def test_settling_is_on_by_default_off_in_smoke_runs_and_forwarded_to_suite_processes() -> None:
+    from benchmarks.timing import time_fn
+
+    windows = []
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, warmup, rep, quantiles, return_mode: (
+        windows.append(rep), [1.0, 1.0, 1.0])[1])
+    cfg = BenchConfig(device=torch.device("cuda"), settle_ms=0.0, rep_ms=30.0, throughput_rep_ms=300.0)
+    time_fn(lambda: None, False, cfg, throughput=True)
+    time_fn(lambda: None, False, cfg)
+    time_fn(lambda: None, False, BenchConfig(device=torch.device("cuda"), settle_ms=0.0, rep_ms=500.0),
+            throughput=True)
+    assert windows == [300.0, 30.0, 500.0]  # the throughput window, the latency window, never below --rep-ms
+
+
+def test_settling_and_the_throughput_window_defaults_smoke_runs_and_forwarding() -> None:
     import argparse
 
     from benchmarks import config
@@ -125,8 +140,10 @@ def test_settling_is_on_by_default_off_in_smoke_runs_and_forwarded_to_suite_proc
     assert config.config_from_args(parser.parse_args([])).settle_ms == 250.0
     assert config.config_from_args(parser.parse_args(["--settle-ms", "40"])).settle_ms == 40.0
     assert config.config_from_args(parser.parse_args(["--smoke"])).settle_ms == 0.0
-    forwarded = run_all._forwarded(run_all._parse(["--settle-ms", "40"]))
+    forwarded = run_all._forwarded(run_all._parse(["--settle-ms", "40", "--throughput-rep-ms", "90"]))
     assert forwarded[forwarded.index("--settle-ms") + 1] == "40.0"
+    assert config.config_from_args(parser.parse_args([])).throughput_rep_ms == 300.0
+    assert forwarded[forwarded.index("--throughput-rep-ms") + 1] == "90.0"
 
 # ------------------------------------------------------------------------------------------------
 # Every script, smoke mode, in-process.
