@@ -12,10 +12,10 @@
   idle H200 and at 515-610 after 200 ms of its own calls (four d128 cells). Settled, every provider is
   timed at its own steady clock under the cap, whichever provider ran before it;
 * the window (``cfg.throughput_rep_ms``, default 300 ms, for the throughput cells): under the cap the clock
-  keeps swinging (nvidia-smi: 1400-1980 MHz samples within one prefill run), and do_bench's default 30 ms
+  keeps swinging (nvidia-smi: 1395-1980 MHz samples within one prefill run), and do_bench's default 30 ms
   window catches one phase of it. On 2026-12-01 the same fused kernel timed through two entry points
   (``fused`` and ``auto``) in one run differed by up to 11 % per cell with 30 ms windows, and by at most
-  2.3 % with 300 ms windows (four d128 cells, two runs each; docs/benchmarks.md, fourteenth session).
+  2.4 % with 300 ms windows (four d128 cells, two runs each; docs/benchmarks.md, fourteenth session).
 """
 
 from __future__ import annotations
