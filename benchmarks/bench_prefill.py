@@ -41,13 +41,14 @@ def _varlen(name: str, group: str, lengths: Sequence[int], heads: tuple[int, int
             head_dim: int = 128) -> Cell:
     problem = Problem(q_lens=tuple(lengths), kv_lens=tuple(lengths), heads_q=heads[0], heads_kv=heads[1],
                       head_dim=head_dim, head_dim_v=head_dim, causal=causal, dtype=dtype)
-    return Cell(name, group, problem, "packed", None, latency=False, metric="flops")
+    return Cell(name, group, problem, "packed", None, latency=False, metric="flops", settle=True)
 
 
 def _chunk(name: str, chunk: int, prefix: int, page: int | None, dtype, heads=(32, 8), head_dim: int = 128) -> Cell:
     problem = Problem(q_lens=(chunk,), kv_lens=(prefix + chunk,), heads_q=heads[0], heads_kv=heads[1],
                       head_dim=head_dim, head_dim_v=head_dim, causal=True, dtype=dtype)
-    return Cell(name, "chunked", problem, "paged" if page else "dense", page, latency=False, metric="flops")
+    return Cell(name, "chunked", problem, "paged" if page else "dense", page, latency=False, metric="flops",
+                settle=True)
 
 
 def ragged_prefill_lengths(count: int = 16, shortest: int = 128, longest: int = 4096, seed: int = 0) -> tuple[int, ...]:

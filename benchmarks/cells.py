@@ -93,7 +93,9 @@ class Cell:
     ``dense`` (non-paged cache ``[b, s_max, h_kv, d]`` + lengths) or ``packed`` (``thd`` tensors,
     prefill). Competitors that need another page size use their own (the row's ``layout`` says).
     latency: also time CUDA-graph replay (launch-bound cells). metric: ``bandwidth`` (GB/s of K+V)
-    or ``flops`` (TFLOP/s). providers: restrict the providers for this cell (None = all).
+    or ``flops`` (TFLOP/s). settle: compute-bound work, which holds the H200 at its power cap: run it
+    back to back before timing it, and time it over the throughput window (benchmarks/timing.py).
+    providers: restrict the providers for this cell (None = all).
     """
 
     name: str
@@ -103,6 +105,7 @@ class Cell:
     page_size: int | None = 16
     latency: bool = False
     metric: str = "bandwidth"
+    settle: bool = False
     providers: tuple[str, ...] | None = None
     note: str = ""
 

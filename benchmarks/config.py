@@ -22,9 +22,9 @@ class BenchConfig:
     warmup_ms: float = 5.0
     rep_ms: float = 30.0
     settle_ms: float = 250.0
-    """Back-to-back calls before timing a throughput (non-latency) cell: benchmarks/timing.py says why."""
+    """Back-to-back calls before timing a settled cell (``Cell.settle``): benchmarks/timing.py says why."""
     throughput_rep_ms: float = 300.0
-    """do_bench's window for a throughput cell (at least ``rep_ms``): long enough to average the clock's
+    """The timing window of a settled cell (at least ``rep_ms``): long enough to average the clock's
     swings under the power cap (benchmarks/timing.py)."""
     cpu_reps: int = 1
     graphs: bool = True
@@ -74,10 +74,10 @@ def add_common_arguments(parser: Any, default_budget_s: float) -> None:
     parser.add_argument("--warmup-ms", type=float, default=5.0, help="do_bench warmup per measurement")
     parser.add_argument("--rep-ms", type=float, default=30.0, help="do_bench / graph-replay time per measurement")
     parser.add_argument("--settle-ms", type=float, default=250.0,
-                        help="throughput cells (prefill): run the call back to back this long before timing it, "
+                        help="prefill and mixed cells: run the call back to back this long before timing it, "
                              "so the GPU is at the call's own clock under its power cap (0: off)")
     parser.add_argument("--throughput-rep-ms", type=float, default=300.0,
-                        help="do_bench time per measurement of a throughput cell (at least --rep-ms): the clock "
+                        help="time per measurement of a prefill or mixed cell (at least --rep-ms): the clock "
                              "swings under the power cap, and a short window catches one phase of it")
     parser.add_argument("--no-graphs", action="store_true", help="skip CUDA-graph replay timings")
     parser.add_argument("--no-check", action="store_true", help="skip comparing outputs across providers")

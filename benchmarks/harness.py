@@ -185,7 +185,7 @@ def _check(cell: Cell, name: str, runner: Runner, out: Any, row: Row, reference:
 def _measure(cell: Cell, name: str, runner: Runner, row: Row, cfg: BenchConfig, reference: list) -> None:
     """First call (timed: compile + run), output check, then the timing (or a memoised one: the same
     provider, problem and layout were measured in an earlier cell)."""
-    key = (name, cell.problem, runner.layout, cell.latency)
+    key = (name, cell.problem, runner.layout, cell.latency, cell.settle)
     synchronize(cfg.device)
     start = time.perf_counter()
     out = runner.fn()
@@ -202,7 +202,7 @@ def _measure(cell: Cell, name: str, runner: Runner, row: Row, cfg: BenchConfig, 
     elif cfg.smoke and not cfg.cuda:  # the interpreter: the first call is timing enough
         timing = Timing(us_eager=row.first_call_s * 1e6)
     else:
-        timing = time_fn(runner.fn, cell.latency and runner.graphable, cfg, throughput=not cell.latency)
+        timing = time_fn(runner.fn, cell.latency and runner.graphable, cfg, throughput=cell.settle)
         cfg.memo[key] = (timing, cell.name)
     row.us_eager, row.p20, row.p80, row.us_graph = timing.us_eager, timing.p20, timing.p80, timing.us_graph
     row.us = timing.us_graph if timing.us_graph is not None else timing.us_eager

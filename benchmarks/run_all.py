@@ -29,7 +29,7 @@ from benchmarks.harness import Row
 from benchmarks.timing import short_error
 
 SUITES = ("decode", "mixed", "prefill", "overhead")
-WEIGHTS = {"decode": 0.35, "mixed": 0.13, "prefill": 0.42, "overhead": 0.10}
+WEIGHTS = {"decode": 0.30, "mixed": 0.18, "prefill": 0.42, "overhead": 0.10}
 DEFAULT_BUDGET_S = 500.0
 CHILD_GRACE_S = 90.0
 """A child suite may overrun its share by a compile or a long cell; past this it is killed."""

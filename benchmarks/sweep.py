@@ -9,8 +9,8 @@ caches: when a page holds whole tiles, or with one page per tile). Every variant
 computes the same attention on the same inputs as the default (every variant off) and is checked
 against it. Writes a markdown table (µs, GB/s or TFLOP/s, ratio to the default) per cell, and with
 ``--variants-out`` the ``ATTN_FUSED_VARIANTS`` string the measurements favour (``pick_variants``).
-Prefill cells are timed as in the suites, settled and over a 300 ms window (benchmarks/timing.py says
-why); decode and mixed cells over 20 ms.
+Prefill and mixed cells are timed as in the suites, settled and over a 300 ms window (benchmarks/timing.py
+says why); decode cells over 20 ms.
 
     python -m benchmarks.sweep --out sweep.md [--budget-s 200] [--only mixed,decode,prefill] [--cells a,b]
                                               [--layout-only | --tiles-only] [--variants-out variants.txt]
@@ -373,7 +373,7 @@ def sweep_cell(cell: Cell, cfg: BenchConfig, layout_only: bool = False,
             if reference is None:
                 reference = output
             error = (output - reference).abs().max().item()
-            timing = time_fn(runner.fn, cell.latency, cfg, throughput=not cell.latency)
+            timing = time_fn(runner.fn, cell.latency, cfg, throughput=cell.settle)
             us = timing.us_graph or timing.us_eager
             default_us = default_us or us
             rate = (f"{p.kv_bytes / us / 1e3:.0f} GB/s" if cell.metric == "bandwidth"

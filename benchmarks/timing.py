@@ -5,13 +5,14 @@
 * CUDA graph (latency cells): one call captured in a graph, replayed with the same L2 flush before
   each replay and CUDA events around the replay only (``do_bench_cudagraph`` keeps L2 warm, which
   flatters cells whose KV fits the H200's 50 MB L2);
-* settling (``cfg.settle_ms``, the throughput cells): the call runs back to back for that long before it is
+* settling (``cfg.settle_ms``, the settled cells: prefill and mixed, ``Cell.settle``): the call runs back to back for that long before it is
   timed. Compute-bound kernels hold the H200 at its 700 W cap, where the SM clock falls from 1980 to
   about 1550-1790 MHz (nvidia-smi: reason "SW power cap"), so a short window measures whatever clock the
   previous work left: on 2026-12-01 the fused prefill ran at 581-694 TFLOP/s in a 35 ms window on an
   idle H200 and at 515-610 after 200 ms of its own calls (four d128 cells). Settled, every provider is
   timed at its own steady clock under the cap, whichever provider ran before it;
-* the window (``cfg.throughput_rep_ms``, default 300 ms, for the throughput cells): under the cap the clock
+* the window (``cfg.throughput_rep_ms``, default 300 ms, for the settled cells, eager and graph replay alike):
+  under the cap the clock
   keeps swinging (nvidia-smi: 1395-1980 MHz samples within one prefill run), and do_bench's default 30 ms
   window catches one phase of it. On 2026-12-01 the same fused kernel timed through two entry points
   (``fused`` and ``auto``) in one run differed by up to 11 % per cell with 30 ms windows, and by at most
@@ -109,8 +110,8 @@ def settle(fn: Callable[[], Any], settle_ms: float, wait: Callable[[], None]) ->
 
 def time_fn(fn: Callable[[], Any], cuda_graph: bool, cfg: BenchConfig, throughput: bool = False) -> Timing:
     """Time ``fn``: eager median (p20, p80) with cold L2, plus CUDA-graph replay when asked. A
-    ``throughput`` call (not a latency cell) first runs back to back for ``cfg.settle_ms`` (the GPU at
-    this call's steady clock) and is then timed over ``cfg.throughput_rep_ms`` (see the module's note).
+    ``throughput`` call (a settled cell's) first runs back to back for ``cfg.settle_ms`` (the GPU at this
+    call's steady clock) and is then timed over ``cfg.throughput_rep_ms`` (see the module's note).
 
     On CPU (smoke runs) a wall-clock median of ``cfg.cpu_reps`` calls; no graphs, no settling.
     """
@@ -131,7 +132,7 @@ def time_fn(fn: Callable[[], Any], cuda_graph: bool, cfg: BenchConfig, throughpu
     timing = Timing(us_eager=median * 1000, p20=p20 * 1000, p80=p80 * 1000)
     if cuda_graph and cfg.graphs:
         try:
-            timing.us_graph = _graph_replay_us(fn, cfg.device, cfg.rep_ms)
+            timing.us_graph = _graph_replay_us(fn, cfg.device, rep_ms)
         except Exception as error:  # noqa: BLE001 - a provider that cannot be captured still has eager numbers
             timing.note = f"graph capture failed: {short_error(error)}"
             recover(cfg, error)

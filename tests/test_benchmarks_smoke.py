@@ -101,22 +101,31 @@ def test_settle_runs_the_call_back_to_back_for_its_time() -> None:
     assert settle(lambda: calls.append(None), 0.0, lambda: None) == 0
 
 
-def test_only_throughput_cells_are_settled(monkeypatch) -> None:
+def test_only_cells_that_settle_are_timed_as_throughput(monkeypatch) -> None:
     seen = []
     monkeypatch.setattr(harness, "time_fn", lambda fn, graph, cfg, throughput=False: (
-        seen.append(cfg.settle_ms if throughput else 0.0), harness.Timing(us_eager=1.0))[1])
+        seen.append((graph, throughput)), harness.Timing(us_eager=1.0))[1])
     cfg = BenchConfig(device=torch.device("cpu"), settle_ms=123.0)
-    for latency in (False, True):
-        cell = Cell("c", "g", Problem(q_lens=(1,), kv_lens=(4,)), "dense", None, latency=latency)
-        runner = SimpleNamespace(fn=lambda: torch.zeros(1, 1, 1), graphable=True, describe=None,
-                                 to_thd=lambda out: out, layout="thd", note="")
+    runner = SimpleNamespace(fn=lambda: torch.zeros(1, 1, 1), graphable=True, describe=None,
+                             to_thd=lambda out: out, layout="thd", note="")
+    for latency, settle in ((False, True), (True, False), (True, True)):
+        cell = Cell("c", "g", Problem(q_lens=(1,), kv_lens=(4,)), "dense", None, latency=latency, settle=settle)
         harness._measure(cell, "unfused", runner, harness.Row("s", "g", "c", "unfused"), cfg, [])
-    assert seen == [123.0, 0.0]
+    # a latency cell that settles (mixed) is not served the timing of the same problem unsettled
+    assert seen == [(False, True), (True, False), (True, True)]
+
+
+def test_prefill_and_mixed_cells_settle_decode_cells_do_not() -> None:
+    cfg = BenchConfig(device=torch.device("cpu"))
+    assert all(cell.settle for cell in bench_prefill.cells(cfg))
+    assert all(cell.settle for mixed in bench_mixed.cells(cfg) for cell in (mixed.whole, *mixed.parts))
+    assert not any(cell.settle for cell in bench_decode.cells(cfg))
 
 
 def test_throughput_calls_are_timed_over_the_longer_window(monkeypatch) -> None:
     import triton.testing
 
+    from benchmarks import timing
     from benchmarks.timing import time_fn
 
     windows = []
@@ -128,6 +137,11 @@ def test_throughput_calls_are_timed_over_the_longer_window(monkeypatch) -> None:
     time_fn(lambda: None, False, BenchConfig(device=torch.device("cuda"), settle_ms=0.0, rep_ms=500.0),
             throughput=True)
     assert windows == [300.0, 30.0, 500.0]  # the throughput window, the latency window, never below --rep-ms
+    replays = []
+    monkeypatch.setattr(timing, "_graph_replay_us", lambda fn, device, rep_ms: (replays.append(rep_ms), 1.0)[1])
+    time_fn(lambda: None, True, cfg, throughput=True)
+    time_fn(lambda: None, True, cfg)
+    assert replays == [300.0, 30.0]  # graph replays of a settled cell take the same window
 
 
 def test_settling_and_the_throughput_window_defaults_smoke_runs_and_forwarding() -> None:
