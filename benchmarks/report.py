@@ -294,6 +294,14 @@ def markdown_report(header: dict[str, str], suites: dict[str, Sequence[Row]], ex
             parts += ["", "<details><summary>all rows</summary>", ""]
             detail_header, detail_body = detail_table(suite, rows)
             parts += [_markdown_table(detail_header, detail_body), "", "</details>"]
+    from benchmarks import targets
+
+    checked = targets.report({"this run": targets.group_rows(r for rows in suites.values() for r in rows)},
+                             only_readable=True)
+    if checked:
+        intro = ("The performance targets of issues #6 and #7 (`benchmarks/targets.py`): the worst cell of each "
+                 "target this run can be checked against.")
+        parts += ["", "## Against the project's targets", "", intro, "", checked]
     problems = [r for rows in suites.values() for r in rows if r.status in ("error", "mismatch")]
     if problems:
         parts += ["", "## Errors and mismatches", ""]

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from benchmarks.harness import COMPETITORS
+from benchmarks.harness import COMPETITORS, Row
 
 Cells = dict[str, dict[str, dict[str, float]]]
 """cell name -> provider -> {"us", "gbps", "tflops"} of the rows that ran (status ok)."""
@@ -149,16 +149,21 @@ TARGETS = (
 )
 
 
-def load(path: str | Path) -> dict[str, Cells]:
-    """suite -> Cells from one run's CSV (rows of every suite in it)."""
-    from benchmarks.report import read_csv
-
+def group_rows(rows: Iterable[Row]) -> dict[str, Cells]:
+    """suite -> Cells of the rows that ran (status ok)."""
     suites: dict[str, Cells] = {}
-    for row in read_csv(str(path)):
+    for row in rows:
         if row.status == "ok" and row.us:
             values = {key: getattr(row, key) for key in ("us", "gbps", "tflops") if getattr(row, key) is not None}
             suites.setdefault(row.suite, {}).setdefault(row.cell, {})[row.provider] = values
     return suites
+
+
+def load(path: str | Path) -> dict[str, Cells]:
+    """suite -> Cells from one run's CSV (rows of every suite in it)."""
+    from benchmarks.report import read_csv
+
+    return group_rows(read_csv(str(path)))
 
 
 def _label(argument: str) -> tuple[str, str]:
@@ -179,15 +184,18 @@ def _column(target: Target, values: dict[str, float]) -> tuple[str, list[tuple[s
     return f"{target.format(value)} ({cell}); {verdict}", misses
 
 
-def report(runs: dict[str, dict[str, Cells]]) -> str:
+def report(runs: dict[str, dict[str, Cells]], only_readable: bool = False) -> str:
     """The markdown table and the misses for these runs (label -> suite -> Cells). With two runs or more, a
-    last column takes each cell's median over the runs that have it."""
+    last column takes each cell's median over the runs that have it. ``only_readable`` leaves out the
+    targets no run can be checked against ("" when none can)."""
     with_median = len(runs) > 1
     header = list(runs) + (["median of runs"] if with_median else [])
     lines = ["| target | " + " | ".join(header) + " |", "|---|" + "---|" * len(header)]
     missed = []
     for target in TARGETS:
         per_run = {label: target.values(suites.get(target.suite, {})) for label, suites in runs.items()}
+        if only_readable and not any(per_run.values()):
+            continue
         if with_median:
             cells = dict.fromkeys(cell for values in per_run.values() for cell in values)
             per_run["median of runs"] = {
@@ -199,6 +207,8 @@ def report(runs: dict[str, dict[str, Cells]]) -> str:
             columns.append(entry)
             missed += [f"- {label}: {target.text}: {cell} {target.format(v)}" for cell, v in misses]
         lines.append(f"| {target.text} (#{target.issue}) | " + " | ".join(columns) + " |")
+    if len(lines) == 2:
+        return ""
     return "\n".join(lines + ([""] + missed if missed else []))
 
 

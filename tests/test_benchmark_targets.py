@@ -59,3 +59,15 @@ def test_a_column_is_labelled_by_its_folder_or_by_label_equals_path() -> None:
     assert targets._label("runs/settled-b/prefill.csv") == ("settled-b", "runs/settled-b/prefill.csv")
     assert targets._label("b=x/y.csv") == ("b", "x/y.csv")
     assert targets._label("x/run-7.csv") == ("run-7", "x/run-7.csv")
+
+
+def test_a_suite_report_checks_the_targets_it_can(tmp_path) -> None:
+    from benchmarks.report import markdown_report, read_csv
+
+    rows = read_csv(_prefill_run(tmp_path / "run.csv", 100.0))
+    text = markdown_report({"gpu": "test"}, {"prefill": rows})
+    section = text.split("## Against the project's targets", 1)[1]
+    assert "| fused >= 0.8x flash4, d128 with >= 4k keys (#7) | 0.900x (MHA full 4x4k); holds |" in section
+    assert "1x8k" not in section  # no decode rows: the decode targets are left out
+    smoke = markdown_report({"gpu": "test"}, {"prefill": [Row("prefill", "g", "MHA full 2x48", "fused", us=1.0)]})
+    assert "Against the project's targets" not in smoke  # nothing to check: no section
