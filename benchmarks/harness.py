@@ -202,7 +202,7 @@ def _measure(cell: Cell, name: str, runner: Runner, row: Row, cfg: BenchConfig, 
     elif cfg.smoke and not cfg.cuda:  # the interpreter: the first call is timing enough
         timing = Timing(us_eager=row.first_call_s * 1e6)
     else:
-        timing = time_fn(runner.fn, cell.latency and runner.graphable, cfg, throughput=cell.settle)
+        timing = time_fn(runner.fn, cell.latency and runner.graphable, cfg, settled=cell.settle)
         cfg.memo[key] = (timing, cell.name)
     row.us_eager, row.p20, row.p80, row.us_graph = timing.us_eager, timing.p20, timing.p80, timing.us_graph
     row.us = timing.us_graph if timing.us_graph is not None else timing.us_eager

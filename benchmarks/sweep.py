@@ -373,7 +373,7 @@ def sweep_cell(cell: Cell, cfg: BenchConfig, layout_only: bool = False,
             if reference is None:
                 reference = output
             error = (output - reference).abs().max().item()
-            timing = time_fn(runner.fn, cell.latency, cfg, throughput=cell.settle)
+            timing = time_fn(runner.fn, cell.latency, cfg, settled=cell.settle)
             us = timing.us_graph or timing.us_eager
             default_us = default_us or us
             rate = (f"{p.kv_bytes / us / 1e3:.0f} GB/s" if cell.metric == "bandwidth"

@@ -108,10 +108,10 @@ def settle(fn: Callable[[], Any], settle_ms: float, wait: Callable[[], None]) ->
     return calls
 
 
-def time_fn(fn: Callable[[], Any], cuda_graph: bool, cfg: BenchConfig, throughput: bool = False) -> Timing:
+def time_fn(fn: Callable[[], Any], cuda_graph: bool, cfg: BenchConfig, settled: bool = False) -> Timing:
     """Time ``fn``: eager median (p20, p80) with cold L2, plus CUDA-graph replay when asked. A
-    ``throughput`` call (a settled cell's) first runs back to back for ``cfg.settle_ms`` (the GPU at this
-    call's steady clock) and is then timed over ``cfg.throughput_rep_ms`` (see the module's note).
+    ``settled`` call (a settled cell's, ``Cell.settle``) first runs back to back for ``cfg.settle_ms`` (the GPU
+    at this call's steady clock) and is then timed over ``cfg.throughput_rep_ms`` (see the module's note).
 
     On CPU (smoke runs) a wall-clock median of ``cfg.cpu_reps`` calls; no graphs, no settling.
     """
@@ -124,8 +124,8 @@ def time_fn(fn: Callable[[], Any], cuda_graph: bool, cfg: BenchConfig, throughpu
         return Timing(us_eager=statistics.median(times), p20=min(times), p80=max(times))
     import triton.testing
 
-    rep_ms = max(cfg.rep_ms, cfg.throughput_rep_ms) if throughput else cfg.rep_ms
-    if throughput and cfg.settle_ms > 0:
+    rep_ms = max(cfg.rep_ms, cfg.throughput_rep_ms) if settled else cfg.rep_ms
+    if settled and cfg.settle_ms > 0:
         settle(fn, cfg.settle_ms, lambda: synchronize(cfg.device))
     median, p20, p80 = triton.testing.do_bench(
         fn, warmup=cfg.warmup_ms, rep=rep_ms, quantiles=[0.5, 0.2, 0.8], return_mode="median")

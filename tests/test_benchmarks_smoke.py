@@ -101,10 +101,10 @@ def test_settle_runs_the_call_back_to_back_for_its_time() -> None:
     assert settle(lambda: calls.append(None), 0.0, lambda: None) == 0
 
 
-def test_only_cells_that_settle_are_timed_as_throughput(monkeypatch) -> None:
+def test_only_cells_that_settle_are_timed_settled(monkeypatch) -> None:
     seen = []
-    monkeypatch.setattr(harness, "time_fn", lambda fn, graph, cfg, throughput=False: (
-        seen.append((graph, throughput)), harness.Timing(us_eager=1.0))[1])
+    monkeypatch.setattr(harness, "time_fn", lambda fn, graph, cfg, settled=False: (
+        seen.append((graph, settled)), harness.Timing(us_eager=1.0))[1])
     cfg = BenchConfig(device=torch.device("cpu"), settle_ms=123.0)
     runner = SimpleNamespace(fn=lambda: torch.zeros(1, 1, 1), graphable=True, describe=None,
                              to_thd=lambda out: out, layout="thd", note="")
@@ -122,7 +122,7 @@ def test_prefill_and_mixed_cells_settle_decode_cells_do_not() -> None:
     assert not any(cell.settle for cell in bench_decode.cells(cfg))
 
 
-def test_throughput_calls_are_timed_over_the_longer_window(monkeypatch) -> None:
+def test_settled_calls_are_timed_over_the_longer_window(monkeypatch) -> None:
     import triton.testing
 
     from benchmarks import timing
@@ -132,16 +132,24 @@ def test_throughput_calls_are_timed_over_the_longer_window(monkeypatch) -> None:
     monkeypatch.setattr(triton.testing, "do_bench", lambda fn, warmup, rep, quantiles, return_mode: (
         windows.append(rep), [1.0, 1.0, 1.0])[1])
     cfg = BenchConfig(device=torch.device("cuda"), settle_ms=0.0, rep_ms=30.0, throughput_rep_ms=300.0)
-    time_fn(lambda: None, False, cfg, throughput=True)
+    time_fn(lambda: None, False, cfg, settled=True)
     time_fn(lambda: None, False, cfg)
     time_fn(lambda: None, False, BenchConfig(device=torch.device("cuda"), settle_ms=0.0, rep_ms=500.0),
-            throughput=True)
+            settled=True)
     assert windows == [300.0, 30.0, 500.0]  # the throughput window, the latency window, never below --rep-ms
     replays = []
     monkeypatch.setattr(timing, "_graph_replay_us", lambda fn, device, rep_ms: (replays.append(rep_ms), 1.0)[1])
-    time_fn(lambda: None, True, cfg, throughput=True)
+    time_fn(lambda: None, True, cfg, settled=True)
     time_fn(lambda: None, True, cfg)
     assert replays == [300.0, 30.0]  # graph replays of a settled cell take the same window
+    calls = []
+    monkeypatch.setattr(timing, "synchronize", lambda device: None)
+    settling = BenchConfig(device=torch.device("cuda"), settle_ms=5.0)
+    time_fn(lambda: calls.append(None), False, settling, settled=True)
+    assert len(calls) > 1  # run back to back before do_bench (stubbed: it makes no calls)
+    calls.clear()
+    time_fn(lambda: calls.append(None), False, settling)
+    assert not calls  # a cell that does not settle is timed at once
 
 
 def test_settling_and_the_throughput_window_defaults_smoke_runs_and_forwarding() -> None:
