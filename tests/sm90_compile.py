@@ -196,7 +196,8 @@ def hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
     for head_dim, dtype, causal, bottom_right, starts, page_size in (
             (128, torch.bfloat16, True, False, True, 0), (128, torch.bfloat16, True, True, False, 0),
             (128, torch.float16, False, False, True, 0), (64, torch.bfloat16, True, True, True, 0),
-            (64, torch.float16, False, False, False, 0), (128, torch.bfloat16, True, True, False, 256)):
+            (64, torch.float16, False, False, False, 0), (128, torch.bfloat16, True, True, False, 256),
+            (128, torch.bfloat16, True, True, False, 16), (64, torch.float16, False, False, False, 32)):
         block_n, stages, registers = HOPPER_TILE[head_dim]
         element = gl.bfloat16 if dtype == torch.bfloat16 else gl.float16
         q = torch.zeros(256, 4 * head_dim, dtype=dtype)
@@ -206,7 +207,8 @@ def hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
             block = [rows, head_dim]
             return TensorDescriptor.from_tensor(x, block, gl.NVMMASharedLayout.get_default_for(block, element))
 
-        args = (descriptor(q, HOPPER_ROWS_PER_GROUP), descriptor(k, block_n), descriptor(k, block_n),
+        kv_rows = min(block_n, page_size) if page_size else block_n  # small pages: a TMA load per page
+        args = (descriptor(q, HOPPER_ROWS_PER_GROUP), descriptor(k, kv_rows), descriptor(k, kv_rows),
                 torch.zeros(256, 4, head_dim, dtype=dtype), cu, cu, cu, cu, cu, 0, 0, 0, 0, 4 * head_dim, 8, 0.18)
         constexprs = dict(GROUP_SIZE=2, BLOCK_N=block_n, STAGES=stages, PAGE_SIZE=page_size, CAUSAL=causal,
                           BOTTOM_RIGHT=bottom_right,

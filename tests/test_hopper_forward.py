@@ -9,7 +9,13 @@ import pytest
 import torch
 
 from attention.kernels import hopper_forward
-from attention.kernels.hopper_forward import _rows_matrix, hopper_unsupported_reason, plan_hopper_forward
+from attention.kernels.hopper_forward import (
+    HOPPER_SMALL_PAGES_ENV,
+    _page_size_reason,
+    _rows_matrix,
+    hopper_unsupported_reason,
+    plan_hopper_forward,
+)
 
 
 def test_thd_and_bshd_are_row_matrices() -> None:
@@ -40,6 +46,19 @@ def test_off_sm90_the_general_kernel_runs() -> None:
     q = torch.randn(10, 4, 128, dtype=torch.bfloat16)
     reason = hopper_unsupported_reason(q, q, q, q, page_size=0, window=(-1, 0), alibi=False, sink=False)
     assert reason is not None and "sm90" in reason
+
+
+@pytest.mark.parametrize("page_size, switch, expected", [
+    (128, "0", None), (512, "1", None),  # whole tiles per page: one TMA load a tile
+    (16, "1", None), (32, "1", None), (64, "1", None),  # whole pages per tile: one TMA load a page
+    (16, "0", "ATTN_FUSED_HOPPER_SMALL_PAGES=0"), (8, "1", "16 to 64 tokens"), (48, "1", "dividing 128"),
+    (192, "1", "multiple of 128"),
+])
+def test_page_sizes_read_in_place(page_size: int, switch: str, expected: str | None,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(HOPPER_SMALL_PAGES_ENV, switch)
+    reason = _page_size_reason(page_size, 128)
+    assert reason is None if expected is None else expected in reason
 
 
 class _RecordedLaunch:
@@ -104,3 +123,25 @@ def test_the_module_hands_a_hopper_plan_its_flat_output(monkeypatch: pytest.Monk
     launched = dict(zip(names, args))
     assert out.shape == (*shape, heads * head_dim)
     assert launched["out_ptr"].data_ptr() == out.data_ptr() and launched["stride_os"] == heads * head_dim
+
+
+@pytest.mark.parametrize("page_size, kv_block_rows", [(16, 16), (64, 64), (256, 128)])
+def test_a_paged_plan_loads_a_page_or_a_tile_per_tma_load(monkeypatch: pytest.MonkeyPatch, page_size: int,
+                                                          kv_block_rows: int) -> None:
+    """K / V descriptors over the page pool have blocks of one page when pages are smaller than a tile."""
+    monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
+    names = hopper_forward.attention_fwd_hopper_kernel.arg_names
+    kernel = _RecordedLaunch()
+    monkeypatch.setattr(hopper_forward, "attention_fwd_hopper_kernel", kernel)
+    tokens, heads, heads_kv, head_dim = 256, 4, 2, 128
+    q = torch.randn(1, tokens, heads, head_dim, dtype=torch.bfloat16)
+    k = v = torch.randn(2048 // page_size, page_size, heads_kv, head_dim, dtype=torch.bfloat16)
+    plan = plan_hopper_forward(q, k, v, torch.empty_like(q), num_seqs=1, max_seqlen_q=tokens, total_q=tokens,
+                               softmax_scale=0.1, window=(-1, 0), bottom_right=True, page_size=page_size, alibi=False,
+                               sink=False, has_q_start=False, has_kv_start=False, num_sms=4)
+    cu = torch.tensor([0, tokens], dtype=torch.int32)
+    plan(q, k, v, torch.empty_like(q), cu, cu, None, None, torch.zeros(1, 8, dtype=torch.int32))
+    (_, args, kwargs), = kernel.calls
+    launched = dict(zip(names, args))
+    assert list(launched["k_desc"].block_shape) == list(launched["v_desc"].block_shape) == [kv_block_rows, head_dim]
+    assert kwargs["PAGE_SIZE"] == page_size

@@ -22,7 +22,7 @@ from .configs import (
     q_tile_count,
     select_forward_config,
 )
-from .hopper_forward import HOPPER_ENV, HopperPlan, plan_hopper_forward
+from .hopper_forward import HOPPER_ENV, HOPPER_SMALL_PAGES_ENV, HopperPlan, plan_hopper_forward
 from .launch import KernelLaunch, tensor_key
 from .page_gather import gather_pages, gathered_page_count
 
@@ -36,7 +36,7 @@ _MAX_PLANS = 512
 """Launch plans kept (all dropped when full: a decode makes a new one every 16 steps)."""
 _NO_PLAN = object()
 _SAME_AS_CU_SEQLENS = "cu_seqlens"
-_plan_environment = token_reader(VARIANTS_ENV, HOPPER_ENV, "TRITON_INTERPRET")
+_plan_environment = token_reader(VARIANTS_ENV, HOPPER_ENV, HOPPER_SMALL_PAGES_ENV, "TRITON_INTERPRET")
 """The environment a plan depends on (configuration variants, the Hopper kernel switch, the interpreter),
 for its key."""
 
@@ -144,9 +144,10 @@ def attention_forward(
     queries. When num_seqs x ceil(max_seqlen_q / q tile) programs are no more than the token-indexed
     grid needs (decode; sequences of equal length), program ids name (sequence, q tile) directly.
 
-    A prefill call over pages of fewer than 64 tokens whose sequences bring thousands of query rows each
-    first copies its pages to a contiguous buffer and runs as over a non-paged cache, with that layout's
-    configuration (attention/kernels/page_gather.py; ``config.gather_pages`` forces or forbids the copy).
+    A prefill call over pages of fewer than 64 tokens whose sequences bring thousands of query rows each,
+    and which the Gluon kernel below does not read in place, first copies its pages to a contiguous buffer
+    and runs as over a non-paged cache, with that layout's configuration (attention/kernels/page_gather.py;
+    ``config.gather_pages`` forces or forbids the copy).
     ``max_seqlen_kv`` then sizes that copy and must bound every sequence's KV length, as its name says.
 
     Each call is planned once per key of its arguments: the tensors' sizes, strides, dtypes, devices
@@ -155,9 +156,9 @@ def attention_forward(
     binding and launches the compiled kernels directly (``attention.kernels.launch``).
 
     On an sm90 GPU, prefill-sized calls the Gluon kernel serves (attention/kernels/hopper_forward.py: fp16 /
-    bf16, head dim 64 or 128, no window, ALiBi or sinks, packed K/V, a non-paged cache or pages of a multiple
-    of 128 tokens) run attention_fwd_hopper.py's kernel unless a config or split count is passed or
-    ``ATTN_FUSED_HOPPER=0``.
+    bf16, head dim 64 or 128, no window, ALiBi or sinks, packed K/V, a non-paged cache, pages of a multiple
+    of 128 tokens or of 16 to 64 tokens) run attention_fwd_hopper.py's kernel unless a config or split count is
+    passed or ``ATTN_FUSED_HOPPER=0`` (``ATTN_FUSED_HOPPER_SMALL_PAGES=0``: pages under 128 tokens are not its).
 
     `config` overrides the launch configuration `select_forward_config` would pick (tuning sweeps:
     `python -m benchmarks.sweep`); it must pack whole query tokens (block_q * group <= block_m).
@@ -339,16 +340,6 @@ def _plan_forward(
         raise ValueError(f"config {config} does not fit group size {group_size} and head dims "
                          f"{shapes.head_dim_qk}/{shapes.head_dim_v}")
 
-    if shapes.paged and config.gather_pages is not False:
-        num_pages = gathered_page_count(
-            page_size=shapes.page_size, table_pages=page_table.shape[1], num_seqs=shapes.num_seqs, total_q=total_q,
-            group_size=group_size, max_seqlen_kv=max_seqlen_kv, window_bounded=window_left >= 0,
-            kv_row_bytes=shapes.num_heads_kv * (shapes.head_dim_qk * k.element_size()
-                                                + shapes.head_dim_v * v.element_size()),
-            forced=config.gather_pages is True)
-        if num_pages:
-            return GatherPlan(num_pages)
-
     if config_given is None and num_splits in (None, 1):
         hopper = plan_hopper_forward(
             q, k, v, out, num_seqs=shapes.num_seqs, max_seqlen_q=max_seqlen_q, total_q=total_q,
@@ -359,6 +350,16 @@ def _plan_forward(
             num_sms=num_streaming_multiprocessors(q.device))
         if hopper is not None:
             return hopper
+
+    if shapes.paged and config.gather_pages is not False:
+        num_pages = gathered_page_count(
+            page_size=shapes.page_size, table_pages=page_table.shape[1], num_seqs=shapes.num_seqs, total_q=total_q,
+            group_size=group_size, max_seqlen_kv=max_seqlen_kv, window_bounded=window_left >= 0,
+            kv_row_bytes=shapes.num_heads_kv * (shapes.head_dim_qk * k.element_size()
+                                                + shapes.head_dim_v * v.element_size()),
+            forced=config.gather_pages is True)
+        if num_pages:
+            return GatherPlan(num_pages)
 
     if num_splits is None:
         num_splits = choose_num_splits(

@@ -18,14 +18,17 @@ way FlashAttention-3 does on Hopper:
     registers.
 
 What it serves (the host side checks, hopper_forward.py): fp16 / bf16, head dims 64 or 128 (equal for
-q/k and v), no window, ALiBi or sinks, one KV split; packed K/V, a non-paged cache or a paged one whose
-pages hold whole 128-key tiles (page_size % 128 == 0: one page id per tile, read by the producer); q,
+q/k and v), no window, ALiBi or sinks, one KV split; packed K/V, a non-paged cache or a paged one: pages
+holding whole 128-key tiles (page_size % 128 == 0: one page id and one TMA load per tile, read by the
+producer), or pages of 16, 32 or 64 keys (a tile's page ids in one load, then one TMA load per page into its
+rows of the tile's buffer); q,
 k, v, out whose tokens are rows of a 2-D matrix with heads packed along it (thd, bshd; not sbhd).
 Query i of a sequence sees key j iff j < len_kv and, causal, j <= i + off (off = len_kv - len_q when
 bottom_right, else 0); a row that sees no key gets zeros.
 
-Rows read past a sequence's end by the tile loads belong to the next sequence, padding (or TMA's zero
-fill past the tensor): keys there are masked, V rows there zeroed in shared memory before their PV
+Rows read past a sequence's end by the tile loads belong to the next sequence, padding, stale cache slots
+(or TMA's zero fill past the tensor; small pages past the sequence's last page re-read that page): keys there
+are masked, V rows there zeroed in shared memory before their PV
 (padding may hold NaN), query rows there are computed and not stored.
 """
 
@@ -60,6 +63,7 @@ def _producer(descriptors, buffers, loads, walk, output,
     q_desc, k_desc, v_desc = descriptors
     q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty = buffers
     q_row0, q_col, k_row0, v_row0, kv_col, num_tiles, pages = loads
+    kv_len = walk[2]
     rows: gl.constexpr = q_desc.block_type.shape[0]
     mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
     _tma_load(q_desc, [q_row0, q_col], q_bar, q_smem.index(0))
@@ -67,19 +71,42 @@ def _producer(descriptors, buffers, loads, walk, output,
     for t in range(num_tiles):
         stage = t % STAGES
         phase = (t // STAGES) & 1
-        k_row = k_row0 + t * BLOCK_N
-        v_row = v_row0 + t * BLOCK_N
-        if PAGE_SIZE > 0:  # the tile lies in one page: rows page * PAGE_SIZE + offset of the page pool
-            key = t * BLOCK_N
-            page_row = gl.load(pages + key // PAGE_SIZE) * PAGE_SIZE + key % PAGE_SIZE
-            k_row = page_row
-            v_row = page_row
-        mbarrier.wait(k_empty.index(stage), phase ^ 1)  # a fresh barrier counts as released
-        mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
-        _tma_load(k_desc, [k_row, kv_col], k_ready.index(stage), k_smem.index(stage))
-        mbarrier.wait(v_empty.index(stage), phase ^ 1)
-        mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
-        _tma_load(v_desc, [v_row, kv_col], v_ready.index(stage), v_smem.index(stage))
+        if PAGE_SIZE >= BLOCK_N or PAGE_SIZE == 0:
+            k_row = k_row0 + t * BLOCK_N
+            v_row = v_row0 + t * BLOCK_N
+            if PAGE_SIZE > 0:  # the tile lies in one page: rows page * PAGE_SIZE + offset of the page pool
+                key = t * BLOCK_N
+                page_row = gl.load(pages + key // PAGE_SIZE) * PAGE_SIZE + key % PAGE_SIZE
+                k_row = page_row
+                v_row = page_row
+            mbarrier.wait(k_empty.index(stage), phase ^ 1)  # a fresh barrier counts as released
+            mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
+            _tma_load(k_desc, [k_row, kv_col], k_ready.index(stage), k_smem.index(stage))
+            mbarrier.wait(v_empty.index(stage), phase ^ 1)
+            mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
+            _tma_load(v_desc, [v_row, kv_col], v_ready.index(stage), v_smem.index(stage))
+        else:
+            _load_tile_by_pages(k_desc, k_smem.index(stage), k_ready.index(stage), k_empty.index(stage), phase,
+                                pages, t, kv_len, kv_col, BLOCK_N, PAGE_SIZE)
+            _load_tile_by_pages(v_desc, v_smem.index(stage), v_ready.index(stage), v_empty.index(stage), phase,
+                                pages, t, kv_len, kv_col, BLOCK_N, PAGE_SIZE)
+
+
+@gluon.jit
+def _load_tile_by_pages(desc, tile, ready, empty, phase, pages, t, kv_len, kv_col,
+                        BLOCK_N: gl.constexpr, PAGE_SIZE: gl.constexpr):
+    """KV tile t over pages smaller than it: one TMA load of [PAGE_SIZE, D] per page into its rows of ``tile``.
+    Pages past the sequence's last one repeat that page (a valid table entry; its keys are masked and its V
+    rows zeroed like any row past the sequence), so no table entry past the sequence is read."""
+    TILE_PAGES: gl.constexpr = BLOCK_N // PAGE_SIZE
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])  # the producer's one warp
+    index = t * TILE_PAGES + gl.arange(0, TILE_PAGES, layout=layout)
+    page_rows = gl.load(pages + gl.minimum(index, (kv_len - 1) // PAGE_SIZE)) * PAGE_SIZE  # before the wait
+    mbarrier.wait(empty, phase ^ 1)  # a fresh barrier counts as released
+    mbarrier.expect(ready, TILE_PAGES * desc.block_type.nbytes)
+    for p in gl.static_range(TILE_PAGES):
+        row = gl.sum(gl.where(index == t * TILE_PAGES + p, page_rows, 0), axis=0)
+        _tma_load(desc, [row, kv_col], ready, tile.slice(p * PAGE_SIZE, PAGE_SIZE))
 
 
 @gluon.jit

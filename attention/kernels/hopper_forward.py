@@ -15,7 +15,7 @@ from attention.environment import getenv
 from .attention_fwd_hopper import HOPPER_BLOCK_M, HOPPER_ROWS_PER_GROUP, attention_fwd_hopper_kernel
 from .availability import interpreter_enabled
 
-__all__ = ["HOPPER_ENV", "HOPPER_TILE", "HopperPlan", "hopper_unsupported_reason", "plan_hopper_forward"]
+__all__ = ["HOPPER_ENV", "HOPPER_SMALL_PAGES_ENV", "HOPPER_TILE", "HopperPlan", "hopper_unsupported_reason", "plan_hopper_forward"]
 
 HOPPER_ENV = "ATTN_FUSED_HOPPER"
 """``0`` sends every call to the general kernel; unset or ``1``: calls the Hopper kernel serves go to it."""
@@ -28,6 +28,20 @@ tokens, against this tile in the same process): three stages lost 1-7 % on every
 4x4k 593.4 -> 578.8 TFLOP/s). Taking turns to issue wgmmas (FlashAttention-3's ping-pong of its two consumer
 groups, here an mbarrier pair) lost 0-3 % on 22 of 23 cells (MHA full 4x4k 579.1 -> 576.6, GQA causal 8x2k
 457.7 -> 444.9; d64 causal 381.8 -> 384.4): the warp schedulers already interleave the two groups."""
+
+HOPPER_SMALL_PAGES_ENV = "ATTN_FUSED_HOPPER_SMALL_PAGES"
+"""``0``: a paged call whose pages hold fewer keys than a KV tile is not this kernel's (attention_forward may
+copy its pages to a contiguous buffer first, the rule of page_gather.py); unset or ``1``: the kernel reads
+such pages in place, one TMA load per page (A/B measurements). H200, 2026-12-01 (abtree/pages_ab.py, GQA 32/8
+d128 bf16 causal, settled, 300 ms windows; docs/results/2026-12-01-h200-5956217/pages-ab.txt), in place against
+copied first: a 2k chunk on a 6k / 14k / 30k prefix at page 16 1.011x / 1.008x / 0.989x, page 32 1.049x /
+1.026x / 1.015x; page 64 (which the copy rule leaves to the general kernel) 1.26-1.30x; 8 chunks of 2k on 62k
+prefixes (a copy past GATHER_MAX_BYTES: the general kernel over the pages) 1.26-1.33x. Nothing is copied."""
+
+HOPPER_MIN_PAGE_SIZE = 16
+"""Smallest page read in place: a KV tile of 128 keys takes 8 TMA loads of 16 rows each. Smaller pages (1, 2,
+4, 8 tokens) would take 16-128 loads a tile, and a slice of the 128-byte swizzled tile must start at a
+multiple of 8 rows."""
 
 HOPPER_MIN_QUERIES_PER_SEQUENCE = 64
 """The kernel gives each sequence whole 128-row q tiles of one query head: a batch that averages fewer
@@ -73,8 +87,21 @@ def hopper_unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if any(matrix is None for matrix in matrices):
         return "needs tokens as rows of a 2-D matrix with heads packed along it, 16-byte aligned (not sbhd)"
     block_n = HOPPER_TILE[head_dim][0]
-    if page_size and (page_size % block_n or any(matrix[1] != page_size for matrix in matrices[1:3])):
-        return f"needs pages of a multiple of {block_n} tokens, stored one after another"
+    if page_size and any(matrix[1] != page_size for matrix in matrices[1:3]):
+        return "needs the cache's pages stored one after another"
+    return _page_size_reason(page_size, block_n) if page_size else None
+
+
+def _page_size_reason(page_size: int, block_n: int) -> str | None:
+    """None when the kernel reads pages of ``page_size`` tokens in place with ``block_n``-key tiles: whole tiles
+    per page, or (unless switched off) whole pages of at least HOPPER_MIN_PAGE_SIZE tokens per tile."""
+    if page_size % block_n == 0:
+        return None
+    if getenv(HOPPER_SMALL_PAGES_ENV, "1") == "0":
+        return f"{HOPPER_SMALL_PAGES_ENV}=0 and pages of fewer than {block_n} tokens"
+    if block_n % page_size or page_size < HOPPER_MIN_PAGE_SIZE:
+        return (f"needs pages of a multiple of {block_n} tokens, or of {HOPPER_MIN_PAGE_SIZE} to {block_n // 2} "
+                f"tokens dividing {block_n}")
     return None
 
 
@@ -114,8 +141,9 @@ class HopperPlan:
             return TensorDescriptor.from_tensor(matrix, block, gl.NVMMASharedLayout.get_default_for(block, element))
 
         q_rows, k_rows, v_rows, out_rows = self.batch_rows
+        kv_block_rows = min(block_n, self.page_size) if self.page_size else block_n  # a page per TMA load
         attention_fwd_hopper_kernel[self.grid](
-            descriptor(q, HOPPER_ROWS_PER_GROUP), descriptor(k, block_n), descriptor(v, block_n), out,
+            descriptor(q, HOPPER_ROWS_PER_GROUP), descriptor(k, kv_block_rows), descriptor(v, kv_block_rows), out,
             cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q if q_start is None else q_start,
             cu_seqlens_kv if kv_start is None else kv_start, cu_seqlens_q if page_table is None else page_table,
             q_rows, k_rows, v_rows, out_rows, self.out_token_stride, 0 if page_table is None else page_table.stride(0),

@@ -6,7 +6,9 @@ tile, so the fused kernel over such a cache runs 10-13 % below the same work on 
 thousands of query rows reads every K/V tile once per query tile, so one copy of the pages into a
 ``[B, pages * page_size, H, D]`` buffer (a read and a write of the cache, memory-bound) costs less than
 that penalty. ``attention_forward`` decides per call (``gathered_page_count``); the kernel then runs
-as over a non-paged cache.
+as over a non-paged cache. On an sm90 GPU the Gluon kernel reads pages of 16 to 64 tokens in place
+(hopper_forward.py, as fast as the copy or faster), so the copy serves what it does not: pages under 16
+tokens, other GPUs, fp32, windows, ALiBi, sinks, and ``ATTN_FUSED_HOPPER_SMALL_PAGES=0``.
 """
 
 from __future__ import annotations

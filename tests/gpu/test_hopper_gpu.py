@@ -9,7 +9,7 @@ import torch
 
 from attention.kernels import attention_forward
 from attention.kernels import attention_fwd as launcher
-from attention.kernels.hopper_forward import HOPPER_ENV, HopperPlan, hopper_unsupported_reason
+from attention.kernels.hopper_forward import HOPPER_ENV, HOPPER_SMALL_PAGES_ENV, HopperPlan, hopper_unsupported_reason
 from tests.test_kernels import SENTINEL, AttentionCase, build_inputs, check_output
 
 pytestmark = [
@@ -33,11 +33,14 @@ CASES = [
       bottom_right=True),  # rows that see no key get zeros
     C((2048,), (2048 + 6144,), heads=(32, 8), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="cache", causal=True,
       bottom_right=True),  # a 2k chunk over a 6k prefix
-    # paged: pages of whole 128-key tiles are read in place (unowned slots hold NaN); 16-token pages are
-    # copied to a contiguous buffer first (GatherPlan), then run here
+    # paged, read in place (unowned slots hold NaN, table entries past a sequence's pages point past the
+    # cache): pages of whole 128-key tiles, one TMA load a tile; pages of 16-64 keys, one TMA load a page
     C(RAGGED_Q, RAGGED_KV, heads=(16, 2), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="paged", page_size=256,
       causal=True, bottom_right=True),
     C(RAGGED_Q, RAGGED_KV, heads=(16, 4), d_qk=64, d_v=64, dtype=torch.float16, layout="paged", page_size=128),
+    *[C(RAGGED_Q, RAGGED_KV, heads=(16, 4), d_qk=d, d_v=d, dtype=torch.bfloat16, layout="paged", page_size=page_size,
+        causal=causal, bottom_right=causal) for page_size, d, causal in ((16, 128, True), (32, 64, False),
+                                                                         (64, 128, False), (16, 64, True))],
     C((2048,), (2048 + 6144,), heads=(32, 8), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="paged", page_size=16,
       causal=True, bottom_right=True),
 ]
@@ -54,6 +57,20 @@ def _run(case: AttentionCase, inputs: dict) -> None:
 def test_hopper_kernel_matches_the_reference(case: AttentionCase) -> None:
     inputs = build_inputs(case, "cuda")
     _run(case, inputs)
+    check_output(case, inputs)
+
+
+@pytest.mark.parametrize("small_pages", ["1", "0"])
+def test_small_pages_are_read_in_place_unless_switched_off(small_pages: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 2k chunk over 16-token pages: read in place (one HopperPlan), or with ATTN_FUSED_HOPPER_SMALL_PAGES=0
+    copied to a contiguous buffer first (GatherPlan, then a HopperPlan over the copy); the same rows either way."""
+    monkeypatch.setenv(HOPPER_SMALL_PAGES_ENV, small_pages)
+    case = C((2048,), (2048 + 1000,), heads=(32, 8), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="paged",
+             page_size=16, causal=True, bottom_right=True)
+    inputs = build_inputs(case, "cuda")
+    _run(case, inputs)
+    kinds = {type(plan).__name__ for plan in launcher._plans.values()}
+    assert kinds == ({"HopperPlan"} if small_pages == "1" else {"HopperPlan", "GatherPlan"})
     check_output(case, inputs)
 
 
