@@ -28,7 +28,14 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from attention.kernels.configs import VARIANT_FIELDS, q_tile_count, select_forward_config, shape_class, tma_pays
+from attention.kernels.configs import (
+    VARIANT_FIELDS,
+    mixed_batch,
+    q_tile_count,
+    select_forward_config,
+    shape_class,
+    tma_pays,
+)
 from benchmarks import bench_decode, bench_mixed, bench_prefill
 from benchmarks.cells import Cell, Inputs
 from benchmarks.config import BenchConfig
@@ -86,7 +93,8 @@ def _base_config(cell: Cell, tuned: bool):
     config = select_forward_config(head_dim_qk=p.head_dim, head_dim_v=p.head_dim_v, group_size=p.heads_q // p.heads_kv,
                                    max_seqlen_q=p.max_q, interpret=False, paged=cell.kv_source == "paged",
                                    tuned=tuned, max_seqlen_kv=p.max_kv, causal=p.causal,
-                                   num_q_tiles=q_tile_count(p.total_q, p.heads_q // p.heads_kv, p.heads_kv))
+                                   num_q_tiles=q_tile_count(p.total_q, p.heads_q // p.heads_kv, p.heads_kv),
+                                   mixed=mixed_batch(p.batch, p.total_q, p.max_q))
     return replace(config, gather_pages=False) if cell.kv_source == "paged" else config
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attention.kernels.configs import VARIANTS_ENV, parse_variants, select_forward_config
+from attention.kernels.configs import VARIANTS_ENV, mixed_batch, parse_variants, select_forward_config
 from benchmarks.sweep import Measured, pick_variants
 from tests.test_kernels import AttentionCase, build_inputs, check_output
 
@@ -177,6 +177,30 @@ def test_long_walks_of_few_q_tiles_keep_one_deep_program_per_sm(num_q_tiles, til
     paged = select_forward_config(head_dim_qk=128, head_dim_v=128, group_size=4, max_seqlen_q=2048,
                                   interpret=False, paged=True, max_seqlen_kv=8192, num_q_tiles=num_q_tiles)
     assert (paged.block_n, paged.num_stages) == (128, 3)
+
+
+@pytest.mark.parametrize("num_seqs, total_q, max_seqlen_q, mixed", [
+    (129, 2048 + 128, 2048, True), (65, 2048 + 64, 2048, True),  # bench_mixed's M1 and M2
+    (7, 1 + 17 + 513 + 2048 + 8192 + 3001 + 64, 8192, False), (16, 16 * 1024, 1024, False),  # ragged, equal prefill
+    (1, 2048, 2048, False), (2, 2049, 2048, False),
+])
+def test_mixed_batches_are_told_from_host_values(num_seqs, total_q, max_seqlen_q, mixed) -> None:
+    assert mixed_batch(num_seqs, total_q, max_seqlen_q) is mixed
+
+
+@pytest.mark.parametrize("max_seqlen_kv, tile", [(2048, (64, 64, 4, 3, 0)), (16384, (128, 128, 8, 3, 0))])
+def test_mixed_batches_over_a_contiguous_cache_take_the_paged_tile_and_a_small_one(max_seqlen_kv, tile) -> None:
+    """A mixed batch over a non-paged cache: the paged tables' d128 tile, a 16-row tile for its decodes and the
+    contiguous variants; the same call not mixed keeps the contiguous tile and no small tile."""
+    kwargs = dict(head_dim_qk=128, head_dim_v=128, group_size=4, max_seqlen_q=2048, interpret=False,
+                  max_seqlen_kv=max_seqlen_kv, causal=True, num_q_tiles=528)
+    mixed = select_forward_config(**kwargs, mixed=True)
+    assert (mixed.block_m, mixed.block_n, mixed.num_warps, mixed.num_stages, mixed.max_registers) == tile
+    assert mixed.small_block_m == 16 and mixed.tma and mixed.int32_offsets and mixed.heavy_tiles_first
+    plain = select_forward_config(**kwargs)
+    assert plain.small_block_m == 0 and (plain.block_m, plain.num_warps) == (128, 8)
+    paged = select_forward_config(**kwargs, paged=True)
+    assert select_forward_config(**kwargs, paged=True, mixed=True) == paged  # paged calls: one table already
 
 
 @pytest.mark.parametrize("group_size, tile", [(4, (16, 64, 128)), (8, (16, 64, 128)), (32, (32, 128, 0)),

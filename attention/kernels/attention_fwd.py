@@ -18,6 +18,7 @@ from .configs import (
     VARIANTS_ENV,
     ForwardConfig,
     choose_num_splits,
+    mixed_batch,
     num_streaming_multiprocessors,
     q_tile_count,
     select_forward_config,
@@ -333,7 +334,8 @@ def _plan_forward(
         config = select_forward_config(
             head_dim_qk=shapes.head_dim_qk, head_dim_v=shapes.head_dim_v, group_size=group_size,
             max_seqlen_q=max_seqlen_q, interpret=interpreter_enabled(), paged=shapes.paged, max_seqlen_kv=max_seqlen_kv,
-            causal=window_right >= 0, num_q_tiles=q_tile_count(total_q, group_size, shapes.num_heads_kv))
+            causal=window_right >= 0, num_q_tiles=q_tile_count(total_q, group_size, shapes.num_heads_kv),
+            mixed=mixed_batch(shapes.num_seqs, total_q, max_seqlen_q))
     elif config.block_q * group_size > config.block_m or config.block_dqk < shapes.head_dim_qk \
             or config.block_dv < shapes.head_dim_v \
             or (config.small_block_m and not group_size <= config.small_block_m <= config.block_m):

@@ -20,11 +20,13 @@ __all__ = [
     "GATHER_MAX_PAGE_SIZE",
     "GATHER_MIN_PACKED_ROWS",
     "MAX_NUM_SPLITS",
+    "MIXED_BATCH_RATIO",
     "PREFILL_TILE",
     "PREFILL_TILE_MIN_PROGRAMS",
     "VARIANTS_ENV",
     "ForwardConfig",
     "choose_num_splits",
+    "mixed_batch",
     "next_power_of_2",
     "num_streaming_multiprocessors",
     "parse_variants",
@@ -299,6 +301,7 @@ def select_forward_config(
     max_seqlen_kv: int | None = None,
     causal: bool = False,
     num_q_tiles: int | None = None,
+    mixed: bool = False,
 ) -> ForwardConfig:
     """Pick block sizes, warps and stages for one call, then the class's tuned variants.
 
@@ -310,6 +313,8 @@ def select_forward_config(
     baseline); ``max_seqlen_kv`` (None: long) decides whether a table's ``tma`` applies (``tma_pays``) and
     picks SHORT_KV_TILES, whose non-paged entries differ with ``causal`` (a causal mask of any alignment).
     ``num_q_tiles`` (128-row q tiles times KV heads; None: many) picks the non-paged long-walk tile.
+    ``mixed`` (``mixed_batch``: decodes beside a prefill) gives a non-paged prefill-class call the paged
+    tables' d128 tile and the small decode tile (MIXED_CONTIGUOUS_SMALL_BLOCK_M).
 
     Measured on the H200 with L2 flushed (benchmarks/sweep.py, bf16, Triton 3.6, 2026-11-30; the
     full table is docs/results/2026-11-30-h200/sweep.md):
@@ -343,7 +348,7 @@ def select_forward_config(
     return _select_forward_config(head_dim_qk, head_dim_v, group_size, max_seqlen_q, interpret, paged, tuned,
                                   getenv(VARIANTS_ENV, "") if tuned else "", long_kv,
                                   _short_kv_tiles(max_seqlen_kv, causal),
-                                  num_q_tiles is None or num_q_tiles >= PREFILL_TILE_MIN_PROGRAMS)
+                                  num_q_tiles is None or num_q_tiles >= PREFILL_TILE_MIN_PROGRAMS, mixed and not paged)
 
 
 def _short_kv_tiles(max_seqlen_kv: int | None, causal: bool) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
@@ -361,7 +366,7 @@ def _short_kv_tiles(max_seqlen_kv: int | None, causal: bool) -> tuple[tuple[int,
 def _select_forward_config(head_dim_qk: int, head_dim_v: int, group_size: int, max_seqlen_q: int, interpret: bool,
                            paged: bool, tuned: bool, variants_override: str, long_kv: bool,
                            short_kv_tiles: tuple[tuple[int, ...], tuple[int, ...]] | None,
-                           many_q_tiles: bool) -> ForwardConfig:
+                           many_q_tiles: bool, mixed_contiguous: bool) -> ForwardConfig:
     """select_forward_config's work, cached: a decode call asks the same question every step."""
     max_registers = 0
     block_dqk = max(16, next_power_of_2(head_dim_qk))
@@ -379,8 +384,9 @@ def _select_forward_config(head_dim_qk: int, head_dim_v: int, group_size: int, m
     elif block_d <= 64:
         block_m, block_n, num_warps, num_stages = 64, 64, 4, 3
     elif block_d == 128 and short_kv_tiles:
-        block_m, block_n, num_warps, num_stages, max_registers = short_kv_tiles[1] if paged else short_kv_tiles[0]
-    elif block_d == 128 and paged:
+        block_m, block_n, num_warps, num_stages, max_registers = \
+            short_kv_tiles[1] if paged or mixed_contiguous else short_kv_tiles[0]
+    elif block_d == 128 and (paged or mixed_contiguous):
         block_m, block_n, num_warps, num_stages = 128, 128, 8, 3
     elif block_d == 128:
         block_m, block_n, num_warps, num_stages, max_registers = PREFILL_TILE if many_q_tiles else FEW_PROGRAMS_TILE
@@ -399,7 +405,36 @@ def _select_forward_config(head_dim_qk: int, head_dim_v: int, group_size: int, m
     )
     if not tuned:
         return config
-    return _with_variants(config, shape_class(group_size, max_seqlen_q, paged), group_size, variants_override, long_kv)
+    config = _with_variants(config, shape_class(group_size, max_seqlen_q, paged), group_size, variants_override, long_kv)
+    small = MIXED_CONTIGUOUS_SMALL_BLOCK_M
+    if mixed_contiguous and packed_rows > _DECODE_MAX_ROWS and group_size <= small < config.block_m:
+        config = replace(config, small_block_m=small)
+    return config
+
+
+MIXED_BATCH_RATIO = 8
+"""A prefill-class call is a mixed batch (``mixed_batch``) when its longest sequence has at least this many times
+the batch's average queries: a prefill or a chunk beside decodes (2k + 128 decodes: 121x; 2k + 64: 62x), not a
+ragged prefill (the GPU tests' 1 ... 8192 tokens over 7 sequences: 4.1x)."""
+
+MIXED_CONTIGUOUS_SMALL_BLOCK_M = 16
+"""A mixed batch over a non-paged cache takes the paged tables' d128 tile (SHORT_KV_TILES' paged entry, else 128x128
+8 warps 3 stages) and, as the paged class, a tile of this many rows for its decodes, keeping the contiguous
+variants (tma, 32-bit offsets, heavy tiles first). H200, 2026-12-01, one launch, graph replays, settled
+(abtree/dense_mixed_ab.py, docs/results/2026-12-01-h200-5956217/dense-mixed-ab.txt): one 2k prefill + 128
+decodes at 2k 446.4 -> 307.0 µs (before: the contiguous causal short-walk tile 128x64 8 warps, no small tile;
+the small tile alone 398.0); a 2k chunk on 14k + 64 decodes at 4k 1331.0 -> 1190.0 (before: FEW_PROGRAMS_TILE;
+the small tile alone 1310.7, 64x64 4 warps 1254.3)."""
+
+
+def mixed_batch(num_seqs: int, total_q: int, max_seqlen_q: int) -> bool:
+    """Whether a call looks like decodes beside a prefill (MIXED_BATCH_RATIO): host values only.
+
+    Example:
+        >>> mixed_batch(num_seqs=129, total_q=2048 + 128, max_seqlen_q=2048), mixed_batch(7, 13836, 8192)
+        (True, False)
+    """
+    return num_seqs > 1 and max_seqlen_q * num_seqs >= MIXED_BATCH_RATIO * total_q
 
 
 def shape_class(group_size: int, max_seqlen_q: int, paged: bool) -> str:

@@ -48,6 +48,21 @@ def test_paged_mixed_batch_page_sizes(page_size: int, dtype: torch.dtype) -> Non
                    page_size=page_size, causal=True, bottom_right=True, num_splits=None))
 
 
+@pytest.mark.parametrize("layout", ["cache", "thd"])
+def test_mixed_batch_over_a_contiguous_cache(layout: str) -> None:
+    """A mixed batch over a non-paged cache (configs.mixed_batch) runs the paged tables' tile with a 16-row tile
+    for its decodes (SMALL_BLOCK_M), and matches the reference."""
+    from attention.kernels import attention_fwd
+
+    attention_fwd._plans.clear()
+    q_lens = (700,) + (1,) * 16  # fewer than 64 queries per sequence on average: not the Gluon kernel's
+    kv_lens = (2900,) + _lengths(2, 16, 1, 4096) if layout == "cache" else q_lens
+    check_on_gpu(C(q_lens, kv_lens, heads=(32, 8), d_qk=128, d_v=128, dtype=torch.bfloat16, layout=layout,
+                   causal=True, bottom_right=True, num_splits=None))
+    launches = [plan.attention for plan in attention_fwd._plans.values() if hasattr(plan, "attention")]
+    assert launches and all(launch.constexprs["SMALL_BLOCK_M"] == 16 for launch in launches)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("page_size", [1, 16, 32])
 def test_chunks_over_small_pages_run_over_a_copy(page_size: int, dtype: torch.dtype, monkeypatch) -> None:
