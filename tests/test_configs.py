@@ -192,8 +192,8 @@ def test_mixed_batches_are_told_from_host_values(num_seqs, total_q, max_seqlen_q
 def test_mixed_batches_over_a_contiguous_cache_take_the_paged_tile_and_a_small_one(max_seqlen_kv, tile) -> None:
     """A mixed batch over a non-paged cache: the paged tables' d128 tile, a 16-row tile for its decodes and the
     contiguous variants; the same call not mixed keeps the contiguous tile and no small tile."""
-    kwargs = dict(head_dim_qk=128, head_dim_v=128, group_size=4, max_seqlen_q=2048, interpret=False,
-                  max_seqlen_kv=max_seqlen_kv, causal=True, num_q_tiles=528)
+    kwargs = {"head_dim_qk": 128, "head_dim_v": 128, "group_size": 4, "max_seqlen_q": 2048, "interpret": False,
+              "max_seqlen_kv": max_seqlen_kv, "causal": True, "num_q_tiles": 528}
     mixed = select_forward_config(**kwargs, mixed=True)
     assert (mixed.block_m, mixed.block_n, mixed.num_warps, mixed.num_stages, mixed.max_registers) == tile
     assert mixed.small_block_m == 16 and mixed.tma and mixed.int32_offsets and mixed.heavy_tiles_first
