@@ -60,5 +60,9 @@ case "$1" in
     timeout 100 python3 -m benchmarks.bench_mixed --providers fused,fused_dense --out "$out/mixed-dense" \
       > "$out/mixed-dense.txt" 2>&1; echo "mixed rc=$?"
     grep -E "^\| M[12]" "$out/mixed-dense/mixed.md" | head -6 | cut -c1-120 ;;
+  7)
+    start=$SECONDS
+    timeout 300 python3 abtree/paged_mixed_tiles.py > "$out/paged-mixed-tiles.txt" 2>&1; echo "rc=$? in $((SECONDS - start)) s"
+    grep -v "^  " "$out/paged-mixed-tiles.txt" | tail -40 ;;
 esac
 cd "$out" && tar czf /tmp/results.tgz . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/results.tgz results.tgz
