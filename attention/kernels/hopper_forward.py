@@ -14,6 +14,7 @@ from attention.environment import getenv
 
 from .attention_fwd_hopper import HOPPER_BLOCK_M, HOPPER_ROWS_PER_GROUP, attention_fwd_hopper_kernel
 from .availability import interpreter_enabled
+from .configs import mixed_batch
 
 __all__ = ["HOPPER_ENV", "HOPPER_SMALL_PAGES_ENV", "HOPPER_TILE", "HopperPlan", "hopper_unsupported_reason", "plan_hopper_forward"]
 
@@ -45,7 +46,12 @@ multiple of 8 rows."""
 
 HOPPER_MIN_QUERIES_PER_SEQUENCE = 64
 """The kernel gives each sequence whole 128-row q tiles of one query head: a batch that averages fewer
-queries per sequence (decode, mixed batches) is the general kernel's (GQA packing, split-KV)."""
+queries per sequence (decode, mixed batches) is the general kernel's (GQA packing, split-KV). So is a batch
+whose longest sequence has many times the average queries (configs.mixed_batch): the grid gives every sequence
+the longest one's q tiles, and a decode a 128-row tile per query head. H200, 2026-12-01, graph replays, settled,
+this kernel against the general one (abtree/hopper_mixed_ab.py, docs/results/2026-12-01-h200-5956217/
+hopper-mixed-ab.txt): a 2k chunk on 14k + 30 decodes at 4k 1343.6 / 1233.6 µs at page 16, 1271.9 / 1061.3
+non-paged; a 4k prefill + 60 decodes at 2k 889.8 / 506.3; a thd prefill of 8k + 63 x 128 tokens 1406.9 / 1238.0."""
 
 
 def _rows_matrix(x: torch.Tensor) -> tuple[torch.Tensor, int] | None:
@@ -165,6 +171,8 @@ def plan_hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
     heads_q, heads_kv = q.shape[2], k.shape[2]
     if total_q < HOPPER_MIN_QUERIES_PER_SEQUENCE * num_seqs or -(-total_q // HOPPER_BLOCK_M) * heads_q < num_sms:
         return None  # decode-like, or too few programs without split-KV
+    if mixed_batch(num_seqs, total_q, max_seqlen_q):
+        return None  # mostly empty programs, and decodes in 128-row tiles
     group_size = heads_q // heads_kv
     batch_rows = tuple(_rows_matrix(x)[1] for x in (q, k, v, out))
     return HopperPlan(

@@ -64,5 +64,9 @@ case "$1" in
     start=$SECONDS
     timeout 300 python3 abtree/paged_mixed_tiles.py > "$out/paged-mixed-tiles.txt" 2>&1; echo "rc=$? in $((SECONDS - start)) s"
     grep -v "^  " "$out/paged-mixed-tiles.txt" | tail -40 ;;
+  8)
+    start=$SECONDS
+    timeout 300 python3 abtree/hopper_mixed_ab.py > "$out/hopper-mixed-ab.txt" 2>&1; echo "rc=$? in $((SECONDS - start)) s"
+    grep -v "^  " "$out/hopper-mixed-ab.txt" | tail -20 ;;
 esac
 cd "$out" && tar czf /tmp/results.tgz . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/results.tgz results.tgz
