@@ -405,7 +405,8 @@ def _select_forward_config(head_dim_qk: int, head_dim_v: int, group_size: int, m
     )
     if not tuned:
         return config
-    config = _with_variants(config, shape_class(group_size, max_seqlen_q, paged), group_size, variants_override, long_kv)
+    config = _with_variants(config, shape_class(group_size, max_seqlen_q, paged), group_size, variants_override,
+                            long_kv)
     small = MIXED_CONTIGUOUS_SMALL_BLOCK_M
     if mixed_contiguous and packed_rows > _DECODE_MAX_ROWS and group_size <= small < config.block_m:
         config = replace(config, small_block_m=small)

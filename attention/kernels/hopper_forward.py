@@ -16,7 +16,10 @@ from .attention_fwd_hopper import HOPPER_BLOCK_M, HOPPER_ROWS_PER_GROUP, attenti
 from .availability import interpreter_enabled
 from .configs import mixed_batch
 
-__all__ = ["HOPPER_ENV", "HOPPER_SMALL_PAGES_ENV", "HOPPER_TILE", "HopperPlan", "hopper_unsupported_reason", "plan_hopper_forward"]
+__all__ = [
+    "HOPPER_ENV", "HOPPER_SMALL_PAGES_ENV", "HOPPER_TILE", "HopperPlan", "hopper_unsupported_reason",
+    "plan_hopper_forward",
+]
 
 HOPPER_ENV = "ATTN_FUSED_HOPPER"
 """``0`` sends every call to the general kernel; unset or ``1``: calls the Hopper kernel serves go to it."""
