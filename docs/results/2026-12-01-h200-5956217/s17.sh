@@ -68,5 +68,9 @@ case "$1" in
     start=$SECONDS
     timeout 300 python3 abtree/hopper_mixed_ab.py > "$out/hopper-mixed-ab.txt" 2>&1; echo "rc=$? in $((SECONDS - start)) s"
     grep -v "^  " "$out/hopper-mixed-ab.txt" | tail -20 ;;
+  9)
+    start=$SECONDS
+    timeout 330 python3 abtree/decode_small_ab.py > "$out/decode-small-ab.txt" 2>&1; echo "rc=$? in $((SECONDS - start)) s"
+    grep -E "best|default|cuDNN" "$out/decode-small-ab.txt"; tail -3 "$out/decode-small-ab.txt" ;;
 esac
 cd "$out" && tar czf /tmp/results.tgz . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/results.tgz results.tgz
