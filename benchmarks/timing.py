@@ -5,16 +5,16 @@
 * CUDA graph (latency cells): one call captured in a graph, replayed with the same L2 flush before
   each replay and CUDA events around the replay only (``do_bench_cudagraph`` keeps L2 warm, which
   flatters cells whose KV fits the H200's 50 MB L2);
-* settling (``cfg.settle_ms``, the settled cells: prefill and mixed, ``Cell.settle``): the call runs back to back for that long before it is
-  timed. Compute-bound kernels hold the H200 at its 700 W cap, where the SM clock falls from 1980 to
-  about 1550-1790 MHz (nvidia-smi: reason "SW power cap"), so a short window measures whatever clock the
-  previous work left: on 2026-12-01 the fused prefill ran at 581-694 TFLOP/s in a 35 ms window on an
-  idle H200 and at 515-610 after 200 ms of its own calls (four d128 cells). Settled, every provider is
-  timed at its own steady clock under the cap, whichever provider ran before it;
-* the window (``cfg.throughput_rep_ms``, default 300 ms, for the settled cells, eager and graph replay alike):
-  under the cap the clock
-  keeps swinging (nvidia-smi: 1395-1980 MHz samples within one prefill run), and do_bench's default 30 ms
-  window catches one phase of it. On 2026-12-01 the same fused kernel timed through two entry points
+* settling (``cfg.settle_ms``; the settled cells, ``Cell.settle``: prefill and mixed): the call runs back
+  to back for that long before it is timed. Compute-bound kernels hold the H200 at its 700 W cap, where
+  the SM clock falls from 1980 to about 1550-1790 MHz (nvidia-smi: reason "SW power cap"), so a short
+  window measures whatever clock the previous work left: on 2026-12-01 the fused prefill ran at 581-694
+  TFLOP/s in a 35 ms window on an idle H200 and at 515-610 after 200 ms of its own calls (four d128
+  cells). Settled, every provider is timed at its own steady clock under the cap, whichever provider ran
+  before it;
+* the window (``cfg.throughput_rep_ms``, default 300 ms; the settled cells, eager and graph replay
+  alike): under the cap the clock keeps swinging (nvidia-smi: 1395-1980 MHz samples within one prefill
+  run), and do_bench's default 30 ms window catches one phase of it. On 2026-12-01 the same fused kernel timed through two entry points
   (``fused`` and ``auto``) in one run differed by up to 11 % per cell with 30 ms windows, and by at most
   2.4 % with 300 ms windows (four d128 cells, two runs each; docs/benchmarks.md, fourteenth session).
 """
