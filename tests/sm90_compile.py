@@ -7,8 +7,8 @@ of different shapes under a constexpr `if`. This script records every launch tha
 ``attention_forward`` and the KV append make for a set of configurations (``KernelLaunch`` is
 patched to record, not launch) and compiles each with Triton's CUDA back end, which needs no driver
 (Triton ships ptxas), checking the shared memory it asks for against sm90's limit, then the Gluon sm90
-kernel (attention_fwd_hopper.py) on a set of its launches (hopper_launches: on CPU, attention_forward never
-plans it).
+kernel (attention_fwd_hopper.py) and its mixed-batch kernel (attention_mixed_hopper.py) on a set of their launches
+(hopper_launches, mixed_hopper_launches: on CPU, attention_forward never plans them).
 
 Run without TRITON_INTERPRET (tests/test_kernel_compile.py starts it in a subprocess; ~30 s on 2 cores):
     python -m tests.sm90_compile [--registers]   # one line per launch (with ptxas's register and
@@ -219,6 +219,39 @@ def hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
     return launches
 
 
+def mixed_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
+    """Launches of the Gluon sm90 mixed-batch kernel (attention_mixed_hopper.py) with MIXED_HOPPER_TILE: 16-token
+    pages causal bottom-right at d128, a non-paged cache with start offsets, 256-token pages at d64 without a mask."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from attention.kernels.attention_mixed_hopper import attention_mixed_hopper_kernel
+    from attention.kernels.hopper_mixed import MIXED_HOPPER_TILE
+
+    launches = []
+    cu = torch.zeros(3, dtype=torch.int32)
+    for head_dim, page_size, causal, starts in ((128, 16, True, False), (128, 0, True, True), (64, 256, False, False)):
+        block_n, stages, decode_block_n, decode_stages, consumer_registers, decode_registers, maxnreg = \
+            MIXED_HOPPER_TILE[head_dim]
+        q = torch.zeros(256, 4 * head_dim, dtype=torch.bfloat16)
+        k = torch.zeros(256, 2 * head_dim, dtype=torch.bfloat16)
+
+        def descriptor(x: torch.Tensor, rows: int, head_dim: int = head_dim, page_size: int = page_size) -> Any:
+            block = [min(rows, page_size) if page_size else rows, head_dim]
+            return TensorDescriptor.from_tensor(x, block, gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16))
+
+        args = (descriptor(q, 64, page_size=0), descriptor(k, block_n), descriptor(k, block_n),
+                descriptor(k, decode_block_n), descriptor(k, decode_block_n), q, torch.zeros(256, 4, head_dim),
+                cu, cu, cu, cu, cu, 2, 2, 0, 0, 0, 0, 4 * head_dim, 4 * head_dim, 8, 0.18)
+        constexprs = dict(GROUP_SIZE=2, BLOCK_N=block_n, STAGES=stages, DECODE_BLOCK_N=decode_block_n,
+                          DECODE_STAGES=decode_stages, PAGE_SIZE=page_size, CAUSAL=causal, BOTTOM_RIGHT=causal,
+                          HAS_Q_START=starts, HAS_KV_START=starts, LOG2_MAX_SEQS=8,
+                          CONSUMER_REGISTERS=consumer_registers, DECODE_REGISTERS=decode_registers, maxnreg=maxnreg)
+        label = f"mixed d{head_dim} {f'page {page_size}' if page_size else 'non-paged'}{' causal' if causal else ''}"
+        launches.append((label, attention_mixed_hopper_kernel, args, constexprs, 4, 1))
+    return launches
+
+
 def _private_api_missing() -> str | None:
     """compile_for_sm90 binds arguments the way JITFunction.run does, through Triton internals."""
     from triton.runtime import jit
@@ -252,13 +285,13 @@ def main() -> int:
         return 0
     registers = "--registers" in sys.argv
     failures = 0
-    launches = recorded_launches(configurations()) + hopper_launches()
+    launches = recorded_launches(configurations()) + hopper_launches() + mixed_hopper_launches()
     for label, fn, args, constexprs, warps, stages in launches:
         try:
             kernel = compile_for_sm90(fn, args, constexprs, warps, stages)
             if constexprs.get("FUSED_COMBINE"):
                 check_split_arrival(kernel.asm["ptx"])
-            if fn.__name__ == "attention_fwd_hopper_kernel" and kernel.metadata.num_warps <= warps:
+            if fn.__name__.endswith("hopper_kernel") and kernel.metadata.num_warps <= warps:
                 raise ValueError(f"not warp-specialized: {kernel.metadata.num_warps} warps for a {warps}-warp launch")
             for flag, instruction in (("LAUNCH_DEPENDENTS", "griddepcontrol.launch_dependents"),
                                       ("WAIT_FOR_PRIMARY", "griddepcontrol.wait")):

@@ -24,6 +24,7 @@ from .configs import (
     select_forward_config,
 )
 from .hopper_forward import HOPPER_ENV, HOPPER_SMALL_PAGES_ENV, HopperPlan, plan_hopper_forward
+from .hopper_mixed import MIXED_HOPPER_ENV, MIXED_HOPPER_TILE_ENV, MixedHopperPlan
 from .launch import KernelLaunch, tensor_key
 from .page_gather import gather_pages, gathered_page_count
 
@@ -37,7 +38,8 @@ _MAX_PLANS = 512
 """Launch plans kept (all dropped when full: a decode makes a new one every 16 steps)."""
 _NO_PLAN = object()
 _SAME_AS_CU_SEQLENS = "cu_seqlens"
-_plan_environment = token_reader(VARIANTS_ENV, HOPPER_ENV, HOPPER_SMALL_PAGES_ENV, "TRITON_INTERPRET")
+_plan_environment = token_reader(VARIANTS_ENV, HOPPER_ENV, HOPPER_SMALL_PAGES_ENV, MIXED_HOPPER_ENV,
+                                 MIXED_HOPPER_TILE_ENV, "TRITON_INTERPRET")
 """The environment a plan depends on (configuration variants, the Hopper kernel switch, the interpreter),
 for its key."""
 
@@ -66,7 +68,7 @@ class GatherPlan:
     num_pages: int
 
 
-_plans: dict[tuple, ForwardPlan | GatherPlan | HopperPlan | None] = {}
+_plans: dict[tuple, ForwardPlan | GatherPlan | HopperPlan | MixedHopperPlan | None] = {}
 _split_counters: dict[tuple, torch.Tensor] = {}
 
 
@@ -260,18 +262,18 @@ def packed_attention_forward(
                 softmax_offset)
 
 
-def _keep(key: tuple, plan: ForwardPlan | GatherPlan | HopperPlan | None) -> None:
+def _keep(key: tuple, plan: ForwardPlan | GatherPlan | HopperPlan | MixedHopperPlan | None) -> None:
     if len(_plans) >= _MAX_PLANS:
         _plans.clear()
     _plans[key] = plan
 
 
-def _launch(plan: ForwardPlan | HopperPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-            cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor, q_start: torch.Tensor | None,
+def _launch(plan: ForwardPlan | HopperPlan | MixedHopperPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+            out: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor, q_start: torch.Tensor | None,
             kv_start: torch.Tensor | None, page_table: torch.Tensor | None, alibi_slopes: torch.Tensor | None,
             softmax_offset: torch.Tensor | None) -> None:
     """Run a plan's launches on these tensors (only their addresses are read)."""
-    if type(plan) is HopperPlan:
+    if type(plan) is HopperPlan or type(plan) is MixedHopperPlan:
         plan(q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table)
         return
     placeholder = cu_seqlens_q  # any device tensor for pointers a constexpr flag disables
@@ -310,7 +312,7 @@ def _plan_forward(
     softmax_offset: torch.Tensor | None, *, max_seqlen_q: int, max_seqlen_kv: int, total_q: int | None,
     softmax_scale: float, causal: bool, window_size: tuple[int, int], bottom_right: bool,
     num_splits: int | None, config: ForwardConfig | None,
-) -> ForwardPlan | GatherPlan | HopperPlan | None:
+) -> ForwardPlan | GatherPlan | HopperPlan | MixedHopperPlan | None:
     """Validate the arguments and fix everything the launches need but the tensors' addresses (None:
     nothing to compute; a GatherPlan: copy the pages first; a HopperPlan: the Gluon sm90 kernel runs the
     call). Reads tensor metadata and host values only."""
@@ -349,7 +351,7 @@ def _plan_forward(
             page_size=shapes.page_size if shapes.paged else 0, alibi=alibi_slopes is not None,
             sink=softmax_offset is not None,
             has_q_start=q_start is not None, has_kv_start=kv_start is not None,
-            num_sms=num_streaming_multiprocessors(q.device))
+            num_sms=num_streaming_multiprocessors(q.device), max_seqlen_kv=max_seqlen_kv)
         if hopper is not None:
             return hopper
 

@@ -15,6 +15,7 @@ from attention.environment import getenv
 from .attention_fwd_hopper import HOPPER_BLOCK_M, HOPPER_ROWS_PER_GROUP, attention_fwd_hopper_kernel
 from .availability import interpreter_enabled
 from .configs import mixed_batch
+from .hopper_mixed import MixedHopperPlan, plan_mixed_hopper
 
 __all__ = [
     "HOPPER_ENV", "HOPPER_SMALL_PAGES_ENV", "HOPPER_TILE", "HopperPlan", "hopper_unsupported_reason",
@@ -165,19 +166,25 @@ class HopperPlan:
 def plan_hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, *, num_seqs: int,
                         max_seqlen_q: int, total_q: int, softmax_scale: float, window: tuple[int, int],
                         bottom_right: bool, page_size: int, alibi: bool, sink: bool, has_q_start: bool,
-                        has_kv_start: bool, num_sms: int) -> HopperPlan | None:
+                        has_kv_start: bool, num_sms: int,
+                        max_seqlen_kv: int = 0) -> HopperPlan | MixedHopperPlan | None:
     """A HopperPlan when the kernel serves this call and suits it (enough query rows per sequence to fill
-    128-row tiles, enough of them to fill the GPU), else None. Tensors as attention_forward's (4-D views;
-    k / v paged caches [pages, page_size, H_kv, D] when page_size > 0)."""
+    128-row tiles, enough of them to fill the GPU); for a mixed batch (configs.mixed_batch) a MixedHopperPlan when
+    the mixed kernel serves it and its rule takes it (hopper_mixed.py: ``max_seqlen_kv`` decides); else None.
+    Tensors as attention_forward's (4-D views; k / v paged caches [pages, page_size, H_kv, D] when page_size > 0)."""
     if hopper_unsupported_reason(q, k, v, out, page_size=page_size, window=window, alibi=alibi, sink=sink):
         return None
     heads_q, heads_kv = q.shape[2], k.shape[2]
+    batch_rows = tuple(_rows_matrix(x)[1] for x in (q, k, v, out))
+    if mixed_batch(num_seqs, total_q, max_seqlen_q):  # this grid: mostly empty programs, decodes in 128-row tiles
+        return plan_mixed_hopper(q, heads_kv, batch_rows, num_seqs=num_seqs, max_seqlen_kv=max_seqlen_kv,
+                                 out_token_stride=out.stride(-3),
+                                 softmax_scale=softmax_scale, causal=window[1] == 0, bottom_right=bottom_right,
+                                 page_size=page_size, has_q_start=has_q_start, has_kv_start=has_kv_start,
+                                 num_sms=num_sms)
     if total_q < HOPPER_MIN_QUERIES_PER_SEQUENCE * num_seqs or -(-total_q // HOPPER_BLOCK_M) * heads_q < num_sms:
         return None  # decode-like, or too few programs without split-KV
-    if mixed_batch(num_seqs, total_q, max_seqlen_q):
-        return None  # mostly empty programs, and decodes in 128-row tiles
     group_size = heads_q // heads_kv
-    batch_rows = tuple(_rows_matrix(x)[1] for x in (q, k, v, out))
     return HopperPlan(
         grid=(-(-max_seqlen_q // HOPPER_BLOCK_M) * group_size, heads_kv, num_seqs), group_size=group_size,
         batch_rows=batch_rows, out_token_stride=out.stride(-3),

@@ -1,0 +1,484 @@
+"""Mixed batches on Hopper (sm90) in one launch, prefill and decodes sharing every SM at once (Gluon).
+
+A mixed batch (configs.mixed_batch: a prefill or a chunk beside many decodes) is tensor-core work (the prefill)
+next to bandwidth work (each decode streams its whole KV once). Programs of one grid cannot share an SM between
+the two when the prefill program needs the SM's shared memory; one after the other, the launch costs what its
+parts cost apart. This kernel is persistent (one program per SM) and runs two independent pipelines per program:
+
+  * prefill: the partitions of attention_fwd_hopper.py (a TMA producer warp; two consumer warp groups of 64
+    query rows each) looping over the program's share of the batch's prefill items (a query head x a tile of
+    128 queries of a sequence with more than DECODE_ROWS packed rows), the heaviest q tiles first. The K / V
+    ring and the Q buffer carry their mbarrier phases from item to item;
+  * decode: one more warp group walking the program's share of the (sequence, KV head) decode items (at most
+    DECODE_ROWS packed rows: a KV head's query heads x the sequence's query tokens, one wgmma tile), with its
+    own Q buffer and ring of DECODE_BLOCK_N-key tiles, filled by TMA from the same warp group (one page per load
+    over pages smaller than a tile).
+
+Finding items needs per-sequence query lengths, which the host does not have: each program loads cu_seqlens_q
+once, counts each sequence's prefill q tiles and keeps their running sums in shared memory; a prefill partition
+finds q tile u's sequence by counting the sums <= u. A decode item's sequence is its index // H_kv.
+
+Masking as attention_fwd_hopper.py: keys past the sequence and the causal band are masked on the tiles that need
+it, V rows past the sequence zeroed before their PV, query rows past the sequence computed and not stored.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from .attention_fwd_hopper import _cta_barrier, _load_tile_by_pages, _softmax_tile, _tma_load, _zero_rows_from
+
+__all__ = ["DECODE_ROWS", "attention_mixed_hopper_kernel"]
+
+DECODE_ROWS = 64
+"""Packed rows (query tokens x query heads of a KV head) of a decode item: one 64-row wgmma tile."""
+_DECODE_ROWS = gl.constexpr(DECODE_ROWS)
+
+
+@gluon.jit
+def _store_running_sums(tiles, sums, MAX_SEQS: gl.constexpr, layout: gl.constexpr):
+    """sums[b] = tiles[0] + ... + tiles[b] for a [MAX_SEQS] tensor of SliceLayout(0, layout), 32 sums at a time as
+    masked row sums of a [32, MAX_SEQS] tile (Triton 3.6's Gluon has no cumsum; 32-entry slices of the buffer
+    keep their offsets tile-aligned)."""
+    columns = gl.arange(0, MAX_SEQS, layout=gl.SliceLayout(0, layout))
+    for chunk in gl.static_range(MAX_SEQS // 32):
+        rows = chunk * 32 + gl.arange(0, 32, layout=gl.SliceLayout(1, layout))
+        chunk_sums = gl.sum(gl.where(columns[None, :] <= rows[:, None], tiles[None, :], 0), axis=1)
+        sums.slice(chunk * 32, 32).store(chunk_sums)
+
+
+@gluon.jit
+def _prefill_item(item, tile_ends, heads_q, WARPS: gl.constexpr):
+    """Prefill item ``item`` -> (sequence, local q tile, query head): items run q tile by q tile, a tile's query
+    heads (a KV head's first) side by side; a sequence's q tiles last tile first (under a causal mask it sees
+    the most keys). ``tile_ends``: the running sums of the sequences' q tiles, read whole from shared memory."""
+    tile = item // heads_q
+    ends = tile_ends.load(gl.BlockedLayout([1], [32], [WARPS], [0]))
+    before = ends <= tile  # the sequences whose tiles all come before `tile`
+    seq = gl.sum(before.to(gl.int32), axis=0)
+    end = gl.min(gl.where(before, 1 << 30, ends), axis=0)
+    return seq, end - 1 - tile, item % heads_q
+
+
+@gluon.jit
+def _prefill_walk(seq, local_tile, q_head, sequences, ROWS: gl.constexpr, BLOCK_N: gl.constexpr,
+                  CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
+                  HAS_KV_START: gl.constexpr):
+    """What the partitions need of one prefill item: (first query, q_len, kv_len, diag, KV tiles, first masked
+    tile, first Q row, first K / V rows, output row)."""
+    cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr = sequences[0], sequences[1], sequences[2], \
+        sequences[3]
+    q_batch_rows, k_batch_rows, v_batch_rows, out_batch_rows = sequences[4], sequences[5], sequences[6], sequences[7]
+    q_begin = gl.load(cu_seqlens_q_ptr + seq)
+    q_len = gl.load(cu_seqlens_q_ptr + seq + 1) - q_begin
+    kv_len = gl.load(cu_seqlens_kv_ptr + seq + 1) - gl.load(cu_seqlens_kv_ptr + seq)
+    first_query = local_tile * (2 * ROWS)
+    q_first = 0
+    if HAS_Q_START:
+        q_first = gl.load(q_start_ptr + seq)
+    kv_first = 0
+    if HAS_KV_START:
+        kv_first = gl.load(kv_start_ptr + seq)
+    diag = 0
+    if BOTTOM_RIGHT:
+        diag = kv_len - q_len
+    if CAUSAL:
+        keys = gl.minimum(kv_len, gl.maximum(first_query + 2 * ROWS + diag, 0))
+        first_masked = gl.minimum(gl.maximum(first_query + diag + 1, 0) // BLOCK_N, kv_len // BLOCK_N)
+    else:
+        keys = kv_len
+        first_masked = kv_len // BLOCK_N
+    num_tiles = (keys + BLOCK_N - 1) // BLOCK_N
+    return (first_query, q_len, kv_len, diag, num_tiles, first_masked,
+            seq * q_batch_rows + q_first + first_query, seq * k_batch_rows + kv_first, seq * v_batch_rows + kv_first,
+            (seq * out_batch_rows + q_first + first_query).to(gl.int64))
+
+
+@gluon.jit
+def _prefill_producer(descriptors, buffers, decode_buffers, schedule, sequences, output,
+                      CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
+                      HAS_KV_START: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                      DECODE_BLOCK_N: gl.constexpr, DECODE_STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
+                      GROUP_SIZE: gl.constexpr):
+    """1 warp: for each of the program's prefill items, TMA loads of its Q halves (once the consumers released
+    the previous item's), then its K / V tiles into the ring."""
+    q_desc, k_desc, v_desc, _, _ = descriptors
+    q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty = buffers
+    page_table_ptr, page_table_stride, prefill_items = output[5], output[6], output[7]
+    ROWS: gl.constexpr = q_desc.block_type.shape[0]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+    count = 0  # KV tiles loaded so far (the ring's position)
+    done = 0  # items so far (the Q buffer's phase)
+    for item in range(gl.program_id(0), prefill_items, gl.num_programs(0)):
+        seq, local_tile, q_head = _prefill_item(item, schedule[0], schedule[1], 1)
+        walk = _prefill_walk(seq, local_tile, q_head, sequences, ROWS, BLOCK_N, CAUSAL, BOTTOM_RIGHT,
+                             HAS_Q_START, HAS_KV_START)
+        kv_len, num_tiles, q_row0, k_row0, v_row0 = walk[2], walk[4], walk[6], walk[7], walk[8]
+        kv_col = (q_head // GROUP_SIZE) * HEAD_DIM
+        pages = page_table_ptr + seq.to(gl.int64) * page_table_stride
+        mbarrier.wait(q_empty, (done & 1) ^ 1)  # a fresh barrier counts as released
+        mbarrier.expect(q_ready, 2 * q_desc.block_type.nbytes)
+        _tma_load(q_desc, [q_row0, q_head * HEAD_DIM], q_ready, q_smem.index(0))
+        _tma_load(q_desc, [q_row0 + ROWS, q_head * HEAD_DIM], q_ready, q_smem.index(1))
+        for t in range(num_tiles):
+            stage = count % STAGES
+            phase = (count // STAGES) & 1
+            if PAGE_SIZE >= BLOCK_N or PAGE_SIZE == 0:
+                k_row = k_row0 + t * BLOCK_N
+                v_row = v_row0 + t * BLOCK_N
+                if PAGE_SIZE > 0:
+                    key = t * BLOCK_N
+                    k_row = gl.load(pages + key // PAGE_SIZE) * PAGE_SIZE + key % PAGE_SIZE
+                    v_row = k_row
+                mbarrier.wait(k_empty.index(stage), phase ^ 1)
+                mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
+                _tma_load(k_desc, [k_row, kv_col], k_ready.index(stage), k_smem.index(stage))
+                mbarrier.wait(v_empty.index(stage), phase ^ 1)
+                mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
+                _tma_load(v_desc, [v_row, kv_col], v_ready.index(stage), v_smem.index(stage))
+            else:
+                _load_tile_by_pages(k_desc, k_smem.index(stage), k_ready.index(stage), k_empty.index(stage), phase,
+                                    pages, t, kv_len, kv_col, BLOCK_N, PAGE_SIZE)
+                _load_tile_by_pages(v_desc, v_smem.index(stage), v_ready.index(stage), v_empty.index(stage), phase,
+                                    pages, t, kv_len, kv_col, BLOCK_N, PAGE_SIZE)
+            count += 1
+        done += 1
+
+
+@gluon.jit
+def _prefill_consumer(buffers, schedule, sequences, output, GROUP: gl.constexpr,
+                      CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
+                      HAS_KV_START: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """4 warps: 64 query rows (half GROUP of each item's 128) through the item's KV tiles, then its output."""
+    q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty = buffers
+    out_ptr, stride_os, qk_scale, prefill_items = output[0], output[1], output[2], output[7]
+    ROWS: gl.constexpr = q_smem.type.shape[1]
+    HEAD_DIM: gl.constexpr = q_smem.type.shape[2]
+    dtype: gl.constexpr = q_smem.dtype
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    col_o: gl.constexpr = gl.SliceLayout(0, o_layout)
+    first_row = GROUP * ROWS
+    rows = first_row + gl.arange(0, ROWS, layout=row_s)
+    out_rows = first_row + gl.arange(0, ROWS, layout=row_o)
+    out_cols = gl.arange(0, HEAD_DIM, layout=col_o)
+    q = q_smem.index(GROUP)
+    count = 0
+    done = 0
+    for item in range(gl.program_id(0), prefill_items, gl.num_programs(0)):
+        seq, local_tile, q_head = _prefill_item(item, schedule[0], schedule[1], 4)
+        walk = _prefill_walk(seq, local_tile, q_head, sequences, ROWS, BLOCK_N, CAUSAL, BOTTOM_RIGHT,
+                             HAS_Q_START, HAS_KV_START)
+        first_query, q_len, kv_len, diag, num_tiles, first_masked = walk[0], walk[1], walk[2], walk[3], walk[4], walk[5]
+        out_row0 = walk[9]
+        diag = diag + first_query  # rows count from the tile's first query
+        m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=row_s)
+        l_i = gl.zeros([ROWS], gl.float32, layout=row_s)
+        o = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
+        s = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
+        p16 = gl.zeros([ROWS, BLOCK_N], dtype, layout=p_layout)
+        mbarrier.wait(q_ready, done & 1)
+        if num_tiles > 0:
+            stage = count % STAGES
+            mbarrier.wait(k_ready.index(stage), (count // STAGES) & 1)
+            s = warpgroup_mma(q, k_smem.index(stage).permute((1, 0)), s, use_acc=False, is_async=True)
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+            mbarrier.arrive(k_empty.index(stage), count=1)
+            p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, 0, 0 >= first_masked, rows, kv_len, diag,
+                                               qk_scale, CAUSAL, BLOCK_N, col_s)
+            p16 = gl.convert_layout(p.to(dtype), p_layout)
+            for t in range(1, num_tiles):
+                stage = (count + t) % STAGES
+                prev = (count + t - 1) % STAGES
+                mbarrier.wait(k_ready.index(stage), ((count + t) // STAGES) & 1)
+                s = warpgroup_mma(q, k_smem.index(stage).permute((1, 0)), s, use_acc=False, is_async=True)
+                mbarrier.wait(v_ready.index(prev), ((count + t - 1) // STAGES) & 1)
+                o = warpgroup_mma(p16, v_smem.index(prev), o, is_async=True)
+                s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
+                mbarrier.arrive(k_empty.index(stage), count=1)
+                p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, t, t >= first_masked, rows, kv_len, diag,
+                                                   qk_scale, CAUSAL, BLOCK_N, col_s)
+                o, p16 = warpgroup_mma_wait(num_outstanding=0, deps=(o, p16))
+                mbarrier.arrive(v_empty.index(prev), count=1)
+                o = o * gl.convert_layout(alpha, row_o)[:, None]
+                p16 = gl.convert_layout(p.to(dtype), p_layout)
+            last = (count + num_tiles - 1) % STAGES
+            mbarrier.wait(v_ready.index(last), ((count + num_tiles - 1) // STAGES) & 1)
+            if num_tiles * BLOCK_N > kv_len:
+                _zero_rows_from(v_smem.index(last), kv_len - (num_tiles - 1) * BLOCK_N)
+            o = warpgroup_mma(p16, v_smem.index(last), o, is_async=True)
+            o, p16 = warpgroup_mma_wait(num_outstanding=0, deps=(o, p16))
+            mbarrier.arrive(v_empty.index(last), count=1)
+        mbarrier.arrive(q_empty, count=1)
+        count += num_tiles
+        done += 1
+        l_o = gl.convert_layout(l_i, row_o)
+        o = o / gl.where(l_o == 0.0, 1.0, l_o)[:, None]
+        offsets = (out_row0 + out_rows.to(gl.int64))[:, None] * stride_os + (q_head * HEAD_DIM + out_cols)[None, :]
+        gl.store(out_ptr + offsets, o.to(out_ptr.dtype.element_ty), mask=(out_rows < q_len - first_query)[:, None])
+
+
+@gluon.jit
+def _decode_rows(pages, tile, kv_len, DECODE_BLOCK_N: gl.constexpr, PAGE_SIZE: gl.constexpr):
+    """Where KV tile ``tile`` of a decode item starts: its pages' first rows in the page pool ([pages of the tile]
+    over pages smaller than a tile, past the sequence's last page that page again), the row of its page, or (not
+    paged) its first key. Loaded a tile ahead of the TMA loads that use it (``_decode_load``)."""
+    if PAGE_SIZE == 0:
+        return tile * DECODE_BLOCK_N
+    elif PAGE_SIZE >= DECODE_BLOCK_N:
+        key = tile * DECODE_BLOCK_N
+        return gl.load(pages + key // PAGE_SIZE) * PAGE_SIZE + key % PAGE_SIZE
+    else:
+        TILE_PAGES: gl.constexpr = DECODE_BLOCK_N // PAGE_SIZE
+        index = tile * TILE_PAGES + gl.arange(0, TILE_PAGES, layout=gl.BlockedLayout([1], [32], [4], [0]))
+        return gl.load(pages + gl.minimum(index, gl.maximum(kv_len - 1, 0) // PAGE_SIZE)) * PAGE_SIZE
+
+
+@gluon.jit
+def _decode_load(descriptors, decode_buffers, count, rows, k_row0, v_row0, kv_col,
+                 DECODE_BLOCK_N: gl.constexpr, DECODE_STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr):
+    """Issue the TMA loads of a decode KV tile starting at ``rows`` (``_decode_rows``) into ring slot
+    ``count % DECODE_STAGES`` (one mbarrier for K and V)."""
+    k_desc, v_desc = descriptors[3], descriptors[4]
+    dk_smem, dv_smem, d_ready = decode_buffers[1], decode_buffers[2], decode_buffers[3]
+    stage = count % DECODE_STAGES
+    ready = d_ready.index(stage)
+    if PAGE_SIZE >= DECODE_BLOCK_N or PAGE_SIZE == 0:
+        k_row = rows
+        v_row = rows
+        if PAGE_SIZE == 0:
+            k_row = k_row0 + rows
+            v_row = v_row0 + rows
+        mbarrier.expect(ready, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+        _tma_load(k_desc, [k_row, kv_col], ready, dk_smem.index(stage))
+        _tma_load(v_desc, [v_row, kv_col], ready, dv_smem.index(stage))
+    else:
+        TILE_PAGES: gl.constexpr = DECODE_BLOCK_N // PAGE_SIZE
+        page_index = gl.arange(0, TILE_PAGES, layout=gl.BlockedLayout([1], [32], [4], [0]))
+        mbarrier.expect(ready, TILE_PAGES * (k_desc.block_type.nbytes + v_desc.block_type.nbytes))
+        for p in gl.static_range(TILE_PAGES):
+            row = gl.sum(gl.where(page_index == p, rows, 0), axis=0)
+            _tma_load(k_desc, [row, kv_col], ready, dk_smem.index(stage).slice(p * PAGE_SIZE, PAGE_SIZE))
+            _tma_load(v_desc, [row, kv_col], ready, dv_smem.index(stage).slice(p * PAGE_SIZE, PAGE_SIZE))
+
+
+@gluon.jit
+def _decode(descriptors, buffers, decode_buffers, schedule, sequences, output,
+            CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
+            HAS_KV_START: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+            DECODE_BLOCK_N: gl.constexpr, DECODE_STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
+            GROUP_SIZE: gl.constexpr):
+    """4 warps: the program's decode items, each a KV head's query heads x the sequence's queries (at most
+    DECODE_ROWS rows) through the sequence's KV, DECODE_STAGES tiles in flight."""
+    dq_smem, dk_smem, dv_smem, d_ready = decode_buffers
+    cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr = sequences[0], sequences[1], sequences[2], \
+        sequences[3]
+    q_batch_rows, k_batch_rows, v_batch_rows, out_batch_rows = sequences[4], sequences[5], sequences[6], sequences[7]
+    out_ptr, stride_os, qk_scale, q_ptr, stride_qs = output[0], output[1], output[2], output[3], output[4]
+    page_table_ptr, page_table_stride, num_seqs, heads_kv = output[5], output[6], output[8], output[9]
+    ROWS: gl.constexpr = dq_smem.type.shape[0]
+    HEAD_DIM: gl.constexpr = dq_smem.type.shape[1]
+    dtype: gl.constexpr = dq_smem.dtype
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, DECODE_BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    q_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    col_o: gl.constexpr = gl.SliceLayout(0, o_layout)
+    q_rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, q_layout))
+    q_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, q_layout))
+    rows = gl.arange(0, ROWS, layout=row_s) // GROUP_SIZE  # a row's query index
+    out_rows = gl.arange(0, ROWS, layout=row_o)
+    out_cols = gl.arange(0, HEAD_DIM, layout=col_o)
+    count = 0
+    for item in range(gl.program_id(0), num_seqs * heads_kv, gl.num_programs(0)):
+        seq = item // heads_kv
+        kv_head = item % heads_kv
+        q_begin = gl.load(cu_seqlens_q_ptr + seq)
+        q_len = gl.load(cu_seqlens_q_ptr + seq + 1) - q_begin
+        if (q_len > 0) & (q_len * GROUP_SIZE <= ROWS):
+            kv_len = gl.load(cu_seqlens_kv_ptr + seq + 1) - gl.load(cu_seqlens_kv_ptr + seq)
+            q_first = 0
+            if HAS_Q_START:
+                q_first = gl.load(q_start_ptr + seq)
+            kv_first = 0
+            if HAS_KV_START:
+                kv_first = gl.load(kv_start_ptr + seq)
+            diag = 0
+            if BOTTOM_RIGHT:
+                diag = kv_len - q_len
+            if CAUSAL:
+                keys = gl.minimum(kv_len, gl.maximum(q_len + diag, 0))
+                first_masked = gl.minimum(gl.maximum(diag + 1, 0) // DECODE_BLOCK_N, kv_len // DECODE_BLOCK_N)
+            else:
+                keys = kv_len
+                first_masked = kv_len // DECODE_BLOCK_N
+            num_tiles = (keys + DECODE_BLOCK_N - 1) // DECODE_BLOCK_N
+            k_row0 = seq * k_batch_rows + kv_first
+            v_row0 = seq * v_batch_rows + kv_first
+            kv_col = kv_head * HEAD_DIM
+            pages = page_table_ptr + seq.to(gl.int64) * page_table_stride
+            for j in gl.static_range(DECODE_STAGES):  # the ring's first tiles in flight before Q is in place
+                if j < num_tiles:
+                    _decode_load(descriptors, decode_buffers, count + j,
+                                 _decode_rows(pages, j, kv_len, DECODE_BLOCK_N, PAGE_SIZE), k_row0, v_row0, kv_col,
+                                 DECODE_BLOCK_N, DECODE_STAGES, PAGE_SIZE)
+            next_rows = _decode_rows(pages, gl.maximum(gl.minimum(num_tiles - 1, DECODE_STAGES), 0), kv_len,
+                                     DECODE_BLOCK_N, PAGE_SIZE)
+            q_token = (seq * q_batch_rows + q_first + q_rows // GROUP_SIZE).to(gl.int64)
+            q_col = (kv_head * GROUP_SIZE + q_rows % GROUP_SIZE) * HEAD_DIM
+            q_offsets = q_token[:, None] * stride_qs + (q_col[:, None] + q_cols[None, :])
+            q = gl.load(q_ptr + q_offsets, mask=(q_rows < q_len * GROUP_SIZE)[:, None], other=0.0)
+            dq_smem.store(q)
+            fence_async_shared()
+            _cta_barrier()
+            m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=row_s)
+            l_i = gl.zeros([ROWS], gl.float32, layout=row_s)
+            o = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
+            s = gl.zeros([ROWS, DECODE_BLOCK_N], gl.float32, layout=s_layout)
+            for t in range(num_tiles):
+                stage = (count + t) % DECODE_STAGES
+                mbarrier.wait(d_ready.index(stage), ((count + t) // DECODE_STAGES) & 1)
+                s = warpgroup_mma(dq_smem, dk_smem.index(stage).permute((1, 0)), s, use_acc=False, is_async=True)
+                s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+                p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, t, t >= first_masked, rows, kv_len, diag,
+                                                   qk_scale, CAUSAL, DECODE_BLOCK_N, col_s)
+                if (t + 1) * DECODE_BLOCK_N > kv_len:
+                    _zero_rows_from(dv_smem.index(stage), kv_len - t * DECODE_BLOCK_N)
+                p16 = gl.convert_layout(p.to(dtype), p_layout)
+                o = o * gl.convert_layout(alpha, row_o)[:, None]
+                o = warpgroup_mma(p16, dv_smem.index(stage), o, is_async=True)
+                o, p16 = warpgroup_mma_wait(num_outstanding=0, deps=(o, p16))
+                _cta_barrier()  # every warp is done with the slot before it is refilled
+                if t + DECODE_STAGES < num_tiles:  # the tile DECODE_STAGES ahead, its rows loaded a step ago
+                    _decode_load(descriptors, decode_buffers, count + t + DECODE_STAGES, next_rows, k_row0, v_row0,
+                                 kv_col, DECODE_BLOCK_N, DECODE_STAGES, PAGE_SIZE)
+                    next_rows = _decode_rows(pages, gl.minimum(t + DECODE_STAGES + 1, num_tiles - 1), kv_len,
+                                             DECODE_BLOCK_N, PAGE_SIZE)
+            count += num_tiles
+            l_o = gl.convert_layout(l_i, row_o)
+            o = o / gl.where(l_o == 0.0, 1.0, l_o)[:, None]
+            out_token = (seq * out_batch_rows + q_first + out_rows // GROUP_SIZE).to(gl.int64)
+            out_col = (kv_head * GROUP_SIZE + out_rows % GROUP_SIZE) * HEAD_DIM
+            offsets = out_token[:, None] * stride_os + (out_col[:, None] + out_cols[None, :])
+            gl.store(out_ptr + offsets, o.to(out_ptr.dtype.element_ty),
+                     mask=(out_rows < q_len * GROUP_SIZE)[:, None])
+
+
+@gluon.jit
+def _first_consumer(descriptors, buffers, decode_buffers, schedule, sequences, output,
+                    CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
+                    HAS_KV_START: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                    DECODE_BLOCK_N: gl.constexpr, DECODE_STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
+                    GROUP_SIZE: gl.constexpr):
+    _prefill_consumer(buffers, schedule, sequences, output, 0, CAUSAL, BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START,
+                      BLOCK_N, STAGES)
+
+
+@gluon.jit
+def _second_consumer(descriptors, buffers, decode_buffers, schedule, sequences, output,
+                     CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
+                     HAS_KV_START: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                     DECODE_BLOCK_N: gl.constexpr, DECODE_STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
+                     GROUP_SIZE: gl.constexpr):
+    """A worker partition: the same signature as the others (Gluon's rule for workers)."""
+    _prefill_consumer(buffers, schedule, sequences, output, 1, CAUSAL, BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START,
+                      BLOCK_N, STAGES)
+
+
+@gluon.jit
+def attention_mixed_hopper_kernel(
+    q_desc, k_desc, v_desc, k_decode_desc, v_decode_desc, q_ptr, out_ptr,
+    cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr,
+    num_seqs, heads_kv, q_batch_rows, k_batch_rows, v_batch_rows, out_batch_rows, stride_qs, stride_os,
+    page_table_stride, qk_scale,
+    GROUP_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, DECODE_BLOCK_N: gl.constexpr,
+    DECODE_STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr, CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr,
+    HAS_Q_START: gl.constexpr, HAS_KV_START: gl.constexpr, LOG2_MAX_SEQS: gl.constexpr,
+    CONSUMER_REGISTERS: gl.constexpr, DECODE_REGISTERS: gl.constexpr,
+):
+    """Grid (programs,): persistent, one per SM. Tensors as attention_fwd_hopper_kernel's: q_desc / k_desc / v_desc
+    over 2-D views [token rows, heads x head dim] with blocks [64, D] / [min(BLOCK_N, PAGE_SIZE), D], and
+    k_decode_desc / v_decode_desc over the same K / V with blocks [min(DECODE_BLOCK_N, PAGE_SIZE), D] (PAGE_SIZE 0:
+    not paged, the whole tile); q_ptr: the same Q, token rows stride_qs elements apart (decode rows load by
+    pointer). 2**LOG2_MAX_SEQS > num_seqs bounds the schedule's buffer. qk_scale in log2 units."""
+    ROWS: gl.constexpr = q_desc.block_type.shape[0]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+    MAX_SEQS: gl.constexpr = 1 << LOG2_MAX_SEQS
+    heads_q = heads_kv * GROUP_SIZE
+
+    # The schedule: each sequence's prefill q tiles (sequences of more than DECODE_ROWS packed rows), summed.
+    sum_layout: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [4, 1], [1, 0])
+    seqs = gl.arange(0, MAX_SEQS, layout=gl.SliceLayout(0, sum_layout))
+    q_begin = gl.load(cu_seqlens_q_ptr + seqs, mask=seqs < num_seqs, other=0)
+    q_lens = gl.load(cu_seqlens_q_ptr + seqs + 1, mask=seqs < num_seqs, other=0) - q_begin
+    tiles = gl.where(q_lens * GROUP_SIZE > _DECODE_ROWS, (q_lens + 2 * ROWS - 1) // (2 * ROWS), 0)
+    tile_ends = gl.allocate_shared_memory(gl.int32, [MAX_SEQS], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    _store_running_sums(tiles, tile_ends, MAX_SEQS, sum_layout)
+    prefill_items = gl.sum(tiles, 0) * heads_q
+
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [2, ROWS, HEAD_DIM], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+    dq_smem = gl.allocate_shared_memory(q_desc.dtype, [_DECODE_ROWS, HEAD_DIM], q_desc.layout)
+    dk_smem = gl.allocate_shared_memory(k_decode_desc.dtype, [DECODE_STAGES, DECODE_BLOCK_N, HEAD_DIM],
+                                        k_decode_desc.layout)
+    dv_smem = gl.allocate_shared_memory(v_decode_desc.dtype, [DECODE_STAGES, DECODE_BLOCK_N, HEAD_DIM],
+                                        v_decode_desc.layout)
+    q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    d_ready = gl.allocate_shared_memory(gl.int64, [DECODE_STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_ready, count=1)
+    mbarrier.init(q_empty, count=2)  # both consumer groups release Q
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=2)
+        mbarrier.init(v_empty.index(i), count=2)
+    for i in gl.static_range(DECODE_STAGES):
+        mbarrier.init(d_ready.index(i), count=1)
+    _cta_barrier()  # the schedule is in shared memory before any partition reads it
+
+    descriptors = (q_desc, k_desc, v_desc, k_decode_desc, v_decode_desc)
+    buffers = (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty)
+    decode_buffers = (dq_smem, dk_smem, dv_smem, d_ready)
+    schedule = (tile_ends, heads_q)
+    sequences = (cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, q_batch_rows, k_batch_rows,
+                 v_batch_rows, out_batch_rows)
+    output = (out_ptr, stride_os, qk_scale, q_ptr, stride_qs, page_table_ptr, page_table_stride, prefill_items,
+              num_seqs, heads_kv)
+    gl.warp_specialize([  # (constexprs stay constexprs only as direct members of an argument tuple literal)
+        (_first_consumer, (descriptors, buffers, decode_buffers, schedule, sequences, output, CAUSAL, BOTTOM_RIGHT,
+                           HAS_Q_START, HAS_KV_START, BLOCK_N, STAGES, DECODE_BLOCK_N, DECODE_STAGES, PAGE_SIZE,
+                           GROUP_SIZE)),
+        (_second_consumer, (descriptors, buffers, decode_buffers, schedule, sequences, output, CAUSAL, BOTTOM_RIGHT,
+                            HAS_Q_START, HAS_KV_START, BLOCK_N, STAGES, DECODE_BLOCK_N, DECODE_STAGES, PAGE_SIZE,
+                            GROUP_SIZE)),
+        (_prefill_producer, (descriptors, buffers, decode_buffers, schedule, sequences, output, CAUSAL, BOTTOM_RIGHT,
+                             HAS_Q_START, HAS_KV_START, BLOCK_N, STAGES, DECODE_BLOCK_N, DECODE_STAGES, PAGE_SIZE,
+                             GROUP_SIZE)),
+        (_decode, (descriptors, buffers, decode_buffers, schedule, sequences, output, CAUSAL, BOTTOM_RIGHT,
+                   HAS_Q_START, HAS_KV_START, BLOCK_N, STAGES, DECODE_BLOCK_N, DECODE_STAGES, PAGE_SIZE,
+                   GROUP_SIZE)),
+    ], [4, 1, 4], [CONSUMER_REGISTERS, 24, DECODE_REGISTERS])

@@ -1,0 +1,152 @@
+"""Host side of the Hopper mixed-batch kernel (attention_mixed_hopper.py): which calls it serves, and their launch.
+
+plan_hopper_forward (hopper_forward.py) hands it the calls that configs.mixed_batch calls mixed and the Hopper
+kernels serve. It takes those where it measured faster than the general kernel (MIXED_HOPPER_MIN_KV_LENGTH);
+``ATTN_FUSED_HOPPER_MIXED`` switches it off (``0``) or on for every mixed batch it can run (``force``: tests, A/B).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from attention.environment import getenv
+
+from .attention_fwd_hopper import HOPPER_ROWS_PER_GROUP
+from .attention_mixed_hopper import DECODE_ROWS, attention_mixed_hopper_kernel
+
+__all__ = ["MIXED_HOPPER_ENV", "MIXED_HOPPER_MIN_KV_LENGTH", "MIXED_HOPPER_TILE", "MIXED_HOPPER_TILE_ENV",
+           "MixedHopperPlan", "mixed_hopper_unsupported_reason", "plan_mixed_hopper"]
+
+MIXED_HOPPER_ENV = "ATTN_FUSED_HOPPER_MIXED"
+"""``0``: mixed batches go to the general kernel; unset or ``1``: to attention_mixed_hopper_kernel where the rule
+(MIXED_HOPPER_MIN_KV_LENGTH) sends them; ``force``: every mixed batch the kernel can run."""
+
+MIXED_HOPPER_MIN_KV_LENGTH = 8192
+"""The kernel takes mixed batches over a paged cache whose longest KV walk is at least this long: a chunk of
+chunked prefill on a long prefix, whose tensor work hides the decodes' streaming. H200, 2026-12-01, graph replays,
+settled, against the general kernel in the same process (docs/results/2026-12-01-h200-c42a08c/mixed-tiles-ab.txt,
+mixed-hopper-ab.txt): a 2k chunk on a 14k prefix + 64 decodes at 4k, page 16, 1148.6-1189.0 against 1351.4-1373.0
+µs (1.15-1.18x). A fresh 2k prefill + 128 decodes at 2k (its decodes are three quarters of the work, and one decode
+warp group per SM streams them slower than the general kernel's decode programs) 373.5-376.3 against 354.6-355.9
+(0.95x); over a non-paged cache both cells lost with the first version (0.82x / 0.92x)."""
+
+
+MIXED_HOPPER_TILE = {64: (64, 2, 64, 3, 176, 136, 128), 128: (64, 2, 64, 3, 176, 136, 128)}
+"""Head dim -> (BLOCK_N, STAGES, DECODE_BLOCK_N, DECODE_STAGES, consumer registers, decode registers, maxnreg).
+Shared memory at d128: Q 32 KiB, the prefill ring 2 x 2 x 16 KiB, the decode Q 16 KiB and ring 3 x 2 x 16 KiB: 208
+KiB of sm90's 227. Registers: the partitions take four warp groups (the producer's one warp a whole group), 512
+threads at maxnreg 128 share 65,536; the second consumer 176, the producer 24, the decode warp group 136, which
+leaves the first consumer 176. H200, same A/B as MIXED_HOPPER_MIN_KV_LENGTH, the chunk cell: 1148.6 µs; with
+consumers 168 / decode 152 1217.9, 184 / 120 1574.8; 32-key decode tiles 1241.1 (4 stages) and 1218.2 (6); the
+prefill ring 3 deep and the decode ring 2 deep 1193.6. The fresh-prefill cell moves between 364.0 and 452.5 the
+other way (the decode warp group's tiles: 64 keys 364.0-376.3, 32 keys 449.8-452.5); deeper decode rings did not
+change it (per tile, the decode warp group's two wgmmas and softmax are the limit, not the loads)."""
+
+MIXED_HOPPER_TILE_ENV = "ATTN_FUSED_HOPPER_MIXED_TILE"
+"""Override of MIXED_HOPPER_TILE's entry (A/B measurements): seven integers, e.g. ``64,2,64,3,168,152,128``."""
+
+MIXED_HOPPER_MAX_SEQS = 512
+"""Batches of fewer sequences only: the schedule's running sums cost each program MAX_SEQS**2 / 128 compares a
+thread before it starts (MAX_SEQS: the sequence count rounded up to a power of 2, at least 32)."""
+
+
+@dataclass(frozen=True)
+class MixedHopperPlan:
+    """One call's launch of attention_mixed_hopper_kernel, all but the tensors' addresses."""
+
+    programs: int
+    group_size: int
+    heads_kv: int
+    num_seqs: int
+    batch_rows: tuple[int, int, int, int]
+    q_token_stride: int
+    out_token_stride: int
+    softmax_scale_log2: float
+    page_size: int
+    causal: bool
+    bottom_right: bool
+    has_q_start: bool
+    has_kv_start: bool
+    tile: tuple[int, int, int, int, int, int, int]
+    """MIXED_HOPPER_TILE's entry (or MIXED_HOPPER_TILE_ENV's)."""
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                 cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor, q_start: torch.Tensor | None,
+                 kv_start: torch.Tensor | None, page_table: torch.Tensor | None) -> None:
+        """Launch on these tensors (as HopperPlan.__call__)."""
+        from triton.experimental.gluon import language as gl
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+        from .hopper_forward import _rows_matrix
+
+        head_dim = q.shape[-1]
+        block_n, stages, decode_block_n, decode_stages, consumer_registers, decode_registers, maxnreg = self.tile
+        element = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
+
+        def descriptor(x: torch.Tensor, block_rows: int) -> TensorDescriptor:
+            block = [block_rows, head_dim]
+            matrix, _ = _rows_matrix(x)
+            return TensorDescriptor.from_tensor(matrix, block, gl.NVMMASharedLayout.get_default_for(block, element))
+
+        def kv_rows(tile: int) -> int:
+            return min(tile, self.page_size) if self.page_size else tile
+
+        q_rows, k_rows, v_rows, out_rows = self.batch_rows
+        attention_mixed_hopper_kernel[(self.programs,)](
+            descriptor(q, HOPPER_ROWS_PER_GROUP), descriptor(k, kv_rows(block_n)), descriptor(v, kv_rows(block_n)),
+            descriptor(k, kv_rows(decode_block_n)), descriptor(v, kv_rows(decode_block_n)), q, out,
+            cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q if q_start is None else q_start,
+            cu_seqlens_kv if kv_start is None else kv_start, cu_seqlens_q if page_table is None else page_table,
+            self.num_seqs, self.heads_kv, q_rows, k_rows, v_rows, out_rows, self.q_token_stride,
+            self.out_token_stride, 0 if page_table is None else page_table.stride(0), self.softmax_scale_log2,
+            GROUP_SIZE=self.group_size, BLOCK_N=block_n, STAGES=stages, DECODE_BLOCK_N=decode_block_n,
+            DECODE_STAGES=decode_stages, PAGE_SIZE=self.page_size, CAUSAL=self.causal,
+            BOTTOM_RIGHT=self.bottom_right, HAS_Q_START=self.has_q_start, HAS_KV_START=self.has_kv_start,
+            LOG2_MAX_SEQS=max(5, self.num_seqs.bit_length()), CONSUMER_REGISTERS=consumer_registers,
+            DECODE_REGISTERS=decode_registers, num_warps=4, maxnreg=maxnreg)
+
+
+def mixed_hopper_unsupported_reason(head_dim: int, group_size: int, num_seqs: int, page_size: int,
+                                    max_seqlen_kv: int) -> str | None:
+    """None when attention_mixed_hopper_kernel can run a mixed batch that attention_fwd_hopper_kernel could (the
+    checks of hopper_unsupported_reason, done by the caller) and the rule sends it there, else why not."""
+    switch = getenv(MIXED_HOPPER_ENV, "1")
+    if switch == "0":
+        return f"{MIXED_HOPPER_ENV}=0"
+    if switch != "force" and (not page_size or max_seqlen_kv < MIXED_HOPPER_MIN_KV_LENGTH):
+        return (f"a paged cache and KV walks of at least {MIXED_HOPPER_MIN_KV_LENGTH} keys, where it measured faster "
+                f"(or {MIXED_HOPPER_ENV}=force)")
+    if head_dim not in MIXED_HOPPER_TILE:
+        return f"needs head dims in {sorted(MIXED_HOPPER_TILE)}"
+    if group_size > DECODE_ROWS:
+        return f"needs at most {DECODE_ROWS} query heads per KV head"
+    if num_seqs >= MIXED_HOPPER_MAX_SEQS:
+        return f"needs fewer than {MIXED_HOPPER_MAX_SEQS} sequences"
+    block_n, _, decode_block_n, *_ = _tile(head_dim)
+    if page_size and page_size % block_n and (block_n % page_size or decode_block_n % page_size or page_size < 16):
+        return f"needs pages of 16 to {decode_block_n} tokens dividing {decode_block_n}, or a multiple of {block_n}"
+    return None
+
+
+def plan_mixed_hopper(q: torch.Tensor, heads_kv: int, batch_rows: tuple[int, int, int, int], *, num_seqs: int,
+                      max_seqlen_kv: int, out_token_stride: int, softmax_scale: float, causal: bool,
+                      bottom_right: bool, page_size: int, has_q_start: bool, has_kv_start: bool,
+                      num_sms: int) -> MixedHopperPlan | None:
+    """A MixedHopperPlan for a mixed batch the Hopper kernel serves (plan_hopper_forward checked the tensors),
+    else None. q: a 4-D view [B, S, H_q, D]; batch_rows as HopperPlan's."""
+    group_size = q.shape[2] // heads_kv
+    if mixed_hopper_unsupported_reason(q.shape[3], group_size, num_seqs, page_size, max_seqlen_kv):
+        return None
+    return MixedHopperPlan(
+        programs=num_sms, group_size=group_size, heads_kv=heads_kv, num_seqs=num_seqs, batch_rows=batch_rows,
+        q_token_stride=q.stride(-3), out_token_stride=out_token_stride,
+        softmax_scale_log2=float(softmax_scale) * 1.4426950408889634, page_size=page_size, causal=causal,
+        bottom_right=bool(bottom_right), has_q_start=has_q_start, has_kv_start=has_kv_start,
+        tile=_tile(q.shape[3]))
+
+
+def _tile(head_dim: int) -> tuple[int, int, int, int, int, int, int]:
+    override = getenv(MIXED_HOPPER_TILE_ENV, "")
+    return tuple(int(x) for x in override.split(",")) if override else MIXED_HOPPER_TILE[head_dim]

@@ -1,0 +1,100 @@
+"""The Gluon sm90 mixed-batch kernel (attention/kernels/attention_mixed_hopper.py) against the fp32 reference, on an
+H100 / H200. ``ATTN_FUSED_HOPPER_MIXED=force`` sends every mixed batch it can run there (its default rule takes only
+paged batches with long KV walks); each case checks that it ran (a MixedHopperPlan), the rows against the reference
+and that padding rows of out were not written."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attention.kernels import attention_forward
+from attention.kernels import attention_fwd as launcher
+from attention.kernels.hopper_mixed import MIXED_HOPPER_ENV
+from tests.test_kernels import SENTINEL, AttentionCase, build_inputs, check_output
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                       reason="needs an sm90 GPU (H100 / H200)"),
+]
+
+C = AttentionCase
+DECODES_Q = (1,) * 12
+DECODES_KV = (1, 17, 64, 65, 300, 1000, 1024, 2047, 2500, 4096, 31, 128)
+MIXED_Q = DECODES_Q + (300, 700)  # decodes, a prefill, a chunk
+MIXED_KV = DECODES_KV + (300, 2900)
+CASES = [
+    *[C(MIXED_Q, MIXED_KV, heads=(32, 8), d_qk=128, d_v=128, dtype=dtype, layout="paged", page_size=page_size,
+        causal=True, bottom_right=True)
+      for page_size, dtype in ((16, torch.bfloat16), (32, torch.float16), (64, torch.bfloat16), (256, torch.bfloat16))],
+    C(MIXED_Q, MIXED_KV, heads=(32, 8), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="cache", causal=True,
+      bottom_right=True),
+    C(MIXED_Q, MIXED_KV, heads=(16, 4), d_qk=64, d_v=64, dtype=torch.float16, layout="paged", page_size=16),
+    # speculative verification rows (4 queries x 8 heads = 32 packed rows) and a full 64-row decode tile (8 x 8)
+    C((4, 4, 1, 8) + DECODES_Q + (500,), (900, 4, 33, 1200) + DECODES_KV + (1800,), heads=(16, 2), d_qk=128,
+      d_v=128, dtype=torch.bfloat16, layout="paged", page_size=16, causal=True, bottom_right=True),
+    # top-left causal: a decode row sees the first key only; a 9-token sequence is a prefill item at group 8
+    C(DECODES_Q + (9, 600), DECODES_KV + (40, 650), heads=(16, 2), d_qk=128, d_v=128, dtype=torch.bfloat16,
+      layout="paged", page_size=32, causal=True),
+    # sequences with no queries or no keys between the others
+    C((1, 0, 1) + DECODES_Q + (400, 1), (300, 20, 0) + DECODES_KV + (900, 128), heads=(32, 8), d_qk=128, d_v=128,
+      dtype=torch.bfloat16, layout="paged", page_size=16, causal=True, bottom_right=True),
+]
+"""Every batch is mixed (configs.mixed_batch: the longest sequence has at least 8x the average queries)."""
+
+
+def _run(inputs: dict) -> None:
+    launcher._plans.clear()
+    attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"])
+    kinds = {type(plan).__name__ for plan in launcher._plans.values()}
+    assert kinds == {"MixedHopperPlan"}, f"planned {kinds}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_mixed_kernel_matches_the_reference(case: AttentionCase, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(MIXED_HOPPER_ENV, "force")
+    inputs = build_inputs(case, "cuda")
+    _run(inputs)
+    check_output(case, inputs)
+
+
+def test_the_rule_takes_a_chunk_on_a_long_prefix_beside_decodes() -> None:
+    """Without the switch: a 2k chunk on a 14k prefix beside decodes over 16-token pages (MIXED_HOPPER_MIN_KV_LENGTH)
+    runs the mixed kernel; the same batch with a 2k prefix stays with the general kernel."""
+    for prefix, kind in ((14336, "MixedHopperPlan"), (2048, "ForwardPlan")):
+        case = C((2048,) + (1,) * 40, (2048 + prefix,) + (4096,) * 40, heads=(32, 8), d_qk=128, d_v=128,
+                 dtype=torch.bfloat16, layout="paged", page_size=16, causal=True, bottom_right=True, num_splits=None)
+        inputs = build_inputs(case, "cuda")
+        launcher._plans.clear()
+        attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"])
+        assert {type(plan).__name__ for plan in launcher._plans.values()} == {kind}
+        check_output(case, inputs)
+
+
+def test_cuda_graph_replay_with_new_lengths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The schedule is built on the device from cu_seqlens_q: a graph captured once replays a batch whose prefill
+    moved to another sequence."""
+    monkeypatch.setenv(MIXED_HOPPER_ENV, "force")
+    first = C((1, 1, 600) + DECODES_Q, (900, 40, 700) + DECODES_KV, heads=(32, 8), d_qk=128, d_v=128,
+              dtype=torch.bfloat16, layout="paged", page_size=16, causal=True, bottom_right=True)
+    inputs = build_inputs(first, "cuda")
+    _run(inputs)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"])
+    second = C((600, 1, 1) + DECODES_Q, (700, 900, 40) + DECODES_KV, heads=(32, 8), d_qk=128, d_v=128,
+               dtype=torch.bfloat16, layout="paged", page_size=16, causal=True, bottom_right=True)
+    moved = build_inputs(second, "cuda")
+    inputs["q"][0].copy_(moved["q"][0])  # thd q: a batch-expanded view of one [T, H, D] tensor
+    for name in ("k", "v"):
+        inputs[name].copy_(moved[name])
+    for name, value in inputs["call"].items():  # cu_seqlens, q_start, the page table
+        if isinstance(value, torch.Tensor):
+            value.copy_(moved["call"][name])
+    inputs["out_base"].fill_(SENTINEL)
+    graph.replay()
+    torch.cuda.synchronize()
+    moved["out_base"].copy_(inputs["out_base"])
+    check_output(second, moved)

@@ -1,0 +1,84 @@
+"""Host side of the Gluon sm90 mixed-batch kernel (attention/kernels/hopper_mixed.py) on CPU: which mixed batches
+it takes, and the launch a plan makes, with the kernel stubbed (it runs in tests/gpu/test_hopper_mixed_gpu.py and
+compiles for sm90 in tests/sm90_compile.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attention.kernels import hopper_forward, hopper_mixed
+from attention.kernels.hopper_forward import plan_hopper_forward
+from attention.kernels.hopper_mixed import (
+    MIXED_HOPPER_ENV,
+    MIXED_HOPPER_MIN_KV_LENGTH,
+    MIXED_HOPPER_TILE_ENV,
+    MixedHopperPlan,
+    mixed_hopper_unsupported_reason,
+)
+from tests.test_hopper_forward import _RecordedLaunch
+
+LONG = MIXED_HOPPER_MIN_KV_LENGTH
+
+
+@pytest.mark.parametrize("switch, page_size, max_seqlen_kv, taken", [
+    (None, 16, LONG, True),  # a chunk on a long prefix beside decodes, over pages: the rule takes it
+    (None, 16, LONG - 16, False),  # shorter walks: the general kernel measured faster
+    (None, 0, LONG, False),  # a non-paged cache: likewise
+    ("force", 0, 100, True),
+    ("0", 16, LONG, False),
+    ("force", 8, LONG, False),  # pages under 16 tokens: a TMA load per page would be tiny
+    ("force", 48, LONG, False),  # pages that neither divide a tile nor hold whole ones
+])
+def test_the_rule_and_the_switch(monkeypatch: pytest.MonkeyPatch, switch: str | None, page_size: int,
+                                 max_seqlen_kv: int, taken: bool) -> None:
+    if switch is not None:
+        monkeypatch.setenv(MIXED_HOPPER_ENV, switch)
+    reason = mixed_hopper_unsupported_reason(128, 4, 65, page_size, max_seqlen_kv)
+    assert (reason is None) is taken, reason
+
+
+def test_limits_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(MIXED_HOPPER_ENV, "force")
+    assert "head dims" in mixed_hopper_unsupported_reason(96, 4, 65, 16, LONG)
+    assert "query heads per KV head" in mixed_hopper_unsupported_reason(128, 128, 65, 16, LONG)
+    assert "sequences" in mixed_hopper_unsupported_reason(128, 4, hopper_mixed.MIXED_HOPPER_MAX_SEQS, 16, LONG)
+
+
+def _paged_mixed_batch(num_decodes: int = 64, page_size: int = 16):
+    total = 2048 + num_decodes
+    q = torch.randn(1, total, 32, 128, dtype=torch.bfloat16)
+    k = torch.randn(4096, page_size, 8, 128, dtype=torch.bfloat16)
+    return q, k, total
+
+
+@pytest.mark.parametrize("max_seqlen_kv, planned", [(16384, MixedHopperPlan), (4096, type(None))])
+def test_plan_hopper_forward_hands_mixed_batches_to_the_rule(monkeypatch: pytest.MonkeyPatch, max_seqlen_kv: int,
+                                                             planned: type) -> None:
+    monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
+    q, k, total = _paged_mixed_batch()
+    plan = plan_hopper_forward(q, k, k, q, num_seqs=65, max_seqlen_q=2048, total_q=total, softmax_scale=0.1,
+                               window=(-1, 0), bottom_right=True, page_size=16, alibi=False, sink=False,
+                               has_q_start=False, has_kv_start=False, num_sms=132, max_seqlen_kv=max_seqlen_kv)
+    assert type(plan) is planned
+
+
+def test_a_plan_launches_one_program_per_sm_with_page_sized_boxes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
+    monkeypatch.setenv(MIXED_HOPPER_TILE_ENV, "64,2,64,3,176,136,128")
+    kernel = _RecordedLaunch()
+    monkeypatch.setattr(hopper_mixed, "attention_mixed_hopper_kernel", kernel)
+    q, k, total = _paged_mixed_batch(num_decodes=300)
+    plan = plan_hopper_forward(q, k, k, q, num_seqs=301, max_seqlen_q=2048, total_q=total, softmax_scale=0.1,
+                               window=(-1, 0), bottom_right=True, page_size=16, alibi=False, sink=False,
+                               has_q_start=False, has_kv_start=False, num_sms=132, max_seqlen_kv=16384)
+    cu = torch.zeros(302, dtype=torch.int32)
+    plan(q, k, k, q, cu, cu, None, None, torch.zeros(301, 1024, dtype=torch.int32))
+    (grid, args, kwargs), = kernel.calls
+    assert grid == (132,)
+    q_desc, k_desc, v_desc, k_decode_desc, v_decode_desc = args[:5]
+    assert list(q_desc.block_shape) == [64, 128]
+    assert all(list(d.block_shape) == [16, 128] for d in (k_desc, v_desc, k_decode_desc, v_decode_desc))
+    assert args[5] is q and args[12] == 301 and args[13] == 8  # q by pointer (decode rows), sequences, KV heads
+    assert kwargs["LOG2_MAX_SEQS"] == 9 and 2 ** kwargs["LOG2_MAX_SEQS"] > 301
+    assert (kwargs["BLOCK_N"], kwargs["DECODE_BLOCK_N"], kwargs["PAGE_SIZE"], kwargs["maxnreg"]) == (64, 64, 16, 128)
