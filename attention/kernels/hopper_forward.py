@@ -50,9 +50,10 @@ multiple of 8 rows."""
 
 HOPPER_MIN_QUERIES_PER_SEQUENCE = 64
 """The kernel gives each sequence whole 128-row q tiles of one query head: a batch that averages fewer
-queries per sequence (decode, mixed batches) is the general kernel's (GQA packing, split-KV). So is a batch
-whose longest sequence has many times the average queries (configs.mixed_batch): the grid gives every sequence
-the longest one's q tiles, and a decode a 128-row tile per query head. H200, 2026-12-01, graph replays, settled,
+queries per sequence (decode) is the general kernel's (GQA packing, split-KV). A batch whose longest sequence has
+many times the average queries (configs.mixed_batch) is not this kernel's either: its grid would give every
+sequence the longest one's q tiles, and a decode a 128-row tile per query head; the mixed kernel
+(hopper_mixed.py) takes such batches where its rule says, the general kernel the rest. H200, 2026-12-01, graph replays, settled,
 this kernel against the general one (abtree/hopper_mixed_ab.py, docs/results/2026-12-01-h200-5956217/
 hopper-mixed-ab.txt): a 2k chunk on 14k + 30 decodes at 4k 1343.6 / 1233.6 µs at page 16, 1271.9 / 1061.3
 non-paged; a 4k prefill + 60 decodes at 2k 889.8 / 506.3; a thd prefill of 8k + 63 x 128 tokens 1406.9 / 1238.0."""
