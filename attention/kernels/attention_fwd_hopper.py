@@ -69,27 +69,37 @@ def _producer(descriptors, buffers, loads, walk, output,
     _tma_load(q_desc, [q_row0, q_col], q_bar, q_smem.index(0))
     _tma_load(q_desc, [q_row0 + rows, q_col], q_bar, q_smem.index(1))
     for t in range(num_tiles):
-        stage = t % STAGES
-        phase = (t // STAGES) & 1
-        if PAGE_SIZE >= BLOCK_N or PAGE_SIZE == 0:
-            k_row = k_row0 + t * BLOCK_N
-            v_row = v_row0 + t * BLOCK_N
-            if PAGE_SIZE > 0:  # the tile lies in one page: rows page * PAGE_SIZE + offset of the page pool
-                key = t * BLOCK_N
-                page_row = gl.load(pages + key // PAGE_SIZE) * PAGE_SIZE + key % PAGE_SIZE
-                k_row = page_row
-                v_row = page_row
-            mbarrier.wait(k_empty.index(stage), phase ^ 1)  # a fresh barrier counts as released
-            mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
-            _tma_load(k_desc, [k_row, kv_col], k_ready.index(stage), k_smem.index(stage))
-            mbarrier.wait(v_empty.index(stage), phase ^ 1)
-            mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
-            _tma_load(v_desc, [v_row, kv_col], v_ready.index(stage), v_smem.index(stage))
-        else:
-            _load_tile_by_pages(k_desc, k_smem.index(stage), k_ready.index(stage), k_empty.index(stage), phase,
-                                pages, t, kv_len, kv_col, BLOCK_N, PAGE_SIZE)
-            _load_tile_by_pages(v_desc, v_smem.index(stage), v_ready.index(stage), v_empty.index(stage), phase,
-                                pages, t, kv_len, kv_col, BLOCK_N, PAGE_SIZE)
+        _load_kv_tile((k_desc, v_desc), (k_smem, v_smem, k_ready, k_empty, v_ready, v_empty), t % STAGES,
+                      (t // STAGES) & 1, t, k_row0, v_row0, kv_col, pages, kv_len, BLOCK_N, PAGE_SIZE)
+
+
+@gluon.jit
+def _load_kv_tile(kv_descriptors, ring, stage, phase, t, k_row0, v_row0, kv_col, pages, kv_len,
+                  BLOCK_N: gl.constexpr, PAGE_SIZE: gl.constexpr):
+    """KV tile t of a walk into ring slot ``stage`` (its empty barriers' ``phase``), once the consumers freed it:
+    K and V each by one TMA load, or page by page over pages smaller than a tile. ``ring``: (k_smem, v_smem,
+    k_ready, k_empty, v_ready, v_empty)."""
+    k_desc, v_desc = kv_descriptors
+    k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
+    if PAGE_SIZE >= BLOCK_N or PAGE_SIZE == 0:
+        k_row = k_row0 + t * BLOCK_N
+        v_row = v_row0 + t * BLOCK_N
+        if PAGE_SIZE > 0:  # the tile lies in one page: rows page * PAGE_SIZE + offset of the page pool
+            key = t * BLOCK_N
+            page_row = gl.load(pages + key // PAGE_SIZE) * PAGE_SIZE + key % PAGE_SIZE
+            k_row = page_row
+            v_row = page_row
+        mbarrier.wait(k_empty.index(stage), phase ^ 1)  # a fresh barrier counts as released
+        mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
+        _tma_load(k_desc, [k_row, kv_col], k_ready.index(stage), k_smem.index(stage))
+        mbarrier.wait(v_empty.index(stage), phase ^ 1)
+        mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
+        _tma_load(v_desc, [v_row, kv_col], v_ready.index(stage), v_smem.index(stage))
+    else:
+        _load_tile_by_pages(k_desc, k_smem.index(stage), k_ready.index(stage), k_empty.index(stage), phase,
+                            pages, t, kv_len, kv_col, BLOCK_N, PAGE_SIZE)
+        _load_tile_by_pages(v_desc, v_smem.index(stage), v_ready.index(stage), v_empty.index(stage), phase,
+                            pages, t, kv_len, kv_col, BLOCK_N, PAGE_SIZE)
 
 
 @gluon.jit
@@ -227,6 +237,32 @@ def _consume_second_half(descriptors, buffers, loads, walk, output,
 
 
 @gluon.jit
+def _tile_walk(seq, first_query, q_len, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, TILE_Q: gl.constexpr,
+               BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
+               HAS_KV_START: gl.constexpr):
+    """The KV walk of a q tile of TILE_Q queries from ``first_query`` of sequence ``seq``: (kv_len, the sequence's
+    first q / kv rows (start offsets or 0), the causal diagonal offset, KV tiles to visit, the first masked one)."""
+    kv_len = gl.load(cu_seqlens_kv_ptr + seq + 1) - gl.load(cu_seqlens_kv_ptr + seq)
+    q_first = 0
+    if HAS_Q_START:
+        q_first = gl.load(q_start_ptr + seq)
+    kv_first = 0
+    if HAS_KV_START:
+        kv_first = gl.load(kv_start_ptr + seq)
+    diag = 0
+    if BOTTOM_RIGHT:
+        diag = kv_len - q_len
+    if CAUSAL:
+        keys = gl.minimum(kv_len, gl.maximum(first_query + TILE_Q + diag, 0))
+        first_masked = gl.minimum(gl.maximum(first_query + diag + 1, 0) // BLOCK_N, kv_len // BLOCK_N)
+    else:
+        keys = kv_len
+        first_masked = kv_len // BLOCK_N
+    num_tiles = (keys + BLOCK_N - 1) // BLOCK_N
+    return kv_len, q_first, kv_first, diag, num_tiles, first_masked
+
+
+@gluon.jit
 def attention_fwd_hopper_kernel(
     q_desc, k_desc, v_desc, out_ptr,
     cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr,
@@ -254,23 +290,9 @@ def attention_fwd_hopper_kernel(
     q_len = gl.load(cu_seqlens_q_ptr + seq + 1) - q_begin
     first_query = tile * (2 * ROWS)
     if first_query < q_len:
-        kv_len = gl.load(cu_seqlens_kv_ptr + seq + 1) - gl.load(cu_seqlens_kv_ptr + seq)
-        q_first = 0
-        if HAS_Q_START:
-            q_first = gl.load(q_start_ptr + seq)
-        kv_first = 0
-        if HAS_KV_START:
-            kv_first = gl.load(kv_start_ptr + seq)
-        diag = 0
-        if BOTTOM_RIGHT:
-            diag = kv_len - q_len
-        if CAUSAL:
-            keys = gl.minimum(kv_len, gl.maximum(first_query + 2 * ROWS + diag, 0))
-            first_masked = gl.minimum(gl.maximum(first_query + diag + 1, 0) // BLOCK_N, kv_len // BLOCK_N)
-        else:
-            keys = kv_len
-            first_masked = kv_len // BLOCK_N
-        num_tiles = (keys + BLOCK_N - 1) // BLOCK_N
+        kv_len, q_first, kv_first, diag, num_tiles, first_masked = _tile_walk(
+            seq, first_query, q_len, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, 2 * ROWS, BLOCK_N, CAUSAL,
+            BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START)
 
         q_smem = gl.allocate_shared_memory(q_desc.dtype, [2, ROWS, HEAD_DIM], q_desc.layout)
         k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)

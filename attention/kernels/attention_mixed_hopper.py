@@ -33,7 +33,14 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .attention_fwd_hopper import _cta_barrier, _load_tile_by_pages, _softmax_tile, _tma_load, _zero_rows_from
+from .attention_fwd_hopper import (
+    _cta_barrier,
+    _load_kv_tile,
+    _softmax_tile,
+    _tile_walk,
+    _tma_load,
+    _zero_rows_from,
+)
 
 __all__ = ["DECODE_ROWS", "attention_mixed_hopper_kernel"]
 
@@ -78,24 +85,10 @@ def _prefill_walk(seq, local_tile, q_head, sequences, ROWS: gl.constexpr, BLOCK_
     q_batch_rows, k_batch_rows, v_batch_rows, out_batch_rows = sequences[4], sequences[5], sequences[6], sequences[7]
     q_begin = gl.load(cu_seqlens_q_ptr + seq)
     q_len = gl.load(cu_seqlens_q_ptr + seq + 1) - q_begin
-    kv_len = gl.load(cu_seqlens_kv_ptr + seq + 1) - gl.load(cu_seqlens_kv_ptr + seq)
     first_query = local_tile * (2 * ROWS)
-    q_first = 0
-    if HAS_Q_START:
-        q_first = gl.load(q_start_ptr + seq)
-    kv_first = 0
-    if HAS_KV_START:
-        kv_first = gl.load(kv_start_ptr + seq)
-    diag = 0
-    if BOTTOM_RIGHT:
-        diag = kv_len - q_len
-    if CAUSAL:
-        keys = gl.minimum(kv_len, gl.maximum(first_query + 2 * ROWS + diag, 0))
-        first_masked = gl.minimum(gl.maximum(first_query + diag + 1, 0) // BLOCK_N, kv_len // BLOCK_N)
-    else:
-        keys = kv_len
-        first_masked = kv_len // BLOCK_N
-    num_tiles = (keys + BLOCK_N - 1) // BLOCK_N
+    kv_len, q_first, kv_first, diag, num_tiles, first_masked = _tile_walk(
+        seq, first_query, q_len, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, 2 * ROWS, BLOCK_N, CAUSAL,
+        BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START)
     return (first_query, q_len, kv_len, diag, num_tiles, first_masked,
             seq * q_batch_rows + q_first + first_query, seq * k_batch_rows + kv_first, seq * v_batch_rows + kv_first,
             (seq * out_batch_rows + q_first + first_query).to(gl.int64))
@@ -128,26 +121,8 @@ def _prefill_producer(descriptors, buffers, decode_buffers, schedule, sequences,
         _tma_load(q_desc, [q_row0, q_head * HEAD_DIM], q_ready, q_smem.index(0))
         _tma_load(q_desc, [q_row0 + ROWS, q_head * HEAD_DIM], q_ready, q_smem.index(1))
         for t in range(num_tiles):
-            stage = count % STAGES
-            phase = (count // STAGES) & 1
-            if PAGE_SIZE >= BLOCK_N or PAGE_SIZE == 0:
-                k_row = k_row0 + t * BLOCK_N
-                v_row = v_row0 + t * BLOCK_N
-                if PAGE_SIZE > 0:
-                    key = t * BLOCK_N
-                    k_row = gl.load(pages + key // PAGE_SIZE) * PAGE_SIZE + key % PAGE_SIZE
-                    v_row = k_row
-                mbarrier.wait(k_empty.index(stage), phase ^ 1)
-                mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
-                _tma_load(k_desc, [k_row, kv_col], k_ready.index(stage), k_smem.index(stage))
-                mbarrier.wait(v_empty.index(stage), phase ^ 1)
-                mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
-                _tma_load(v_desc, [v_row, kv_col], v_ready.index(stage), v_smem.index(stage))
-            else:
-                _load_tile_by_pages(k_desc, k_smem.index(stage), k_ready.index(stage), k_empty.index(stage), phase,
-                                    pages, t, kv_len, kv_col, BLOCK_N, PAGE_SIZE)
-                _load_tile_by_pages(v_desc, v_smem.index(stage), v_ready.index(stage), v_empty.index(stage), phase,
-                                    pages, t, kv_len, kv_col, BLOCK_N, PAGE_SIZE)
+            _load_kv_tile((k_desc, v_desc), (k_smem, v_smem, k_ready, k_empty, v_ready, v_empty), count % STAGES,
+                          (count // STAGES) & 1, t, k_row0, v_row0, kv_col, pages, kv_len, BLOCK_N, PAGE_SIZE)
             count += 1
         done += 1
 

@@ -7,6 +7,7 @@ goes to the general kernel. ``ATTN_FUSED_HOPPER=0`` turns the Hopper kernel off 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -53,8 +54,8 @@ HOPPER_MIN_QUERIES_PER_SEQUENCE = 64
 queries per sequence (decode) is the general kernel's (GQA packing, split-KV). A batch whose longest sequence has
 many times the average queries (configs.mixed_batch) is not this kernel's either: its grid would give every
 sequence the longest one's q tiles, and a decode a 128-row tile per query head; the mixed kernel
-(hopper_mixed.py) takes such batches where its rule says, the general kernel the rest. H200, 2026-12-01, graph replays, settled,
-this kernel against the general one (abtree/hopper_mixed_ab.py, docs/results/2026-12-01-h200-5956217/
+(hopper_mixed.py) takes such batches where its rule says, the general kernel the rest. H200, 2026-12-01, graph
+replays, settled, this kernel against the general one (abtree/hopper_mixed_ab.py, docs/results/2026-12-01-h200-5956217/
 hopper-mixed-ab.txt): a 2k chunk on 14k + 30 decodes at 4k 1343.6 / 1233.6 µs at page 16, 1271.9 / 1061.3
 non-paged; a 4k prefill + 60 decodes at 2k 889.8 / 506.3; a thd prefill of 8k + 63 x 128 tokens 1406.9 / 1238.0."""
 
@@ -77,6 +78,18 @@ def _rows_matrix(x: torch.Tensor) -> tuple[torch.Tensor, int] | None:
     if rows >= 2**31:  # TMA coordinates and the kernel's row arithmetic are 32-bit
         return None
     return torch.as_strided(x, (rows, heads * head_dim), (token_stride, 1)), batch_rows
+
+
+def rows_descriptor(x: torch.Tensor, block_rows: int, page_size: int = 0) -> Any:
+    """A TMA descriptor over ``x``'s 2-D row view (``_rows_matrix``) with blocks of [block_rows, head dim], or of one
+    page over pages smaller than that (a TMA load per page)."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    block = [min(block_rows, page_size) if page_size else block_rows, x.shape[-1]]
+    element = gl.float16 if x.dtype == torch.float16 else gl.bfloat16
+    matrix, _ = _rows_matrix(x)
+    return TensorDescriptor.from_tensor(matrix, block, gl.NVMMASharedLayout.get_default_for(block, element))
 
 
 def hopper_unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, *,
@@ -139,22 +152,11 @@ class HopperPlan:
                  kv_start: torch.Tensor | None, page_table: torch.Tensor | None) -> None:
         """Launch on these tensors: q, k, v as planned (4-D views or 3-D thd), ``out`` as planned or with
         its heads flattened (only its address is read)."""
-        from triton.experimental.gluon import language as gl
-        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-        head_dim = q.shape[-1]
-        block_n, stages, consumer_registers = HOPPER_TILE[head_dim]
-        element = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
-
-        def descriptor(x: torch.Tensor, block_rows: int) -> TensorDescriptor:
-            block = [block_rows, head_dim]
-            matrix, _ = _rows_matrix(x)
-            return TensorDescriptor.from_tensor(matrix, block, gl.NVMMASharedLayout.get_default_for(block, element))
-
+        block_n, stages, consumer_registers = HOPPER_TILE[q.shape[-1]]
         q_rows, k_rows, v_rows, out_rows = self.batch_rows
-        kv_block_rows = min(block_n, self.page_size) if self.page_size else block_n  # a page per TMA load
         attention_fwd_hopper_kernel[self.grid](
-            descriptor(q, HOPPER_ROWS_PER_GROUP), descriptor(k, kv_block_rows), descriptor(v, kv_block_rows), out,
+            rows_descriptor(q, HOPPER_ROWS_PER_GROUP), rows_descriptor(k, block_n, self.page_size),
+            rows_descriptor(v, block_n, self.page_size), out,
             cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q if q_start is None else q_start,
             cu_seqlens_kv if kv_start is None else kv_start, cu_seqlens_q if page_table is None else page_table,
             q_rows, k_rows, v_rows, out_rows, self.out_token_stride, 0 if page_table is None else page_table.stride(0),

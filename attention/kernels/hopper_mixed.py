@@ -76,27 +76,15 @@ class MixedHopperPlan:
                  cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor, q_start: torch.Tensor | None,
                  kv_start: torch.Tensor | None, page_table: torch.Tensor | None) -> None:
         """Launch on these tensors (as HopperPlan.__call__)."""
-        from triton.experimental.gluon import language as gl
-        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+        from .hopper_forward import rows_descriptor  # (hopper_forward imports this module)
 
-        from .hopper_forward import _rows_matrix
-
-        head_dim = q.shape[-1]
         block_n, stages, decode_block_n, decode_stages, consumer_registers, decode_registers, maxnreg = self.tile
-        element = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
-
-        def descriptor(x: torch.Tensor, block_rows: int) -> TensorDescriptor:
-            block = [block_rows, head_dim]
-            matrix, _ = _rows_matrix(x)
-            return TensorDescriptor.from_tensor(matrix, block, gl.NVMMASharedLayout.get_default_for(block, element))
-
-        def kv_rows(tile: int) -> int:
-            return min(tile, self.page_size) if self.page_size else tile
 
         q_rows, k_rows, v_rows, out_rows = self.batch_rows
         attention_mixed_hopper_kernel[(self.programs,)](
-            descriptor(q, HOPPER_ROWS_PER_GROUP), descriptor(k, kv_rows(block_n)), descriptor(v, kv_rows(block_n)),
-            descriptor(k, kv_rows(decode_block_n)), descriptor(v, kv_rows(decode_block_n)), q, out,
+            rows_descriptor(q, HOPPER_ROWS_PER_GROUP), rows_descriptor(k, block_n, self.page_size),
+            rows_descriptor(v, block_n, self.page_size), rows_descriptor(k, decode_block_n, self.page_size),
+            rows_descriptor(v, decode_block_n, self.page_size), q, out,
             cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q if q_start is None else q_start,
             cu_seqlens_kv if kv_start is None else kv_start, cu_seqlens_q if page_table is None else page_table,
             self.num_seqs, self.heads_kv, q_rows, k_rows, v_rows, out_rows, self.q_token_stride,
