@@ -14,6 +14,7 @@ from attention.kernels.hopper_mixed import (
     MIXED_HOPPER_MIN_KV_LENGTH,
     MIXED_HOPPER_TILE_ENV,
     MixedHopperPlan,
+    decode_tile_rows,
     mixed_hopper_unsupported_reason,
 )
 from tests.test_hopper_forward import _RecordedLaunch
@@ -63,6 +64,11 @@ def test_plan_hopper_forward_hands_mixed_batches_to_the_rule(monkeypatch: pytest
     assert type(plan) is planned
 
 
+@pytest.mark.parametrize("group_size, rows", [(1, 16), (4, 16), (5, 16), (16, 16), (17, 32), (32, 32), (64, 64)])
+def test_decode_tiles_have_room_for_a_group_and_are_a_power_of_two(group_size: int, rows: int) -> None:
+    assert decode_tile_rows(group_size) == rows
+
+
 def test_a_plan_launches_one_program_per_sm_with_page_sized_boxes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
     monkeypatch.setenv(MIXED_HOPPER_TILE_ENV, "64,2,64,3,176,136,128")
@@ -82,3 +88,4 @@ def test_a_plan_launches_one_program_per_sm_with_page_sized_boxes(monkeypatch: p
     assert args[5] is q and args[12] == 301 and args[13] == 8  # q by pointer (decode rows), sequences, KV heads
     assert kwargs["LOG2_MAX_SEQS"] == 9 and 2 ** kwargs["LOG2_MAX_SEQS"] > 301
     assert (kwargs["BLOCK_N"], kwargs["DECODE_BLOCK_N"], kwargs["PAGE_SIZE"], kwargs["maxnreg"]) == (64, 64, 16, 128)
+    assert kwargs["DECODE_ROWS"] == 16  # 4 query heads a KV head: up to 4 query tokens are a decode item

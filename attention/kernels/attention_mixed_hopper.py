@@ -10,9 +10,9 @@ parts cost apart. This kernel is persistent (one program per SM) and runs two in
     128 queries of a sequence with more than DECODE_ROWS packed rows), the heaviest q tiles first. The K / V
     ring and the Q buffer carry their mbarrier phases from item to item;
   * decode: one more warp group walking the program's share of the (sequence, KV head) decode items (at most
-    DECODE_ROWS packed rows: a KV head's query heads x the sequence's query tokens, one wgmma tile), with its
-    own Q buffer and ring of DECODE_BLOCK_N-key tiles, filled by TMA from the same warp group (one page per load
-    over pages smaller than a tile).
+    DECODE_ROWS packed rows: a KV head's query heads x the sequence's query tokens, wgmma's N; keys and head dims
+    are its M: S^T = K Q^T, O^T += V^T P^T), with its own Q buffer and ring of DECODE_BLOCK_N-key tiles, filled
+    by TMA from the same warp group (one page per load over pages smaller than a tile).
 
 Finding items needs per-sequence query lengths, which the host does not have: each program loads cu_seqlens_q
 once, counts each sequence's prefill q tiles and keeps their running sums in shared memory; a prefill partition
@@ -42,11 +42,10 @@ from .attention_fwd_hopper import (
     _zero_rows_from,
 )
 
-__all__ = ["DECODE_ROWS", "attention_mixed_hopper_kernel"]
+__all__ = ["MAX_DECODE_ROWS", "attention_mixed_hopper_kernel"]
 
-DECODE_ROWS = 64
-"""Packed rows (query tokens x query heads of a KV head) of a decode item: one 64-row wgmma tile."""
-_DECODE_ROWS = gl.constexpr(DECODE_ROWS)
+MAX_DECODE_ROWS = 64
+"""The most packed rows (query tokens x query heads of a KV head) of a decode item (wgmma N of the decode tiles)."""
 
 
 @gluon.jit
@@ -257,8 +256,13 @@ def _decode(descriptors, buffers, decode_buffers, schedule, sequences, output,
             DECODE_BLOCK_N: gl.constexpr, DECODE_STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
             GROUP_SIZE: gl.constexpr):
     """4 warps: the program's decode items, each a KV head's query heads x the sequence's queries (at most
-    DECODE_ROWS rows) through the sequence's KV, DECODE_STAGES tiles in flight."""
-    dq_smem, dk_smem, dv_smem, d_ready = decode_buffers
+    DECODE_ROWS rows) through the sequence's KV, DECODE_STAGES tiles in flight.
+
+    The item's few rows are wgmma's N, keys and head dims its M (64 per instruction): S^T = K Q^T ([keys, rows])
+    and O^T += V^T P^T ([head dim, rows], P^T through shared memory). A decode has 4-16 rows; as wgmma's M (64) it
+    would pay for 64. The softmax runs down the columns of S^T (a max across the warps per tile; the sums stay
+    per element until the item's end)."""
+    dq_smem, dk_smem, dv_smem, d_ready, dp_smem = decode_buffers
     cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr = sequences[0], sequences[1], sequences[2], \
         sequences[3]
     q_batch_rows, k_batch_rows, v_batch_rows, out_batch_rows = sequences[4], sequences[5], sequences[6], sequences[7]
@@ -267,21 +271,17 @@ def _decode(descriptors, buffers, decode_buffers, schedule, sequences, output,
     ROWS: gl.constexpr = dq_smem.type.shape[0]
     HEAD_DIM: gl.constexpr = dq_smem.type.shape[1]
     dtype: gl.constexpr = dq_smem.dtype
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, DECODE_BLOCK_N, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, HEAD_DIM, 16])
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                         instr_shape=[16, ROWS, 16])
+    down: gl.constexpr = gl.SliceLayout(1, acc_layout)  # along axis 0: keys, head dims
+    across: gl.constexpr = gl.SliceLayout(0, acc_layout)  # along axis 1: the item's rows
     q_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-    col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
-    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-    col_o: gl.constexpr = gl.SliceLayout(0, o_layout)
     q_rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, q_layout))
     q_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, q_layout))
-    rows = gl.arange(0, ROWS, layout=row_s) // GROUP_SIZE  # a row's query index
-    out_rows = gl.arange(0, ROWS, layout=row_o)
-    out_cols = gl.arange(0, HEAD_DIM, layout=col_o)
+    rows = gl.arange(0, ROWS, layout=across)
+    queries = rows // GROUP_SIZE  # a row's query index
+    keys = gl.arange(0, DECODE_BLOCK_N, layout=down)
+    dims = gl.arange(0, HEAD_DIM, layout=down)
     count = 0
     for item in range(gl.program_id(0), num_seqs * heads_kv, gl.num_programs(0)):
         seq = item // heads_kv
@@ -300,12 +300,12 @@ def _decode(descriptors, buffers, decode_buffers, schedule, sequences, output,
             if BOTTOM_RIGHT:
                 diag = kv_len - q_len
             if CAUSAL:
-                keys = gl.minimum(kv_len, gl.maximum(q_len + diag, 0))
+                visible = gl.minimum(kv_len, gl.maximum(q_len + diag, 0))
                 first_masked = gl.minimum(gl.maximum(diag + 1, 0) // DECODE_BLOCK_N, kv_len // DECODE_BLOCK_N)
             else:
-                keys = kv_len
+                visible = kv_len
                 first_masked = kv_len // DECODE_BLOCK_N
-            num_tiles = (keys + DECODE_BLOCK_N - 1) // DECODE_BLOCK_N
+            num_tiles = (visible + DECODE_BLOCK_N - 1) // DECODE_BLOCK_N
             k_row0 = seq * k_batch_rows + kv_first
             v_row0 = seq * v_batch_rows + kv_first
             kv_col = kv_head * HEAD_DIM
@@ -324,37 +324,48 @@ def _decode(descriptors, buffers, decode_buffers, schedule, sequences, output,
             dq_smem.store(q)
             fence_async_shared()
             _cta_barrier()
-            m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=row_s)
-            l_i = gl.zeros([ROWS], gl.float32, layout=row_s)
-            o = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
-            s = gl.zeros([ROWS, DECODE_BLOCK_N], gl.float32, layout=s_layout)
+            m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=across)
+            l_i = gl.zeros([DECODE_BLOCK_N, ROWS], gl.float32, layout=acc_layout)  # summed down at the end
+            o = gl.zeros([HEAD_DIM, ROWS], gl.float32, layout=acc_layout)
+            s = gl.zeros([DECODE_BLOCK_N, ROWS], gl.float32, layout=acc_layout)
             for t in range(num_tiles):
                 stage = (count + t) % DECODE_STAGES
                 mbarrier.wait(d_ready.index(stage), ((count + t) // DECODE_STAGES) & 1)
-                s = warpgroup_mma(dq_smem, dk_smem.index(stage).permute((1, 0)), s, use_acc=False, is_async=True)
+                s = warpgroup_mma(dk_smem.index(stage), dq_smem.permute((1, 0)), s, use_acc=False, is_async=True)
                 s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-                p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, t, t >= first_masked, rows, kv_len, diag,
-                                                   qk_scale, CAUSAL, DECODE_BLOCK_N, col_s)
+                if t >= first_masked:
+                    key = t * DECODE_BLOCK_N + keys
+                    keep = key[:, None] < kv_len
+                    if CAUSAL:
+                        keep = keep & (key[:, None] <= queries[None, :] + diag)
+                    s = gl.where(keep, s, float("-inf"))
+                m_new = gl.maximum(m_i, gl.max(s, axis=0) * qk_scale)
+                m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: p = 0, not NaN
+                p = gl.exp2(s * qk_scale - m_use[None, :])
+                alpha = gl.exp2(m_i - m_use)
+                m_i = m_new
+                l_i = l_i * alpha[None, :] + p
                 if (t + 1) * DECODE_BLOCK_N > kv_len:
                     _zero_rows_from(dv_smem.index(stage), kv_len - t * DECODE_BLOCK_N)
-                p16 = gl.convert_layout(p.to(dtype), p_layout)
-                o = o * gl.convert_layout(alpha, row_o)[:, None]
-                o = warpgroup_mma(p16, dv_smem.index(stage), o, is_async=True)
-                o, p16 = warpgroup_mma_wait(num_outstanding=0, deps=(o, p16))
-                _cta_barrier()  # every warp is done with the slot before it is refilled
+                dp_smem.store(p.to(dtype))
+                fence_async_shared()
+                _cta_barrier()  # all of P^T in place for the wgmma
+                o = o * alpha[None, :]
+                o = warpgroup_mma(dv_smem.index(stage).permute((1, 0)), dp_smem, o, is_async=True)
+                o = warpgroup_mma_wait(num_outstanding=0, deps=(o,))
+                _cta_barrier()  # every warp is done with the slot (and P^T) before either is written again
                 if t + DECODE_STAGES < num_tiles:  # the tile DECODE_STAGES ahead, its rows loaded a step ago
                     _decode_load(descriptors, decode_buffers, count + t + DECODE_STAGES, next_rows, k_row0, v_row0,
                                  kv_col, DECODE_BLOCK_N, DECODE_STAGES, PAGE_SIZE)
                     next_rows = _decode_rows(pages, gl.minimum(t + DECODE_STAGES + 1, num_tiles - 1), kv_len,
                                              DECODE_BLOCK_N, PAGE_SIZE)
             count += num_tiles
-            l_o = gl.convert_layout(l_i, row_o)
-            o = o / gl.where(l_o == 0.0, 1.0, l_o)[:, None]
-            out_token = (seq * out_batch_rows + q_first + out_rows // GROUP_SIZE).to(gl.int64)
-            out_col = (kv_head * GROUP_SIZE + out_rows % GROUP_SIZE) * HEAD_DIM
-            offsets = out_token[:, None] * stride_os + (out_col[:, None] + out_cols[None, :])
-            gl.store(out_ptr + offsets, o.to(out_ptr.dtype.element_ty),
-                     mask=(out_rows < q_len * GROUP_SIZE)[:, None])
+            l_sum = gl.sum(l_i, axis=0)
+            o = o / gl.where(l_sum == 0.0, 1.0, l_sum)[None, :]
+            out_token = (seq * out_batch_rows + q_first + queries).to(gl.int64)
+            out_col = (kv_head * GROUP_SIZE + rows % GROUP_SIZE) * HEAD_DIM
+            offsets = out_token[None, :] * stride_os + (out_col[None, :] + dims[:, None])
+            gl.store(out_ptr + offsets, o.to(out_ptr.dtype.element_ty), mask=(rows < q_len * GROUP_SIZE)[None, :])
 
 
 @gluon.jit
@@ -386,7 +397,7 @@ def attention_mixed_hopper_kernel(
     page_table_stride, qk_scale,
     GROUP_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, DECODE_BLOCK_N: gl.constexpr,
     DECODE_STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr, CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr,
-    HAS_Q_START: gl.constexpr, HAS_KV_START: gl.constexpr, LOG2_MAX_SEQS: gl.constexpr,
+    HAS_Q_START: gl.constexpr, HAS_KV_START: gl.constexpr, LOG2_MAX_SEQS: gl.constexpr, DECODE_ROWS: gl.constexpr,
     CONSUMER_REGISTERS: gl.constexpr, DECODE_REGISTERS: gl.constexpr,
 ):
     """Grid (programs,): persistent, one per SM. Tensors as attention_fwd_hopper_kernel's: q_desc / k_desc / v_desc
@@ -404,7 +415,7 @@ def attention_mixed_hopper_kernel(
     seqs = gl.arange(0, MAX_SEQS, layout=gl.SliceLayout(0, sum_layout))
     q_begin = gl.load(cu_seqlens_q_ptr + seqs, mask=seqs < num_seqs, other=0)
     q_lens = gl.load(cu_seqlens_q_ptr + seqs + 1, mask=seqs < num_seqs, other=0) - q_begin
-    tiles = gl.where(q_lens * GROUP_SIZE > _DECODE_ROWS, (q_lens + 2 * ROWS - 1) // (2 * ROWS), 0)
+    tiles = gl.where(q_lens * GROUP_SIZE > DECODE_ROWS, (q_lens + 2 * ROWS - 1) // (2 * ROWS), 0)
     tile_ends = gl.allocate_shared_memory(gl.int32, [MAX_SEQS], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     _store_running_sums(tiles, tile_ends, MAX_SEQS, sum_layout)
     prefill_items = gl.sum(tiles, 0) * heads_q
@@ -412,7 +423,11 @@ def attention_mixed_hopper_kernel(
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [2, ROWS, HEAD_DIM], q_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
-    dq_smem = gl.allocate_shared_memory(q_desc.dtype, [_DECODE_ROWS, HEAD_DIM], q_desc.layout)
+    dq_smem = gl.allocate_shared_memory(q_desc.dtype, [DECODE_ROWS, HEAD_DIM],
+                                        gl.NVMMASharedLayout.get_default_for([DECODE_ROWS, HEAD_DIM], q_desc.dtype))
+    dp_smem = gl.allocate_shared_memory(q_desc.dtype, [DECODE_BLOCK_N, DECODE_ROWS],
+                                        gl.NVMMASharedLayout.get_default_for([DECODE_BLOCK_N, DECODE_ROWS],
+                                                                             q_desc.dtype))
     dk_smem = gl.allocate_shared_memory(k_decode_desc.dtype, [DECODE_STAGES, DECODE_BLOCK_N, HEAD_DIM],
                                         k_decode_desc.layout)
     dv_smem = gl.allocate_shared_memory(v_decode_desc.dtype, [DECODE_STAGES, DECODE_BLOCK_N, HEAD_DIM],
@@ -437,7 +452,7 @@ def attention_mixed_hopper_kernel(
 
     descriptors = (q_desc, k_desc, v_desc, k_decode_desc, v_decode_desc)
     buffers = (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty)
-    decode_buffers = (dq_smem, dk_smem, dv_smem, d_ready)
+    decode_buffers = (dq_smem, dk_smem, dv_smem, d_ready, dp_smem)
     schedule = (tile_ends, heads_q)
     sequences = (cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, q_batch_rows, k_batch_rows,
                  v_batch_rows, out_batch_rows)

@@ -14,7 +14,7 @@ import torch
 from attention.environment import getenv
 
 from .attention_fwd_hopper import HOPPER_ROWS_PER_GROUP
-from .attention_mixed_hopper import DECODE_ROWS, attention_mixed_hopper_kernel
+from .attention_mixed_hopper import MAX_DECODE_ROWS, attention_mixed_hopper_kernel
 
 __all__ = ["MIXED_HOPPER_ENV", "MIXED_HOPPER_MIN_KV_LENGTH", "MIXED_HOPPER_TILE", "MIXED_HOPPER_TILE_ENV",
            "MixedHopperPlan", "mixed_hopper_unsupported_reason", "plan_mixed_hopper"]
@@ -71,6 +71,8 @@ class MixedHopperPlan:
     has_kv_start: bool
     tile: tuple[int, int, int, int, int, int, int]
     """MIXED_HOPPER_TILE's entry (or MIXED_HOPPER_TILE_ENV's)."""
+    decode_rows: int
+    """Packed rows of a decode tile (decode_tile_rows): sequences with more go to the prefill partitions."""
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor, q_start: torch.Tensor | None,
@@ -92,7 +94,7 @@ class MixedHopperPlan:
             GROUP_SIZE=self.group_size, BLOCK_N=block_n, STAGES=stages, DECODE_BLOCK_N=decode_block_n,
             DECODE_STAGES=decode_stages, PAGE_SIZE=self.page_size, CAUSAL=self.causal,
             BOTTOM_RIGHT=self.bottom_right, HAS_Q_START=self.has_q_start, HAS_KV_START=self.has_kv_start,
-            LOG2_MAX_SEQS=max(5, self.num_seqs.bit_length()), CONSUMER_REGISTERS=consumer_registers,
+            LOG2_MAX_SEQS=max(5, self.num_seqs.bit_length()), DECODE_ROWS=self.decode_rows, CONSUMER_REGISTERS=consumer_registers,
             DECODE_REGISTERS=decode_registers, num_warps=4, maxnreg=maxnreg)
 
 
@@ -108,8 +110,8 @@ def mixed_hopper_unsupported_reason(head_dim: int, group_size: int, num_seqs: in
                 f"(or {MIXED_HOPPER_ENV}=force)")
     if head_dim not in MIXED_HOPPER_TILE:
         return f"needs head dims in {sorted(MIXED_HOPPER_TILE)}"
-    if group_size > DECODE_ROWS:
-        return f"needs at most {DECODE_ROWS} query heads per KV head"
+    if group_size > MAX_DECODE_ROWS:
+        return f"needs at most {MAX_DECODE_ROWS} query heads per KV head"
     if num_seqs >= MIXED_HOPPER_MAX_SEQS:
         return f"needs fewer than {MIXED_HOPPER_MAX_SEQS} sequences"
     block_n, _, decode_block_n, *_ = _tile(head_dim)
@@ -132,7 +134,14 @@ def plan_mixed_hopper(q: torch.Tensor, heads_kv: int, batch_rows: tuple[int, int
         q_token_stride=q.stride(-3), out_token_stride=out_token_stride,
         softmax_scale_log2=float(softmax_scale) * 1.4426950408889634, page_size=page_size, causal=causal,
         bottom_right=bool(bottom_right), has_q_start=has_q_start, has_kv_start=has_kv_start,
-        tile=_tile(q.shape[3]))
+        tile=_tile(q.shape[3]), decode_rows=decode_tile_rows(group_size))
+
+
+def decode_tile_rows(group_size: int) -> int:
+    """Packed rows of the decode tiles for a KV head of ``group_size`` query heads: at least 16 (up to 4 query
+    tokens of a 4-head group: a decode step, a verification step), a power of 2 (wgmma's N), at most
+    MAX_DECODE_ROWS."""
+    return min(MAX_DECODE_ROWS, max(16, 1 << (group_size - 1).bit_length()))
 
 
 def _tile(head_dim: int) -> tuple[int, int, int, int, int, int, int]:
