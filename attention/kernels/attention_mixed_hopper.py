@@ -328,11 +328,11 @@ def _decode(descriptors, buffers, decode_buffers, schedule, sequences, output,
             l_i = gl.zeros([DECODE_BLOCK_N, ROWS], gl.float32, layout=acc_layout)  # summed down at the end
             o = gl.zeros([HEAD_DIM, ROWS], gl.float32, layout=acc_layout)
             s = gl.zeros([DECODE_BLOCK_N, ROWS], gl.float32, layout=acc_layout)
+            if num_tiles > 0:
+                mbarrier.wait(d_ready.index(count % DECODE_STAGES), (count // DECODE_STAGES) & 1)
+                s = warpgroup_mma(dk_smem.index(count % DECODE_STAGES), dq_smem.permute((1, 0)), s, use_acc=False)
             for t in range(num_tiles):
                 stage = (count + t) % DECODE_STAGES
-                mbarrier.wait(d_ready.index(stage), ((count + t) // DECODE_STAGES) & 1)
-                s = warpgroup_mma(dk_smem.index(stage), dq_smem.permute((1, 0)), s, use_acc=False, is_async=True)
-                s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
                 if t >= first_masked:
                     key = t * DECODE_BLOCK_N + keys
                     keep = key[:, None] < kv_len
@@ -352,7 +352,12 @@ def _decode(descriptors, buffers, decode_buffers, schedule, sequences, output,
                 _cta_barrier()  # all of P^T in place for the wgmma
                 o = o * alpha[None, :]
                 o = warpgroup_mma(dv_smem.index(stage).permute((1, 0)), dp_smem, o, is_async=True)
-                o = warpgroup_mma_wait(num_outstanding=0, deps=(o,))
+                # the next tile's scores while PV runs (the last tile's again: one shape for both branches)
+                ahead = count + gl.minimum(t + 1, num_tiles - 1)
+                mbarrier.wait(d_ready.index(ahead % DECODE_STAGES), (ahead // DECODE_STAGES) & 1)
+                s = warpgroup_mma(dk_smem.index(ahead % DECODE_STAGES), dq_smem.permute((1, 0)), s, use_acc=False,
+                                  is_async=True)
+                o, s = warpgroup_mma_wait(num_outstanding=0, deps=(o, s))
                 _cta_barrier()  # every warp is done with the slot (and P^T) before either is written again
                 if t + DECODE_STAGES < num_tiles:  # the tile DECODE_STAGES ahead, its rows loaded a step ago
                     _decode_load(descriptors, decode_buffers, count + t + DECODE_STAGES, next_rows, k_row0, v_row0,
