@@ -148,13 +148,14 @@ def test_a_paged_plan_loads_a_page_or_a_tile_per_tma_load(monkeypatch: pytest.Mo
 
 
 @pytest.mark.parametrize("q_lens, planned", [
-    ((2048,) + (1,) * 30, False),  # a chunk beside 30 decodes: 67 queries per sequence, 31x the average
-    ((8192,) + (128,) * 63, False),  # a ragged prefill whose longest sequence is 32x the average
-    ((300, 129, 1000, 64, 700), True),  # the GPU tests' ragged batch: 2.3x
-    ((2048,) * 4, True),
+    ((2048,) + (1,) * 30, "MixedHopperPlan"),  # a chunk beside 30 decodes: 67 queries per sequence, 31x the average
+    ((8192,) + (128,) * 63, "MixedHopperPlan"),  # a ragged prefill whose longest sequence is 32x the average
+    ((300, 129, 1000, 64, 700), "HopperPlan"),  # the GPU tests' ragged batch: 2.3x
+    ((2048,) * 4, "HopperPlan"),
 ])
-def test_batches_of_a_few_long_sequences_beside_many_short_ones_keep_the_general_kernel(
-        monkeypatch: pytest.MonkeyPatch, q_lens: tuple[int, ...], planned: bool) -> None:
+def test_batches_of_a_few_long_sequences_beside_many_short_ones_go_to_the_mixed_kernel(
+        monkeypatch: pytest.MonkeyPatch, q_lens: tuple[int, ...], planned: str) -> None:
+    """Mixed batches (configs.mixed_batch) go to the mixed kernel, the others to the prefill kernel."""
     monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
     total = sum(q_lens)
     q = torch.randn(1, total, 32, 128, dtype=torch.bfloat16)
@@ -162,4 +163,4 @@ def test_batches_of_a_few_long_sequences_beside_many_short_ones_keep_the_general
     plan = plan_hopper_forward(q, k, k, q, num_seqs=len(q_lens), max_seqlen_q=max(q_lens), total_q=total,
                                softmax_scale=0.1, window=(-1, 0), bottom_right=True, page_size=0, alibi=False,
                                sink=False, has_q_start=True, has_kv_start=True, num_sms=132)
-    assert (plan is not None) is planned
+    assert type(plan).__name__ == planned

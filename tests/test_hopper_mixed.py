@@ -11,7 +11,6 @@ from attention.kernels import hopper_forward, hopper_mixed
 from attention.kernels.hopper_forward import plan_hopper_forward
 from attention.kernels.hopper_mixed import (
     MIXED_HOPPER_ENV,
-    MIXED_HOPPER_MIN_KV_LENGTH,
     MIXED_HOPPER_TILE_ENV,
     MixedHopperPlan,
     decode_tile_rows,
@@ -19,31 +18,27 @@ from attention.kernels.hopper_mixed import (
 )
 from tests.test_hopper_forward import _RecordedLaunch
 
-LONG = MIXED_HOPPER_MIN_KV_LENGTH
 
-
-@pytest.mark.parametrize("switch, page_size, max_seqlen_kv, taken", [
-    (None, 16, LONG, True),  # a chunk on a long prefix beside decodes, over pages: the rule takes it
-    (None, 16, LONG - 16, False),  # shorter walks: the general kernel measured faster
-    (None, 0, LONG, False),  # a non-paged cache: likewise
-    ("force", 0, 100, True),
-    ("0", 16, LONG, False),
-    ("force", 8, LONG, False),  # pages under 16 tokens: a TMA load per page would be tiny
-    ("force", 48, LONG, False),  # pages that neither divide a tile nor hold whole ones
+@pytest.mark.parametrize("switch, page_size, taken", [
+    (None, 16, True),  # every mixed batch the kernel can run, paged or not (it measured faster on all but one tie)
+    (None, 0, True),
+    ("1", 64, True),
+    ("0", 16, False),
+    (None, 8, False),  # pages under 16 tokens: a TMA load per page would be tiny
+    (None, 48, False),  # pages that neither divide a tile nor hold whole ones
 ])
-def test_the_rule_and_the_switch(monkeypatch: pytest.MonkeyPatch, switch: str | None, page_size: int,
-                                 max_seqlen_kv: int, taken: bool) -> None:
+def test_the_switch_and_the_pages(monkeypatch: pytest.MonkeyPatch, switch: str | None, page_size: int,
+                                  taken: bool) -> None:
     if switch is not None:
         monkeypatch.setenv(MIXED_HOPPER_ENV, switch)
-    reason = mixed_hopper_unsupported_reason(128, 4, 65, page_size, max_seqlen_kv)
+    reason = mixed_hopper_unsupported_reason(128, 4, 65, page_size)
     assert (reason is None) is taken, reason
 
 
-def test_limits_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(MIXED_HOPPER_ENV, "force")
-    assert "head dims" in mixed_hopper_unsupported_reason(96, 4, 65, 16, LONG)
-    assert "query heads per KV head" in mixed_hopper_unsupported_reason(128, 128, 65, 16, LONG)
-    assert "sequences" in mixed_hopper_unsupported_reason(128, 4, hopper_mixed.MIXED_HOPPER_MAX_SEQS, 16, LONG)
+def test_limits_are_named() -> None:
+    assert "head dims" in mixed_hopper_unsupported_reason(96, 4, 65, 16)
+    assert "query heads per KV head" in mixed_hopper_unsupported_reason(128, 128, 65, 16)
+    assert "sequences" in mixed_hopper_unsupported_reason(128, 4, hopper_mixed.MIXED_HOPPER_MAX_SEQS, 16)
 
 
 def _paged_mixed_batch(num_decodes: int = 64, page_size: int = 16):
@@ -53,14 +48,16 @@ def _paged_mixed_batch(num_decodes: int = 64, page_size: int = 16):
     return q, k, total
 
 
-@pytest.mark.parametrize("max_seqlen_kv, planned", [(16384, MixedHopperPlan), (4096, type(None))])
-def test_plan_hopper_forward_hands_mixed_batches_to_the_rule(monkeypatch: pytest.MonkeyPatch, max_seqlen_kv: int,
-                                                             planned: type) -> None:
+@pytest.mark.parametrize("switch, planned", [(None, MixedHopperPlan), ("0", type(None))])
+def test_plan_hopper_forward_hands_mixed_batches_to_the_mixed_kernel(monkeypatch: pytest.MonkeyPatch,
+                                                                     switch: str | None, planned: type) -> None:
     monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
+    if switch is not None:
+        monkeypatch.setenv(MIXED_HOPPER_ENV, switch)
     q, k, total = _paged_mixed_batch()
     plan = plan_hopper_forward(q, k, k, q, num_seqs=65, max_seqlen_q=2048, total_q=total, softmax_scale=0.1,
                                window=(-1, 0), bottom_right=True, page_size=16, alibi=False, sink=False,
-                               has_q_start=False, has_kv_start=False, num_sms=132, max_seqlen_kv=max_seqlen_kv)
+                               has_q_start=False, has_kv_start=False, num_sms=132)
     assert type(plan) is planned
 
 
@@ -77,7 +74,7 @@ def test_a_plan_launches_one_program_per_sm_with_page_sized_boxes(monkeypatch: p
     q, k, total = _paged_mixed_batch(num_decodes=300)
     plan = plan_hopper_forward(q, k, k, q, num_seqs=301, max_seqlen_q=2048, total_q=total, softmax_scale=0.1,
                                window=(-1, 0), bottom_right=True, page_size=16, alibi=False, sink=False,
-                               has_q_start=False, has_kv_start=False, num_sms=132, max_seqlen_kv=16384)
+                               has_q_start=False, has_kv_start=False, num_sms=132)
     cu = torch.zeros(302, dtype=torch.int32)
     plan(q, k, k, q, cu, cu, None, None, torch.zeros(301, 1024, dtype=torch.int32))
     (grid, args, kwargs), = kernel.calls

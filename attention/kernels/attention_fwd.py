@@ -351,7 +351,7 @@ def _plan_forward(
             page_size=shapes.page_size if shapes.paged else 0, alibi=alibi_slopes is not None,
             sink=softmax_offset is not None,
             has_q_start=q_start is not None, has_kv_start=kv_start is not None,
-            num_sms=num_streaming_multiprocessors(q.device), max_seqlen_kv=max_seqlen_kv)
+            num_sms=num_streaming_multiprocessors(q.device))
         if hopper is not None:
             return hopper
 

@@ -54,7 +54,7 @@ HOPPER_MIN_QUERIES_PER_SEQUENCE = 64
 queries per sequence (decode) is the general kernel's (GQA packing, split-KV). A batch whose longest sequence has
 many times the average queries (configs.mixed_batch) is not this kernel's either: its grid would give every
 sequence the longest one's q tiles, and a decode a 128-row tile per query head; the mixed kernel
-(hopper_mixed.py) takes such batches where its rule says, the general kernel the rest. H200, 2026-12-01, graph
+(hopper_mixed.py) takes such batches, the general kernel those it cannot run. H200, 2026-12-01, graph
 replays, settled, this kernel against the general one (abtree/hopper_mixed_ab.py, docs/results/2026-12-01-h200-5956217/
 hopper-mixed-ab.txt): a 2k chunk on 14k + 30 decodes at 4k 1343.6 / 1233.6 µs at page 16, 1271.9 / 1061.3
 non-paged; a 4k prefill + 60 decodes at 2k 889.8 / 506.3; a thd prefill of 8k + 63 x 128 tokens 1406.9 / 1238.0."""
@@ -169,19 +169,17 @@ class HopperPlan:
 def plan_hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, *, num_seqs: int,
                         max_seqlen_q: int, total_q: int, softmax_scale: float, window: tuple[int, int],
                         bottom_right: bool, page_size: int, alibi: bool, sink: bool, has_q_start: bool,
-                        has_kv_start: bool, num_sms: int,
-                        max_seqlen_kv: int = 0) -> HopperPlan | MixedHopperPlan | None:
+                        has_kv_start: bool, num_sms: int) -> HopperPlan | MixedHopperPlan | None:
     """A HopperPlan when the kernel serves this call and suits it (enough query rows per sequence to fill
     128-row tiles, enough of them to fill the GPU); for a mixed batch (configs.mixed_batch) a MixedHopperPlan when
-    the mixed kernel serves it and its rule takes it (hopper_mixed.py: ``max_seqlen_kv`` decides); else None.
+    the mixed kernel serves it (hopper_mixed.py); else None.
     Tensors as attention_forward's (4-D views; k / v paged caches [pages, page_size, H_kv, D] when page_size > 0)."""
     if hopper_unsupported_reason(q, k, v, out, page_size=page_size, window=window, alibi=alibi, sink=sink):
         return None
     heads_q, heads_kv = q.shape[2], k.shape[2]
     batch_rows = tuple(_rows_matrix(x)[1] for x in (q, k, v, out))
     if mixed_batch(num_seqs, total_q, max_seqlen_q):  # this grid: mostly empty programs, decodes in 128-row tiles
-        return plan_mixed_hopper(q, heads_kv, batch_rows, num_seqs=num_seqs, max_seqlen_kv=max_seqlen_kv,
-                                 out_token_stride=out.stride(-3),
+        return plan_mixed_hopper(q, heads_kv, batch_rows, num_seqs=num_seqs, out_token_stride=out.stride(-3),
                                  softmax_scale=softmax_scale, causal=window[1] == 0, bottom_right=bottom_right,
                                  page_size=page_size, has_q_start=has_q_start, has_kv_start=has_kv_start,
                                  num_sms=num_sms)

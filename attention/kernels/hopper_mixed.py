@@ -1,8 +1,8 @@
 """Host side of the Hopper mixed-batch kernel (attention_mixed_hopper.py): which calls it serves, and their launch.
 
 plan_hopper_forward (hopper_forward.py) hands it the calls that configs.mixed_batch calls mixed and the Hopper
-kernels serve. It takes those where it measured faster than the general kernel (MIXED_HOPPER_MIN_KV_LENGTH);
-``ATTN_FUSED_HOPPER_MIXED`` switches it off (``0``) or on for every mixed batch it can run (``force``: tests, A/B).
+kernels serve; it takes every one it can run (MIXED_HOPPER_ENV has the measurements). ``ATTN_FUSED_HOPPER_MIXED=0``
+sends them to the general kernel.
 """
 
 from __future__ import annotations
@@ -16,33 +16,33 @@ from attention.environment import getenv
 from .attention_fwd_hopper import HOPPER_ROWS_PER_GROUP
 from .attention_mixed_hopper import MAX_DECODE_ROWS, attention_mixed_hopper_kernel
 
-__all__ = ["MIXED_HOPPER_ENV", "MIXED_HOPPER_MIN_KV_LENGTH", "MIXED_HOPPER_TILE", "MIXED_HOPPER_TILE_ENV",
+__all__ = ["MIXED_HOPPER_ENV", "MIXED_HOPPER_TILE", "MIXED_HOPPER_TILE_ENV",
            "MixedHopperPlan", "mixed_hopper_unsupported_reason", "plan_mixed_hopper"]
 
 MIXED_HOPPER_ENV = "ATTN_FUSED_HOPPER_MIXED"
-"""``0``: mixed batches go to the general kernel; unset or ``1``: to attention_mixed_hopper_kernel where the rule
-(MIXED_HOPPER_MIN_KV_LENGTH) sends them; ``force``: every mixed batch the kernel can run."""
-
-MIXED_HOPPER_MIN_KV_LENGTH = 8192
-"""The kernel takes mixed batches over a paged cache whose longest KV walk is at least this long: a chunk of
-chunked prefill on a long prefix, whose tensor work hides the decodes' streaming. H200, 2026-12-01, graph replays,
-settled, against the general kernel in the same process (docs/results/2026-12-01-h200-c42a08c/mixed-tiles-ab.txt,
-mixed-hopper-ab.txt): a 2k chunk on a 14k prefix + 64 decodes at 4k, page 16, 1148.6-1189.0 against 1351.4-1373.0
-µs (1.15-1.18x). A fresh 2k prefill + 128 decodes at 2k (its decodes are three quarters of the work, and one decode
-warp group per SM streams them slower than the general kernel's decode programs) 373.5-376.3 against 354.6-355.9
-(0.95x); over a non-paged cache both cells lost with the first version (0.82x / 0.92x)."""
+"""``0``: mixed batches go to the general kernel; unset or ``1``: to attention_mixed_hopper_kernel, every one it can
+run. H200, 2026-12-01, graph replays, settled, against the general kernel in the same process (abtree/rule_ab.py,
+docs/results/2026-12-01-h200-cf44b01/rule-ab.txt), page 16 unless named / non-paged: a 2k prefill + 128 decodes at
+2k 335.5 / 295.2 against 353.9 / 309.6 us; a 2k chunk on 14k + 64 decodes at 4k 1158.7 / 1139.0 against 1374.1 /
+1155.8; 512 + 32 decodes at 1k 57.6 / 53.6 against 64.5 / 58.0; a 2k chunk on 2k + 16 decodes at 2k 237.2 / 226.1
+against 300.4 / 249.6; 1k + 256 decodes at 512 187.2 / 164.4 against 186.6 / 167.1 (the one tie); 4k + 64 decodes
+at 8k 752.8 / 666.6 against 936.1 / 756.5; 1k + 64 decodes at 4k, page 64, 274.0 / 266.5 against 317.2 / 290.4; a
+ragged prefill of 8k + 63 x 128 tokens (no decodes) 1233.0 / 1209.9 against 1438.9 / 1239.3; prefills of 2k and 900
++ 64 verification steps of 4 tokens at 2k 217.9 / 190.0 against 276.7 / 232.4. (Before its decode tiles put a
+decode's rows in wgmma's N, the kernel lost the fresh-prefill cells and took only paged batches with KV walks of 8k
+keys or more.)"""
 
 
 MIXED_HOPPER_TILE = {64: (64, 2, 64, 3, 176, 136, 128), 128: (64, 2, 64, 3, 176, 136, 128)}
 """Head dim -> (BLOCK_N, STAGES, DECODE_BLOCK_N, DECODE_STAGES, consumer registers, decode registers, maxnreg).
-Shared memory at d128: Q 32 KiB, the prefill ring 2 x 2 x 16 KiB, the decode Q 16 KiB and ring 3 x 2 x 16 KiB: 208
-KiB of sm90's 227. Registers: the partitions take four warp groups (the producer's one warp a whole group), 512
-threads at maxnreg 128 share 65,536; the second consumer 176, the producer 24, the decode warp group 136, which
-leaves the first consumer 176. H200, same A/B as MIXED_HOPPER_MIN_KV_LENGTH, the chunk cell: 1148.6 µs; with
-consumers 168 / decode 152 1217.9, 184 / 120 1574.8; 32-key decode tiles 1241.1 (4 stages) and 1218.2 (6); the
-prefill ring 3 deep and the decode ring 2 deep 1193.6. The fresh-prefill cell moves between 364.0 and 452.5 the
-other way (the decode warp group's tiles: 64 keys 364.0-376.3, 32 keys 449.8-452.5); deeper decode rings did not
-change it (per tile, the decode warp group's two wgmmas and softmax are the limit, not the loads)."""
+Shared memory at d128: Q 32 KiB, the prefill ring 2 x 2 x 16 KiB, the decode ring 3 x 2 x 16 KiB, the decode Q and
+P^T 6 KiB: 200 KiB of sm90's 227. Registers: the partitions take four warp groups (the producer's one warp a whole
+group), 512 threads at maxnreg 128 share 65,536; the second consumer 176, the producer 24, the decode warp group
+136, which leaves the first consumer 176. H200, 2026-12-01, graph replays, settled (abtree/decode_ab.py): consumers
+192 / decode 104 ran the 2k chunk on 14k + 64 decodes at 4k in 1132.6 against 1135.1 us and the fresh 2k prefill +
+128 decodes at 2k in 341.3 against 336.3 (noise-sized both ways). With the earlier 64-row decode tiles: consumers
+168 / decode 152 1217.9, 184 / 120 1574.8 against 1148.6 on the chunk cell; 32-key decode tiles 1241.1 (4 stages),
+1218.2 (6); the prefill ring 3 deep and the decode ring 2 deep 1193.6."""
 
 MIXED_HOPPER_TILE_ENV = "ATTN_FUSED_HOPPER_MIXED_TILE"
 """Override of MIXED_HOPPER_TILE's entry (A/B measurements): seven integers, e.g. ``64,2,64,3,168,152,128``."""
@@ -98,16 +98,11 @@ class MixedHopperPlan:
             DECODE_REGISTERS=decode_registers, num_warps=4, maxnreg=maxnreg)
 
 
-def mixed_hopper_unsupported_reason(head_dim: int, group_size: int, num_seqs: int, page_size: int,
-                                    max_seqlen_kv: int) -> str | None:
+def mixed_hopper_unsupported_reason(head_dim: int, group_size: int, num_seqs: int, page_size: int) -> str | None:
     """None when attention_mixed_hopper_kernel can run a mixed batch that attention_fwd_hopper_kernel could (the
-    checks of hopper_unsupported_reason, done by the caller) and the rule sends it there, else why not."""
-    switch = getenv(MIXED_HOPPER_ENV, "1")
-    if switch == "0":
+    checks of hopper_unsupported_reason, done by the caller) and is not switched off, else why not."""
+    if getenv(MIXED_HOPPER_ENV, "1") == "0":
         return f"{MIXED_HOPPER_ENV}=0"
-    if switch != "force" and (not page_size or max_seqlen_kv < MIXED_HOPPER_MIN_KV_LENGTH):
-        return (f"a paged cache and KV walks of at least {MIXED_HOPPER_MIN_KV_LENGTH} keys, where it measured faster "
-                f"(or {MIXED_HOPPER_ENV}=force)")
     if head_dim not in MIXED_HOPPER_TILE:
         return f"needs head dims in {sorted(MIXED_HOPPER_TILE)}"
     if group_size > MAX_DECODE_ROWS:
@@ -121,13 +116,13 @@ def mixed_hopper_unsupported_reason(head_dim: int, group_size: int, num_seqs: in
 
 
 def plan_mixed_hopper(q: torch.Tensor, heads_kv: int, batch_rows: tuple[int, int, int, int], *, num_seqs: int,
-                      max_seqlen_kv: int, out_token_stride: int, softmax_scale: float, causal: bool,
+                      out_token_stride: int, softmax_scale: float, causal: bool,
                       bottom_right: bool, page_size: int, has_q_start: bool, has_kv_start: bool,
                       num_sms: int) -> MixedHopperPlan | None:
     """A MixedHopperPlan for a mixed batch the Hopper kernel serves (plan_hopper_forward checked the tensors),
     else None. q: a 4-D view [B, S, H_q, D]; batch_rows as HopperPlan's."""
     group_size = q.shape[2] // heads_kv
-    if mixed_hopper_unsupported_reason(q.shape[3], group_size, num_seqs, page_size, max_seqlen_kv):
+    if mixed_hopper_unsupported_reason(q.shape[3], group_size, num_seqs, page_size):
         return None
     return MixedHopperPlan(
         programs=num_sms, group_size=group_size, heads_kv=heads_kv, num_seqs=num_seqs, batch_rows=batch_rows,

@@ -1,7 +1,6 @@
 """The Gluon sm90 mixed-batch kernel (attention/kernels/attention_mixed_hopper.py) against the fp32 reference, on an
-H100 / H200. ``ATTN_FUSED_HOPPER_MIXED=force`` sends every mixed batch it can run there (its default rule takes only
-paged batches with long KV walks); each case checks that it ran (a MixedHopperPlan), the rows against the reference
-and that padding rows of out were not written."""
+H100 / H200 (every mixed batch it can run goes there); each case checks that it ran (a MixedHopperPlan), the rows
+against the reference and that padding rows of out were not written."""
 
 from __future__ import annotations
 
@@ -56,19 +55,20 @@ def _run(inputs: dict) -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)
-def test_mixed_kernel_matches_the_reference(case: AttentionCase, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(MIXED_HOPPER_ENV, "force")
+def test_mixed_kernel_matches_the_reference(case: AttentionCase) -> None:
     inputs = build_inputs(case, "cuda")
     _run(inputs)
     check_output(case, inputs)
 
 
-def test_the_rule_takes_a_chunk_on_a_long_prefix_beside_decodes() -> None:
-    """Without the switch: a 2k chunk on a 14k prefix beside decodes over 16-token pages (MIXED_HOPPER_MIN_KV_LENGTH)
-    runs the mixed kernel; the same batch with a 2k prefix stays with the general kernel."""
-    for prefix, kind in ((14336, "MixedHopperPlan"), (2048, "ForwardPlan")):
-        case = C((2048,) + (1,) * 40, (2048 + prefix,) + (4096,) * 40, heads=(32, 8), d_qk=128, d_v=128,
-                 dtype=torch.bfloat16, layout="paged", page_size=16, causal=True, bottom_right=True, num_splits=None)
+def test_the_switch_sends_mixed_batches_to_the_general_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 2k chunk on a 2k prefix beside decodes over 16-token pages: the mixed kernel by default, the general one
+    with ATTN_FUSED_HOPPER_MIXED=0; both match the reference."""
+    case = C((2048,) + (1,) * 40, (4096,) + (2048,) * 40, heads=(32, 8), d_qk=128, d_v=128, dtype=torch.bfloat16,
+             layout="paged", page_size=16, causal=True, bottom_right=True, num_splits=None)
+    for switch, kind in ((None, "MixedHopperPlan"), ("0", "ForwardPlan")):
+        if switch is not None:
+            monkeypatch.setenv(MIXED_HOPPER_ENV, switch)
         inputs = build_inputs(case, "cuda")
         launcher._plans.clear()
         attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"])
@@ -76,10 +76,9 @@ def test_the_rule_takes_a_chunk_on_a_long_prefix_beside_decodes() -> None:
         check_output(case, inputs)
 
 
-def test_cuda_graph_replay_with_new_lengths(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cuda_graph_replay_with_new_lengths() -> None:
     """The schedule is built on the device from cu_seqlens_q: a graph captured once replays a batch whose prefill
     moved to another sequence."""
-    monkeypatch.setenv(MIXED_HOPPER_ENV, "force")
     first = C((1, 1, 600) + DECODES_Q, (900, 40, 700) + DECODES_KV, heads=(32, 8), d_qk=128, d_v=128,
               dtype=torch.bfloat16, layout="paged", page_size=16, causal=True, bottom_right=True)
     inputs = build_inputs(first, "cuda")
