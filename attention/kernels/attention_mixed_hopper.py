@@ -409,7 +409,9 @@ def attention_mixed_hopper_kernel(
     over 2-D views [token rows, heads x head dim] with blocks [64, D] / [min(BLOCK_N, PAGE_SIZE), D], and
     k_decode_desc / v_decode_desc over the same K / V with blocks [min(DECODE_BLOCK_N, PAGE_SIZE), D] (PAGE_SIZE 0:
     not paged, the whole tile); q_ptr: the same Q, token rows stride_qs elements apart (decode rows load by
-    pointer). 2**LOG2_MAX_SEQS > num_seqs bounds the schedule's buffer. qk_scale in log2 units."""
+    pointer). 2**LOG2_MAX_SEQS > num_seqs bounds the schedule's buffer. qk_scale in log2 units. DECODE_ROWS: the
+    packed rows of a decode tile (wgmma's N, a power of 2 from 16 to MAX_DECODE_ROWS); sequences with more are
+    prefill items."""
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     MAX_SEQS: gl.constexpr = 1 << LOG2_MAX_SEQS

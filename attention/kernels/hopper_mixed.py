@@ -94,8 +94,8 @@ class MixedHopperPlan:
             GROUP_SIZE=self.group_size, BLOCK_N=block_n, STAGES=stages, DECODE_BLOCK_N=decode_block_n,
             DECODE_STAGES=decode_stages, PAGE_SIZE=self.page_size, CAUSAL=self.causal,
             BOTTOM_RIGHT=self.bottom_right, HAS_Q_START=self.has_q_start, HAS_KV_START=self.has_kv_start,
-            LOG2_MAX_SEQS=max(5, self.num_seqs.bit_length()), DECODE_ROWS=self.decode_rows, CONSUMER_REGISTERS=consumer_registers,
-            DECODE_REGISTERS=decode_registers, num_warps=4, maxnreg=maxnreg)
+            LOG2_MAX_SEQS=max(5, self.num_seqs.bit_length()), DECODE_ROWS=self.decode_rows,
+            CONSUMER_REGISTERS=consumer_registers, DECODE_REGISTERS=decode_registers, num_warps=4, maxnreg=maxnreg)
 
 
 def mixed_hopper_unsupported_reason(head_dim: int, group_size: int, num_seqs: int, page_size: int) -> str | None:
