@@ -49,11 +49,14 @@ def test_paged_mixed_batch_page_sizes(page_size: int, dtype: torch.dtype) -> Non
 
 
 @pytest.mark.parametrize("layout", ["cache", "thd"])
-def test_mixed_batch_over_a_contiguous_cache(layout: str) -> None:
+def test_mixed_batch_over_a_contiguous_cache(layout: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A mixed batch over a non-paged cache (configs.mixed_batch) runs the paged tables' tile with a 16-row tile
-    for its decodes (SMALL_BLOCK_M), and matches the reference."""
+    for its decodes (SMALL_BLOCK_M), and matches the reference (the general kernel's path: on sm90 the mixed kernel
+    takes such batches unless switched off)."""
     from attention.kernels import attention_fwd
+    from attention.kernels.hopper_mixed import MIXED_HOPPER_ENV
 
+    monkeypatch.setenv(MIXED_HOPPER_ENV, "0")
     attention_fwd._plans.clear()
     q_lens = (700,) + (1,) * 16  # fewer than 64 queries per sequence on average: not the Gluon kernel's
     kv_lens = (2900,) + _lengths(2, 16, 1, 4096) if layout == "cache" else q_lens
