@@ -12,7 +12,8 @@ parts cost apart. This kernel is persistent (one program per SM) and runs two in
   * decode: one more warp group walking the program's share of the (sequence, KV head) decode items (at most
     DECODE_ROWS packed rows: a KV head's query heads x the sequence's query tokens, wgmma's N; keys and head dims
     are its M: S^T = K Q^T, O^T += V^T P^T), with its own Q buffer and ring of DECODE_BLOCK_N-key tiles, filled
-    by TMA from the same warp group (one page per load over pages smaller than a tile).
+    by TMA from a decode producer warp (one page per load over pages smaller than a tile). The two producer warps
+    share a warp group's registers.
 
 Finding items needs per-sequence query lengths, which the host does not have: each program loads cu_seqlens_q
 once, counts each sequence's prefill q tiles and keeps their running sums in shared memory; a prefill partition
@@ -206,47 +207,65 @@ def _prefill_consumer(buffers, schedule, sequences, output, GROUP: gl.constexpr,
 
 
 @gluon.jit
-def _decode_rows(pages, tile, kv_len, DECODE_BLOCK_N: gl.constexpr, PAGE_SIZE: gl.constexpr):
-    """Where KV tile ``tile`` of a decode item starts: its pages' first rows in the page pool ([pages of the tile]
-    over pages smaller than a tile, past the sequence's last page that page again), the row of its page, or (not
-    paged) its first key. Loaded a tile ahead of the TMA loads that use it (``_decode_load``)."""
-    if PAGE_SIZE == 0:
-        return tile * DECODE_BLOCK_N
-    elif PAGE_SIZE >= DECODE_BLOCK_N:
-        key = tile * DECODE_BLOCK_N
-        return gl.load(pages + key // PAGE_SIZE) * PAGE_SIZE + key % PAGE_SIZE
+def _decode_walk(item, sequences, heads_kv, ROWS: gl.constexpr, DECODE_BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
+                 BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr, HAS_KV_START: gl.constexpr,
+                 GROUP_SIZE: gl.constexpr):
+    """What both decode partitions need of decode item ``item`` (a sequence x a KV head): (whether the sequence is
+    a decode: 1 to ROWS / GROUP_SIZE queries, seq, KV head, q_len, kv_len, its first query (a start offset or 0),
+    causal diagonal offset, KV tiles, first masked tile, first K / V rows)."""
+    cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr = sequences[0], sequences[1], sequences[2], \
+        sequences[3]
+    k_batch_rows, v_batch_rows = sequences[5], sequences[6]
+    seq = item // heads_kv
+    q_begin = gl.load(cu_seqlens_q_ptr + seq)
+    q_len = gl.load(cu_seqlens_q_ptr + seq + 1) - q_begin
+    kv_len = gl.load(cu_seqlens_kv_ptr + seq + 1) - gl.load(cu_seqlens_kv_ptr + seq)
+    q_first = 0
+    if HAS_Q_START:
+        q_first = gl.load(q_start_ptr + seq)
+    kv_first = 0
+    if HAS_KV_START:
+        kv_first = gl.load(kv_start_ptr + seq)
+    diag = 0
+    if BOTTOM_RIGHT:
+        diag = kv_len - q_len
+    if CAUSAL:
+        visible = gl.minimum(kv_len, gl.maximum(q_len + diag, 0))
+        first_masked = gl.minimum(gl.maximum(diag + 1, 0) // DECODE_BLOCK_N, kv_len // DECODE_BLOCK_N)
     else:
-        TILE_PAGES: gl.constexpr = DECODE_BLOCK_N // PAGE_SIZE
-        index = tile * TILE_PAGES + gl.arange(0, TILE_PAGES, layout=gl.BlockedLayout([1], [32], [4], [0]))
-        return gl.load(pages + gl.minimum(index, gl.maximum(kv_len - 1, 0) // PAGE_SIZE)) * PAGE_SIZE
+        visible = kv_len
+        first_masked = kv_len // DECODE_BLOCK_N
+    num_tiles = (visible + DECODE_BLOCK_N - 1) // DECODE_BLOCK_N
+    return ((q_len > 0) & (q_len * GROUP_SIZE <= ROWS), seq, item % heads_kv, q_len, kv_len,
+            q_first, diag, num_tiles, first_masked, seq * k_batch_rows + kv_first,
+            seq * v_batch_rows + kv_first)
 
 
 @gluon.jit
-def _decode_load(descriptors, decode_buffers, count, rows, k_row0, v_row0, kv_col,
-                 DECODE_BLOCK_N: gl.constexpr, DECODE_STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr):
-    """Issue the TMA loads of a decode KV tile starting at ``rows`` (``_decode_rows``) into ring slot
-    ``count % DECODE_STAGES`` (one mbarrier for K and V)."""
-    k_desc, v_desc = descriptors[3], descriptors[4]
-    dk_smem, dv_smem, d_ready = decode_buffers[1], decode_buffers[2], decode_buffers[3]
-    stage = count % DECODE_STAGES
-    ready = d_ready.index(stage)
-    if PAGE_SIZE >= DECODE_BLOCK_N or PAGE_SIZE == 0:
-        k_row = rows
-        v_row = rows
-        if PAGE_SIZE == 0:
-            k_row = k_row0 + rows
-            v_row = v_row0 + rows
-        mbarrier.expect(ready, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
-        _tma_load(k_desc, [k_row, kv_col], ready, dk_smem.index(stage))
-        _tma_load(v_desc, [v_row, kv_col], ready, dv_smem.index(stage))
-    else:
-        TILE_PAGES: gl.constexpr = DECODE_BLOCK_N // PAGE_SIZE
-        page_index = gl.arange(0, TILE_PAGES, layout=gl.BlockedLayout([1], [32], [4], [0]))
-        mbarrier.expect(ready, TILE_PAGES * (k_desc.block_type.nbytes + v_desc.block_type.nbytes))
-        for p in gl.static_range(TILE_PAGES):
-            row = gl.sum(gl.where(page_index == p, rows, 0), axis=0)
-            _tma_load(k_desc, [row, kv_col], ready, dk_smem.index(stage).slice(p * PAGE_SIZE, PAGE_SIZE))
-            _tma_load(v_desc, [row, kv_col], ready, dv_smem.index(stage).slice(p * PAGE_SIZE, PAGE_SIZE))
+def _decode_producer(descriptors, buffers, decode_buffers, schedule, sequences, output,
+                     CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
+                     HAS_KV_START: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                     DECODE_BLOCK_N: gl.constexpr, DECODE_STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
+                     GROUP_SIZE: gl.constexpr):
+    """1 warp: the K / V tiles of the program's decode items into the decode ring, as the decode warp group frees
+    it (the prefill producer's loads: one TMA load a tile, or a page; a warp group issuing them itself paid a
+    barrier of its 4 warps before each)."""
+    dq_smem, dk_smem, dv_smem, dk_ready, dk_empty, dv_ready, dv_empty = decode_buffers[:7]
+    page_table_ptr, page_table_stride, num_seqs, heads_kv = output[5], output[6], output[8], output[9]
+    ROWS: gl.constexpr = dq_smem.type.shape[0]
+    HEAD_DIM: gl.constexpr = dq_smem.type.shape[1]
+    count = 0
+    for item in range(gl.program_id(0), num_seqs * heads_kv, gl.num_programs(0)):
+        walk = _decode_walk(item, sequences, heads_kv, ROWS, DECODE_BLOCK_N, CAUSAL, BOTTOM_RIGHT, HAS_Q_START,
+                            HAS_KV_START, GROUP_SIZE)
+        if walk[0]:
+            seq, kv_head, kv_len, num_tiles, k_row0, v_row0 = walk[1], walk[2], walk[4], walk[7], walk[9], walk[10]
+            pages = page_table_ptr + seq.to(gl.int64) * page_table_stride
+            for t in range(num_tiles):
+                _load_kv_tile((descriptors[3], descriptors[4]), (dk_smem, dv_smem, dk_ready, dk_empty, dv_ready,
+                              dv_empty), (count + t) % DECODE_STAGES, ((count + t) // DECODE_STAGES) & 1, t, k_row0,
+                              v_row0, kv_head * HEAD_DIM, pages, kv_len, DECODE_BLOCK_N, PAGE_SIZE)
+            count += num_tiles
 
 
 @gluon.jit
@@ -256,18 +275,15 @@ def _decode(descriptors, buffers, decode_buffers, schedule, sequences, output,
             DECODE_BLOCK_N: gl.constexpr, DECODE_STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
             GROUP_SIZE: gl.constexpr):
     """4 warps: the program's decode items, each a KV head's query heads x the sequence's queries (at most
-    DECODE_ROWS rows) through the sequence's KV, DECODE_STAGES tiles in flight.
+    DECODE_ROWS rows) through the sequence's KV tiles (the decode producer's ring of DECODE_STAGES).
 
     The item's few rows are wgmma's N, keys and head dims its M (64 per instruction): S^T = K Q^T ([keys, rows])
     and O^T += V^T P^T ([head dim, rows], P^T through shared memory). A decode has 4-16 rows; as wgmma's M (64) it
     would pay for 64. The softmax runs down the columns of S^T (a max across the warps per tile; the sums stay
-    per element until the item's end)."""
-    dq_smem, dk_smem, dv_smem, d_ready, dp_smem = decode_buffers
-    cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr = sequences[0], sequences[1], sequences[2], \
-        sequences[3]
-    q_batch_rows, k_batch_rows, v_batch_rows, out_batch_rows = sequences[4], sequences[5], sequences[6], sequences[7]
+    per element until the item's end). The next tile's S^T is computed while this tile's PV runs."""
+    dq_smem, dk_smem, dv_smem, dk_ready, dk_empty, dv_ready, dv_empty, dp_smem = decode_buffers
     out_ptr, stride_os, qk_scale, q_ptr, stride_qs = output[0], output[1], output[2], output[3], output[4]
-    page_table_ptr, page_table_stride, num_seqs, heads_kv = output[5], output[6], output[8], output[9]
+    num_seqs, heads_kv, q_batch_rows, out_batch_rows = output[8], output[9], sequences[4], sequences[7]
     ROWS: gl.constexpr = dq_smem.type.shape[0]
     HEAD_DIM: gl.constexpr = dq_smem.type.shape[1]
     dtype: gl.constexpr = dq_smem.dtype
@@ -284,41 +300,12 @@ def _decode(descriptors, buffers, decode_buffers, schedule, sequences, output,
     dims = gl.arange(0, HEAD_DIM, layout=down)
     count = 0
     for item in range(gl.program_id(0), num_seqs * heads_kv, gl.num_programs(0)):
-        seq = item // heads_kv
-        kv_head = item % heads_kv
-        q_begin = gl.load(cu_seqlens_q_ptr + seq)
-        q_len = gl.load(cu_seqlens_q_ptr + seq + 1) - q_begin
-        if (q_len > 0) & (q_len * GROUP_SIZE <= ROWS):
-            kv_len = gl.load(cu_seqlens_kv_ptr + seq + 1) - gl.load(cu_seqlens_kv_ptr + seq)
-            q_first = 0
-            if HAS_Q_START:
-                q_first = gl.load(q_start_ptr + seq)
-            kv_first = 0
-            if HAS_KV_START:
-                kv_first = gl.load(kv_start_ptr + seq)
-            diag = 0
-            if BOTTOM_RIGHT:
-                diag = kv_len - q_len
-            if CAUSAL:
-                visible = gl.minimum(kv_len, gl.maximum(q_len + diag, 0))
-                first_masked = gl.minimum(gl.maximum(diag + 1, 0) // DECODE_BLOCK_N, kv_len // DECODE_BLOCK_N)
-            else:
-                visible = kv_len
-                first_masked = kv_len // DECODE_BLOCK_N
-            num_tiles = (visible + DECODE_BLOCK_N - 1) // DECODE_BLOCK_N
-            k_row0 = seq * k_batch_rows + kv_first
-            v_row0 = seq * v_batch_rows + kv_first
-            kv_col = kv_head * HEAD_DIM
-            pages = page_table_ptr + seq.to(gl.int64) * page_table_stride
-            for j in gl.static_range(DECODE_STAGES):  # the ring's first tiles in flight before Q is in place
-                if j < num_tiles:
-                    _decode_load(descriptors, decode_buffers, count + j,
-                                 _decode_rows(pages, j, kv_len, DECODE_BLOCK_N, PAGE_SIZE), k_row0, v_row0, kv_col,
-                                 DECODE_BLOCK_N, DECODE_STAGES, PAGE_SIZE)
-            next_rows = _decode_rows(pages, gl.maximum(gl.minimum(num_tiles - 1, DECODE_STAGES), 0), kv_len,
-                                     DECODE_BLOCK_N, PAGE_SIZE)
-            q_token = (seq * q_batch_rows + q_first + q_rows // GROUP_SIZE).to(gl.int64)
+        is_decode, seq, kv_head, q_len, kv_len, q_first, diag, num_tiles, first_masked, _, _ = _decode_walk(
+            item, sequences, heads_kv, ROWS, DECODE_BLOCK_N, CAUSAL, BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START,
+            GROUP_SIZE)
+        if is_decode:
             q_col = (kv_head * GROUP_SIZE + q_rows % GROUP_SIZE) * HEAD_DIM
+            q_token = (seq * q_batch_rows + q_first + q_rows // GROUP_SIZE).to(gl.int64)
             q_offsets = q_token[:, None] * stride_qs + (q_col[:, None] + q_cols[None, :])
             q = gl.load(q_ptr + q_offsets, mask=(q_rows < q_len * GROUP_SIZE)[:, None], other=0.0)
             dq_smem.store(q)
@@ -329,7 +316,7 @@ def _decode(descriptors, buffers, decode_buffers, schedule, sequences, output,
             o = gl.zeros([HEAD_DIM, ROWS], gl.float32, layout=acc_layout)
             s = gl.zeros([DECODE_BLOCK_N, ROWS], gl.float32, layout=acc_layout)
             if num_tiles > 0:
-                mbarrier.wait(d_ready.index(count % DECODE_STAGES), (count // DECODE_STAGES) & 1)
+                mbarrier.wait(dk_ready.index(count % DECODE_STAGES), (count // DECODE_STAGES) & 1)
                 s = warpgroup_mma(dk_smem.index(count % DECODE_STAGES), dq_smem.permute((1, 0)), s, use_acc=False)
             for t in range(num_tiles):
                 stage = (count + t) % DECODE_STAGES
@@ -345,6 +332,7 @@ def _decode(descriptors, buffers, decode_buffers, schedule, sequences, output,
                 alpha = gl.exp2(m_i - m_use)
                 m_i = m_new
                 l_i = l_i * alpha[None, :] + p
+                mbarrier.wait(dv_ready.index(stage), ((count + t) // DECODE_STAGES) & 1)
                 if (t + 1) * DECODE_BLOCK_N > kv_len:
                     _zero_rows_from(dv_smem.index(stage), kv_len - t * DECODE_BLOCK_N)
                 dp_smem.store(p.to(dtype))
@@ -354,16 +342,13 @@ def _decode(descriptors, buffers, decode_buffers, schedule, sequences, output,
                 o = warpgroup_mma(dv_smem.index(stage).permute((1, 0)), dp_smem, o, is_async=True)
                 # the next tile's scores while PV runs (the last tile's again: one shape for both branches)
                 ahead = count + gl.minimum(t + 1, num_tiles - 1)
-                mbarrier.wait(d_ready.index(ahead % DECODE_STAGES), (ahead // DECODE_STAGES) & 1)
+                mbarrier.wait(dk_ready.index(ahead % DECODE_STAGES), (ahead // DECODE_STAGES) & 1)
                 s = warpgroup_mma(dk_smem.index(ahead % DECODE_STAGES), dq_smem.permute((1, 0)), s, use_acc=False,
                                   is_async=True)
                 o, s = warpgroup_mma_wait(num_outstanding=0, deps=(o, s))
                 _cta_barrier()  # every warp is done with the slot (and P^T) before either is written again
-                if t + DECODE_STAGES < num_tiles:  # the tile DECODE_STAGES ahead, its rows loaded a step ago
-                    _decode_load(descriptors, decode_buffers, count + t + DECODE_STAGES, next_rows, k_row0, v_row0,
-                                 kv_col, DECODE_BLOCK_N, DECODE_STAGES, PAGE_SIZE)
-                    next_rows = _decode_rows(pages, gl.minimum(t + DECODE_STAGES + 1, num_tiles - 1), kv_len,
-                                             DECODE_BLOCK_N, PAGE_SIZE)
+                mbarrier.arrive(dk_empty.index(stage), count=1)
+                mbarrier.arrive(dv_empty.index(stage), count=1)
             count += num_tiles
             l_sum = gl.sum(l_i, axis=0)
             o = o / gl.where(l_sum == 0.0, 1.0, l_sum)[None, :]
@@ -445,7 +430,10 @@ def attention_mixed_hopper_kernel(
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    d_ready = gl.allocate_shared_memory(gl.int64, [DECODE_STAGES, 1], mbarrier.MBarrierLayout())
+    dk_ready = gl.allocate_shared_memory(gl.int64, [DECODE_STAGES, 1], mbarrier.MBarrierLayout())
+    dk_empty = gl.allocate_shared_memory(gl.int64, [DECODE_STAGES, 1], mbarrier.MBarrierLayout())
+    dv_ready = gl.allocate_shared_memory(gl.int64, [DECODE_STAGES, 1], mbarrier.MBarrierLayout())
+    dv_empty = gl.allocate_shared_memory(gl.int64, [DECODE_STAGES, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_ready, count=1)
     mbarrier.init(q_empty, count=2)  # both consumer groups release Q
     for i in gl.static_range(STAGES):
@@ -454,12 +442,13 @@ def attention_mixed_hopper_kernel(
         mbarrier.init(k_empty.index(i), count=2)
         mbarrier.init(v_empty.index(i), count=2)
     for i in gl.static_range(DECODE_STAGES):
-        mbarrier.init(d_ready.index(i), count=1)
+        for barrier in gl.static_range(4):
+            mbarrier.init((dk_ready, dk_empty, dv_ready, dv_empty)[barrier].index(i), count=1)
     _cta_barrier()  # the schedule is in shared memory before any partition reads it
 
     descriptors = (q_desc, k_desc, v_desc, k_decode_desc, v_decode_desc)
     buffers = (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty)
-    decode_buffers = (dq_smem, dk_smem, dv_smem, d_ready, dp_smem)
+    decode_buffers = (dq_smem, dk_smem, dv_smem, dk_ready, dk_empty, dv_ready, dv_empty, dp_smem)
     schedule = (tile_ends, heads_q)
     sequences = (cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, q_batch_rows, k_batch_rows,
                  v_batch_rows, out_batch_rows)
@@ -478,4 +467,7 @@ def attention_mixed_hopper_kernel(
         (_decode, (descriptors, buffers, decode_buffers, schedule, sequences, output, CAUSAL, BOTTOM_RIGHT,
                    HAS_Q_START, HAS_KV_START, BLOCK_N, STAGES, DECODE_BLOCK_N, DECODE_STAGES, PAGE_SIZE,
                    GROUP_SIZE)),
-    ], [4, 1, 4], [CONSUMER_REGISTERS, 24, DECODE_REGISTERS])
+        (_decode_producer, (descriptors, buffers, decode_buffers, schedule, sequences, output, CAUSAL, BOTTOM_RIGHT,
+                            HAS_Q_START, HAS_KV_START, BLOCK_N, STAGES, DECODE_BLOCK_N, DECODE_STAGES, PAGE_SIZE,
+                            GROUP_SIZE)),
+    ], [4, 1, 4, 1], [CONSUMER_REGISTERS, 24, DECODE_REGISTERS, 24])
