@@ -237,11 +237,12 @@ def _consume_second_half(descriptors, buffers, loads, walk, output,
 
 
 @gluon.jit
-def _tile_walk(seq, first_query, q_len, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, TILE_Q: gl.constexpr,
+def _tile_walk(seq, first_query, q_len, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, tile_queries,
                BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
                HAS_KV_START: gl.constexpr):
-    """The KV walk of a q tile of TILE_Q queries from ``first_query`` of sequence ``seq``: (kv_len, the sequence's
-    first q / kv rows (start offsets or 0), the causal diagonal offset, KV tiles to visit, the first masked one)."""
+    """The KV walk of a q tile of ``tile_queries`` queries from ``first_query`` of sequence ``seq``: (kv_len, the
+    sequence's first q / kv rows (start offsets or 0), the causal diagonal offset, KV tiles to visit, the first
+    masked one)."""
     kv_len = gl.load(cu_seqlens_kv_ptr + seq + 1) - gl.load(cu_seqlens_kv_ptr + seq)
     q_first = 0
     if HAS_Q_START:
@@ -253,7 +254,7 @@ def _tile_walk(seq, first_query, q_len, cu_seqlens_kv_ptr, q_start_ptr, kv_start
     if BOTTOM_RIGHT:
         diag = kv_len - q_len
     if CAUSAL:
-        keys = gl.minimum(kv_len, gl.maximum(first_query + TILE_Q + diag, 0))
+        keys = gl.minimum(kv_len, gl.maximum(first_query + tile_queries + diag, 0))
         first_masked = gl.minimum(gl.maximum(first_query + diag + 1, 0) // BLOCK_N, kv_len // BLOCK_N)
     else:
         keys = kv_len

@@ -219,23 +219,9 @@ def _decode_walk(item, sequences, heads_kv, ROWS: gl.constexpr, DECODE_BLOCK_N: 
     seq = item // heads_kv
     q_begin = gl.load(cu_seqlens_q_ptr + seq)
     q_len = gl.load(cu_seqlens_q_ptr + seq + 1) - q_begin
-    kv_len = gl.load(cu_seqlens_kv_ptr + seq + 1) - gl.load(cu_seqlens_kv_ptr + seq)
-    q_first = 0
-    if HAS_Q_START:
-        q_first = gl.load(q_start_ptr + seq)
-    kv_first = 0
-    if HAS_KV_START:
-        kv_first = gl.load(kv_start_ptr + seq)
-    diag = 0
-    if BOTTOM_RIGHT:
-        diag = kv_len - q_len
-    if CAUSAL:
-        visible = gl.minimum(kv_len, gl.maximum(q_len + diag, 0))
-        first_masked = gl.minimum(gl.maximum(diag + 1, 0) // DECODE_BLOCK_N, kv_len // DECODE_BLOCK_N)
-    else:
-        visible = kv_len
-        first_masked = kv_len // DECODE_BLOCK_N
-    num_tiles = (visible + DECODE_BLOCK_N - 1) // DECODE_BLOCK_N
+    kv_len, q_first, kv_first, diag, num_tiles, first_masked = _tile_walk(
+        seq, 0, q_len, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, q_len, DECODE_BLOCK_N, CAUSAL, BOTTOM_RIGHT,
+        HAS_Q_START, HAS_KV_START)
     return ((q_len > 0) & (q_len * GROUP_SIZE <= ROWS), seq, item % heads_kv, q_len, kv_len,
             q_first, diag, num_tiles, first_masked, seq * k_batch_rows + kv_first,
             seq * v_batch_rows + kv_first)
