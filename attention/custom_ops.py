@@ -55,9 +55,11 @@ def fused_attention_forward(
     max_seqlen_q: int, max_seqlen_kv: int, total_q: int, softmax_scale: float,
     causal: bool, window_left: int, window_right: int, bottom_right: bool,
     alibi_slopes: Tensor | None, softmax_offset: Tensor | None, num_splits: int | None = None,
+    zero_tail: bool = False,
 ) -> None:
     """Run the fused kernel, writing the rows of real query tokens of ``out`` (in place; ``[..., h, d_v]``
-    in q's format, or with heads flattened ``[..., h * d_v]``).
+    in q's format, or with heads flattened ``[..., h * d_v]``); with ``zero_tail`` (thd) also zeros in its
+    rows past the last sequence (``cu_seqlens_q[batch]`` on).
 
     ``q_start`` / ``kv_start``: thd offsets, cu_seqlens-style int32 ``[batch + 1]`` (the last entry is not
     read). ``num_splits``: the split-KV count, or None for the kernel's heuristic. The launcher sees sbhd
@@ -69,7 +71,7 @@ def fused_attention_forward(
     _attention_forward()(
         q, k, v, out, batch, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, max_seqlen_q,
         max_seqlen_kv, total_q, softmax_scale, causal, window_left, window_right, bottom_right, alibi_slopes,
-        softmax_offset, num_splits,
+        softmax_offset, num_splits, zero_tail,
     )
 
 

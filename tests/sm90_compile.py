@@ -157,6 +157,8 @@ def configurations() -> list[dict]:
             dict(label=f"{layout} decode tile, 4 splits", paged=paged, config=decode, num_splits=4),
             dict(label=f"{layout} window + alibi + sink", paged=paged, window_size=(64, 0),
                  alibi_slopes=torch.zeros(4), softmax_offset=torch.zeros(4), num_splits=1),
+            dict(label=f"{layout} decode tile, 4 splits, zero tail", paged=paged, config=decode, num_splits=4,
+                 zero_tail=True),
         ]
         for name, values in (
             ("paged_scalar_ids", dict(paged_scalar_ids=True)),

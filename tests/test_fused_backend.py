@@ -85,9 +85,9 @@ def test_the_fused_backend_hands_the_kernel_the_longest_sequence(monkeypatch) ->
 
 @pytest.mark.parametrize("extra_rows", [0, 3])
 def test_a_thd_cache_step_starts_from_zeros_only_with_padding_rows(monkeypatch, extra_rows) -> None:
-    """thd over a cache: a query of exactly the step's tokens gets an uninitialised output (no memset
-    launch: the kernel writes every row); extra rows get zeros. The kernel is replaced by a no-op, so
-    what the output holds is what the backend allocated."""
+    """thd over a cache: the output is never zeroed by a memset (the kernel writes every row); with rows past
+    the step's tokens the launch is asked to write zeros there (zero_tail). The kernel is replaced by a
+    no-op, so what the output holds is what the backend allocated."""
     from collections import OrderedDict
 
     from attention import DotProductAttention, custom_ops
@@ -98,7 +98,7 @@ def test_a_thd_cache_step_starts_from_zeros_only_with_padding_rows(monkeypatch, 
         pytest.skip(FusedBackend().availability_reason())
     allocations = []
     monkeypatch.setitem(custom_ops.OPS, "fused_attention_forward",
-                        (lambda *args: allocations.append(args[3]), custom_ops.OPS["fused_attention_forward"][1]))
+                        (lambda *args: allocations.append(args), custom_ops.OPS["fused_attention_forward"][1]))
     monkeypatch.setattr(torch, "empty", lambda *a, **k: torch.full(a, float("nan"), **k))
     monkeypatch.setattr(torch, "empty_like", lambda x, **k: torch.full_like(x, float("nan"), **k))
     monkeypatch.setattr(torch.Tensor, "new_empty",
@@ -112,8 +112,10 @@ def test_a_thd_cache_step_starts_from_zeros_only_with_padding_rows(monkeypatch, 
     q, k = torch.randn(rows, 4, 16, dtype=torch.float16), torch.randn(rows, 2, 16, dtype=torch.float16)
     cu = torch.tensor([0, 3, 5], dtype=torch.int32)
     module(q, k, k.clone(), cu_seqlens_q=cu, cu_seqlens_kv=cu, inference_params=params)
-    (out,) = allocations
-    assert bool(out.isnan().all()) is (extra_rows == 0)
+    (args,) = allocations
+    out, zero_tail = args[3], args[-1]
+    assert bool(out.isnan().all())
+    assert zero_tail is (extra_rows > 0)
 
 
 @pytest.mark.parametrize("value", ["1", "true", "on"])

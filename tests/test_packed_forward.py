@@ -125,3 +125,40 @@ def test_an_output_with_flattened_heads_gets_the_same_rows(monkeypatch: pytest.M
     _packed_call(inputs, out=flat)
     assert len(attention_fwd._plans) == 2
     torch.testing.assert_close(flat.unflatten(-1, unflat.shape[1:]), unflat, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("num_splits", [1, 3])
+@pytest.mark.parametrize("layout", ["cache", "paged"])
+def test_zero_tail_writes_zeros_past_the_last_sequence(monkeypatch: pytest.MonkeyPatch, layout: str,
+                                                       num_splits: int) -> None:
+    """thd rows past cu_seqlens_q[-1] (padding) come out zero with zero_tail, from the kernel's tail programs
+    (the split-KV path too); without it they are left alone. The real rows match the reference either way."""
+    from attention.kernels import attention_fwd
+
+    monkeypatch.setattr(attention_fwd, "_plans", {})
+    case = C((3, 1, 4), (5, 9, 4), layout=layout, causal=True, bottom_right=True, num_splits=num_splits)
+    inputs = build_inputs(case)
+    a = inputs["call"]
+    q = inputs["q"][0]
+    real = int(a["cu_seqlens_q"][-1])
+    padded_q = torch.cat([q, torch.randn(37, *q.shape[1:], dtype=q.dtype)])  # 37 rows of no sequence
+    out = torch.full((padded_q.shape[0], *q.shape[1:-1], case.d_v), SENTINEL, dtype=q.dtype)
+    for zero_tail in (False, True):
+        attention_fwd.packed_attention_forward(
+            padded_q, inputs["k"], inputs["v"], out, len(case.q_lens), a["cu_seqlens_q"], a["cu_seqlens_kv"],
+            a["cu_seqlens_q"], None, a.get("page_table"), a["max_seqlen_q"], a["max_seqlen_kv"], padded_q.shape[0], a["softmax_scale"],
+            True, -1, 0, True, None, None, a["num_splits"], zero_tail)
+        tail = out[real:]
+        assert bool((tail == 0).all()) if zero_tail else bool((tail == SENTINEL).all())
+    inputs["out"][0][:real].copy_(out[:real])  # (sequences back to back: the case's q_start is the cu_seqlens)
+    check_output(case, inputs)
+
+
+def test_zero_tail_needs_thd_rows() -> None:
+    from attention.kernels import attention_forward
+
+    q = torch.zeros(2, 4, 2, 16)
+    cu = torch.tensor([0, 4, 8], dtype=torch.int32)
+    with pytest.raises(ValueError, match="zero_tail needs thd rows"):
+        attention_forward(q, q, q, torch.zeros_like(q), cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=4,
+                          max_seqlen_kv=4, softmax_scale=0.25, zero_tail=True)

@@ -209,10 +209,10 @@ def test_num_splits_default_keeps_the_automatic_choice():
 @pytest.mark.parametrize("num_splits", [1, 2, 3])
 def test_fused_honours_num_splits(num_splits, monkeypatch):
     seen = []
-    real = attention.custom_ops._attention_forward()   # packed_attention_forward: num_splits comes last
+    real = attention.custom_ops._attention_forward()   # packed_attention_forward: num_splits, then zero_tail
 
     def spy(*args):
-        seen.append(args[-1])
+        seen.append(args[-2])
         return real(*args)
 
     monkeypatch.setattr(attention.custom_ops, "_attention_forward", lambda: spy)

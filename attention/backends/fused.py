@@ -132,7 +132,10 @@ class FusedBackend(Backend):
             if kv_format == "thd":
                 kv_starts = call.cu_seqlens_kv if call.cu_seqlens_kv_padded is None else call.cu_seqlens_kv_padded
 
-        out = _flat_output(q, q.shape[-2] * p.head_dim_v, output_rows_may_be_padding(p, q.shape, call.step_tokens))
+        padding = output_rows_may_be_padding(p, q.shape, call.step_tokens)
+        # thd padding rows are the rows past the last sequence: the kernels zero them (no memset of all of out)
+        zero_tail = padding and q_format == "thd" and not p.pad_between_seqs
+        out = _flat_output(q, q.shape[-2] * p.head_dim_v, padding and not zero_tail)
         # num_splits=1 (the default) keeps the kernel's own split-KV heuristic; a larger value is forced.
         # The launch is the custom op dpa::fused_attention_forward under torch.compile (attention.custom_ops).
         custom_ops.dispatch("fused_attention_forward")(
@@ -142,7 +145,7 @@ class FusedBackend(Backend):
             q_format, kv_format, batch,
             call.max_seqlen_q, split_sizing_kv_length(call), total_q, call.softmax_scale,
             is_causal(p.attn_mask_type), p.window_size[0], p.window_size[1], p.bottom_right_diagonal,
-            call.alibi_slopes, call.softmax_offset, None if p.num_splits == 1 else p.num_splits,
+            call.alibi_slopes, call.softmax_offset, None if p.num_splits == 1 else p.num_splits, zero_tail,
         )
         return out
 

@@ -126,6 +126,7 @@ def attention_forward(
     softmax_offset: torch.Tensor | None = None,
     num_splits: int | None = None,
     config: ForwardConfig | None = None,
+    zero_tail: bool = False,
 ) -> torch.Tensor:
     """Varlen / paged / GQA attention forward for prefill, decode and mixed batches in one launch.
 
@@ -166,6 +167,10 @@ def attention_forward(
     `config` overrides the launch configuration `select_forward_config` would pick (tuning sweeps:
     `python -m benchmarks.sweep`); it must pack whole query tokens (block_q * group <= block_m).
 
+    ``zero_tail`` (thd: q / out with batch stride 0, sequences back to back from row 0): the output rows
+    cu_seqlens_q[B] .. total_q - 1, which no sequence holds, are written as zeros, by the general kernel's
+    extra programs or a memset before the other kernels (instead of the caller zeroing the whole output).
+
     The example needs a CUDA GPU (compute capability 8.0+), so doctest skips its GPU lines. Two
     sequences in bshd: 5 queries over 7 keys, and 3 queries over 5 keys.
 
@@ -189,7 +194,7 @@ def attention_forward(
     key = (tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(out), tensor_key(cu_seqlens_q),
            tensor_key(cu_seqlens_kv), tensor_key(q_start), tensor_key(kv_start), tensor_key(page_table),
            tensor_key(alibi_slopes), tensor_key(softmax_offset), max_seqlen_q, kv_length_quanta,
-           total_q, softmax_scale, causal, tuple(window_size), bottom_right, num_splits, config,
+           total_q, softmax_scale, causal, tuple(window_size), bottom_right, num_splits, config, zero_tail,
            _plan_environment(), torch._C._cuda_getDevice() if q.is_cuda else -1)
     plan = _plans.get(key, _NO_PLAN)
     if plan is _NO_PLAN:
@@ -197,9 +202,11 @@ def attention_forward(
             q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, alibi_slopes, softmax_offset,
             max_seqlen_q=max_seqlen_q, max_seqlen_kv=_KV_LENGTH_QUANTUM * kv_length_quanta, total_q=total_q,
             softmax_scale=softmax_scale, causal=causal, window_size=window_size, bottom_right=bottom_right,
-            num_splits=num_splits, config=config)
+            num_splits=num_splits, config=config, zero_tail=zero_tail)
         _keep(key, plan)
     if plan is None:  # nothing to compute
+        if zero_tail:
+            out.zero_()
         return out
     if type(plan) is GatherPlan:
         k, v = gather_pages(k, v, page_table, plan.num_pages)
@@ -207,9 +214,9 @@ def attention_forward(
             q, k, v, out, cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv, q_start=q_start,
             max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv, total_q=total_q, softmax_scale=softmax_scale,
             causal=causal, window_size=window_size, bottom_right=bottom_right, alibi_slopes=alibi_slopes,
-            softmax_offset=softmax_offset, num_splits=num_splits)
+            softmax_offset=softmax_offset, num_splits=num_splits, zero_tail=zero_tail)
     _launch(plan, q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, alibi_slopes,
-            softmax_offset)
+            softmax_offset, zero_tail)
     return out
 
 
@@ -219,7 +226,7 @@ def packed_attention_forward(
     kv_start: torch.Tensor | None, page_table: torch.Tensor | None, max_seqlen_q: int, max_seqlen_kv: int,
     total_q: int | None, softmax_scale: float, causal: bool, window_left: int, window_right: int,
     bottom_right: bool, alibi_slopes: torch.Tensor | None, softmax_offset: torch.Tensor | None,
-    num_splits: int | None,
+    num_splits: int | None, zero_tail: bool = False,
 ) -> None:
     """``attention_forward`` with positional arguments (the fused backend's path), with two differences
     that save a tensor view each per call: q, k, v and out may also be 3-D thd ``[T, H, D]``, seen as
@@ -235,7 +242,7 @@ def packed_attention_forward(
            tensor_key(cu_seqlens_kv), _SAME_AS_CU_SEQLENS if q_start is cu_seqlens_q else tensor_key(q_start),
            _SAME_AS_CU_SEQLENS if kv_start is cu_seqlens_kv else tensor_key(kv_start), tensor_key(page_table),
            tensor_key(alibi_slopes), tensor_key(softmax_offset), max_seqlen_q, kv_length_quanta,
-           total_q, softmax_scale, causal, window_left, window_right, bottom_right, num_splits,
+           total_q, softmax_scale, causal, window_left, window_right, bottom_right, num_splits, zero_tail,
            _plan_environment(), torch._C._cuda_getDevice() if q.is_cuda else -1)
     plan = _plans.get(key, _NO_PLAN)
     if plan is _NO_PLAN or type(plan) is GatherPlan:
@@ -247,7 +254,7 @@ def packed_attention_forward(
                 q4, k4, v4, out4, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, alibi_slopes,
                 softmax_offset, max_seqlen_q=max_seqlen_q, max_seqlen_kv=_KV_LENGTH_QUANTUM * kv_length_quanta,
                 total_q=total_q, softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
-                bottom_right=bottom_right, num_splits=num_splits, config=None)
+                bottom_right=bottom_right, num_splits=num_splits, config=None, zero_tail=zero_tail)
             _keep(key, plan)
         if type(plan) is GatherPlan:
             attention_forward(
@@ -255,11 +262,13 @@ def packed_attention_forward(
                 kv_start=kv_start, page_table=page_table, max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
                 total_q=total_q, softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
                 bottom_right=bottom_right, alibi_slopes=alibi_slopes, softmax_offset=softmax_offset,
-                num_splits=num_splits)
+                num_splits=num_splits, zero_tail=zero_tail)
             return
     if plan is not None:
         _launch(plan, q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, alibi_slopes,
-                softmax_offset)
+                softmax_offset, zero_tail)
+    elif zero_tail:
+        out.zero_()
 
 
 def _keep(key: tuple, plan: ForwardPlan | GatherPlan | HopperPlan | MixedHopperPlan | None) -> None:
@@ -271,9 +280,12 @@ def _keep(key: tuple, plan: ForwardPlan | GatherPlan | HopperPlan | MixedHopperP
 def _launch(plan: ForwardPlan | HopperPlan | MixedHopperPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             out: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor, q_start: torch.Tensor | None,
             kv_start: torch.Tensor | None, page_table: torch.Tensor | None, alibi_slopes: torch.Tensor | None,
-            softmax_offset: torch.Tensor | None) -> None:
-    """Run a plan's launches on these tensors (only their addresses are read)."""
+            softmax_offset: torch.Tensor | None, zero_tail: bool = False) -> None:
+    """Run a plan's launches on these tensors (only their addresses are read). ``zero_tail``: the Gluon
+    kernels leave out's tail rows to a memset first; a ForwardPlan planned with it zeroes them itself."""
     if type(plan) is HopperPlan or type(plan) is MixedHopperPlan:
+        if zero_tail:
+            out.zero_()
         plan(q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table)
         return
     placeholder = cu_seqlens_q  # any device tensor for pointers a constexpr flag disables
@@ -311,7 +323,7 @@ def _plan_forward(
     kv_start: torch.Tensor | None, page_table: torch.Tensor | None, alibi_slopes: torch.Tensor | None,
     softmax_offset: torch.Tensor | None, *, max_seqlen_q: int, max_seqlen_kv: int, total_q: int | None,
     softmax_scale: float, causal: bool, window_size: tuple[int, int], bottom_right: bool,
-    num_splits: int | None, config: ForwardConfig | None,
+    num_splits: int | None, config: ForwardConfig | None, zero_tail: bool = False,
 ) -> ForwardPlan | GatherPlan | HopperPlan | MixedHopperPlan | None:
     """Validate the arguments and fix everything the launches need but the tensors' addresses (None:
     nothing to compute; a GatherPlan: copy the pages first; a HopperPlan: the Gluon sm90 kernel runs the
@@ -325,6 +337,9 @@ def _plan_forward(
         total_q = shapes.max_tokens_q if q.stride(0) == 0 else shapes.num_seqs * shapes.max_tokens_q
     if total_q < 0:
         raise ValueError(f"total_q must be >= 0, got {total_q}")
+    if zero_tail and ((out.stride(0) != 0 and shapes.num_seqs > 1) or total_q > shapes.max_tokens_q):
+        raise ValueError("zero_tail needs thd rows: out with batch stride 0 (a [T, H, D] tensor expanded over the "
+                         f"batch) and total_q <= its T; got out strides {tuple(out.stride())}, total_q {total_q}")
     if num_splits is not None and not 1 <= num_splits <= MAX_NUM_SPLITS:
         raise ValueError(f"num_splits must be in [1, {MAX_NUM_SPLITS}] or None, got {num_splits}")
     if shapes.num_seqs == 0 or total_q == 0 or max_seqlen_q == 0:
@@ -392,7 +407,9 @@ def _plan_forward(
     searched_programs = -(-total_q // config.block_q) + shapes.num_seqs
     seq_grid = shapes.num_seqs * tiles_per_seq <= searched_programs
     q_programs = shapes.num_seqs * tiles_per_seq if seq_grid else searched_programs
-    grid = (q_programs, shapes.num_heads_kv, num_splits)
+    # thd padding rows (zero_tail): up to 16 extra programs a KV head, 16 rows or more each
+    tail_programs = min(-(-total_q // 16), 16) if zero_tail else 0
+    grid = (q_programs + tail_programs, shapes.num_heads_kv, num_splits)
     fused_combine = write_partial and config.fused_combine
     # (the interpreter has no grid dependency control; CPU tensors outside it only reach tests/sm90_compile)
     dependent_launch = write_partial and not fused_combine and config.dependent_combine and not interpreter_enabled()
@@ -407,6 +424,7 @@ def _plan_forward(
             *part_strides, *lse_strides,
             float(softmax_scale) * 1.4426950408889634,
             max(window_left, 0), max(window_right, 0),
+            q_programs, total_q, -(-total_q // tail_programs) if tail_programs else 0,
         ),
         constexprs={
             "HEAD_DIM_QK": shapes.head_dim_qk, "HEAD_DIM_V": shapes.head_dim_v,
@@ -428,6 +446,7 @@ def _plan_forward(
             "HEAVY_TILES_FIRST": config.heavy_tiles_first,
             "K_TRANSPOSED": config.transposed_k_loads, "LAUNCH_DEPENDENTS": dependent_launch, "SEQ_GRID": seq_grid,
             "PAGES_PER_TILE": config.block_n // shapes.page_size if page_granular else 0,
+            "ZERO_TAIL": tail_programs > 0,
         },
         options={"num_warps": config.num_warps, "num_stages": config.num_stages,
                  "maxnreg": config.max_registers or None},
@@ -438,4 +457,4 @@ def _plan_forward(
             partial_out_shape, part_strides, lse_strides, out.stride()[:3], num_seqs=shapes.num_seqs,
             has_q_start=q_start is not None, has_sink=softmax_offset is not None, dependent_launch=dependent_launch,
             max_seqlen_q=max_seqlen_q if seq_grid and tiles_per_seq == 1 else None)
-    return ForwardPlan(attention, combine, partial_out_shape, grid[0] * grid[1] if fused_combine else 0)
+    return ForwardPlan(attention, combine, partial_out_shape, q_programs * grid[1] if fused_combine else 0)

@@ -508,6 +508,22 @@ def _merge_splits(partial_out_ptr, partial_lse_ptr, out_seq_ptr, q_start_seq_ptr
 
 
 @triton.jit
+def _zero_tail_rows(out_ptr, tail_first_ptr, chunk, tail_rows, rows_per_chunk, kv_head, stride_os, stride_oh,
+                    GROUP_SIZE: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr):
+    """Zeros in rows [max(*tail_first_ptr, chunk * rows_per_chunk), min(tail_rows, (chunk + 1) * rows_per_chunk))
+    of out, for the GROUP_SIZE query heads of ``kv_head`` (out's rows are packed tokens: batch stride 0)."""
+    first = tl.maximum(tl.load(tail_first_ptr), chunk * rows_per_chunk)
+    end = tl.minimum(tail_rows, (chunk + 1) * rows_per_chunk)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    zeros = tl.zeros([BLOCK_DV], dtype=out_ptr.dtype.element_ty)
+    row_ptr = out_ptr + first.to(tl.int64) * stride_os + kv_head * GROUP_SIZE * stride_oh
+    for _ in range(first, end):
+        for head in range(GROUP_SIZE):
+            tl.store(row_ptr + head * stride_oh + offs_dv, zeros, mask=offs_dv < HEAD_DIM_V)
+        row_ptr += stride_os
+
+
+@triton.jit
 def attention_fwd_kernel(
     q_ptr, k_ptr, v_ptr, out_ptr,
     partial_out_ptr, partial_lse_ptr,
@@ -523,6 +539,7 @@ def attention_fwd_kernel(
     stride_part_split, stride_part_tok, stride_part_head,
     stride_lse_split, stride_lse_tok,
     qk_scale, window_left, window_right,
+    tail_first_program, tail_rows, tail_rows_per_program,
     HEAD_DIM_QK: tl.constexpr, HEAD_DIM_V: tl.constexpr,
     BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
     GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -533,7 +550,7 @@ def attention_fwd_kernel(
     ROTATE_KV: tl.constexpr, USE_TMA: tl.constexpr, SMALL_BLOCK_M: tl.constexpr, SMALL_BLOCK_Q: tl.constexpr,
     FUSED_COMBINE: tl.constexpr, INDEX_INT32: tl.constexpr, PAGE_SIZE: tl.constexpr,
     HEAVY_TILES_FIRST: tl.constexpr, K_TRANSPOSED: tl.constexpr, LAUNCH_DEPENDENTS: tl.constexpr,
-    SEQ_GRID: tl.constexpr, PAGES_PER_TILE: tl.constexpr,
+    SEQ_GRID: tl.constexpr, PAGES_PER_TILE: tl.constexpr, ZERO_TAIL: tl.constexpr,
 ):
     """Strides: dense k/v use (batch, token, head); paged k/v use (page, slot, head).
 
@@ -555,6 +572,9 @@ def attention_fwd_kernel(
     programmatic dependent launch, the split combine: it waits for this grid before reading partials).
     PAGES_PER_TILE > 0 (a paged cache with PAGE_SIZE * PAGES_PER_TILE == BLOCK_N): KV tiles are read page
     by page, one page id per page (_load_tile_by_pages).
+    ZERO_TAIL (thd, sequences back to back): programs from tail_first_program on write zeros to the
+    padding rows cu_seqlens_q[num_seqs] .. tail_rows - 1 of out, tail_rows_per_program rows each, the
+    query heads of their KV head (split 0 only), instead of a memset of the whole output beforehand.
     PAGE_SIZE > 0 replaces the runtime page_size with a compile-time constant (one compile per cache
     geometry): a key's page and slot (key // page_size, key % page_size) then fold into shifts
     and per-thread constants. With the runtime value sm90 code does a signed division per key and
@@ -569,6 +589,13 @@ def attention_fwd_kernel(
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     num_splits = tl.num_programs(2)
+    if ZERO_TAIL:
+        if tile_id >= tail_first_program:
+            if split == 0:
+                _zero_tail_rows(out_ptr, cu_seqlens_q_ptr + num_seqs, tile_id - tail_first_program, tail_rows,
+                                tail_rows_per_program, kv_head, stride_os, stride_oh, GROUP_SIZE, HEAD_DIM_V,
+                                BLOCK_DV)
+            return
 
     if SEQ_GRID:  # sequence-major grid: the program id names the sequence, no search
         seq = tile_id // tiles_per_seq

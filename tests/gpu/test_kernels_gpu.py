@@ -222,3 +222,41 @@ def test_split_heuristic_agrees_with_single_split() -> None:
                                    **{**inputs["call"], "num_splits": 1})
     torch.testing.assert_close(split_out.float(), single_out.float(), atol=2e-2, rtol=2e-2)
     check_output(replace(case, num_splits=1), {**inputs, "out": single_out}, GPU_TOLERANCE[case.dtype])
+
+
+@pytest.mark.parametrize("q_lens, kv_lens", [
+    ((1,) * 8, (300, 4000, 17, 1, 900, 64, 2048, 129)),   # decode: the general kernel's tail programs
+    ((1,) * 12 + (300, 700), (1000, 300, 64, 65, 17, 1, 4096, 2047, 300, 31, 128, 3000, 300, 2900)),   # mixed
+    ((600, 1000), (600, 1500)),   # prefill (on an H200 the Gluon kernel: a memset first)
+])
+def test_zero_tail_thd_padding_rows_read_zero(q_lens: tuple, kv_lens: tuple) -> None:
+    """thd over a paged cache with 40 rows past the last sequence: zero_tail writes zeros there, in eager calls
+    and in a CUDA graph replayed after the rows held garbage; the real rows match the reference."""
+    from attention.kernels.attention_fwd import packed_attention_forward
+
+    case = C(q_lens, kv_lens, heads=(32, 8), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="paged",
+             causal=True, bottom_right=True, num_splits=None)
+    inputs = build_inputs(case, "cuda")
+    a = inputs["call"]
+    q = inputs["q"][0]
+    real = int(a["cu_seqlens_q"][-1])
+    padded_q = torch.cat([q[:real], torch.randn(40, *q.shape[1:], dtype=q.dtype, device="cuda")])
+    out = torch.full((padded_q.shape[0], 32 * 128), float("nan"), dtype=q.dtype, device="cuda")
+
+    def call() -> None:
+        packed_attention_forward(
+            padded_q, inputs["k"], inputs["v"], out, len(q_lens), a["cu_seqlens_q"], a["cu_seqlens_kv"],
+            a["cu_seqlens_q"], None, a["page_table"], a["max_seqlen_q"], a["max_seqlen_kv"], padded_q.shape[0],
+            a["softmax_scale"], True, -1, 0, True, None, None, None, True)
+
+    call()
+    assert bool((out[real:] == 0).all())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert bool((out[real:] == 0).all())
+    inputs["out"][0][:real].copy_(out[:real].unflatten(-1, (32, 128)))
+    check_output(case, inputs, GPU_TOLERANCE[case.dtype])
