@@ -86,3 +86,6 @@ def test_a_plan_launches_one_program_per_sm_with_page_sized_boxes(monkeypatch: p
     assert kwargs["LOG2_MAX_SEQS"] == 9 and 2 ** kwargs["LOG2_MAX_SEQS"] > 301
     assert (kwargs["BLOCK_N"], kwargs["DECODE_BLOCK_N"], kwargs["PAGE_SIZE"], kwargs["maxnreg"]) == (64, 64, 16, 128)
     assert kwargs["DECODE_ROWS"] == 16  # 4 query heads a KV head: up to 4 query tokens are a decode item
+    assert args[-1] == 0  # no rows past the last sequence to zero
+    plan(q, k, k, q, cu, cu, None, None, torch.zeros(301, 1024, dtype=torch.int32), zero_tail=True)
+    assert kernel.calls[-1][1][-1] == total  # zero_tail: the kernel zeroes rows cu_seqlens_q[-1] .. total - 1

@@ -282,8 +282,12 @@ def _launch(plan: ForwardPlan | HopperPlan | MixedHopperPlan, q: torch.Tensor, k
             kv_start: torch.Tensor | None, page_table: torch.Tensor | None, alibi_slopes: torch.Tensor | None,
             softmax_offset: torch.Tensor | None, zero_tail: bool = False) -> None:
     """Run a plan's launches on these tensors (only their addresses are read). ``zero_tail``: the Gluon
-    kernels leave out's tail rows to a memset first; a ForwardPlan planned with it zeroes them itself."""
-    if type(plan) is HopperPlan or type(plan) is MixedHopperPlan:
+    prefill kernel leaves out's tail rows to a memset first; the mixed kernel and a ForwardPlan planned with it
+    zero them themselves."""
+    if type(plan) is MixedHopperPlan:
+        plan(q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, zero_tail)
+        return
+    if type(plan) is HopperPlan:
         if zero_tail:
             out.zero_()
         plan(q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table)

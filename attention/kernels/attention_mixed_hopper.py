@@ -51,6 +51,19 @@ MAX_DECODE_ROWS = 64
 
 
 @gluon.jit
+def _zero_tail_rows(out_ptr, first, end, stride_os, heads_q, HEAD_DIM: gl.constexpr):
+    """Zeros in out's rows first, first + num_programs, ... below ``end`` (this program's share of the rows past
+    the last sequence), all query heads."""
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    cols = gl.arange(0, HEAD_DIM, layout=layout)
+    zeros = gl.zeros([HEAD_DIM], out_ptr.dtype.element_ty, layout=layout)
+    for row in range(first + gl.program_id(0), end, gl.num_programs(0)):
+        row_ptr = out_ptr + row.to(gl.int64) * stride_os
+        for head in range(heads_q):
+            gl.store(row_ptr + head * HEAD_DIM + cols, zeros)
+
+
+@gluon.jit
 def _store_running_sums(tiles, sums, MAX_SEQS: gl.constexpr, layout: gl.constexpr):
     """sums[b] = tiles[0] + ... + tiles[b] for a [MAX_SEQS] tensor of SliceLayout(0, layout), 32 sums at a time as
     masked row sums of a [32, MAX_SEQS] tile (Triton 3.6's Gluon has no cumsum; 32-entry slices of the buffer
@@ -386,7 +399,7 @@ def attention_mixed_hopper_kernel(
     q_desc, k_desc, v_desc, k_decode_desc, v_decode_desc, q_ptr, out_ptr,
     cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr,
     num_seqs, heads_kv, q_batch_rows, k_batch_rows, v_batch_rows, out_batch_rows, stride_qs, stride_os,
-    page_table_stride, qk_scale,
+    page_table_stride, qk_scale, tail_rows,
     GROUP_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, DECODE_BLOCK_N: gl.constexpr,
     DECODE_STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr, CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr,
     HAS_Q_START: gl.constexpr, HAS_KV_START: gl.constexpr, LOG2_MAX_SEQS: gl.constexpr, DECODE_ROWS: gl.constexpr,
@@ -398,7 +411,8 @@ def attention_mixed_hopper_kernel(
     not paged, the whole tile); q_ptr: the same Q, token rows stride_qs elements apart (decode rows load by
     pointer). 2**LOG2_MAX_SEQS > num_seqs bounds the schedule's buffer. qk_scale in log2 units. DECODE_ROWS: the
     packed rows of a decode tile (wgmma's N, a power of 2 from 16 to MAX_DECODE_ROWS); sequences with more are
-    prefill items."""
+    prefill items. tail_rows > 0 (thd, sequences back to back): out's rows cu_seqlens_q[num_seqs] ..
+    tail_rows - 1 are written as zeros, a row per program in turn."""
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     MAX_SEQS: gl.constexpr = 1 << LOG2_MAX_SEQS
@@ -409,9 +423,11 @@ def attention_mixed_hopper_kernel(
     seqs = gl.arange(0, MAX_SEQS, layout=gl.SliceLayout(0, sum_layout))
     q_begin = gl.load(cu_seqlens_q_ptr + seqs, mask=seqs < num_seqs, other=0)
     q_lens = gl.load(cu_seqlens_q_ptr + seqs + 1, mask=seqs < num_seqs, other=0) - q_begin
+    tail_first = gl.load(cu_seqlens_q_ptr + num_seqs)  # (issued with the lengths: no wait of its own)
     tiles = gl.where(q_lens * GROUP_SIZE > DECODE_ROWS, (q_lens + 2 * ROWS - 1) // (2 * ROWS), 0)
     tile_ends = gl.allocate_shared_memory(gl.int32, [MAX_SEQS], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     _store_running_sums(tiles, tile_ends, MAX_SEQS, sum_layout)
+    _zero_tail_rows(out_ptr, tail_first, tail_rows, stride_os, heads_q, HEAD_DIM)
     prefill_items = gl.sum(tiles, 0) * heads_q
 
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [2, ROWS, HEAD_DIM], q_desc.layout)

@@ -74,11 +74,14 @@ class MixedHopperPlan:
     """MIXED_HOPPER_TILE's entry (or MIXED_HOPPER_TILE_ENV's)."""
     decode_rows: int
     """Packed rows of a decode tile (decode_tile_rows): sequences with more go to the prefill partitions."""
+    total_q: int = 0
+    """The call's token rows: with ``zero_tail`` the launch zeroes out's rows cu_seqlens_q[num_seqs] .. total_q - 1."""
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor, q_start: torch.Tensor | None,
-                 kv_start: torch.Tensor | None, page_table: torch.Tensor | None) -> None:
-        """Launch on these tensors (as HopperPlan.__call__)."""
+                 kv_start: torch.Tensor | None, page_table: torch.Tensor | None, zero_tail: bool = False) -> None:
+        """Launch on these tensors (as HopperPlan.__call__); ``zero_tail``: thd out (sequences back to back),
+        its rows past the last sequence are written as zeros too."""
         from .hopper_forward import rows_descriptor  # (hopper_forward imports this module)
 
         block_n, stages, decode_block_n, decode_stages, consumer_registers, decode_registers, maxnreg = self.tile
@@ -92,6 +95,7 @@ class MixedHopperPlan:
             cu_seqlens_kv if kv_start is None else kv_start, cu_seqlens_q if page_table is None else page_table,
             self.num_seqs, self.heads_kv, q_rows, k_rows, v_rows, out_rows, self.q_token_stride,
             self.out_token_stride, 0 if page_table is None else page_table.stride(0), self.softmax_scale_log2,
+            self.total_q if zero_tail else 0,
             GROUP_SIZE=self.group_size, BLOCK_N=block_n, STAGES=stages, DECODE_BLOCK_N=decode_block_n,
             DECODE_STAGES=decode_stages, PAGE_SIZE=self.page_size, CAUSAL=self.causal,
             BOTTOM_RIGHT=self.bottom_right, HAS_Q_START=self.has_q_start, HAS_KV_START=self.has_kv_start,
@@ -119,7 +123,7 @@ def mixed_hopper_unsupported_reason(head_dim: int, group_size: int, num_seqs: in
 def plan_mixed_hopper(q: torch.Tensor, heads_kv: int, batch_rows: tuple[int, int, int, int], *, num_seqs: int,
                       out_token_stride: int, softmax_scale: float, causal: bool,
                       bottom_right: bool, page_size: int, has_q_start: bool, has_kv_start: bool,
-                      num_sms: int) -> MixedHopperPlan | None:
+                      num_sms: int, total_q: int = 0) -> MixedHopperPlan | None:
     """A MixedHopperPlan for a mixed batch the Hopper kernel serves (plan_hopper_forward checked the tensors),
     else None. q: a 4-D view [B, S, H_q, D]; batch_rows as HopperPlan's."""
     group_size = q.shape[2] // heads_kv
@@ -130,7 +134,7 @@ def plan_mixed_hopper(q: torch.Tensor, heads_kv: int, batch_rows: tuple[int, int
         q_token_stride=q.stride(-3), out_token_stride=out_token_stride,
         softmax_scale_log2=float(softmax_scale) * 1.4426950408889634, page_size=page_size, causal=causal,
         bottom_right=bool(bottom_right), has_q_start=has_q_start, has_kv_start=has_kv_start,
-        tile=_tile(q.shape[3]), decode_rows=decode_tile_rows(group_size))
+        tile=_tile(q.shape[3]), decode_rows=decode_tile_rows(group_size), total_q=total_q)
 
 
 def decode_tile_rows(group_size: int) -> int:

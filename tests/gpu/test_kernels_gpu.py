@@ -230,8 +230,10 @@ def test_split_heuristic_agrees_with_single_split() -> None:
     ((600, 1000), (600, 1500)),   # prefill (on an H200 the Gluon kernel: a memset first)
 ])
 def test_zero_tail_thd_padding_rows_read_zero(q_lens: tuple, kv_lens: tuple) -> None:
-    """thd over a paged cache with 40 rows past the last sequence: zero_tail writes zeros there, in eager calls
-    and in a CUDA graph replayed after the rows held garbage; the real rows match the reference."""
+    """thd over a paged cache with 40 rows past the last sequence: zero_tail writes zeros there (on an H200 the
+    general kernel's tail programs for the decodes, the mixed kernel's programs for the mixed batch, a memset
+    before the Gluon prefill kernel), in eager calls and in a CUDA graph replayed after the rows held garbage;
+    the real rows match the reference."""
     from attention.kernels.attention_fwd import packed_attention_forward
 
     case = C(q_lens, kv_lens, heads=(32, 8), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="paged",
