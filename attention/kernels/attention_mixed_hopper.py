@@ -295,7 +295,8 @@ def _decode(descriptors, buffers, decode_buffers, schedule, sequences, output,
     The item's few rows are wgmma's N, keys and head dims its M (64 per instruction): S^T = K Q^T ([keys, rows])
     and O^T += V^T P^T ([head dim, rows], P^T through shared memory). A decode has 4-16 rows; as wgmma's M (64) it
     would pay for 64. The softmax runs down the columns of S^T (a max across the warps per tile; the sums stay
-    per element until the item's end). The next tile's S^T is computed while this tile's PV runs."""
+    per element until the item's end). The next tile's S^T is computed while this tile's PV runs; its K slot then
+    goes back to the producer, a tile before its V's."""
     dq_smem, dk_smem, dv_smem, dk_ready, dk_empty, dv_ready, dv_empty, dp_smem = decode_buffers
     out_ptr, stride_os, qk_scale, q_ptr, stride_qs = output[0], output[1], output[2], output[3], output[4]
     num_seqs, heads_kv, q_batch_rows, out_batch_rows = output[8], output[9], sequences[4], sequences[7]
@@ -361,8 +362,12 @@ def _decode(descriptors, buffers, decode_buffers, schedule, sequences, output,
                 s = warpgroup_mma(dk_smem.index(ahead % DECODE_STAGES), dq_smem.permute((1, 0)), s, use_acc=False,
                                   is_async=True)
                 o, s = warpgroup_mma_wait(num_outstanding=0, deps=(o, s))
-                _cta_barrier()  # every warp is done with the slot (and P^T) before either is written again
-                mbarrier.arrive(dk_empty.index(stage), count=1)
+                _cta_barrier()  # every warp is done with V_t, K_t+1 (and P^T) before they are written again
+                # K_t+1's slot goes back now, a tile before its V's (its scores are in); K_0 goes with tile 0,
+                # the last K after its repeated scores
+                ahead_stage = (count + t + 1) % DECODE_STAGES
+                mbarrier.arrive(dk_empty.index(ahead_stage), count=1, pred=t + 2 < num_tiles)
+                mbarrier.arrive(dk_empty.index(stage), count=1, pred=(t == 0) | (t + 1 == num_tiles))
                 mbarrier.arrive(dv_empty.index(stage), count=1)
             count += num_tiles
             l_sum = gl.sum(l_i, axis=0)
