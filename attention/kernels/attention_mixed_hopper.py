@@ -271,10 +271,10 @@ def _decode_producer(descriptors, buffers, decode_buffers, schedule, sequences, 
     HEAD_DIM: gl.constexpr = dq_smem.type.shape[1]
     count = 0
     for item in range(gl.program_id(0), num_seqs * heads_kv, gl.num_programs(0)):
-        walk = _decode_walk(item, sequences, heads_kv, ROWS, DECODE_BLOCK_N, CAUSAL, BOTTOM_RIGHT, HAS_Q_START,
-                            HAS_KV_START, GROUP_SIZE)
-        if walk[0]:
-            seq, kv_head, kv_len, num_tiles, k_row0, v_row0 = walk[1], walk[2], walk[4], walk[7], walk[9], walk[10]
+        is_decode, seq, kv_head, _, kv_len, _, _, num_tiles, _, k_row0, v_row0 = _decode_walk(
+            item, sequences, heads_kv, ROWS, DECODE_BLOCK_N, CAUSAL, BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START,
+            GROUP_SIZE)
+        if is_decode:
             pages = page_table_ptr + seq.to(gl.int64) * page_table_stride
             for t in range(num_tiles):
                 _load_kv_tile((descriptors[3], descriptors[4]), (dk_smem, dv_smem, dk_ready, dk_empty, dv_ready,
