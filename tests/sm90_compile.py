@@ -7,8 +7,9 @@ of different shapes under a constexpr `if`. This script records every launch tha
 ``attention_forward`` and the KV append make for a set of configurations (``KernelLaunch`` is
 patched to record, not launch) and compiles each with Triton's CUDA back end, which needs no driver
 (Triton ships ptxas), checking the shared memory it asks for against sm90's limit, then the Gluon sm90
-kernel (attention_fwd_hopper.py) and its mixed-batch kernel (attention_mixed_hopper.py) on a set of their launches
-(hopper_launches, mixed_hopper_launches: on CPU, attention_forward never plans them).
+kernel (attention_fwd_hopper.py), its mixed-batch kernel (attention_mixed_hopper.py) and its decode kernel
+(attention_decode_hopper.py) on a set of their launches (hopper_launches, mixed_hopper_launches,
+decode_hopper_launches: on CPU, attention_forward never plans them).
 
 Run without TRITON_INTERPRET (tests/test_kernel_compile.py starts it in a subprocess; ~30 s on 2 cores):
     python -m tests.sm90_compile [--registers]   # one line per launch (with ptxas's register and
@@ -256,6 +257,38 @@ def mixed_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
     return launches
 
 
+def decode_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
+    """Launches of the Gluon sm90 decode kernel (attention_decode_hopper.py) with DECODE_HOPPER_TILE: 16-token pages
+    causal bottom-right at d128 writing split partials (16 rows), a non-paged cache with start offsets writing the
+    output (32 rows), 256-token pages at d64 without a mask (64 rows)."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from attention.kernels.attention_decode_hopper import attention_decode_hopper_kernel
+    from attention.kernels.hopper_decode import DECODE_HOPPER_TILE
+
+    block_n, stages, _, maxnreg = DECODE_HOPPER_TILE
+    launches = []
+    cu = torch.zeros(3, dtype=torch.int32)
+    partial = torch.zeros(16, dtype=torch.float32)
+    for head_dim, page_size, causal, starts, rows, write_partial in ((128, 16, True, False, 16, True),
+                                                                    (128, 0, True, True, 32, False),
+                                                                    (64, 256, False, False, 64, False)):
+        q = torch.zeros(256, 4 * head_dim, dtype=torch.bfloat16)
+        k = torch.zeros(256, 2 * head_dim, dtype=torch.bfloat16)
+        block = [min(block_n, page_size) if page_size else block_n, head_dim]
+        descriptor = TensorDescriptor.from_tensor(k, block, gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16))
+        args = (descriptor, descriptor, q, torch.zeros(256, 4, head_dim, dtype=torch.bfloat16), partial, partial,
+                cu, cu, cu, cu, cu, 2, 2, 4, 0, 0, 0, 0, 4 * head_dim, 4 * head_dim, 8, 0.18, 4096, 512, 64, 8, 256)
+        constexprs = dict(GROUP_SIZE=2, ROWS=rows, BLOCK_N=block_n, STAGES=stages, PAGE_SIZE=page_size, CAUSAL=causal,
+                          BOTTOM_RIGHT=causal, HAS_Q_START=starts, HAS_KV_START=starts, WRITE_PARTIAL=write_partial,
+                          maxnreg=maxnreg)
+        label = (f"decode d{head_dim} {f'page {page_size}' if page_size else 'non-paged'}{' causal' if causal else ''}"
+                 f"{' partials' if write_partial else ''}")
+        launches.append((label, attention_decode_hopper_kernel, args, constexprs, 4, 1))
+    return launches
+
+
 def _private_api_missing() -> str | None:
     """compile_for_sm90 binds arguments the way JITFunction.run does, through Triton internals."""
     from triton.runtime import jit
@@ -289,7 +322,8 @@ def main() -> int:
         return 0
     registers = "--registers" in sys.argv
     failures = 0
-    launches = recorded_launches(configurations()) + hopper_launches() + mixed_hopper_launches()
+    launches = (recorded_launches(configurations()) + hopper_launches() + mixed_hopper_launches()
+                + decode_hopper_launches())
     for label, fn, args, constexprs, warps, stages in launches:
         try:
             kernel = compile_for_sm90(fn, args, constexprs, warps, stages)

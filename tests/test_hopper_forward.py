@@ -84,8 +84,9 @@ def test_a_plan_launches_with_the_planned_output_row_stride(monkeypatch: pytest.
     k = v = torch.randn(tokens, heads_kv, head_dim, dtype=torch.bfloat16)
     out = torch.empty_like(q)
     q4, k4, v4, out4 = (x.unsqueeze(0).expand(2, -1, -1, -1) for x in (q, k, v, out))
-    plan = plan_hopper_forward(q4, k4, v4, out4, num_seqs=2, max_seqlen_q=128, total_q=tokens, softmax_scale=0.1,
-                               window=(-1, 0), bottom_right=False, page_size=0, alibi=False, sink=False,
+    plan = plan_hopper_forward(q4, k4, v4, out4, num_seqs=2, max_seqlen_q=128, max_seqlen_kv=4096, total_q=tokens,
+                               softmax_scale=0.1, window=(-1, 0), bottom_right=False, page_size=0, alibi=False,
+                               sink=False,
                                has_q_start=True, has_kv_start=True, num_sms=4)
     assert plan is not None
     cu = torch.tensor([0, 128, 256], dtype=torch.int32)
@@ -136,7 +137,8 @@ def test_a_paged_plan_loads_a_page_or_a_tile_per_tma_load(monkeypatch: pytest.Mo
     tokens, heads, heads_kv, head_dim = 256, 4, 2, 128
     q = torch.randn(1, tokens, heads, head_dim, dtype=torch.bfloat16)
     k = v = torch.randn(2048 // page_size, page_size, heads_kv, head_dim, dtype=torch.bfloat16)
-    plan = plan_hopper_forward(q, k, v, torch.empty_like(q), num_seqs=1, max_seqlen_q=tokens, total_q=tokens,
+    plan = plan_hopper_forward(q, k, v, torch.empty_like(q), num_seqs=1, max_seqlen_q=tokens, max_seqlen_kv=tokens,
+                               total_q=tokens,
                                softmax_scale=0.1, window=(-1, 0), bottom_right=True, page_size=page_size, alibi=False,
                                sink=False, has_q_start=False, has_kv_start=False, num_sms=4)
     cu = torch.tensor([0, tokens], dtype=torch.int32)
@@ -160,7 +162,8 @@ def test_batches_of_a_few_long_sequences_beside_many_short_ones_go_to_the_mixed_
     total = sum(q_lens)
     q = torch.randn(1, total, 32, 128, dtype=torch.bfloat16)
     k = torch.randn(1, total, 8, 128, dtype=torch.bfloat16)
-    plan = plan_hopper_forward(q, k, k, q, num_seqs=len(q_lens), max_seqlen_q=max(q_lens), total_q=total,
+    plan = plan_hopper_forward(q, k, k, q, num_seqs=len(q_lens), max_seqlen_q=max(q_lens), max_seqlen_kv=4096,
+                               total_q=total,
                                softmax_scale=0.1, window=(-1, 0), bottom_right=True, page_size=0, alibi=False,
                                sink=False, has_q_start=True, has_kv_start=True, num_sms=132)
     assert type(plan).__name__ == planned

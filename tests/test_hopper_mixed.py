@@ -55,7 +55,8 @@ def test_plan_hopper_forward_hands_mixed_batches_to_the_mixed_kernel(monkeypatch
     if switch is not None:
         monkeypatch.setenv(MIXED_HOPPER_ENV, switch)
     q, k, total = _paged_mixed_batch()
-    plan = plan_hopper_forward(q, k, k, q, num_seqs=65, max_seqlen_q=2048, total_q=total, softmax_scale=0.1,
+    plan = plan_hopper_forward(q, k, k, q, num_seqs=65, max_seqlen_q=2048, max_seqlen_kv=4096, total_q=total,
+                               softmax_scale=0.1,
                                window=(-1, 0), bottom_right=True, page_size=16, alibi=False, sink=False,
                                has_q_start=False, has_kv_start=False, num_sms=132)
     assert type(plan) is planned
@@ -72,7 +73,8 @@ def test_a_plan_launches_one_program_per_sm_with_page_sized_boxes(monkeypatch: p
     kernel = _RecordedLaunch()
     monkeypatch.setattr(hopper_mixed, "attention_mixed_hopper_kernel", kernel)
     q, k, total = _paged_mixed_batch(num_decodes=300)
-    plan = plan_hopper_forward(q, k, k, q, num_seqs=301, max_seqlen_q=2048, total_q=total, softmax_scale=0.1,
+    plan = plan_hopper_forward(q, k, k, q, num_seqs=301, max_seqlen_q=2048, max_seqlen_kv=4096, total_q=total,
+                               softmax_scale=0.1,
                                window=(-1, 0), bottom_right=True, page_size=16, alibi=False, sink=False,
                                has_q_start=False, has_kv_start=False, num_sms=132)
     cu = torch.zeros(302, dtype=torch.int32)

@@ -23,6 +23,7 @@ from .configs import (
     q_tile_count,
     select_forward_config,
 )
+from .hopper_decode import DECODE_HOPPER_ENV, DECODE_HOPPER_TILE_ENV, DecodeHopperPlan
 from .hopper_forward import HOPPER_ENV, HOPPER_SMALL_PAGES_ENV, HopperPlan, plan_hopper_forward
 from .hopper_mixed import MIXED_HOPPER_ENV, MIXED_HOPPER_TILE_ENV, MixedHopperPlan
 from .launch import KernelLaunch, tensor_key
@@ -39,7 +40,7 @@ _MAX_PLANS = 512
 _NO_PLAN = object()
 _SAME_AS_CU_SEQLENS = "cu_seqlens"
 _plan_environment = token_reader(VARIANTS_ENV, HOPPER_ENV, HOPPER_SMALL_PAGES_ENV, MIXED_HOPPER_ENV,
-                                 MIXED_HOPPER_TILE_ENV, "TRITON_INTERPRET")
+                                 MIXED_HOPPER_TILE_ENV, DECODE_HOPPER_ENV, DECODE_HOPPER_TILE_ENV, "TRITON_INTERPRET")
 """The environment a plan depends on (configuration variants, the Hopper kernel switch, the interpreter),
 for its key."""
 
@@ -68,7 +69,7 @@ class GatherPlan:
     num_pages: int
 
 
-_plans: dict[tuple, ForwardPlan | GatherPlan | HopperPlan | MixedHopperPlan | None] = {}
+_plans: dict[tuple, ForwardPlan | GatherPlan | HopperPlan | MixedHopperPlan | DecodeHopperPlan | None] = {}
 _split_counters: dict[tuple, torch.Tensor] = {}
 
 
@@ -271,20 +272,20 @@ def packed_attention_forward(
         out.zero_()
 
 
-def _keep(key: tuple, plan: ForwardPlan | GatherPlan | HopperPlan | MixedHopperPlan | None) -> None:
+def _keep(key: tuple, plan: ForwardPlan | GatherPlan | HopperPlan | MixedHopperPlan | DecodeHopperPlan | None) -> None:
     if len(_plans) >= _MAX_PLANS:
         _plans.clear()
     _plans[key] = plan
 
 
-def _launch(plan: ForwardPlan | HopperPlan | MixedHopperPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-            out: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor, q_start: torch.Tensor | None,
-            kv_start: torch.Tensor | None, page_table: torch.Tensor | None, alibi_slopes: torch.Tensor | None,
-            softmax_offset: torch.Tensor | None, zero_tail: bool = False) -> None:
+def _launch(plan: ForwardPlan | HopperPlan | MixedHopperPlan | DecodeHopperPlan, q: torch.Tensor, k: torch.Tensor,
+            v: torch.Tensor, out: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor,
+            q_start: torch.Tensor | None, kv_start: torch.Tensor | None, page_table: torch.Tensor | None,
+            alibi_slopes: torch.Tensor | None, softmax_offset: torch.Tensor | None, zero_tail: bool = False) -> None:
     """Run a plan's launches on these tensors (only their addresses are read). ``zero_tail``: the Gluon
-    prefill kernel leaves out's tail rows to a memset first; the mixed kernel and a ForwardPlan planned with it
-    zero them themselves."""
-    if type(plan) is MixedHopperPlan:
+    prefill kernel leaves out's tail rows to a memset first; the mixed and decode kernels and a ForwardPlan planned
+    with it zero them themselves."""
+    if type(plan) is MixedHopperPlan or type(plan) is DecodeHopperPlan:
         plan(q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, zero_tail)
         return
     if type(plan) is HopperPlan:
@@ -328,7 +329,7 @@ def _plan_forward(
     softmax_offset: torch.Tensor | None, *, max_seqlen_q: int, max_seqlen_kv: int, total_q: int | None,
     softmax_scale: float, causal: bool, window_size: tuple[int, int], bottom_right: bool,
     num_splits: int | None, config: ForwardConfig | None, zero_tail: bool = False,
-) -> ForwardPlan | GatherPlan | HopperPlan | MixedHopperPlan | None:
+) -> ForwardPlan | GatherPlan | HopperPlan | MixedHopperPlan | DecodeHopperPlan | None:
     """Validate the arguments and fix everything the launches need but the tensors' addresses (None:
     nothing to compute; a GatherPlan: copy the pages first; a HopperPlan: the Gluon sm90 kernel runs the
     call). Reads tensor metadata and host values only."""
@@ -365,8 +366,9 @@ def _plan_forward(
 
     if config_given is None and num_splits in (None, 1):
         hopper = plan_hopper_forward(
-            q, k, v, out, num_seqs=shapes.num_seqs, max_seqlen_q=max_seqlen_q, total_q=total_q,
-            softmax_scale=softmax_scale, window=(window_left, window_right), bottom_right=bottom_right,
+            q, k, v, out, num_seqs=shapes.num_seqs, max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
+            total_q=total_q, num_splits=num_splits, softmax_scale=softmax_scale, window=(window_left, window_right),
+            bottom_right=bottom_right,
             page_size=shapes.page_size if shapes.paged else 0, alibi=alibi_slopes is not None,
             sink=softmax_offset is not None,
             has_q_start=q_start is not None, has_kv_start=kv_start is not None,

@@ -29,38 +29,23 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
-    fence_async_shared,
     mbarrier,
     warpgroup_mma,
     warpgroup_mma_wait,
 )
 
-from .attention_fwd_hopper import (
-    _cta_barrier,
-    _load_kv_tile,
-    _softmax_tile,
-    _tile_walk,
-    _tma_load,
-    _zero_rows_from,
+from .attention_decode_hopper import (
+    MAX_DECODE_ROWS,
+    _decode_rows_out,
+    _decode_tiles,
+    _decode_walk,
+    _load_decode_q,
+    _load_decode_tiles,
+    _zero_tail_rows,
 )
+from .attention_fwd_hopper import _cta_barrier, _load_kv_tile, _softmax_tile, _tile_walk, _tma_load, _zero_rows_from
 
 __all__ = ["MAX_DECODE_ROWS", "attention_mixed_hopper_kernel"]
-
-MAX_DECODE_ROWS = 64
-"""The most packed rows (query tokens x query heads of a KV head) of a decode item (wgmma N of the decode tiles)."""
-
-
-@gluon.jit
-def _zero_tail_rows(out_ptr, first, end, stride_os, heads_q, HEAD_DIM: gl.constexpr):
-    """Zeros in out's rows first, first + num_programs, ... below ``end`` (this program's share of the rows past
-    the last sequence), all query heads."""
-    layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    cols = gl.arange(0, HEAD_DIM, layout=layout)
-    zeros = gl.zeros([HEAD_DIM], out_ptr.dtype.element_ty, layout=layout)
-    for row in range(first + gl.program_id(0), end, gl.num_programs(0)):
-        row_ptr = out_ptr + row.to(gl.int64) * stride_os
-        for head in range(heads_q):
-            gl.store(row_ptr + head * HEAD_DIM + cols, zeros)
 
 
 @gluon.jit
@@ -236,27 +221,6 @@ def _prefill_consumer(buffers, schedule, sequences, output, GROUP: gl.constexpr,
 
 
 @gluon.jit
-def _decode_walk(item, sequences, heads_kv, ROWS: gl.constexpr, DECODE_BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
-                 BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr, HAS_KV_START: gl.constexpr,
-                 GROUP_SIZE: gl.constexpr):
-    """What both decode partitions need of decode item ``item`` (a sequence x a KV head): (whether the sequence is
-    a decode: 1 to ROWS / GROUP_SIZE queries, seq, KV head, q_len, kv_len, its first query (a start offset or 0),
-    causal diagonal offset, KV tiles, first masked tile, first K / V rows)."""
-    cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr = sequences[0], sequences[1], sequences[2], \
-        sequences[3]
-    k_batch_rows, v_batch_rows = sequences[5], sequences[6]
-    seq = item // heads_kv
-    q_begin = gl.load(cu_seqlens_q_ptr + seq)
-    q_len = gl.load(cu_seqlens_q_ptr + seq + 1) - q_begin
-    kv_len, q_first, kv_first, diag, num_tiles, first_masked = _tile_walk(
-        seq, 0, q_len, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, q_len, DECODE_BLOCK_N, CAUSAL, BOTTOM_RIGHT,
-        HAS_Q_START, HAS_KV_START)
-    return ((q_len > 0) & (q_len * GROUP_SIZE <= ROWS), seq, item % heads_kv, q_len, kv_len,
-            q_first, diag, num_tiles, first_masked, seq * k_batch_rows + kv_first,
-            seq * v_batch_rows + kv_first)
-
-
-@gluon.jit
 def _decode_producer(descriptors, buffers, decode_buffers, schedule, sequences, output,
                      CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
                      HAS_KV_START: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
@@ -265,21 +229,19 @@ def _decode_producer(descriptors, buffers, decode_buffers, schedule, sequences, 
     """1 warp: the K / V tiles of the program's decode items into the decode ring, as the decode warp group frees
     it (the prefill producer's loads: one TMA load a tile, or a page; a warp group issuing them itself paid a
     barrier of its 4 warps before each)."""
-    dq_smem, dk_smem, dv_smem, dk_ready, dk_empty, dv_ready, dv_empty = decode_buffers[:7]
+    dq_smem = decode_buffers[0]
     page_table_ptr, page_table_stride, num_seqs, heads_kv = output[5], output[6], output[8], output[9]
     ROWS: gl.constexpr = dq_smem.type.shape[0]
     HEAD_DIM: gl.constexpr = dq_smem.type.shape[1]
     count = 0
     for item in range(gl.program_id(0), num_seqs * heads_kv, gl.num_programs(0)):
-        is_decode, seq, kv_head, _, kv_len, _, _, num_tiles, _, k_row0, v_row0 = _decode_walk(
+        is_decode, seq, kv_head, _, kv_len, _, _, num_tiles, _, k_row0, v_row0, _ = _decode_walk(
             item, sequences, heads_kv, ROWS, DECODE_BLOCK_N, CAUSAL, BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START,
             GROUP_SIZE)
         if is_decode:
             pages = page_table_ptr + seq.to(gl.int64) * page_table_stride
-            for t in range(num_tiles):
-                _load_kv_tile((descriptors[3], descriptors[4]), (dk_smem, dv_smem, dk_ready, dk_empty, dv_ready,
-                              dv_empty), (count + t) % DECODE_STAGES, ((count + t) // DECODE_STAGES) & 1, t, k_row0,
-                              v_row0, kv_head * HEAD_DIM, pages, kv_len, DECODE_BLOCK_N, PAGE_SIZE)
+            _load_decode_tiles((descriptors[3], descriptors[4]), decode_buffers, count, 0, num_tiles, k_row0, v_row0,
+                               kv_head * HEAD_DIM, pages, kv_len, PAGE_SIZE)
             count += num_tiles
 
 
@@ -290,92 +252,23 @@ def _decode(descriptors, buffers, decode_buffers, schedule, sequences, output,
             DECODE_BLOCK_N: gl.constexpr, DECODE_STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
             GROUP_SIZE: gl.constexpr):
     """4 warps: the program's decode items, each a KV head's query heads x the sequence's queries (at most
-    DECODE_ROWS rows) through the sequence's KV tiles (the decode producer's ring of DECODE_STAGES).
-
-    The item's few rows are wgmma's N, keys and head dims its M (64 per instruction): S^T = K Q^T ([keys, rows])
-    and O^T += V^T P^T ([head dim, rows], P^T through shared memory). A decode has 4-16 rows; as wgmma's M (64) it
-    would pay for 64. The softmax runs down the columns of S^T (a max across the warps per tile; the sums stay
-    per element until the item's end). The next tile's S^T is computed while this tile's PV runs; its K slot then
-    goes back to the producer, a tile before its V's."""
-    dq_smem, dk_smem, dv_smem, dk_ready, dk_empty, dv_ready, dv_empty, dp_smem = decode_buffers
+    DECODE_ROWS rows) through the sequence's KV tiles (the decode producer's ring of DECODE_STAGES), the way
+    attention_decode_hopper.py's kernel runs a split (its ``_decode_tiles``)."""
+    dq_smem = decode_buffers[0]
     out_ptr, stride_os, qk_scale, q_ptr, stride_qs = output[0], output[1], output[2], output[3], output[4]
     num_seqs, heads_kv, q_batch_rows, out_batch_rows = output[8], output[9], sequences[4], sequences[7]
     ROWS: gl.constexpr = dq_smem.type.shape[0]
-    HEAD_DIM: gl.constexpr = dq_smem.type.shape[1]
-    dtype: gl.constexpr = dq_smem.dtype
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                         instr_shape=[16, ROWS, 16])
-    down: gl.constexpr = gl.SliceLayout(1, acc_layout)  # along axis 0: keys, head dims
-    across: gl.constexpr = gl.SliceLayout(0, acc_layout)  # along axis 1: the item's rows
-    q_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-    q_rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, q_layout))
-    q_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, q_layout))
-    rows = gl.arange(0, ROWS, layout=across)
-    queries = rows // GROUP_SIZE  # a row's query index
-    keys = gl.arange(0, DECODE_BLOCK_N, layout=down)
-    dims = gl.arange(0, HEAD_DIM, layout=down)
     count = 0
     for item in range(gl.program_id(0), num_seqs * heads_kv, gl.num_programs(0)):
-        is_decode, seq, kv_head, q_len, kv_len, q_first, diag, num_tiles, first_masked, _, _ = _decode_walk(
+        is_decode, seq, kv_head, q_len, kv_len, q_first, diag, num_tiles, first_masked, _, _, _ = _decode_walk(
             item, sequences, heads_kv, ROWS, DECODE_BLOCK_N, CAUSAL, BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START,
             GROUP_SIZE)
         if is_decode:
-            q_col = (kv_head * GROUP_SIZE + q_rows % GROUP_SIZE) * HEAD_DIM
-            q_token = (seq * q_batch_rows + q_first + q_rows // GROUP_SIZE).to(gl.int64)
-            q_offsets = q_token[:, None] * stride_qs + (q_col[:, None] + q_cols[None, :])
-            q = gl.load(q_ptr + q_offsets, mask=(q_rows < q_len * GROUP_SIZE)[:, None], other=0.0)
-            dq_smem.store(q)
-            fence_async_shared()
-            _cta_barrier()
-            m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=across)
-            l_i = gl.zeros([DECODE_BLOCK_N, ROWS], gl.float32, layout=acc_layout)  # summed down at the end
-            o = gl.zeros([HEAD_DIM, ROWS], gl.float32, layout=acc_layout)
-            s = gl.zeros([DECODE_BLOCK_N, ROWS], gl.float32, layout=acc_layout)
-            if num_tiles > 0:
-                mbarrier.wait(dk_ready.index(count % DECODE_STAGES), (count // DECODE_STAGES) & 1)
-                s = warpgroup_mma(dk_smem.index(count % DECODE_STAGES), dq_smem.permute((1, 0)), s, use_acc=False)
-            for t in range(num_tiles):
-                stage = (count + t) % DECODE_STAGES
-                if t >= first_masked:
-                    key = t * DECODE_BLOCK_N + keys
-                    keep = key[:, None] < kv_len
-                    if CAUSAL:
-                        keep = keep & (key[:, None] <= queries[None, :] + diag)
-                    s = gl.where(keep, s, float("-inf"))
-                m_new = gl.maximum(m_i, gl.max(s, axis=0) * qk_scale)
-                m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: p = 0, not NaN
-                p = gl.exp2(s * qk_scale - m_use[None, :])
-                alpha = gl.exp2(m_i - m_use)
-                m_i = m_new
-                l_i = l_i * alpha[None, :] + p
-                mbarrier.wait(dv_ready.index(stage), ((count + t) // DECODE_STAGES) & 1)
-                if (t + 1) * DECODE_BLOCK_N > kv_len:
-                    _zero_rows_from(dv_smem.index(stage), kv_len - t * DECODE_BLOCK_N)
-                dp_smem.store(p.to(dtype))
-                fence_async_shared()
-                _cta_barrier()  # all of P^T in place for the wgmma
-                o = o * alpha[None, :]
-                o = warpgroup_mma(dv_smem.index(stage).permute((1, 0)), dp_smem, o, is_async=True)
-                # the next tile's scores while PV runs (the last tile's again: one shape for both branches)
-                ahead = count + gl.minimum(t + 1, num_tiles - 1)
-                mbarrier.wait(dk_ready.index(ahead % DECODE_STAGES), (ahead // DECODE_STAGES) & 1)
-                s = warpgroup_mma(dk_smem.index(ahead % DECODE_STAGES), dq_smem.permute((1, 0)), s, use_acc=False,
-                                  is_async=True)
-                o, s = warpgroup_mma_wait(num_outstanding=0, deps=(o, s))
-                _cta_barrier()  # every warp is done with V_t, K_t+1 (and P^T) before they are written again
-                # K_t+1's slot goes back now, a tile before its V's (its scores are in); K_0 goes with tile 0,
-                # the last K after its repeated scores
-                ahead_stage = (count + t + 1) % DECODE_STAGES
-                mbarrier.arrive(dk_empty.index(ahead_stage), count=1, pred=t + 2 < num_tiles)
-                mbarrier.arrive(dk_empty.index(stage), count=1, pred=(t == 0) | (t + 1 == num_tiles))
-                mbarrier.arrive(dv_empty.index(stage), count=1)
+            _load_decode_q(dq_smem, q_ptr, stride_qs, seq * q_batch_rows + q_first, kv_head, q_len, GROUP_SIZE)
+            o, _row_max, l_sum = _decode_tiles(decode_buffers, count, 0, num_tiles, first_masked, kv_len, diag,
+                                               qk_scale, CAUSAL, GROUP_SIZE)
             count += num_tiles
-            l_sum = gl.sum(l_i, axis=0)
-            o = o / gl.where(l_sum == 0.0, 1.0, l_sum)[None, :]
-            out_token = (seq * out_batch_rows + q_first + queries).to(gl.int64)
-            out_col = (kv_head * GROUP_SIZE + rows % GROUP_SIZE) * HEAD_DIM
-            offsets = out_token[None, :] * stride_os + (out_col[None, :] + dims[:, None])
-            gl.store(out_ptr + offsets, o.to(out_ptr.dtype.element_ty), mask=(rows < q_len * GROUP_SIZE)[None, :])
+            _decode_rows_out(o, l_sum, out_ptr, stride_os, seq * out_batch_rows + q_first, kv_head, q_len, GROUP_SIZE)
 
 
 @gluon.jit

@@ -13,9 +13,11 @@ import torch
 
 from attention.environment import getenv
 
+from .attention_decode_hopper import MAX_DECODE_ROWS
 from .attention_fwd_hopper import HOPPER_BLOCK_M, HOPPER_ROWS_PER_GROUP, attention_fwd_hopper_kernel
 from .availability import interpreter_enabled
 from .configs import mixed_batch
+from .hopper_decode import DecodeHopperPlan, plan_decode_hopper
 from .hopper_mixed import MixedHopperPlan, plan_mixed_hopper
 
 __all__ = [
@@ -167,12 +169,16 @@ class HopperPlan:
 
 
 def plan_hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, *, num_seqs: int,
-                        max_seqlen_q: int, total_q: int, softmax_scale: float, window: tuple[int, int],
-                        bottom_right: bool, page_size: int, alibi: bool, sink: bool, has_q_start: bool,
-                        has_kv_start: bool, num_sms: int) -> HopperPlan | MixedHopperPlan | None:
+                        max_seqlen_q: int, max_seqlen_kv: int, total_q: int, softmax_scale: float,
+                        num_splits: int | None = None,
+                        window: tuple[int, int], bottom_right: bool, page_size: int, alibi: bool, sink: bool,
+                        has_q_start: bool, has_kv_start: bool,
+                        num_sms: int) -> HopperPlan | MixedHopperPlan | DecodeHopperPlan | None:
     """A HopperPlan when the kernel serves this call and suits it (enough query rows per sequence to fill
     128-row tiles, enough of them to fill the GPU); for a mixed batch (configs.mixed_batch) a MixedHopperPlan when
-    the mixed kernel serves it (hopper_mixed.py); else None.
+    the mixed kernel serves it (hopper_mixed.py); for a decode-sized call (at most 64 packed rows a sequence) a
+    DecodeHopperPlan when the decode kernel serves it (hopper_decode.py; ``num_splits``: its split count, None to
+    choose); else None.
     Tensors as attention_forward's (4-D views; k / v paged caches [pages, page_size, H_kv, D] when page_size > 0)."""
     if hopper_unsupported_reason(q, k, v, out, page_size=page_size, window=window, alibi=alibi, sink=sink):
         return None
@@ -183,6 +189,12 @@ def plan_hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
                                  softmax_scale=softmax_scale, causal=window[1] == 0, bottom_right=bottom_right,
                                  page_size=page_size, has_q_start=has_q_start, has_kv_start=has_kv_start,
                                  num_sms=num_sms, total_q=total_q)
+    if max(1, max_seqlen_q) * (heads_q // heads_kv) <= MAX_DECODE_ROWS:
+        return plan_decode_hopper(q, out, heads_kv, batch_rows, num_seqs=num_seqs, max_seqlen_q=max_seqlen_q,
+                                  max_seqlen_kv=max_seqlen_kv, total_q=total_q, softmax_scale=softmax_scale,
+                                  causal=window[1] == 0, bottom_right=bottom_right, page_size=page_size,
+                                  has_q_start=has_q_start, has_kv_start=has_kv_start, num_sms=num_sms,
+                                  num_splits=num_splits)
     if total_q < HOPPER_MIN_QUERIES_PER_SEQUENCE * num_seqs or -(-total_q // HOPPER_BLOCK_M) * heads_q < num_sms:
         return None  # decode-like, or too few programs without split-KV
     group_size = heads_q // heads_kv

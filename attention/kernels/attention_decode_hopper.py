@@ -1,0 +1,346 @@
+"""Decode on Hopper (sm90) in Gluon: a KV head's few query rows as wgmma's N, the keys as its M, TMA-fed.
+
+A decode item is a sequence x a KV head: the KV head's query heads x the sequence's query tokens (4-64 packed rows:
+a decode step, a speculative verification step) against the sequence's whole KV. Its work is streaming K and V
+once; the tensor cores only have to keep up. Two partitions per program:
+
+  * a producer warp loads the item's K / V tiles of BLOCK_N keys into a ring of STAGES slots by TMA (one load a
+    tile, or one a page over pages smaller than a tile), running ahead into the program's next item;
+  * a warp group computes S^T = K Q^T ([keys, rows]: keys are wgmma's M, 64 per instruction; a decode's rows
+    its N, as few as 8) and O^T += V^T P^T, P^T through shared memory; the softmax runs down S^T's columns. The
+    next tile's S^T is issued while this tile's PV runs; its K slot goes back to the producer a tile before
+    its V's.
+
+attention_mixed_hopper.py runs the same two partitions beside its prefill ones (``_decode_producer`` and
+``_decode`` there), one whole item at a time. attention_decode_hopper_kernel runs them alone, persistent (a
+program takes items pid, pid + programs, ...) and with split-KV: item i is split i % num_splits of
+sequence x KV head i // num_splits, an even share of that walk's KV tiles, and with more than one split writes
+a normalised partial output and its log-sum-exp (log2 units) for combine.py's merge.
+
+Masking as attention_fwd_hopper.py: keys past the sequence and the causal band are masked on the tiles that
+need it, V rows past the sequence zeroed in shared memory before their PV, rows past the item not stored.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from .attention_fwd_hopper import _cta_barrier, _load_kv_tile, _tile_walk, _zero_rows_from
+
+__all__ = ["MAX_DECODE_ROWS", "attention_decode_hopper_kernel"]
+
+MAX_DECODE_ROWS = 64
+"""The most packed rows (query tokens x query heads of a KV head) of a decode item (wgmma N of the decode tiles)."""
+
+
+@gluon.jit
+def _decode_walk(item, sequences, heads_kv, ROWS: gl.constexpr, DECODE_BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
+                 BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr, HAS_KV_START: gl.constexpr,
+                 GROUP_SIZE: gl.constexpr):
+    """What both decode partitions need of decode item ``item`` (a sequence x a KV head): (whether the sequence is
+    a decode: 1 to ROWS / GROUP_SIZE queries, seq, KV head, q_len, kv_len, its first query (a start offset or 0),
+    causal diagonal offset, KV tiles, first masked tile, first K / V rows, its first packed query token)."""
+    cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr = sequences[0], sequences[1], sequences[2], \
+        sequences[3]
+    k_batch_rows, v_batch_rows = sequences[5], sequences[6]
+    seq = item // heads_kv
+    q_begin = gl.load(cu_seqlens_q_ptr + seq)
+    q_len = gl.load(cu_seqlens_q_ptr + seq + 1) - q_begin
+    kv_len, q_first, kv_first, diag, num_tiles, first_masked = _tile_walk(
+        seq, 0, q_len, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, q_len, DECODE_BLOCK_N, CAUSAL, BOTTOM_RIGHT,
+        HAS_Q_START, HAS_KV_START)
+    return ((q_len > 0) & (q_len * GROUP_SIZE <= ROWS), seq, item % heads_kv, q_len, kv_len,
+            q_first, diag, num_tiles, first_masked, seq * k_batch_rows + kv_first,
+            seq * v_batch_rows + kv_first, q_begin)
+
+
+@gluon.jit
+def _load_decode_tiles(kv_descriptors, decode_buffers, count, first_tile, num_tiles, k_row0, v_row0, kv_col, pages,
+                       kv_len, PAGE_SIZE: gl.constexpr):
+    """The producer's part of an item: KV tiles first_tile .. first_tile + num_tiles - 1 into the decode ring, from
+    its position ``count`` on, each slot once the decode warp group freed it."""
+    _, dk_smem, dv_smem, dk_ready, dk_empty, dv_ready, dv_empty = decode_buffers[:7]
+    DECODE_BLOCK_N: gl.constexpr = dk_smem.type.shape[1]
+    DECODE_STAGES: gl.constexpr = dk_smem.type.shape[0]
+    for i in range(num_tiles):
+        _load_kv_tile(kv_descriptors, (dk_smem, dv_smem, dk_ready, dk_empty, dv_ready, dv_empty),
+                      (count + i) % DECODE_STAGES, ((count + i) // DECODE_STAGES) & 1, first_tile + i, k_row0, v_row0,
+                      kv_col, pages, kv_len, DECODE_BLOCK_N, PAGE_SIZE)
+
+
+@gluon.jit
+def _gather_decode_q(q_ptr, stride_qs, q_token0, kv_head, q_len, ROWS: gl.constexpr, HEAD_DIM: gl.constexpr,
+                     GROUP_SIZE: gl.constexpr):
+    """An item's packed Q rows in registers (row r: query r // GROUP_SIZE, head kv_head * GROUP_SIZE + r % GROUP_SIZE,
+    from token row q_token0), zeros past q_len queries."""
+    q_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    q_rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, q_layout))
+    q_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, q_layout))
+    q_col = (kv_head * GROUP_SIZE + q_rows % GROUP_SIZE) * HEAD_DIM
+    q_token = (q_token0 + q_rows // GROUP_SIZE).to(gl.int64)
+    q_offsets = q_token[:, None] * stride_qs + (q_col[:, None] + q_cols[None, :])
+    return gl.load(q_ptr + q_offsets, mask=(q_rows < q_len * GROUP_SIZE)[:, None], other=0.0)
+
+
+@gluon.jit
+def _store_decode_q(dq_smem, q):
+    """Q rows into dq_smem for the wgmmas; every warp past the barrier."""
+    dq_smem.store(q)
+    fence_async_shared()
+    _cta_barrier()
+
+
+@gluon.jit
+def _load_decode_q(dq_smem, q_ptr, stride_qs, q_token0, kv_head, q_len, GROUP_SIZE: gl.constexpr):
+    """_gather_decode_q's rows into dq_smem."""
+    _store_decode_q(dq_smem, _gather_decode_q(q_ptr, stride_qs, q_token0, kv_head, q_len, dq_smem.type.shape[0],
+                                              dq_smem.type.shape[1], GROUP_SIZE))
+
+
+@gluon.jit
+def _decode_tiles(decode_buffers, count, first_tile, num_tiles, first_masked, kv_len, diag, qk_scale,
+                  CAUSAL: gl.constexpr, GROUP_SIZE: gl.constexpr):
+    """The decode warp group's part of an item whose Q is in dq_smem: KV tiles first_tile .. first_tile + num_tiles
+    - 1 from ring position ``count``. Returns O^T [HEAD_DIM, ROWS] (fp32, not yet divided by the sums), the rows'
+    running max (log2 units, -inf for a row that saw no key) and their softmax sums."""
+    dq_smem, dk_smem, dv_smem, dk_ready, dk_empty, dv_ready, dv_empty, dp_smem = decode_buffers
+    ROWS: gl.constexpr = dq_smem.type.shape[0]
+    HEAD_DIM: gl.constexpr = dq_smem.type.shape[1]
+    DECODE_STAGES: gl.constexpr = dk_smem.type.shape[0]
+    DECODE_BLOCK_N: gl.constexpr = dk_smem.type.shape[1]
+    dtype: gl.constexpr = dq_smem.dtype
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                         instr_shape=[16, ROWS, 16])
+    across: gl.constexpr = gl.SliceLayout(0, acc_layout)  # along axis 1: the item's rows
+    queries = gl.arange(0, ROWS, layout=across) // GROUP_SIZE  # a row's query index
+    keys = gl.arange(0, DECODE_BLOCK_N, layout=gl.SliceLayout(1, acc_layout))
+    m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=across)
+    l_i = gl.zeros([DECODE_BLOCK_N, ROWS], gl.float32, layout=acc_layout)  # summed down at the end
+    o = gl.zeros([HEAD_DIM, ROWS], gl.float32, layout=acc_layout)
+    s = gl.zeros([DECODE_BLOCK_N, ROWS], gl.float32, layout=acc_layout)
+    if num_tiles > 0:
+        mbarrier.wait(dk_ready.index(count % DECODE_STAGES), (count // DECODE_STAGES) & 1)
+        s = warpgroup_mma(dk_smem.index(count % DECODE_STAGES), dq_smem.permute((1, 0)), s, use_acc=False)
+    for i in range(num_tiles):
+        t = first_tile + i
+        stage = (count + i) % DECODE_STAGES
+        if t >= first_masked:
+            key = t * DECODE_BLOCK_N + keys
+            keep = key[:, None] < kv_len
+            if CAUSAL:
+                keep = keep & (key[:, None] <= queries[None, :] + diag)
+            s = gl.where(keep, s, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, axis=0) * qk_scale)
+        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: p = 0, not NaN
+        p = gl.exp2(s * qk_scale - m_use[None, :])
+        alpha = gl.exp2(m_i - m_use)
+        m_i = m_new
+        l_i = l_i * alpha[None, :] + p
+        mbarrier.wait(dv_ready.index(stage), ((count + i) // DECODE_STAGES) & 1)
+        if (t + 1) * DECODE_BLOCK_N > kv_len:
+            _zero_rows_from(dv_smem.index(stage), kv_len - t * DECODE_BLOCK_N)
+        dp_smem.store(p.to(dtype))
+        fence_async_shared()
+        _cta_barrier()  # all of P^T in place for the wgmma
+        o = o * alpha[None, :]
+        o = warpgroup_mma(dv_smem.index(stage).permute((1, 0)), dp_smem, o, is_async=True)
+        # the next tile's scores while PV runs (the last tile's again: one shape for both branches)
+        ahead = count + gl.minimum(i + 1, num_tiles - 1)
+        mbarrier.wait(dk_ready.index(ahead % DECODE_STAGES), (ahead // DECODE_STAGES) & 1)
+        s = warpgroup_mma(dk_smem.index(ahead % DECODE_STAGES), dq_smem.permute((1, 0)), s, use_acc=False,
+                          is_async=True)
+        o, s = warpgroup_mma_wait(num_outstanding=0, deps=(o, s))
+        _cta_barrier()  # every warp is done with V_t, K_t+1 (and P^T) before they are written again
+        # K_t+1's slot goes back now, a tile before its V's (its scores are in); K_0 goes with tile 0,
+        # the last K after its repeated scores
+        ahead_stage = (count + i + 1) % DECODE_STAGES
+        mbarrier.arrive(dk_empty.index(ahead_stage), count=1, pred=i + 2 < num_tiles)
+        mbarrier.arrive(dk_empty.index(stage), count=1, pred=(i == 0) | (i + 1 == num_tiles))
+        mbarrier.arrive(dv_empty.index(stage), count=1)
+    return o, m_i, gl.sum(l_i, axis=0)
+
+
+@gluon.jit
+def _decode_rows_out(o, l_sum, out_ptr, stride_os, out_token0, kv_head, q_len, GROUP_SIZE: gl.constexpr):
+    """O^T / the sums into out: row r of the item to token row out_token0 + r // GROUP_SIZE, query head
+    kv_head * GROUP_SIZE + r % GROUP_SIZE (rows past q_len queries not stored)."""
+    HEAD_DIM: gl.constexpr = o.type.shape[0]
+    ROWS: gl.constexpr = o.type.shape[1]
+    acc_layout: gl.constexpr = o.type.layout
+    rows = gl.arange(0, ROWS, layout=gl.SliceLayout(0, acc_layout))
+    dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(1, acc_layout))
+    o = o / gl.where(l_sum == 0.0, 1.0, l_sum)[None, :]
+    out_token = (out_token0 + rows // GROUP_SIZE).to(gl.int64)
+    out_col = (kv_head * GROUP_SIZE + rows % GROUP_SIZE) * HEAD_DIM
+    offsets = out_token[None, :] * stride_os + (out_col[None, :] + dims[:, None])
+    gl.store(out_ptr + offsets, o.to(out_ptr.dtype.element_ty), mask=(rows < q_len * GROUP_SIZE)[None, :])
+
+
+@gluon.jit
+def _decode_rows_partial(o, m_i, l_sum, partials, split, token0, kv_head, q_len, GROUP_SIZE: gl.constexpr):
+    """A split's partial: O^T / the sums into partial_out[split, token, head, :] (fp32 [splits, total_q, H_q, D],
+    tokens packed as cu_seqlens_q counts them, from token0) and m + log2(sum) into partial_lse[split, token, head]
+    (-inf for a row that saw no key: the merge gives it no weight)."""
+    partial_out_ptr, partial_lse_ptr, stride_split, stride_token, stride_lse_split, stride_lse_token = partials
+    HEAD_DIM: gl.constexpr = o.type.shape[0]
+    ROWS: gl.constexpr = o.type.shape[1]
+    acc_layout: gl.constexpr = o.type.layout
+    rows = gl.arange(0, ROWS, layout=gl.SliceLayout(0, acc_layout))
+    dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(1, acc_layout))
+    o = o / gl.where(l_sum == 0.0, 1.0, l_sum)[None, :]
+    token = (token0 + rows // GROUP_SIZE).to(gl.int64)
+    head = kv_head * GROUP_SIZE + rows % GROUP_SIZE
+    keep = rows < q_len * GROUP_SIZE
+    offsets = split * stride_split + token[None, :] * stride_token + (head * HEAD_DIM)[None, :] + dims[:, None]
+    gl.store(partial_out_ptr + offsets, o, mask=keep[None, :])
+    lse = gl.where(l_sum == 0.0, float("-inf"), m_i + gl.log2(l_sum))
+    gl.store(partial_lse_ptr + split * stride_lse_split + token * stride_lse_token + head, lse, mask=keep)
+
+
+@gluon.jit
+def _split_item(item, num_splits, num_tiles):
+    """Split ``item % num_splits``'s share of a walk of num_tiles KV tiles: (split, first tile, tiles)."""
+    split = item % num_splits
+    first = split * num_tiles // num_splits
+    return split, first, (split + 1) * num_tiles // num_splits - first
+
+
+@gluon.jit
+def _split_producer(kv_descriptors, decode_buffers, sequences, output, partials, CAUSAL: gl.constexpr,
+                    BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr, HAS_KV_START: gl.constexpr,
+                    PAGE_SIZE: gl.constexpr, GROUP_SIZE: gl.constexpr, WRITE_PARTIAL: gl.constexpr):
+    """1 warp: the K / V tiles of the program's split items into the ring."""
+    dq_smem, dk_smem = decode_buffers[0], decode_buffers[1]
+    page_table_ptr, page_table_stride, num_seqs, heads_kv, num_splits = output[5], output[6], output[7], output[8], \
+        output[9]
+    ROWS: gl.constexpr = dq_smem.type.shape[0]
+    HEAD_DIM: gl.constexpr = dq_smem.type.shape[1]
+    DECODE_BLOCK_N: gl.constexpr = dk_smem.type.shape[1]
+    count = 0
+    for item in range(gl.program_id(0), num_seqs * heads_kv * num_splits, gl.num_programs(0)):
+        is_decode, seq, kv_head, _, kv_len, _, _, walk_tiles, _, k_row0, v_row0, _ = _decode_walk(
+            item // num_splits, sequences, heads_kv, ROWS, DECODE_BLOCK_N, CAUSAL, BOTTOM_RIGHT, HAS_Q_START,
+            HAS_KV_START, GROUP_SIZE)
+        _, first_tile, num_tiles = _split_item(item, num_splits, walk_tiles)
+        if is_decode:
+            pages = page_table_ptr + seq.to(gl.int64) * page_table_stride
+            _load_decode_tiles(kv_descriptors, decode_buffers, count, first_tile, num_tiles, k_row0, v_row0,
+                               kv_head * HEAD_DIM, pages, kv_len, PAGE_SIZE)
+            count += num_tiles
+
+
+@gluon.jit
+def _split_decode(kv_descriptors, decode_buffers, sequences, output, partials, CAUSAL: gl.constexpr,
+                  BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr, HAS_KV_START: gl.constexpr,
+                  PAGE_SIZE: gl.constexpr, GROUP_SIZE: gl.constexpr, WRITE_PARTIAL: gl.constexpr):
+    """4 warps: the program's split items through their tiles, then their output rows or partials. The next item's
+    walk (its lengths) and Q rows are loaded before this item's tiles: their round trips to memory overlap the
+    tiles instead of stalling the tensor cores between items."""
+    dq_smem, dk_smem = decode_buffers[0], decode_buffers[1]
+    out_ptr, stride_os, qk_scale, q_ptr, stride_qs = output[0], output[1], output[2], output[3], output[4]
+    num_seqs, heads_kv, num_splits = output[7], output[8], output[9]
+    q_batch_rows, out_batch_rows = sequences[4], sequences[7]
+    ROWS: gl.constexpr = dq_smem.type.shape[0]
+    HEAD_DIM: gl.constexpr = dq_smem.type.shape[1]
+    DECODE_BLOCK_N: gl.constexpr = dk_smem.type.shape[1]
+    num_items = num_seqs * heads_kv * num_splits
+    count = 0
+    item = gl.program_id(0)
+    walk = _decode_walk(item // num_splits, sequences, heads_kv, ROWS, DECODE_BLOCK_N, CAUSAL, BOTTOM_RIGHT,
+                        HAS_Q_START, HAS_KV_START, GROUP_SIZE)
+    q = _gather_decode_q(q_ptr, stride_qs, walk[1] * q_batch_rows + walk[5], walk[2], walk[3], ROWS, HEAD_DIM,
+                         GROUP_SIZE)
+    while item < num_items:
+        is_decode, seq, kv_head, q_len, kv_len, q_first, diag, walk_tiles, first_masked, _, _, q_begin = walk
+        split, first_tile, num_tiles = _split_item(item, num_splits, walk_tiles)
+        if is_decode:
+            _store_decode_q(dq_smem, q)
+        item += gl.num_programs(0)
+        walk = _decode_walk(gl.minimum(item, num_items - 1) // num_splits, sequences, heads_kv, ROWS, DECODE_BLOCK_N,
+                            CAUSAL, BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START, GROUP_SIZE)
+        q = _gather_decode_q(q_ptr, stride_qs, walk[1] * q_batch_rows + walk[5], walk[2], walk[3], ROWS, HEAD_DIM,
+                             GROUP_SIZE)
+        if is_decode:
+            o, m_i, l_sum = _decode_tiles(decode_buffers, count, first_tile, num_tiles, first_masked, kv_len, diag,
+                                          qk_scale, CAUSAL, GROUP_SIZE)
+            count += num_tiles
+            if WRITE_PARTIAL:
+                _decode_rows_partial(o, m_i, l_sum, partials, split, q_begin, kv_head, q_len, GROUP_SIZE)
+            else:
+                _decode_rows_out(o, l_sum, out_ptr, stride_os, seq * out_batch_rows + q_first, kv_head, q_len,
+                                 GROUP_SIZE)
+
+
+@gluon.jit
+def _zero_tail_rows(out_ptr, first, end, stride_os, heads_q, HEAD_DIM: gl.constexpr):
+    """Zeros in out's rows first, first + num_programs, ... below ``end`` (this program's share of the rows past
+    the last sequence), all query heads."""
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    cols = gl.arange(0, HEAD_DIM, layout=layout)
+    zeros = gl.zeros([HEAD_DIM], out_ptr.dtype.element_ty, layout=layout)
+    for row in range(first + gl.program_id(0), end, gl.num_programs(0)):
+        row_ptr = out_ptr + row.to(gl.int64) * stride_os
+        for head in range(heads_q):
+            gl.store(row_ptr + head * HEAD_DIM + cols, zeros)
+
+
+@gluon.jit
+def attention_decode_hopper_kernel(
+    k_desc, v_desc, q_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
+    cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr,
+    num_seqs, heads_kv, num_splits, q_batch_rows, k_batch_rows, v_batch_rows, out_batch_rows, stride_qs, stride_os,
+    page_table_stride, qk_scale, stride_part_split, stride_part_token, stride_lse_split, stride_lse_token, tail_rows,
+    GROUP_SIZE: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+    PAGE_SIZE: gl.constexpr, CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
+    HAS_KV_START: gl.constexpr, WRITE_PARTIAL: gl.constexpr,
+):
+    """Grid (programs,), persistent: program p takes items p, p + programs, ... of num_seqs x heads_kv x num_splits
+    (split fastest). k_desc / v_desc: TMA descriptors over 2-D views [token rows, H_kv x D] of K / V with blocks
+    [min(BLOCK_N, PAGE_SIZE), D] (PAGE_SIZE 0: not paged, [BLOCK_N, D]); key j of sequence b is row
+    b * k_batch_rows + kv_start[b] + j, or with pages row page_table[b, j // PAGE_SIZE] * PAGE_SIZE + j % PAGE_SIZE.
+    q_ptr / out_ptr: token rows stride_qs / stride_os elements apart, query token i of sequence b at row
+    b * *_batch_rows + q_start[b] + i, heads packed along the row. Every sequence has at most ROWS / GROUP_SIZE
+    queries (ROWS: a power of 2 from 16 to MAX_DECODE_ROWS). WRITE_PARTIAL (num_splits > 1): partial_out fp32
+    [num_splits, total_q, H_q, D] (head stride D) and partial_lse fp32 [num_splits, total_q, H_q] (head stride 1),
+    tokens packed as cu_seqlens_q counts them, instead of out. qk_scale in log2 units. tail_rows > 0 (thd,
+    sequences back to back): out's rows cu_seqlens_q[num_seqs] .. tail_rows - 1 are written as zeros."""
+    HEAD_DIM: gl.constexpr = k_desc.block_type.shape[1]
+    dtype: gl.constexpr = k_desc.dtype
+    _zero_tail_rows(out_ptr, gl.load(cu_seqlens_q_ptr + num_seqs), tail_rows, stride_os, heads_kv * GROUP_SIZE,
+                    HEAD_DIM)
+    dq_smem = gl.allocate_shared_memory(dtype, [ROWS, HEAD_DIM], gl.NVMMASharedLayout.get_default_for([ROWS, HEAD_DIM],
+                                                                                                       dtype))
+    dp_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, ROWS], gl.NVMMASharedLayout.get_default_for([BLOCK_N, ROWS],
+                                                                                                      dtype))
+    dk_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
+    dv_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+    dk_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    dk_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    dv_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    dv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        for barrier in gl.static_range(4):
+            mbarrier.init((dk_ready, dk_empty, dv_ready, dv_empty)[barrier].index(i), count=1)
+    _cta_barrier()
+
+    kv_descriptors = (k_desc, v_desc)
+    decode_buffers = (dq_smem, dk_smem, dv_smem, dk_ready, dk_empty, dv_ready, dv_empty, dp_smem)
+    sequences = (cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, q_batch_rows, k_batch_rows,
+                 v_batch_rows, out_batch_rows)
+    output = (out_ptr, stride_os, qk_scale, q_ptr, stride_qs, page_table_ptr, page_table_stride, num_seqs, heads_kv,
+              num_splits)
+    partials = (partial_out_ptr, partial_lse_ptr, stride_part_split, stride_part_token, stride_lse_split,
+                stride_lse_token)
+    gl.warp_specialize([  # (constexprs stay constexprs only as direct members of an argument tuple literal)
+        (_split_decode, (kv_descriptors, decode_buffers, sequences, output, partials, CAUSAL, BOTTOM_RIGHT,
+                         HAS_Q_START, HAS_KV_START, PAGE_SIZE, GROUP_SIZE, WRITE_PARTIAL)),
+        (_split_producer, (kv_descriptors, decode_buffers, sequences, output, partials, CAUSAL, BOTTOM_RIGHT,
+                           HAS_Q_START, HAS_KV_START, PAGE_SIZE, GROUP_SIZE, WRITE_PARTIAL)),
+    ], [1], [24])

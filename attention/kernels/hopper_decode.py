@@ -1,0 +1,192 @@
+"""Host side of the Hopper decode kernel (attention_decode_hopper.py): which calls it serves, its split-KV count, and
+its launch (with combine.py's merge after it when it splits).
+
+plan_hopper_forward (hopper_forward.py) hands it the decode-sized calls (at most MAX_DECODE_ROWS packed rows per
+sequence) that the Hopper kernels serve. ``ATTN_FUSED_HOPPER_DECODE=0`` sends them to the general kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from attention.environment import getenv
+
+from .attention_decode_hopper import MAX_DECODE_ROWS, attention_decode_hopper_kernel
+from .combine import combine_launch
+from .configs import MAX_NUM_SPLITS
+from .hopper_mixed import decode_tile_rows
+from .launch import KernelLaunch
+
+__all__ = ["DECODE_HOPPER_ENV", "DECODE_HOPPER_TILE", "DECODE_HOPPER_TILE_ENV", "DecodeHopperPlan",
+           "choose_decode_splits", "decode_hopper_unsupported_reason", "plan_decode_hopper"]
+
+DECODE_HOPPER_ENV = "ATTN_FUSED_HOPPER_DECODE"
+"""``0``: decode calls go to the general kernel; unset or ``1``: to attention_decode_hopper_kernel, every one it
+can run."""
+
+DECODE_HOPPER_TILE = (64, 3, 1, 168)
+"""(BLOCK_N, STAGES, programs per SM, maxnreg). Shared memory at d128 with 16 rows: the ring 3 x 2 x 16 KiB, Q and
+P^T 6 KiB. The two partitions take two warp groups' registers: at maxnreg 168 one program fits an SM, at 128 two.
+H200, 2026-12-01, graph replays, paged p16 GQA 32/8 d128 (abtree/decode_kernel_ab.py, docs/results/
+2026-12-01-h200-session20/sweep.txt), against the general kernel in the same process: 1x8k 22.7 against 24.8 us,
+1x32k 50.2 / 52.7, 8x4k 50.1 / 51.8 (the split rule's counts); 64x4k 258.4 / 259.1, 128x2k 261.7 / 263.9, 64x4k MHA
+982.7 / 989.1. Two programs an SM (maxnreg 128) were within 1 % either way; 2 stages lost 4 % at one program an SM,
+4 and 6 stages 1-3 %."""
+
+DECODE_HOPPER_TILE_ENV = "ATTN_FUSED_HOPPER_DECODE_TILE"
+"""Override of DECODE_HOPPER_TILE (A/B measurements): four integers, and a fifth for a fixed split count, e.g.
+``64,4,1,168`` or ``64,3,2,128,16``."""
+
+MIN_SPLIT_TILES = 4
+"""A split reads at least this many KV tiles (unless the walk is shorter)."""
+BALANCE_SPLIT_TILES = 64
+"""A split reads at most this many KV tiles (4096 keys at 64 a tile): a long sequence of a ragged batch (which the
+host cannot see) is then no single program's whole work. H200 (sweep.txt above), 64 sequences of mean 4k and
+max 32k keys: 16 splits 307.7 us, 8 326.3, 4 346.0, 1 494.0 (the general kernel 336.4); its price on 32 x 32k
+keys, where whole walks would do: 8 splits 999.5 against 977.9 (the general kernel 987.5)."""
+ITEM_COST_TILES = 1
+"""The split rule's price of an item beyond its tiles (its walk's loads, its Q, its epilogue), in tiles."""
+MERGE_COST_TILES = 4
+"""The split rule's price of the merge launch, in tiles (H200: ~4 us, a program's time for about 4 64-key tiles
+of K and V at d128)."""
+
+
+def choose_decode_splits(*, walks: int, max_tiles: int, programs: int) -> int:
+    """Splits per (sequence, KV head) walk of at most ``max_tiles`` KV tiles: the power of 2 whose busiest program
+    has the fewest tiles to stream, each of its items costing ITEM_COST_TILES more and the merge MERGE_COST_TILES,
+    with splits of MIN_SPLIT_TILES to BALANCE_SPLIT_TILES tiles, at most MAX_NUM_SPLITS (the merge's bound; host
+    values only: every walk is taken to be the longest). Odd counts measured slower than their power-of-2 neighbours (1x8k: 9 splits 24.0 us, 16 22.7).
+
+    H200 (sweep.txt above), the rule's count against its neighbours: 1x8k 16 splits 22.7 us (8: 24.0, 32: 22.9);
+    1x32k 16 50.2 (8: 55.3, 32: 51.8); 8x4k 2 50.1 (1: 52.7, 4: 51.1); MQA 32/1 64x4k 2 53.6 (1: 60.5, 4: 55.8);
+    32x2k 1 78.0 (2: 83.3); 32x4k verification 1 139.5 (2: 148.6).
+
+    Example:
+        >>> choose_decode_splits(walks=8, max_tiles=128, programs=132)  # 1 x 8k, GQA 32/8
+        16
+    """
+    splits, candidates = 1, []
+    while splits <= min(MAX_NUM_SPLITS, max(1, max_tiles // MIN_SPLIT_TILES)):
+        if splits * BALANCE_SPLIT_TILES >= max_tiles:
+            candidates.append(splits)
+        splits *= 2
+    return min(candidates or [splits // 2], key=lambda splits: (
+        -(-walks * splits // programs) * (-(-max_tiles // splits) + ITEM_COST_TILES)
+        + (MERGE_COST_TILES if splits > 1 else 0), splits))
+
+
+@dataclass(frozen=True)
+class DecodeHopperPlan:
+    """One call's launch of attention_decode_hopper_kernel (and the split merge), all but the tensors' addresses."""
+
+    programs: int
+    num_splits: int
+    group_size: int
+    heads_kv: int
+    num_seqs: int
+    batch_rows: tuple[int, int, int, int]
+    q_token_stride: int
+    out_token_stride: int
+    softmax_scale_log2: float
+    page_size: int
+    causal: bool
+    bottom_right: bool
+    has_q_start: bool
+    has_kv_start: bool
+    tile: tuple[int, int, int, int]
+    """DECODE_HOPPER_TILE (or DECODE_HOPPER_TILE_ENV's first four)."""
+    rows: int
+    """Packed rows of a decode tile (hopper_mixed.decode_tile_rows of the longest sequence's queries x the group)."""
+    partial_shape: tuple[int, int, int, int] | None
+    """The split workspace [splits, total_q, H_q, D] (fp32, contiguous), None without a split."""
+    combine: KernelLaunch | None
+    total_q: int = 0
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                 cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor, q_start: torch.Tensor | None,
+                 kv_start: torch.Tensor | None, page_table: torch.Tensor | None, zero_tail: bool = False) -> None:
+        """Launch on these tensors (as MixedHopperPlan.__call__)."""
+        from .hopper_forward import rows_descriptor  # (hopper_forward imports this module)
+
+        block_n, stages, _, maxnreg = self.tile
+        if self.partial_shape is None:
+            partial_out = partial_lse = out  # unused
+        else:
+            splits, tokens, heads, head_dim = self.partial_shape
+            partial_out = torch.empty(splits, tokens, heads, head_dim, dtype=torch.float32, device=q.device)
+            partial_lse = torch.empty(splits, tokens, heads, dtype=torch.float32, device=q.device)
+        split_stride = partial_out.stride(0) if self.partial_shape else 0
+        token_stride = partial_out.stride(1) if self.partial_shape else 0
+        lse_split_stride = partial_lse.stride(0) if self.partial_shape else 0
+        lse_token_stride = partial_lse.stride(1) if self.partial_shape else 0
+        q_rows, k_rows, v_rows, out_rows = self.batch_rows
+        attention_decode_hopper_kernel[(self.programs,)](
+            rows_descriptor(k, block_n, self.page_size), rows_descriptor(v, block_n, self.page_size), q, out,
+            partial_out, partial_lse, cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q if q_start is None else q_start,
+            cu_seqlens_kv if kv_start is None else kv_start, cu_seqlens_q if page_table is None else page_table,
+            self.num_seqs, self.heads_kv, self.num_splits, q_rows, k_rows, v_rows, out_rows, self.q_token_stride,
+            self.out_token_stride, 0 if page_table is None else page_table.stride(0), self.softmax_scale_log2,
+            split_stride, token_stride, lse_split_stride, lse_token_stride, self.total_q if zero_tail else 0,
+            GROUP_SIZE=self.group_size, ROWS=self.rows, BLOCK_N=block_n, STAGES=stages, PAGE_SIZE=self.page_size,
+            CAUSAL=self.causal, BOTTOM_RIGHT=self.bottom_right, HAS_Q_START=self.has_q_start,
+            HAS_KV_START=self.has_kv_start, WRITE_PARTIAL=self.partial_shape is not None, num_warps=4,
+            maxnreg=maxnreg)
+        if self.combine is not None:
+            self.combine(partial_out, partial_lse, out, cu_seqlens_q, cu_seqlens_q if q_start is None else q_start,
+                         partial_lse)
+
+
+def decode_hopper_unsupported_reason(head_dim: int, group_size: int, max_seqlen_q: int,
+                                     page_size: int) -> str | None:
+    """None when attention_decode_hopper_kernel can run a decode-sized call that the Hopper kernels could (the
+    checks of hopper_unsupported_reason, done by the caller) and is not switched off, else why not."""
+    if getenv(DECODE_HOPPER_ENV, "1") == "0":
+        return f"{DECODE_HOPPER_ENV}=0"
+    if head_dim not in (64, 128):
+        return "needs head dim 64 or 128"
+    if max(1, max_seqlen_q) * group_size > MAX_DECODE_ROWS:
+        return f"needs at most {MAX_DECODE_ROWS} query rows (queries x query heads of a KV head) per sequence"
+    block_n = _tile()[0]
+    if page_size and page_size % block_n and (block_n % page_size or page_size < 16):
+        return f"needs pages of 16 to {block_n} tokens dividing {block_n}, or a multiple of {block_n}"
+    return None
+
+
+def plan_decode_hopper(q: torch.Tensor, out: torch.Tensor, heads_kv: int, batch_rows: tuple[int, int, int, int], *,
+                       num_seqs: int, max_seqlen_q: int, max_seqlen_kv: int, total_q: int, softmax_scale: float,
+                       causal: bool, bottom_right: bool, page_size: int, has_q_start: bool, has_kv_start: bool,
+                       num_sms: int, num_splits: int | None = None) -> DecodeHopperPlan | None:
+    """A DecodeHopperPlan for a decode-sized call the kernel serves (plan_hopper_forward checked the tensors), else
+    None. q / out: 4-D views [B, S, H, D] (out's strides size the merge's stores); batch_rows as HopperPlan's;
+    ``num_splits``: split-KV count (None: choose_decode_splits's, or DECODE_HOPPER_TILE_ENV's fifth entry)."""
+    heads_q, head_dim = q.shape[2], q.shape[3]
+    group_size = heads_q // heads_kv
+    if decode_hopper_unsupported_reason(head_dim, group_size, max_seqlen_q, page_size):
+        return None
+    block_n, stages, programs_per_sm, maxnreg, *fixed_splits = _tile()
+    walks = num_seqs * heads_kv
+    programs = num_sms * programs_per_sm
+    if num_splits is None:
+        num_splits = fixed_splits[0] if fixed_splits and fixed_splits[0] > 0 else choose_decode_splits(
+            walks=walks, max_tiles=-(-max_seqlen_kv // block_n), programs=programs)
+    partial_shape = combine = None
+    if num_splits > 1:
+        partial_shape = (num_splits, total_q, heads_q, head_dim)
+        combine = combine_launch(
+            partial_shape, (total_q * heads_q * head_dim, heads_q * head_dim, head_dim), (total_q * heads_q, heads_q),
+            out.stride()[:3], num_seqs=num_seqs, has_q_start=has_q_start, has_sink=False, max_seqlen_q=max_seqlen_q)
+    return DecodeHopperPlan(
+        programs=min(programs, walks * num_splits), num_splits=num_splits, group_size=group_size, heads_kv=heads_kv,
+        num_seqs=num_seqs, batch_rows=batch_rows, q_token_stride=q.stride(-3), out_token_stride=out.stride(-3),
+        softmax_scale_log2=float(softmax_scale) * math.log2(math.e), page_size=page_size, causal=causal,
+        bottom_right=bool(bottom_right), has_q_start=has_q_start, has_kv_start=has_kv_start,
+        tile=(block_n, stages, programs_per_sm, maxnreg), rows=decode_tile_rows(group_size * max(1, max_seqlen_q)),
+        partial_shape=partial_shape, combine=combine, total_q=total_q)
+
+
+def _tile() -> tuple[int, ...]:
+    override = getenv(DECODE_HOPPER_TILE_ENV, "")
+    return tuple(int(x) for x in override.split(",")) if override else DECODE_HOPPER_TILE

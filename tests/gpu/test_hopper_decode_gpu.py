@@ -1,0 +1,115 @@
+"""The Gluon sm90 decode kernel (attention/kernels/attention_decode_hopper.py) against the fp32 reference, on an
+H100 / H200 (every decode-sized call it can run goes there); each case checks that it ran (a DecodeHopperPlan, with
+the split count asked for), the rows against the reference and that padding rows of out were not written."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attention.kernels import attention_forward
+from attention.kernels import attention_fwd as launcher
+from attention.kernels.hopper_decode import DECODE_HOPPER_ENV, DECODE_HOPPER_TILE, DECODE_HOPPER_TILE_ENV
+from tests.test_kernels import SENTINEL, AttentionCase, build_inputs, check_output
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                       reason="needs an sm90 GPU (H100 / H200)"),
+]
+
+C = AttentionCase
+Q = (1,) * 12
+KV = (1, 17, 64, 65, 300, 1000, 1024, 2047, 2500, 4096, 31, 128)
+GQA = dict(heads=(32, 8), d_qk=128, d_v=128, dtype=torch.bfloat16, causal=True, bottom_right=True)
+CASES = [
+    *[C(Q, KV, layout="paged", page_size=page_size, **GQA) for page_size in (16, 32, 64, 128, 256)],
+    C(Q, KV, layout="cache", **GQA),
+    C(Q, KV, heads=(16, 4), d_qk=64, d_v=64, dtype=torch.float16, layout="paged", page_size=16),
+    C(Q, KV, heads=(32, 1), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="paged", page_size=64, causal=True,
+      bottom_right=True),  # MQA: 32-row tiles
+    C(Q, KV, heads=(16, 16), d_qk=128, d_v=128, dtype=torch.float16, layout="cache", causal=True,
+      bottom_right=True),  # MHA: one row of a 16-row tile
+    # speculative verification: 4 query tokens x 4 heads (16 rows), ragged query counts, 64 rows at group 16
+    C((4, 3, 4, 1, 2, 4), (4096, 77, 4, 33, 1200, 4), layout="paged", page_size=16, **GQA),
+    C((4, 1, 2), (900, 40, 3), heads=(32, 2), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="paged",
+      page_size=32, causal=True, bottom_right=True),
+    # top-left causal: a decode row sees the first key only
+    C(Q, KV, heads=(16, 2), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="paged", page_size=32, causal=True),
+    # sequences with no queries or no keys between the others
+    C((1, 0, 1) + Q, (300, 20, 0) + KV, layout="paged", page_size=16, **GQA),
+]
+SPLIT_CASES = [
+    C((1,), (8192,), layout="paged", page_size=16, num_splits=None, **GQA),  # the rule's splits (1 x 8k)
+    C((1, 1, 1, 1), (32768, 5, 4000, 0), layout="paged", page_size=16, num_splits=None, **GQA),
+    C((4, 1, 2), (3000, 700, 64), layout="cache", num_splits=None, **GQA),
+]
+
+
+def _run(inputs: dict, splits: int | None = None) -> None:
+    launcher._plans.clear()
+    attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"])
+    plans = list(launcher._plans.values())
+    assert [type(plan).__name__ for plan in plans] == ["DecodeHopperPlan"], f"planned {plans}"
+    if splits is not None:
+        assert plans[0].num_splits == splits
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_decode_kernel_matches_the_reference(case: AttentionCase) -> None:
+    inputs = build_inputs(case, "cuda")
+    _run(inputs, splits=1)
+    check_output(case, inputs)
+
+
+@pytest.mark.parametrize("case", SPLIT_CASES, ids=str)
+def test_split_decode_matches_the_reference(case: AttentionCase) -> None:
+    inputs = build_inputs(case, "cuda")
+    _run(inputs)
+    assert next(iter(launcher._plans.values())).num_splits > 1
+    check_output(case, inputs)
+
+
+@pytest.mark.parametrize("splits", [2, 3, 7, 64])
+def test_fixed_split_counts_match_the_reference(monkeypatch: pytest.MonkeyPatch, splits: int) -> None:
+    """Splits with no tiles (a walk shorter than the split count) write empty partials the merge ignores."""
+    monkeypatch.setenv(DECODE_HOPPER_TILE_ENV, ",".join(map(str, (*DECODE_HOPPER_TILE, splits))))
+    case = C(Q, KV, layout="paged", page_size=16, num_splits=None, **GQA)
+    inputs = build_inputs(case, "cuda")
+    _run(inputs, splits=splits)
+    check_output(case, inputs)
+
+
+def test_the_switch_sends_decodes_to_the_general_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    case = C(Q, KV, layout="paged", page_size=16, num_splits=None, **GQA)
+    monkeypatch.setenv(DECODE_HOPPER_ENV, "0")
+    inputs = build_inputs(case, "cuda")
+    launcher._plans.clear()
+    attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"])
+    assert {type(plan).__name__ for plan in launcher._plans.values()} == {"ForwardPlan"}
+    check_output(case, inputs)
+
+
+@pytest.mark.parametrize("num_splits", [1, None])
+def test_cuda_graph_replay_with_new_lengths(num_splits: int | None) -> None:
+    """Lengths are read on the device: a graph captured once replays a batch whose long sequence moved."""
+    first = C((1, 1, 1) + Q, (5000, 40, 700) + KV, layout="paged", page_size=16, num_splits=num_splits, **GQA)
+    inputs = build_inputs(first, "cuda")
+    _run(inputs)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"])
+    second = C((1, 1, 1) + Q, (700, 5000, 40) + KV, layout="paged", page_size=16, num_splits=num_splits, **GQA)
+    moved = build_inputs(second, "cuda")
+    inputs["q"][0].copy_(moved["q"][0])  # thd q: a batch-expanded view of one [T, H, D] tensor
+    for name in ("k", "v"):
+        inputs[name].copy_(moved[name])
+    for name, value in inputs["call"].items():  # cu_seqlens, q_start, the page table
+        if isinstance(value, torch.Tensor):
+            value.copy_(moved["call"][name])
+    inputs["out_base"].fill_(SENTINEL)
+    graph.replay()
+    torch.cuda.synchronize()
+    moved["out_base"].copy_(inputs["out_base"])
+    check_output(second, moved)

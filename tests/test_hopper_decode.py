@@ -1,0 +1,135 @@
+"""Host side of the Gluon sm90 decode kernel (attention/kernels/hopper_decode.py) on CPU: which calls it takes, its
+split rule and the launches a plan makes, with the kernel stubbed (it runs in tests/gpu/test_hopper_decode_gpu.py and
+compiles for sm90 in tests/sm90_compile.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attention.kernels import hopper_decode, hopper_forward
+from attention.kernels.configs import MAX_NUM_SPLITS
+from attention.kernels.hopper_decode import (
+    DECODE_HOPPER_ENV,
+    DECODE_HOPPER_TILE_ENV,
+    DecodeHopperPlan,
+    choose_decode_splits,
+    decode_hopper_unsupported_reason,
+)
+from attention.kernels.hopper_forward import plan_hopper_forward
+from tests.test_hopper_forward import _RecordedLaunch
+
+
+@pytest.mark.parametrize("switch, page_size, taken", [
+    (None, 16, True),
+    (None, 0, True),
+    ("1", 256, True),
+    ("0", 16, False),
+    (None, 8, False),  # pages under 16 tokens: a TMA load per page would be tiny
+    (None, 48, False),  # pages that neither divide a tile nor hold whole ones
+])
+def test_the_switch_and_the_pages(monkeypatch: pytest.MonkeyPatch, switch: str | None, page_size: int,
+                                  taken: bool) -> None:
+    if switch is not None:
+        monkeypatch.setenv(DECODE_HOPPER_ENV, switch)
+    reason = decode_hopper_unsupported_reason(128, 4, 1, page_size)
+    assert (reason is None) is taken, reason
+
+
+def test_limits_are_named() -> None:
+    assert "head dim" in decode_hopper_unsupported_reason(96, 4, 1, 16)
+    assert "query rows" in decode_hopper_unsupported_reason(128, 4, 17, 16)  # 17 queries x 4 heads > 64 rows
+
+
+@pytest.mark.parametrize("walks, max_tiles, splits", [
+    (8, 128, 16),  # 1 x 8k, GQA 32/8: an 8-tile split per program
+    (8, 512, 16),  # 1 x 32k
+    (64, 64, 2),  # 8 x 4k
+    (512, 64, 1),  # 64 x 4k: whole walks, about four a program
+    (1024, 32, 1),  # 128 x 2k
+    (256, 512, 8),  # 32 x 32k: splits of at most BALANCE_SPLIT_TILES
+    (512, 512, 16),  # 64 sequences of up to 32k (a ragged batch looks so to the host)
+    (8, 3, 1),  # walks too short to split
+    (1, 16384, 64),  # 1M keys: MAX_NUM_SPLITS
+])
+def test_the_split_rule(walks: int, max_tiles: int, splits: int) -> None:
+    chosen = choose_decode_splits(walks=walks, max_tiles=max_tiles, programs=132)
+    assert chosen == splits and chosen & (chosen - 1) == 0  # a power of 2
+    tiles_per_split = -(-max_tiles // chosen)
+    assert tiles_per_split <= hopper_decode.BALANCE_SPLIT_TILES or chosen == MAX_NUM_SPLITS
+    assert chosen == 1 or tiles_per_split >= hopper_decode.MIN_SPLIT_TILES
+
+
+def _paged_decodes(num_seqs: int = 8, queries: int = 1, heads: tuple[int, int] = (32, 8)):
+    total = num_seqs * queries
+    q = torch.randn(1, total, heads[0], 128, dtype=torch.bfloat16).expand(num_seqs, -1, -1, -1)
+    k = torch.randn(512, 16, heads[1], 128, dtype=torch.bfloat16)
+    return q, k, total
+
+
+def _plan(q, k, total, *, max_seqlen_q=1, max_seqlen_kv=8192, num_splits=None, num_sms=132):
+    return plan_hopper_forward(q, k, k, q, num_seqs=q.shape[0], max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
+                               total_q=total, num_splits=num_splits, softmax_scale=0.1, window=(-1, 0),
+                               bottom_right=True, page_size=16, alibi=False, sink=False, has_q_start=True,
+                               has_kv_start=False, num_sms=num_sms)
+
+
+@pytest.mark.parametrize("switch, planned", [(None, DecodeHopperPlan), ("0", type(None))])
+def test_plan_hopper_forward_hands_decodes_to_the_decode_kernel(monkeypatch: pytest.MonkeyPatch, switch: str | None,
+                                                                planned: type) -> None:
+    monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
+    if switch is not None:
+        monkeypatch.setenv(DECODE_HOPPER_ENV, switch)
+    assert type(_plan(*_paged_decodes())) is planned
+    # 16 queries x 4 heads fill a 64-row tile; 17 are the general kernel's (too few rows for the prefill kernel)
+    assert type(_plan(*_paged_decodes(num_seqs=2, queries=16), max_seqlen_q=16)) is planned
+    assert _plan(*_paged_decodes(num_seqs=2, queries=17), max_seqlen_q=17) is None
+
+
+@pytest.mark.parametrize("heads, max_seqlen_q, rows", [((32, 8), 1, 16), ((32, 8), 4, 16), ((32, 8), 5, 32),
+                                                       ((32, 2), 4, 64), ((32, 1), 1, 32), ((16, 16), 1, 16)])
+def test_tiles_have_a_row_for_every_query_of_the_longest_sequence(monkeypatch: pytest.MonkeyPatch,
+                                                                  heads: tuple[int, int], max_seqlen_q: int,
+                                                                  rows: int) -> None:
+    monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
+    q, k, total = _paged_decodes(num_seqs=4, queries=max_seqlen_q, heads=heads)
+    assert _plan(q, k, total, max_seqlen_q=max_seqlen_q).rows == rows
+
+
+def test_a_split_plan_launches_the_kernel_then_the_merge(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
+    monkeypatch.setenv(DECODE_HOPPER_TILE_ENV, "64,3,2,128")
+    kernel, merge = _RecordedLaunch(), []
+    monkeypatch.setattr(hopper_decode, "attention_decode_hopper_kernel", kernel)
+    q, k, total = _paged_decodes(num_seqs=1)
+    plan = _plan(q, k, total)
+    assert (plan.num_splits, plan.programs, plan.partial_shape) == (32, 256, (32, 1, 32, 128))
+    object.__setattr__(plan, "combine", lambda *tensors: merge.append(tensors))
+    cu = torch.tensor([0, 1], dtype=torch.int32)
+    q_thd, out = q[0], torch.empty(1, 32, 128, dtype=torch.bfloat16)
+    plan(q_thd, k, k, out, cu, cu, cu, None, torch.zeros(1, 512, dtype=torch.int32))
+    (grid, args, kwargs), = kernel.calls
+    assert grid == (256,)
+    assert [list(d.block_shape) for d in args[:2]] == [[16, 128], [16, 128]]  # a TMA load a page
+    assert args[2] is q_thd and args[3] is out
+    partial_out, partial_lse = args[4:6]
+    assert partial_out.shape == (32, 1, 32, 128) and partial_lse.shape == (32, 1, 32)
+    assert partial_out.dtype == partial_lse.dtype == torch.float32
+    assert (kwargs["WRITE_PARTIAL"], kwargs["ROWS"], kwargs["BLOCK_N"], kwargs["STAGES"]) == (True, 16, 64, 3)
+    assert kwargs["maxnreg"] == 128
+    assert args[-1] == 0  # no rows past the last sequence to zero
+    (merged,) = merge
+    assert merged[0] is partial_out and merged[1] is partial_lse and merged[2] is out
+
+
+def test_one_split_writes_the_output_and_merges_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
+    kernel = _RecordedLaunch()
+    monkeypatch.setattr(hopper_decode, "attention_decode_hopper_kernel", kernel)
+    q, k, total = _paged_decodes(num_seqs=64)
+    plan = _plan(q, k, total, max_seqlen_kv=4096, num_splits=1)
+    assert plan.combine is None and plan.partial_shape is None and plan.num_splits == 1
+    cu = torch.arange(65, dtype=torch.int32)
+    plan(q[0], k, k, q[0], cu, cu, cu, None, torch.zeros(64, 512, dtype=torch.int32), zero_tail=True)
+    (grid, args, kwargs), = kernel.calls
+    assert kwargs["WRITE_PARTIAL"] is False and args[-1] == total  # zero_tail: rows cu_seqlens_q[-1] .. total - 1
