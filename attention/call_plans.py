@@ -51,9 +51,11 @@ class CallPlan:
 
     fmt / mask_type / window / bottom_right: the call's resolved format and mask (None until the
     first call with this signature passed its checks). choices: ``choice_key(...)`` -> the call's
-    ``AttentionParams`` and the backend selected for them.
+    ``AttentionParams`` and the backend selected for them. kept: ``CallPlans`` holds it (a repeat call
+    need not hash its signature a second time to find that out).
     """
 
+    kept: bool = False
     fmt: str | None = None
     mask_type: str | None = None
     window: tuple[int, int] | None = None
@@ -91,12 +93,13 @@ class CallPlans:
             return None
 
     def keep(self, signature: tuple | None, plan: CallPlan | None) -> None:
-        """Keep a plan once its call went through (a failed call leaves no plan behind)."""
-        if plan is None or signature in self._plans:
+        """Keep a new plan once its call went through (a failed call leaves no plan behind)."""
+        if plan is None or plan.kept:
             return
         if len(self._plans) >= MAX_PLANS:
             self._plans.clear()
         self._plans[signature] = plan
+        plan.kept = True
 
 
 _env_tokens = token_reader(*selection._ENV_NAMES)
