@@ -106,12 +106,13 @@ _env_tokens = token_reader(*selection._ENV_NAMES)
 """The ``NVTE_*`` switches selection reads (``selection.env_snapshot``), as key tokens (~0.25 µs cheaper)."""
 
 
-def _tensor(x: Any) -> tuple | None | bool:
-    """A tensor's part of a signature: sizes, dtype, device (None for None; False: not a tensor)."""
+def _tensor(x: Any) -> tuple | None:
+    """A tensor's part of a signature: sizes, dtype, device (None for None). Raises TypeError for
+    anything else (``call_signature`` answers None then)."""
     if x is None:
         return None
     if not isinstance(x, torch.Tensor):
-        return False
+        raise TypeError
     return x.shape, x.dtype, x.device
 
 
@@ -133,8 +134,9 @@ def call_signature(
     max_seqlen_q, max_seqlen_kv, pad_between_seqs, num_splits). ``capturing``: a CUDA graph is being
     captured on the current stream.
     """
-    tensors = (_tensor(q), _tensor(k), _tensor(v), *map(_tensor, cu_seqlens), _tensor(core_attention_bias))
-    if False in tensors:
+    try:
+        tensors = (_tensor(q), _tensor(k), _tensor(v), *map(_tensor, cu_seqlens), _tensor(core_attention_bias))
+    except TypeError:
         return None
     return (
         tensors, host_arguments, kv_caching,
