@@ -51,9 +51,11 @@ class CallPlan:
 
     fmt / mask_type / window / bottom_right: the call's resolved format and mask (None until the
     first call with this signature passed its checks). choices: ``choice_key(...)`` -> the call's
-    ``AttentionParams`` and the backend selected for them.
+    ``AttentionParams`` and the backend selected for them. kept: ``CallPlans`` holds it (a repeat call
+    need not hash its signature a second time to find that out).
     """
 
+    kept: bool = False
     fmt: str | None = None
     mask_type: str | None = None
     window: tuple[int, int] | None = None
@@ -91,24 +93,26 @@ class CallPlans:
             return None
 
     def keep(self, signature: tuple | None, plan: CallPlan | None) -> None:
-        """Keep a plan once its call went through (a failed call leaves no plan behind)."""
-        if plan is None or signature in self._plans:
+        """Keep a new plan once its call went through (a failed call leaves no plan behind)."""
+        if plan is None or plan.kept:
             return
         if len(self._plans) >= MAX_PLANS:
             self._plans.clear()
         self._plans[signature] = plan
+        plan.kept = True
 
 
 _env_tokens = token_reader(*selection._ENV_NAMES)
 """The ``NVTE_*`` switches selection reads (``selection.env_snapshot``), as key tokens (~0.25 µs cheaper)."""
 
 
-def _tensor(x: Any) -> tuple | None | bool:
-    """A tensor's part of a signature: sizes, dtype, device (None for None; False: not a tensor)."""
+def _tensor(x: Any) -> tuple | None:
+    """A tensor's part of a signature: sizes, dtype, device (None for None). Raises TypeError for
+    anything else (``call_signature`` answers None then)."""
     if x is None:
         return None
     if not isinstance(x, torch.Tensor):
-        return False
+        raise TypeError
     return x.shape, x.dtype, x.device
 
 
@@ -130,8 +134,9 @@ def call_signature(
     max_seqlen_q, max_seqlen_kv, pad_between_seqs, num_splits). ``capturing``: a CUDA graph is being
     captured on the current stream.
     """
-    tensors = (_tensor(q), _tensor(k), _tensor(v), *map(_tensor, cu_seqlens), _tensor(core_attention_bias))
-    if False in tensors:
+    try:
+        tensors = (_tensor(q), _tensor(k), _tensor(v), *map(_tensor, cu_seqlens), _tensor(core_attention_bias))
+    except TypeError:
         return None
     return (
         tensors, host_arguments, kv_caching,

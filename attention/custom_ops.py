@@ -201,11 +201,12 @@ OPS = {
 }
 
 
-def dispatch(name: str, differentiable: bool = False) -> Any:
+def dispatch(name: str, differentiable: bool = False, eager: bool | None = None) -> Any:
     """The callable for ``name``: its custom op while Dynamo traces, the plain function in eager.
 
     ``differentiable=True`` (a backward pass will follow) always gets the plain function: the ops
-    have no autograd formula, flash-attn's own functions do.
+    have no autograd formula, flash-attn's own functions do. ``eager=True``: the caller knows the call
+    is not traced (``AttentionCall.eager``), so Dynamo is not asked.
     """
-    eager, op = OPS[name]
-    return op if not differentiable and torch.compiler.is_compiling() else eager
+    function, op = OPS[name]
+    return op if not (differentiable or eager) and torch.compiler.is_compiling() else function

