@@ -131,5 +131,5 @@ def test_one_split_writes_the_output_and_merges_nothing(monkeypatch: pytest.Monk
     assert plan.combine is None and plan.partial_shape is None and plan.num_splits == 1
     cu = torch.arange(65, dtype=torch.int32)
     plan(q[0], k, k, q[0], cu, cu, cu, None, torch.zeros(64, 512, dtype=torch.int32), zero_tail=True)
-    (grid, args, kwargs), = kernel.calls
+    (_, args, kwargs), = kernel.calls
     assert kwargs["WRITE_PARTIAL"] is False and args[-1] == total  # zero_tail: rows cu_seqlens_q[-1] .. total - 1

@@ -58,7 +58,8 @@ def choose_decode_splits(*, walks: int, max_tiles: int, programs: int) -> int:
     """Splits per (sequence, KV head) walk of at most ``max_tiles`` KV tiles: the power of 2 whose busiest program
     has the fewest tiles to stream, each of its items costing ITEM_COST_TILES more and the merge MERGE_COST_TILES,
     with splits of MIN_SPLIT_TILES to BALANCE_SPLIT_TILES tiles, at most MAX_NUM_SPLITS (the merge's bound; host
-    values only: every walk is taken to be the longest). Odd counts measured slower than their power-of-2 neighbours (1x8k: 9 splits 24.0 us, 16 22.7).
+    values only: every walk is taken to be the longest). Powers of 2 only, as configs.choose_num_splits (whose
+    sweeps found odd counts slower).
 
     H200 (sweep.txt above), the rule's count against its neighbours: 1x8k 16 splits 22.7 us (8: 24.0, 32: 22.9);
     1x32k 16 50.2 (8: 55.3, 32: 51.8); 8x4k 2 50.1 (1: 52.7, 4: 51.1); MQA 32/1 64x4k 2 53.6 (1: 60.5, 4: 55.8);
