@@ -259,7 +259,7 @@ def mixed_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
 
 def decode_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
     """Launches of the Gluon sm90 decode kernel (attention_decode_hopper.py) with DECODE_HOPPER_TILE: 16-token pages
-    causal bottom-right at d128 writing split partials (16 rows), a non-paged cache with start offsets writing the
+    causal bottom-right at d128 writing split partials and merging them (16 rows), a non-paged cache with start offsets writing the
     output (32 rows), 256-token pages at d64 without a mask (64 rows)."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -279,10 +279,10 @@ def decode_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
         block = [min(block_n, page_size) if page_size else block_n, head_dim]
         descriptor = TensorDescriptor.from_tensor(k, block, gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16))
         args = (descriptor, descriptor, q, torch.zeros(256, 4, head_dim, dtype=torch.bfloat16), partial, partial,
-                cu, cu, cu, cu, cu, 2, 2, 4, 0, 0, 0, 0, 4 * head_dim, 4 * head_dim, 8, 0.18, 4096, 512, 64, 8, 256)
+                cu, cu, cu, cu, cu, cu, 2, 2, 4, 0, 0, 0, 0, 4 * head_dim, 4 * head_dim, 8, 0.18, 4096, 512, 64, 8, 256)
         constexprs = dict(GROUP_SIZE=2, ROWS=rows, BLOCK_N=block_n, STAGES=stages, PAGE_SIZE=page_size, CAUSAL=causal,
                           BOTTOM_RIGHT=causal, HAS_Q_START=starts, HAS_KV_START=starts, WRITE_PARTIAL=write_partial,
-                          maxnreg=maxnreg)
+                          FUSED_MERGE=write_partial, SPLITS_BLOCK=16, MERGE_ROWS=4, maxnreg=maxnreg)
         label = (f"decode d{head_dim} {f'page {page_size}' if page_size else 'non-paged'}{' causal' if causal else ''}"
                  f"{' partials' if write_partial else ''}")
         launches.append((label, attention_decode_hopper_kernel, args, constexprs, 4, 1))
@@ -327,7 +327,7 @@ def main() -> int:
     for label, fn, args, constexprs, warps, stages in launches:
         try:
             kernel = compile_for_sm90(fn, args, constexprs, warps, stages)
-            if constexprs.get("FUSED_COMBINE"):
+            if constexprs.get("FUSED_COMBINE") or constexprs.get("FUSED_MERGE"):
                 check_split_arrival(kernel.asm["ptx"])
             if fn.__name__.endswith("hopper_kernel") and kernel.metadata.num_warps <= warps:
                 raise ValueError(f"not warp-specialized: {kernel.metadata.num_warps} warps for a {warps}-warp launch")

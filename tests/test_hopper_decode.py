@@ -11,6 +11,7 @@ from attention.kernels import hopper_decode, hopper_forward
 from attention.kernels.configs import MAX_NUM_SPLITS
 from attention.kernels.hopper_decode import (
     DECODE_HOPPER_ENV,
+    DECODE_HOPPER_MERGE_ENV,
     DECODE_HOPPER_TILE_ENV,
     DecodeHopperPlan,
     choose_decode_splits,
@@ -116,10 +117,43 @@ def test_a_split_plan_launches_the_kernel_then_the_merge(monkeypatch: pytest.Mon
     assert partial_out.shape == (32, 1, 32, 128) and partial_lse.shape == (32, 1, 32)
     assert partial_out.dtype == partial_lse.dtype == torch.float32
     assert (kwargs["WRITE_PARTIAL"], kwargs["ROWS"], kwargs["BLOCK_N"], kwargs["STAGES"]) == (True, 16, 64, 3)
-    assert kwargs["maxnreg"] == 128
+    assert kwargs["maxnreg"] == 128 and kwargs["FUSED_MERGE"] is False  # 32 splits: more than the kernel merges
     assert args[-1] == 0  # no rows past the last sequence to zero
     (merged,) = merge
     assert merged[0] is partial_out and merged[1] is partial_lse and merged[2] is out
+
+
+@pytest.mark.parametrize("switch", [None, "0"])
+def test_up_to_16_splits_the_kernel_merges_itself(monkeypatch: pytest.MonkeyPatch, switch: str | None) -> None:
+    """1 x 8k: 16 splits, merged by the last split of each walk (no second launch), its arrival counters one per
+    (sequence, KV head); ATTN_FUSED_HOPPER_DECODE_MERGE=0 merges with combine.py's launch instead."""
+    monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
+    if switch is not None:
+        monkeypatch.setenv(DECODE_HOPPER_MERGE_ENV, switch)
+    kernel = _RecordedLaunch()
+    monkeypatch.setattr(hopper_decode, "attention_decode_hopper_kernel", kernel)
+    q, k, total = _paged_decodes(num_seqs=1)
+    plan = _plan(q, k, total)
+    assert plan.num_splits == 16
+    assert (plan.combine is None) is (switch is None) and (plan.merge_rows == 4) is (switch is None)
+    object.__setattr__(plan, "combine", None)  # (not launched here: no kernel of combine.py runs on CPU)
+    cu = torch.tensor([0, 1], dtype=torch.int32)
+    plan(q[0], k, k, torch.empty(1, 32, 128, dtype=torch.bfloat16), cu, cu, cu, None,
+         torch.zeros(1, 512, dtype=torch.int32))
+    (_, args, kwargs), = kernel.calls
+    assert kwargs["FUSED_MERGE"] is (switch is None) and kwargs["SPLITS_BLOCK"] == 16
+    if switch is None:
+        counters = args[6]
+        assert counters.dtype == torch.int32 and counters.numel() >= 8 and not counters.any()
+
+
+def test_the_kernel_merges_only_when_each_program_has_one_item(monkeypatch: pytest.MonkeyPatch) -> None:
+    """64 sequences of up to 32k keys: 16 splits of 512 walks, 62 items a program; each would pay an arrival, so
+    combine.py merges."""
+    monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
+    q, k, total = _paged_decodes(num_seqs=64)
+    plan = _plan(q, k, total, max_seqlen_kv=32768)
+    assert plan.num_splits == 16 and plan.merge_rows == 0 and plan.combine is not None
 
 
 def test_one_split_writes_the_output_and_merges_nothing(monkeypatch: pytest.MonkeyPatch) -> None:

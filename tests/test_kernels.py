@@ -459,13 +459,13 @@ def test_tma_descriptors_match_the_reference(layout: str, options: dict) -> None
 def test_fused_combine_merges_in_the_last_split(options: dict) -> None:
     """fused_combine: the last split of each (q tile, KV head) merges the workspace, no combine launch;
     its arrival counters are zeros again afterwards, so a second call computes the same."""
-    from attention.kernels import attention_fwd
+    from attention.kernels import combine
 
     case = C(MIXED_Q, (70, 45, 90, 66) if options.get("bottom_right") else (1, 5, 1, 9), heads=(4, 2),
              num_splits=None, dtype=torch.float16, **options)
 
     def counters_are_zero() -> None:
-        assert all(not counters.any() for counters in attention_fwd._split_counters.values())
+        assert all(not counters.any() for counters in combine._split_counters.values())
 
     check_with_config(case, interpreted_config(case, fused_combine=True), split_counts=(3, 3, 1),
                       after_each=counters_are_zero)
@@ -477,13 +477,13 @@ def test_fused_combine_merges_splits_over_several_loads(monkeypatch: pytest.Monk
     of two splits per load (interpreter: the global is read at call time), 7 splits take four loads."""
     import triton.language as tl
 
-    from attention.kernels import attention_fwd, attention_fwd_kernel
+    from attention.kernels import attention_fwd_kernel, combine
 
     monkeypatch.setattr(attention_fwd_kernel, "MERGE_FLOATS", tl.constexpr(32))  # BLOCK_DV 16
     case = C((1, 3, 1), (120, 70, 9), layout="paged", page_size=8, causal=True, bottom_right=True, heads=(4, 2),
              num_splits=None, dtype=torch.float16, sink=True)
     check_with_config(case, interpreted_config(case, fused_combine=True), split_counts=(7, 2))
-    assert all(not counters.any() for counters in attention_fwd._split_counters.values())
+    assert all(not counters.any() for counters in combine._split_counters.values())
 
 
 def test_fused_combine_covers_every_split_count() -> None:

@@ -188,7 +188,7 @@ def _decode_rows_partial(o, m_i, l_sum, partials, split, token0, kv_head, q_len,
     """A split's partial: O^T / the sums into partial_out[split, token, head, :] (fp32 [splits, total_q, H_q, D],
     tokens packed as cu_seqlens_q counts them, from token0) and m + log2(sum) into partial_lse[split, token, head]
     (-inf for a row that saw no key: the merge gives it no weight)."""
-    partial_out_ptr, partial_lse_ptr, stride_split, stride_token, stride_lse_split, stride_lse_token = partials
+    partial_out_ptr, partial_lse_ptr, stride_split, stride_token, stride_lse_split, stride_lse_token = partials[:6]
     HEAD_DIM: gl.constexpr = o.type.shape[0]
     ROWS: gl.constexpr = o.type.shape[1]
     acc_layout: gl.constexpr = o.type.layout
@@ -205,6 +205,48 @@ def _decode_rows_partial(o, m_i, l_sum, partials, split, token0, kv_head, q_len,
 
 
 @gluon.jit
+def _merge_if_last(partials, walk, num_splits, token0, kv_head, q_len, out_ptr, stride_os, out_token0,
+                   GROUP_SIZE: gl.constexpr, HEAD_DIM: gl.constexpr, SPLITS_BLOCK: gl.constexpr,
+                   MERGE_ROWS: gl.constexpr):
+    """Count this split of walk ``walk`` in; the walk's last split to arrive merges every split's partial rows into
+    out (rows as _decode_rows_out's) and sets the counter back to 0. MERGE_ROWS rows at a time: a [SPLITS_BLOCK,
+    MERGE_ROWS, HEAD_DIM] tile of partials, all of a row's splits in one thread's registers."""
+    partial_out_ptr, partial_lse_ptr, stride_split, stride_token, stride_lse_split, stride_lse_token, counters_ptr \
+        = partials
+    _cta_barrier()  # every warp's partial stores before the arrival, which the counting thread releases
+    arrived = gl.atomic_add(counters_ptr + walk, 1, sem="acq_rel", scope="gpu")
+    if arrived == num_splits - 1:
+        layout: gl.constexpr = gl.BlockedLayout([1, 1, HEAD_DIM // 32], [1, 1, 32], [1, 4, 1], [2, 1, 0])
+        lse_layout: gl.constexpr = gl.SliceLayout(2, layout)  # [splits, rows]
+        out_layout: gl.constexpr = gl.SliceLayout(0, layout)  # [rows, head dims]
+        splits = gl.arange(0, SPLITS_BLOCK, layout=gl.SliceLayout(1, lse_layout))
+        dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, gl.SliceLayout(1, layout)))
+        out_dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, out_layout))
+        for first in range(0, q_len * GROUP_SIZE, MERGE_ROWS):
+            rows = first + gl.arange(0, MERGE_ROWS, layout=gl.SliceLayout(0, lse_layout))
+            head = kv_head * GROUP_SIZE + rows % GROUP_SIZE
+            token = (token0 + rows // GROUP_SIZE).to(gl.int64)
+            keep = (splits[:, None] < num_splits) & (rows < q_len * GROUP_SIZE)[None, :]
+            # .cg: other SMs wrote these; the acquire above orders the loads, L1 must not answer them
+            lse_offsets = splits[:, None] * stride_lse_split + (token * stride_lse_token + head)[None, :]
+            lse = gl.load(partial_lse_ptr + lse_offsets, mask=keep, other=float("-inf"), cache_modifier=".cg")
+            part = gl.load(partial_out_ptr + splits[:, None, None] * stride_split
+                           + (token * stride_token + head * HEAD_DIM)[None, :, None] + dims[None, None, :],
+                           mask=keep[:, :, None], other=0.0, cache_modifier=".cg")
+            top = gl.max(lse, axis=0)
+            weights = gl.exp2(lse - gl.where(top == float("-inf"), 0.0, top)[None, :])
+            total = gl.sum(weights, axis=0)
+            weights = weights / gl.where(total > 0.0, total, 1.0)[None, :]
+            o = gl.sum(part * weights[:, :, None], axis=0)
+            out_rows = first + gl.arange(0, MERGE_ROWS, layout=gl.SliceLayout(1, out_layout))
+            out_token = (out_token0 + out_rows // GROUP_SIZE).to(gl.int64)
+            out_col = (kv_head * GROUP_SIZE + out_rows % GROUP_SIZE) * HEAD_DIM
+            gl.store(out_ptr + out_token[:, None] * stride_os + (out_col[:, None] + out_dims[None, :]),
+                     o.to(out_ptr.dtype.element_ty), mask=(out_rows < q_len * GROUP_SIZE)[:, None])
+        gl.atomic_xchg(counters_ptr + walk, 0)
+
+
+@gluon.jit
 def _split_item(item, num_splits, num_tiles):
     """Split ``item % num_splits``'s share of a walk of num_tiles KV tiles: (split, first tile, tiles)."""
     split = item % num_splits
@@ -215,7 +257,8 @@ def _split_item(item, num_splits, num_tiles):
 @gluon.jit
 def _split_producer(kv_descriptors, decode_buffers, sequences, output, partials, CAUSAL: gl.constexpr,
                     BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr, HAS_KV_START: gl.constexpr,
-                    PAGE_SIZE: gl.constexpr, GROUP_SIZE: gl.constexpr, WRITE_PARTIAL: gl.constexpr):
+                    PAGE_SIZE: gl.constexpr, GROUP_SIZE: gl.constexpr, WRITE_PARTIAL: gl.constexpr,
+                    FUSED_MERGE: gl.constexpr, SPLITS_BLOCK: gl.constexpr, MERGE_ROWS: gl.constexpr):
     """1 warp: the K / V tiles of the program's split items into the ring."""
     dq_smem, dk_smem = decode_buffers[0], decode_buffers[1]
     page_table_ptr, page_table_stride, num_seqs, heads_kv, num_splits = output[5], output[6], output[7], output[8], \
@@ -239,10 +282,12 @@ def _split_producer(kv_descriptors, decode_buffers, sequences, output, partials,
 @gluon.jit
 def _split_decode(kv_descriptors, decode_buffers, sequences, output, partials, CAUSAL: gl.constexpr,
                   BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr, HAS_KV_START: gl.constexpr,
-                  PAGE_SIZE: gl.constexpr, GROUP_SIZE: gl.constexpr, WRITE_PARTIAL: gl.constexpr):
-    """4 warps: the program's split items through their tiles, then their output rows or partials. The next item's
-    walk (its lengths) and Q rows are loaded before this item's tiles: their round trips to memory overlap the
-    tiles instead of stalling the tensor cores between items."""
+                  PAGE_SIZE: gl.constexpr, GROUP_SIZE: gl.constexpr, WRITE_PARTIAL: gl.constexpr,
+                  FUSED_MERGE: gl.constexpr, SPLITS_BLOCK: gl.constexpr, MERGE_ROWS: gl.constexpr):
+    """4 warps: the program's split items through their tiles, then their output rows or partials (with
+    FUSED_MERGE, the last split of a walk merges them). The next item's walk (its lengths) and Q rows are loaded
+    before this item's tiles: their round trips to memory overlap the tiles instead of stalling the tensor cores
+    between items."""
     dq_smem, dk_smem = decode_buffers[0], decode_buffers[1]
     out_ptr, stride_os, qk_scale, q_ptr, stride_qs = output[0], output[1], output[2], output[3], output[4]
     num_seqs, heads_kv, num_splits = output[7], output[8], output[9]
@@ -260,6 +305,7 @@ def _split_decode(kv_descriptors, decode_buffers, sequences, output, partials, C
     while item < num_items:
         is_decode, seq, kv_head, q_len, kv_len, q_first, diag, walk_tiles, first_masked, _, _, q_begin = walk
         split, first_tile, num_tiles = _split_item(item, num_splits, walk_tiles)
+        walk_index = item // num_splits  # (seq, KV head): its arrival counter
         if is_decode:
             _store_decode_q(dq_smem, q)
         item += gl.num_programs(0)
@@ -273,6 +319,10 @@ def _split_decode(kv_descriptors, decode_buffers, sequences, output, partials, C
             count += num_tiles
             if WRITE_PARTIAL:
                 _decode_rows_partial(o, m_i, l_sum, partials, split, q_begin, kv_head, q_len, GROUP_SIZE)
+                if FUSED_MERGE:
+                    _merge_if_last(partials, walk_index, num_splits, q_begin, kv_head, q_len, out_ptr,
+                                   stride_os, seq * out_batch_rows + q_first, GROUP_SIZE, HEAD_DIM, SPLITS_BLOCK,
+                                   MERGE_ROWS)
             else:
                 _decode_rows_out(o, l_sum, out_ptr, stride_os, seq * out_batch_rows + q_first, kv_head, q_len,
                                  GROUP_SIZE)
@@ -293,13 +343,14 @@ def _zero_tail_rows(out_ptr, first, end, stride_os, heads_q, HEAD_DIM: gl.conste
 
 @gluon.jit
 def attention_decode_hopper_kernel(
-    k_desc, v_desc, q_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
+    k_desc, v_desc, q_ptr, out_ptr, partial_out_ptr, partial_lse_ptr, split_counter_ptr,
     cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr,
     num_seqs, heads_kv, num_splits, q_batch_rows, k_batch_rows, v_batch_rows, out_batch_rows, stride_qs, stride_os,
     page_table_stride, qk_scale, stride_part_split, stride_part_token, stride_lse_split, stride_lse_token, tail_rows,
     GROUP_SIZE: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
     PAGE_SIZE: gl.constexpr, CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
-    HAS_KV_START: gl.constexpr, WRITE_PARTIAL: gl.constexpr,
+    HAS_KV_START: gl.constexpr, WRITE_PARTIAL: gl.constexpr, FUSED_MERGE: gl.constexpr, SPLITS_BLOCK: gl.constexpr,
+    MERGE_ROWS: gl.constexpr,
 ):
     """Grid (programs,), persistent: program p takes items p, p + programs, ... of num_seqs x heads_kv x num_splits
     (split fastest). k_desc / v_desc: TMA descriptors over 2-D views [token rows, H_kv x D] of K / V with blocks
@@ -309,7 +360,9 @@ def attention_decode_hopper_kernel(
     b * *_batch_rows + q_start[b] + i, heads packed along the row. Every sequence has at most ROWS / GROUP_SIZE
     queries (ROWS: a power of 2 from 16 to MAX_DECODE_ROWS). WRITE_PARTIAL (num_splits > 1): partial_out fp32
     [num_splits, total_q, H_q, D] (head stride D) and partial_lse fp32 [num_splits, total_q, H_q] (head stride 1),
-    tokens packed as cu_seqlens_q counts them, instead of out. qk_scale in log2 units. tail_rows > 0 (thd,
+    tokens packed as cu_seqlens_q counts them, instead of out; with FUSED_MERGE (num_splits <= SPLITS_BLOCK) the
+    last split of each walk to finish merges them into out, counting arrivals in split_counter_ptr[seq * heads_kv +
+    kv_head] (zeros before the launch, zeros after). qk_scale in log2 units. tail_rows > 0 (thd,
     sequences back to back): out's rows cu_seqlens_q[num_seqs] .. tail_rows - 1 are written as zeros."""
     HEAD_DIM: gl.constexpr = k_desc.block_type.shape[1]
     dtype: gl.constexpr = k_desc.dtype
@@ -337,10 +390,12 @@ def attention_decode_hopper_kernel(
     output = (out_ptr, stride_os, qk_scale, q_ptr, stride_qs, page_table_ptr, page_table_stride, num_seqs, heads_kv,
               num_splits)
     partials = (partial_out_ptr, partial_lse_ptr, stride_part_split, stride_part_token, stride_lse_split,
-                stride_lse_token)
+                stride_lse_token, split_counter_ptr)
     gl.warp_specialize([  # (constexprs stay constexprs only as direct members of an argument tuple literal)
         (_split_decode, (kv_descriptors, decode_buffers, sequences, output, partials, CAUSAL, BOTTOM_RIGHT,
-                         HAS_Q_START, HAS_KV_START, PAGE_SIZE, GROUP_SIZE, WRITE_PARTIAL)),
+                         HAS_Q_START, HAS_KV_START, PAGE_SIZE, GROUP_SIZE, WRITE_PARTIAL, FUSED_MERGE, SPLITS_BLOCK,
+                         MERGE_ROWS)),
         (_split_producer, (kv_descriptors, decode_buffers, sequences, output, partials, CAUSAL, BOTTOM_RIGHT,
-                           HAS_Q_START, HAS_KV_START, PAGE_SIZE, GROUP_SIZE, WRITE_PARTIAL)),
+                           HAS_Q_START, HAS_KV_START, PAGE_SIZE, GROUP_SIZE, WRITE_PARTIAL, FUSED_MERGE, SPLITS_BLOCK,
+                           MERGE_ROWS)),
     ], [1], [24])

@@ -12,7 +12,7 @@ from attention.environment import token_reader
 from .arguments import normalize_window, validate_forward_arguments
 from .attention_fwd_kernel import attention_fwd_kernel
 from .availability import interpreter_enabled
-from .combine import combine_launch
+from .combine import combine_launch, split_counter_buffer
 from .configs import (
     MAX_NUM_SPLITS,
     VARIANTS_ENV,
@@ -23,7 +23,7 @@ from .configs import (
     q_tile_count,
     select_forward_config,
 )
-from .hopper_decode import DECODE_HOPPER_ENV, DECODE_HOPPER_TILE_ENV, DecodeHopperPlan
+from .hopper_decode import DECODE_HOPPER_ENV, DECODE_HOPPER_MERGE_ENV, DECODE_HOPPER_TILE_ENV, DecodeHopperPlan
 from .hopper_forward import HOPPER_ENV, HOPPER_SMALL_PAGES_ENV, HopperPlan, plan_hopper_forward
 from .hopper_mixed import MIXED_HOPPER_ENV, MIXED_HOPPER_TILE_ENV, MixedHopperPlan
 from .launch import KernelLaunch, tensor_key
@@ -40,7 +40,8 @@ _MAX_PLANS = 512
 _NO_PLAN = object()
 _SAME_AS_CU_SEQLENS = "cu_seqlens"
 _plan_environment = token_reader(VARIANTS_ENV, HOPPER_ENV, HOPPER_SMALL_PAGES_ENV, MIXED_HOPPER_ENV,
-                                 MIXED_HOPPER_TILE_ENV, DECODE_HOPPER_ENV, DECODE_HOPPER_TILE_ENV, "TRITON_INTERPRET")
+                                 MIXED_HOPPER_TILE_ENV, DECODE_HOPPER_ENV, DECODE_HOPPER_TILE_ENV, DECODE_HOPPER_MERGE_ENV,
+                                 "TRITON_INTERPRET")
 """The environment a plan depends on (configuration variants, the Hopper kernel switch, the interpreter),
 for its key."""
 
@@ -70,21 +71,6 @@ class GatherPlan:
 
 
 _plans: dict[tuple, ForwardPlan | GatherPlan | HopperPlan | MixedHopperPlan | DecodeHopperPlan | None] = {}
-_split_counters: dict[tuple, torch.Tensor] = {}
-
-
-def _split_counter_buffer(device: torch.device, size: int) -> torch.Tensor:
-    """Arrival counters of the fused split combine, one per (q tile, KV head): zeros, and left zeros
-    by every launch. Kept per device and stream (two streams must not share counters); grown on demand."""
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    key = (device, stream)
-    buffer = _split_counters.get(key)
-    if buffer is None or buffer.numel() < size:
-        buffer = torch.zeros(max(size, 2 * (0 if buffer is None else buffer.numel())), dtype=torch.int32, device=device)
-        _split_counters[key] = buffer
-    return buffer
-
-
 def _offsets_fit_int32(x: torch.Tensor) -> bool:
     """Does every element offset of `x` (from its first element) fit in int32?"""
     return sum((size - 1) * abs(stride) for size, stride in zip(x.shape, x.stride()) if size > 0) < 2**31
@@ -309,7 +295,7 @@ def _launch(plan: ForwardPlan | HopperPlan | MixedHopperPlan | DecodeHopperPlan,
         placeholder if page_table is None else page_table,
         placeholder if alibi_slopes is None else alibi_slopes,
         placeholder if softmax_offset is None else softmax_offset,
-        _split_counter_buffer(q.device, plan.split_counters) if plan.split_counters else placeholder,
+        split_counter_buffer(q.device, plan.split_counters) if plan.split_counters else placeholder,
     )
     if plan.combine is not None:
         _combine(plan.combine, partial_out, partial_lse, out, cu_seqlens_q, q_start, softmax_offset)

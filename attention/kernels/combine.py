@@ -10,7 +10,7 @@ from .configs import next_power_of_2
 from .launch import KernelLaunch
 from .sequence_lookup import find_sequence
 
-__all__ = ["combine_launch", "combine_splits", "combine_splits_kernel"]
+__all__ = ["combine_launch", "combine_splits", "combine_splits_kernel", "split_counter_buffer"]
 
 LOG2E = tl.constexpr(1.4426950408889634)
 
@@ -150,3 +150,19 @@ def combine_splits(
         launch(partial_out, partial_lse, out, cu_seqlens_q, cu_seqlens_q if q_start is None else q_start,
                partial_lse if softmax_offset is None else softmax_offset)
     return out
+
+
+_split_counters: dict[tuple, torch.Tensor] = {}
+
+
+def split_counter_buffer(device: torch.device, size: int) -> torch.Tensor:
+    """Arrival counters of a merge done by the attention kernel itself (the last split to finish merges), at least
+    ``size`` of them: zeros, and left zeros by every launch. Kept per device and stream (two streams must not share
+    counters); grown on demand."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (device, stream)
+    buffer = _split_counters.get(key)
+    if buffer is None or buffer.numel() < size:
+        buffer = torch.zeros(max(size, 2 * (0 if buffer is None else buffer.numel())), dtype=torch.int32, device=device)
+        _split_counters[key] = buffer
+    return buffer

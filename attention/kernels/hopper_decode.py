@@ -15,12 +15,13 @@ import torch
 from attention.environment import getenv
 
 from .attention_decode_hopper import MAX_DECODE_ROWS, attention_decode_hopper_kernel
-from .combine import combine_launch
-from .configs import MAX_NUM_SPLITS
+from .combine import combine_launch, split_counter_buffer
+from .configs import MAX_NUM_SPLITS, next_power_of_2
 from .hopper_mixed import decode_tile_rows
 from .launch import KernelLaunch
 
-__all__ = ["DECODE_HOPPER_ENV", "DECODE_HOPPER_TILE", "DECODE_HOPPER_TILE_ENV", "DecodeHopperPlan",
+__all__ = ["DECODE_HOPPER_ENV", "DECODE_HOPPER_MERGE_ENV", "DECODE_HOPPER_TILE", "DECODE_HOPPER_TILE_ENV",
+           "DecodeHopperPlan",
            "choose_decode_splits", "decode_hopper_unsupported_reason", "plan_decode_hopper"]
 
 DECODE_HOPPER_ENV = "ATTN_FUSED_HOPPER_DECODE"
@@ -39,6 +40,18 @@ scripts/decode_kernel_ab.py there), against the general kernel in the same proce
 DECODE_HOPPER_TILE_ENV = "ATTN_FUSED_HOPPER_DECODE_TILE"
 """Override of DECODE_HOPPER_TILE (A/B measurements): four integers, and a fifth for a fixed split count, e.g.
 ``64,4,1,168`` or ``64,3,2,128,16``."""
+
+DECODE_HOPPER_MERGE_ENV = "ATTN_FUSED_HOPPER_DECODE_MERGE"
+"""``0``: split partials are merged by combine.py's kernel, a second launch; unset or ``1``: by the decode kernel
+itself (the last split of each walk to finish) when there are at most FUSED_MERGE_MAX_SPLITS splits and one item a
+program. Each item then pays a gpu-scope release and atomic before its next: H200, 2026-12-01, graph replays, against
+the merge launch in the same process (docs/results/2026-12-01-h200-01c5a2b/merge-ab.txt): 1x8k 22.6 / 21.8 against
+22.4 / 22.4 us, 1x32k 49.2 / 49.5 against 49.8 / 49.7, 8x4k 51.0 / 49.6 against 49.9 / 49.8, MQA 32/1 64x4k 52.2 /
+52.3 against 53.2 / 53.1; the ragged batch (62 items a program) 503.2 against 299.5, hence one item a program."""
+
+FUSED_MERGE_MAX_SPLITS = 16
+"""The most splits the decode kernel merges itself: a row's splits sit in one thread's registers (64 a thread at
+16 splits x 4 rows x d128 over 4 warps)."""
 
 MIN_SPLIT_TILES = 4
 """A split reads at least this many KV tiles (unless the walk is shorter)."""
@@ -104,6 +117,9 @@ class DecodeHopperPlan:
     partial_shape: tuple[int, int, int, int] | None
     """The split workspace [splits, total_q, H_q, D] (fp32, contiguous), None without a split."""
     combine: KernelLaunch | None
+    """combine.py's merge launch, None without a split or with ``merge_rows`` (the kernel merges)."""
+    merge_rows: int = 0
+    """> 0: the decode kernel merges its splits, this many rows at a time (FUSED_MERGE, MERGE_ROWS)."""
     total_q: int = 0
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
@@ -123,18 +139,20 @@ class DecodeHopperPlan:
         token_stride = partial_out.stride(1) if self.partial_shape else 0
         lse_split_stride = partial_lse.stride(0) if self.partial_shape else 0
         lse_token_stride = partial_lse.stride(1) if self.partial_shape else 0
+        counters = split_counter_buffer(q.device, self.num_seqs * self.heads_kv) if self.merge_rows else partial_lse
         q_rows, k_rows, v_rows, out_rows = self.batch_rows
         attention_decode_hopper_kernel[(self.programs,)](
             rows_descriptor(k, block_n, self.page_size), rows_descriptor(v, block_n, self.page_size), q, out,
-            partial_out, partial_lse, cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q if q_start is None else q_start,
+            partial_out, partial_lse, counters, cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q if q_start is None else q_start,
             cu_seqlens_kv if kv_start is None else kv_start, cu_seqlens_q if page_table is None else page_table,
             self.num_seqs, self.heads_kv, self.num_splits, q_rows, k_rows, v_rows, out_rows, self.q_token_stride,
             self.out_token_stride, 0 if page_table is None else page_table.stride(0), self.softmax_scale_log2,
             split_stride, token_stride, lse_split_stride, lse_token_stride, self.total_q if zero_tail else 0,
             GROUP_SIZE=self.group_size, ROWS=self.rows, BLOCK_N=block_n, STAGES=stages, PAGE_SIZE=self.page_size,
             CAUSAL=self.causal, BOTTOM_RIGHT=self.bottom_right, HAS_Q_START=self.has_q_start,
-            HAS_KV_START=self.has_kv_start, WRITE_PARTIAL=self.partial_shape is not None, num_warps=4,
-            maxnreg=maxnreg)
+            HAS_KV_START=self.has_kv_start, WRITE_PARTIAL=self.partial_shape is not None,
+            FUSED_MERGE=self.merge_rows > 0, SPLITS_BLOCK=next_power_of_2(self.num_splits),
+            MERGE_ROWS=max(1, self.merge_rows), num_warps=4, maxnreg=maxnreg)
         if self.combine is not None:
             self.combine(partial_out, partial_lse, out, cu_seqlens_q, cu_seqlens_q if q_start is None else q_start,
                          partial_lse)
@@ -173,19 +191,26 @@ def plan_decode_hopper(q: torch.Tensor, out: torch.Tensor, heads_kv: int, batch_
     if num_splits is None:
         num_splits = fixed_splits[0] if fixed_splits and fixed_splits[0] > 0 else choose_decode_splits(
             walks=walks, max_tiles=-(-max_seqlen_kv // block_n), programs=programs)
+    rows = decode_tile_rows(group_size * max(1, max_seqlen_q))
     partial_shape = combine = None
+    merge_rows = 0
     if num_splits > 1:
         partial_shape = (num_splits, total_q, heads_q, head_dim)
-        combine = combine_launch(
-            partial_shape, (total_q * heads_q * head_dim, heads_q * head_dim, head_dim), (total_q * heads_q, heads_q),
-            out.stride()[:3], num_seqs=num_seqs, has_q_start=has_q_start, has_sink=False, max_seqlen_q=max_seqlen_q)
+        fused_merge = num_splits <= FUSED_MERGE_MAX_SPLITS and walks * num_splits <= programs
+        if fused_merge and getenv(DECODE_HOPPER_MERGE_ENV, "1") != "0":
+            merge_rows = min(rows, 4 * max(1, FUSED_MERGE_MAX_SPLITS // next_power_of_2(num_splits)))
+        else:
+            combine = combine_launch(
+                partial_shape, (total_q * heads_q * head_dim, heads_q * head_dim, head_dim),
+                (total_q * heads_q, heads_q), out.stride()[:3], num_seqs=num_seqs, has_q_start=has_q_start,
+                has_sink=False, max_seqlen_q=max_seqlen_q)
     return DecodeHopperPlan(
         programs=min(programs, walks * num_splits), num_splits=num_splits, group_size=group_size, heads_kv=heads_kv,
         num_seqs=num_seqs, batch_rows=batch_rows, q_token_stride=q.stride(-3), out_token_stride=out.stride(-3),
         softmax_scale_log2=float(softmax_scale) * math.log2(math.e), page_size=page_size, causal=causal,
         bottom_right=bool(bottom_right), has_q_start=has_q_start, has_kv_start=has_kv_start,
-        tile=(block_n, stages, programs_per_sm, maxnreg), rows=decode_tile_rows(group_size * max(1, max_seqlen_q)),
-        partial_shape=partial_shape, combine=combine, total_q=total_q)
+        tile=(block_n, stages, programs_per_sm, maxnreg), rows=rows, partial_shape=partial_shape, combine=combine,
+        merge_rows=merge_rows, total_q=total_q)
 
 
 def _tile() -> tuple[int, ...]:

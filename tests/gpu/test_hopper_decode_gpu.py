@@ -9,7 +9,13 @@ import torch
 
 from attention.kernels import attention_forward
 from attention.kernels import attention_fwd as launcher
-from attention.kernels.hopper_decode import DECODE_HOPPER_ENV, DECODE_HOPPER_TILE, DECODE_HOPPER_TILE_ENV
+from attention.kernels import combine
+from attention.kernels.hopper_decode import (
+    DECODE_HOPPER_ENV,
+    DECODE_HOPPER_MERGE_ENV,
+    DECODE_HOPPER_TILE,
+    DECODE_HOPPER_TILE_ENV,
+)
 from tests.test_kernels import SENTINEL, AttentionCase, build_inputs, check_output
 
 pytestmark = [
@@ -62,22 +68,41 @@ def test_decode_kernel_matches_the_reference(case: AttentionCase) -> None:
     check_output(case, inputs)
 
 
+def _counters_are_zero() -> None:
+    assert all(not counters.any() for counters in combine._split_counters.values())
+
+
+@pytest.mark.parametrize("merge", [None, "0"])
 @pytest.mark.parametrize("case", SPLIT_CASES, ids=str)
-def test_split_decode_matches_the_reference(case: AttentionCase) -> None:
+def test_split_decode_matches_the_reference(monkeypatch: pytest.MonkeyPatch, case: AttentionCase,
+                                            merge: str | None) -> None:
+    """Merged by the kernel's last split of each walk (its counters back to zeros) or, with
+    ATTN_FUSED_HOPPER_DECODE_MERGE=0, by combine.py's launch."""
+    if merge is not None:
+        monkeypatch.setenv(DECODE_HOPPER_MERGE_ENV, merge)
     inputs = build_inputs(case, "cuda")
-    _run(inputs)
-    assert next(iter(launcher._plans.values())).num_splits > 1
-    check_output(case, inputs)
+    for _ in range(2):  # the second call finds the counters the first left
+        _run(inputs)
+        plan = next(iter(launcher._plans.values()))
+        assert plan.num_splits > 1 and (plan.merge_rows > 0) is (plan.combine is None)
+        assert merge is None or plan.merge_rows == 0
+        check_output(case, inputs)
+        _counters_are_zero()
 
 
-@pytest.mark.parametrize("splits", [2, 3, 7, 64])
+@pytest.mark.parametrize("splits", [2, 3, 7, 16, 64])
 def test_fixed_split_counts_match_the_reference(monkeypatch: pytest.MonkeyPatch, splits: int) -> None:
-    """Splits with no tiles (a walk shorter than the split count) write empty partials the merge ignores."""
+    """Splits with no tiles (a walk shorter than the split count) write empty partials the merge ignores; up to 16
+    (8 walks, at most 128 items: one a program) the kernel merges, an odd count in a power-of-2 block; 64 go to
+    combine.py."""
     monkeypatch.setenv(DECODE_HOPPER_TILE_ENV, ",".join(map(str, (*DECODE_HOPPER_TILE, splits))))
-    case = C(Q, KV, layout="paged", page_size=16, num_splits=None, **GQA)
+    case = C((1,) * 4, (17, 300, 2047, 4096), heads=(16, 2), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="paged",
+             page_size=16, causal=True, bottom_right=True, num_splits=None)
     inputs = build_inputs(case, "cuda")
     _run(inputs, splits=splits)
+    assert (next(iter(launcher._plans.values())).merge_rows > 0) is (splits <= 16)
     check_output(case, inputs)
+    _counters_are_zero()
 
 
 def test_the_switch_sends_decodes_to_the_general_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -109,7 +134,9 @@ def test_cuda_graph_replay_with_new_lengths(num_splits: int | None) -> None:
         if isinstance(value, torch.Tensor):
             value.copy_(moved["call"][name])
     inputs["out_base"].fill_(SENTINEL)
-    graph.replay()
-    torch.cuda.synchronize()
+    for _ in range(2):
+        graph.replay()
+        torch.cuda.synchronize()
+        _counters_are_zero()
     moved["out_base"].copy_(inputs["out_base"])
     check_output(second, moved)

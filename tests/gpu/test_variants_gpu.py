@@ -104,7 +104,7 @@ def test_direct_launch_runs_the_same_kernel(case_name: str, monkeypatch) -> None
 def test_fused_combine_eager_and_captured(case_name: str, num_splits: int) -> None:
     """The last split merges (no combine launch): right in eager calls and in replays of a captured
     graph, and its arrival counters are back to zeros after every launch."""
-    from attention.kernels import attention_fwd
+    from attention.kernels import combine
 
     case = replace(CASES[case_name], num_splits=num_splits)
     inputs = build_inputs(case, "cuda")
@@ -121,4 +121,4 @@ def test_fused_combine_eager_and_captured(case_name: str, num_splits: int) -> No
         graph.replay()
         torch.cuda.synchronize()
         check_output(case, inputs, TOLERANCE[case.dtype])
-        assert all(not counters.any() for counters in attention_fwd._split_counters.values())
+        assert all(not counters.any() for counters in combine._split_counters.values())
