@@ -45,7 +45,7 @@ DECODE_HOPPER_MERGE_ENV = "ATTN_FUSED_HOPPER_DECODE_MERGE"
 """``0``: split partials are merged by combine.py's kernel, a second launch; unset or ``1``: by the decode kernel
 itself (the last split of each walk to finish) when there are at most FUSED_MERGE_MAX_SPLITS splits and one item a
 program. Each item then pays a gpu-scope release and atomic before its next: H200, 2026-12-01, graph replays, against
-the merge launch in the same process (docs/results/2026-12-01-h200-01c5a2b/merge-ab.txt): 1x8k 22.6 / 21.8 against
+the merge launch in the same process (docs/results/2026-12-01-h200-e3e2b7c/merge-ab.txt): 1x8k 22.6 / 21.8 against
 22.4 / 22.4 us, 1x32k 49.2 / 49.5 against 49.8 / 49.7, 8x4k 51.0 / 49.6 against 49.9 / 49.8, MQA 32/1 64x4k 52.2 /
 52.3 against 53.2 / 53.1; the ragged batch (62 items a program) 503.2 against 299.5, hence one item a program."""
 
