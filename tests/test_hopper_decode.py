@@ -149,11 +149,15 @@ def test_up_to_16_splits_the_kernel_merges_itself(monkeypatch: pytest.MonkeyPatc
 
 def test_the_kernel_merges_only_when_each_program_has_one_item(monkeypatch: pytest.MonkeyPatch) -> None:
     """64 sequences of up to 32k keys: 16 splits of 512 walks, 62 items a program; each would pay an arrival, so
-    combine.py merges."""
+    combine.py merges (as for 64-row tiles)."""
     monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
     q, k, total = _paged_decodes(num_seqs=64)
     plan = _plan(q, k, total, max_seqlen_kv=32768)
     assert plan.num_splits == 16 and plan.merge_rows == 0 and plan.combine is not None
+    # 4 queries x 16 heads: 64-row tiles keep the merge launch (their warp group would spill with the merge)
+    q, k, total = _paged_decodes(num_seqs=1, queries=4, heads=(32, 2))
+    plan = _plan(q, k, total, max_seqlen_q=4)
+    assert plan.rows == 64 and plan.num_splits > 1 and plan.merge_rows == 0 and plan.combine is not None
 
 
 def test_one_split_writes_the_output_and_merges_nothing(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -70,7 +70,11 @@ class GatherPlan:
     num_pages: int
 
 
-_plans: dict[tuple, ForwardPlan | GatherPlan | HopperPlan | MixedHopperPlan | DecodeHopperPlan | None] = {}
+Plan = ForwardPlan | GatherPlan | HopperPlan | MixedHopperPlan | DecodeHopperPlan
+"""What a key of attention_forward's arguments plans: the general kernel's launches, a page copy first, or one of
+the Gluon sm90 kernels (prefill, mixed batch, decode)."""
+
+_plans: dict[tuple, Plan | None] = {}
 def _offsets_fit_int32(x: torch.Tensor) -> bool:
     """Does every element offset of `x` (from its first element) fit in int32?"""
     return sum((size - 1) * abs(stride) for size, stride in zip(x.shape, x.stride()) if size > 0) < 2**31
@@ -258,7 +262,7 @@ def packed_attention_forward(
         out.zero_()
 
 
-def _keep(key: tuple, plan: ForwardPlan | GatherPlan | HopperPlan | MixedHopperPlan | DecodeHopperPlan | None) -> None:
+def _keep(key: tuple, plan: Plan | None) -> None:
     if len(_plans) >= _MAX_PLANS:
         _plans.clear()
     _plans[key] = plan
@@ -315,7 +319,7 @@ def _plan_forward(
     softmax_offset: torch.Tensor | None, *, max_seqlen_q: int, max_seqlen_kv: int, total_q: int | None,
     softmax_scale: float, causal: bool, window_size: tuple[int, int], bottom_right: bool,
     num_splits: int | None, config: ForwardConfig | None, zero_tail: bool = False,
-) -> ForwardPlan | GatherPlan | HopperPlan | MixedHopperPlan | DecodeHopperPlan | None:
+) -> Plan | None:
     """Validate the arguments and fix everything the launches need but the tensors' addresses (None:
     nothing to compute; a GatherPlan: copy the pages first; a HopperPlan: the Gluon sm90 kernel runs the
     call). Reads tensor metadata and host values only."""

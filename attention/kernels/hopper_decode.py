@@ -51,7 +51,8 @@ the merge launch in the same process (docs/results/2026-12-01-h200-e3e2b7c/merge
 
 FUSED_MERGE_MAX_SPLITS = 16
 """The most splits the decode kernel merges itself: a row's splits sit in one thread's registers (64 a thread at
-16 splits x 4 rows x d128 over 4 warps)."""
+16 splits x 4 rows x d128 over 4 warps). Tiles of 64 rows keep the merge launch: their warp group spills with the
+merge compiled in (sm90, Triton 3.6: 88 B at d128 against 8 B without)."""
 
 MIN_SPLIT_TILES = 4
 """A split reads at least this many KV tiles (unless the walk is shorter)."""
@@ -196,7 +197,7 @@ def plan_decode_hopper(q: torch.Tensor, out: torch.Tensor, heads_kv: int, batch_
     merge_rows = 0
     if num_splits > 1:
         partial_shape = (num_splits, total_q, heads_q, head_dim)
-        fused_merge = num_splits <= FUSED_MERGE_MAX_SPLITS and walks * num_splits <= programs
+        fused_merge = num_splits <= FUSED_MERGE_MAX_SPLITS and walks * num_splits <= programs and rows <= 32
         if fused_merge and getenv(DECODE_HOPPER_MERGE_ENV, "1") != "0":
             merge_rows = min(rows, 4 * max(1, FUSED_MERGE_MAX_SPLITS // next_power_of_2(num_splits)))
         else:
