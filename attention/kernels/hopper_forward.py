@@ -6,6 +6,7 @@ goes to the general kernel. ``ATTN_FUSED_HOPPER=0`` turns the Hopper kernel off 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,13 +86,20 @@ def _rows_matrix(x: torch.Tensor) -> tuple[torch.Tensor, int] | None:
 def rows_descriptor(x: torch.Tensor, block_rows: int, page_size: int = 0) -> Any:
     """A TMA descriptor over ``x``'s 2-D row view (``_rows_matrix``) with blocks of [block_rows, head dim], or of one
     page over pages smaller than that (a TMA load per page)."""
-    from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    block = [min(block_rows, page_size) if page_size else block_rows, x.shape[-1]]
-    element = gl.float16 if x.dtype == torch.float16 else gl.bfloat16
+    block = (min(block_rows, page_size) if page_size else block_rows, x.shape[-1])
     matrix, _ = _rows_matrix(x)
-    return TensorDescriptor.from_tensor(matrix, block, gl.NVMMASharedLayout.get_default_for(block, element))
+    return TensorDescriptor.from_tensor(matrix, list(block), _shared_layout(block, x.dtype == torch.float16))
+
+
+@functools.cache
+def _shared_layout(block: tuple[int, int], float16: bool) -> Any:
+    """The swizzled shared-memory layout of a [rows, head dim] TMA block, made once (Triton builds it in ~15 us
+    on this project's CPU; a decode call needs two, a mixed batch five)."""
+    from triton.experimental.gluon import language as gl
+
+    return gl.NVMMASharedLayout.get_default_for(list(block), gl.float16 if float16 else gl.bfloat16)
 
 
 def hopper_unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, *,
