@@ -8,7 +8,7 @@ sequence) that the Hopper kernels serve. ``ATTN_FUSED_HOPPER_DECODE=0`` sends th
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -123,40 +123,58 @@ class DecodeHopperPlan:
     """> 0: the decode kernel merges its splits, this many rows at a time (FUSED_MERGE, MERGE_ROWS)."""
     total_q: int = 0
 
+    launches: dict = field(default_factory=dict, compare=False, repr=False)
+    """The kernel's KernelLaunch per (zero_tail, page table row stride), made at the first call with them: both are
+    fixed by attention_forward's key of the call. Later calls skip Triton's argument binding (attention.kernels.launch:
+    ~17 us a launch on the H200's host)."""
+
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor, q_start: torch.Tensor | None,
                  kv_start: torch.Tensor | None, page_table: torch.Tensor | None, zero_tail: bool = False) -> None:
         """Launch on these tensors (as MixedHopperPlan.__call__)."""
         from .hopper_forward import rows_descriptor  # (hopper_forward imports this module)
 
-        block_n, stages, _, maxnreg = self.tile
         if self.partial_shape is None:
             partial_out = partial_lse = out  # unused
         else:
             splits, tokens, heads, head_dim = self.partial_shape
             partial_out = torch.empty(splits, tokens, heads, head_dim, dtype=torch.float32, device=q.device)
             partial_lse = torch.empty(splits, tokens, heads, dtype=torch.float32, device=q.device)
-        split_stride = partial_out.stride(0) if self.partial_shape else 0
-        token_stride = partial_out.stride(1) if self.partial_shape else 0
-        lse_split_stride = partial_lse.stride(0) if self.partial_shape else 0
-        lse_token_stride = partial_lse.stride(1) if self.partial_shape else 0
         counters = split_counter_buffer(q.device, self.num_seqs * self.heads_kv) if self.merge_rows else partial_lse
-        q_rows, k_rows, v_rows, out_rows = self.batch_rows
-        attention_decode_hopper_kernel[(self.programs,)](
-            rows_descriptor(k, block_n, self.page_size), rows_descriptor(v, block_n, self.page_size), q, out,
-            partial_out, partial_lse, counters, cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q if q_start is None else q_start,
-            cu_seqlens_kv if kv_start is None else kv_start, cu_seqlens_q if page_table is None else page_table,
-            self.num_seqs, self.heads_kv, self.num_splits, q_rows, k_rows, v_rows, out_rows, self.q_token_stride,
-            self.out_token_stride, 0 if page_table is None else page_table.stride(0), self.softmax_scale_log2,
-            split_stride, token_stride, lse_split_stride, lse_token_stride, self.total_q if zero_tail else 0,
-            GROUP_SIZE=self.group_size, ROWS=self.rows, BLOCK_N=block_n, STAGES=stages, PAGE_SIZE=self.page_size,
-            CAUSAL=self.causal, BOTTOM_RIGHT=self.bottom_right, HAS_Q_START=self.has_q_start,
-            HAS_KV_START=self.has_kv_start, WRITE_PARTIAL=self.partial_shape is not None,
-            FUSED_MERGE=self.merge_rows > 0, SPLITS_BLOCK=next_power_of_2(self.num_splits),
-            MERGE_ROWS=max(1, self.merge_rows), num_warps=4, maxnreg=maxnreg)
+        table_stride = 0 if page_table is None else page_table.stride(0)
+        launch = self.launches.get((zero_tail, table_stride))
+        if launch is None:
+            launch = self.launches[zero_tail, table_stride] = self._kernel_launch(zero_tail, table_stride)
+        block_n = self.tile[0]
+        launch(rows_descriptor(k, block_n, self.page_size), rows_descriptor(v, block_n, self.page_size), q, out,
+               partial_out, partial_lse, counters, cu_seqlens_q, cu_seqlens_kv,
+               cu_seqlens_q if q_start is None else q_start, cu_seqlens_kv if kv_start is None else kv_start,
+               cu_seqlens_q if page_table is None else page_table)
         if self.combine is not None:
             self.combine(partial_out, partial_lse, out, cu_seqlens_q, cu_seqlens_q if q_start is None else q_start,
                          partial_lse)
+
+    def _kernel_launch(self, zero_tail: bool, table_stride: int) -> KernelLaunch:
+        """attention_decode_hopper_kernel's launch, all but its 12 tensor arguments fixed."""
+        block_n, stages, _, maxnreg = self.tile
+        workspace = (0, 0, 0, 0)
+        if self.partial_shape is not None:  # (contiguous: the strides follow from the shape)
+            _, tokens, heads, head_dim = self.partial_shape
+            workspace = (tokens * heads * head_dim, heads * head_dim, tokens * heads, heads)
+        return KernelLaunch(
+            attention_decode_hopper_kernel, (self.programs,),
+            scalars=(self.num_seqs, self.heads_kv, self.num_splits, *self.batch_rows, self.q_token_stride,
+                     self.out_token_stride, table_stride, self.softmax_scale_log2, *workspace,
+                     self.total_q if zero_tail else 0),
+            constexprs={
+                "GROUP_SIZE": self.group_size, "ROWS": self.rows, "BLOCK_N": block_n, "STAGES": stages,
+                "PAGE_SIZE": self.page_size, "CAUSAL": self.causal, "BOTTOM_RIGHT": self.bottom_right,
+                "HAS_Q_START": self.has_q_start, "HAS_KV_START": self.has_kv_start,
+                "WRITE_PARTIAL": self.partial_shape is not None, "FUSED_MERGE": self.merge_rows > 0,
+                "SPLITS_BLOCK": next_power_of_2(self.num_splits), "MERGE_ROWS": max(1, self.merge_rows),
+            },
+            options={"num_warps": 4, "maxnreg": maxnreg},
+        )
 
 
 def decode_hopper_unsupported_reason(head_dim: int, group_size: int, max_seqlen_q: int,
