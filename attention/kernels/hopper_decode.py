@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -97,6 +98,8 @@ def choose_decode_splits(*, walks: int, max_tiles: int, programs: int) -> int:
 class DecodeHopperPlan:
     """One call's launch of attention_decode_hopper_kernel (and the split merge), all but the tensors' addresses."""
 
+    kv_descriptors: tuple[Any, Any]
+    """K's and V's TMA descriptor makers (hopper_forward.RowsDescriptor)."""
     programs: int
     num_splits: int
     group_size: int
@@ -132,8 +135,6 @@ class DecodeHopperPlan:
                  cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor, q_start: torch.Tensor | None,
                  kv_start: torch.Tensor | None, page_table: torch.Tensor | None, zero_tail: bool = False) -> None:
         """Launch on these tensors (as MixedHopperPlan.__call__)."""
-        from .hopper_forward import rows_descriptor  # (hopper_forward imports this module)
-
         if self.partial_shape is None:
             partial_out = partial_lse = out  # unused
         else:
@@ -145,8 +146,8 @@ class DecodeHopperPlan:
         launch = self.launches.get((zero_tail, table_stride))
         if launch is None:
             launch = self.launches[zero_tail, table_stride] = self._kernel_launch(zero_tail, table_stride)
-        block_n = self.tile[0]
-        launch(rows_descriptor(k, block_n, self.page_size), rows_descriptor(v, block_n, self.page_size), q, out,
+        k_descriptor, v_descriptor = self.kv_descriptors
+        launch(k_descriptor(k), v_descriptor(v), q, out,
                partial_out, partial_lse, counters, cu_seqlens_q, cu_seqlens_kv,
                cu_seqlens_q if q_start is None else q_start, cu_seqlens_kv if kv_start is None else kv_start,
                cu_seqlens_q if page_table is None else page_table)
@@ -193,12 +194,14 @@ def decode_hopper_unsupported_reason(head_dim: int, group_size: int, max_seqlen_
     return None
 
 
-def plan_decode_hopper(q: torch.Tensor, out: torch.Tensor, heads_kv: int, batch_rows: tuple[int, int, int, int], *,
+def plan_decode_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, heads_kv: int,
+                       batch_rows: tuple[int, int, int, int], *,
                        num_seqs: int, max_seqlen_q: int, max_seqlen_kv: int, total_q: int, softmax_scale: float,
                        causal: bool, bottom_right: bool, page_size: int, has_q_start: bool, has_kv_start: bool,
                        num_sms: int, num_splits: int | None = None) -> DecodeHopperPlan | None:
     """A DecodeHopperPlan for a decode-sized call the kernel serves (plan_hopper_forward checked the tensors), else
-    None. q / out: 4-D views [B, S, H, D] (out's strides size the merge's stores); batch_rows as HopperPlan's;
+    None. q / out: 4-D views [B, S, H, D] (out's strides size the merge's stores); k / v: as attention_forward's
+    (their geometry sizes the TMA descriptors); batch_rows as HopperPlan's;
     ``num_splits``: split-KV count (None: choose_decode_splits's, or DECODE_HOPPER_TILE_ENV's fifth entry)."""
     heads_q, head_dim = q.shape[2], q.shape[3]
     group_size = heads_q // heads_kv
@@ -223,7 +226,10 @@ def plan_decode_hopper(q: torch.Tensor, out: torch.Tensor, heads_kv: int, batch_
                 partial_shape, (total_q * heads_q * head_dim, heads_q * head_dim, head_dim),
                 (total_q * heads_q, heads_q), out.stride()[:3], num_seqs=num_seqs, has_q_start=has_q_start,
                 has_sink=False, max_seqlen_q=max_seqlen_q)
+    from .hopper_forward import RowsDescriptor  # (hopper_forward imports this module)
+
     return DecodeHopperPlan(
+        kv_descriptors=(RowsDescriptor.of(k, block_n, page_size), RowsDescriptor.of(v, block_n, page_size)),
         programs=min(programs, walks * num_splits), num_splits=num_splits, group_size=group_size, heads_kv=heads_kv,
         num_seqs=num_seqs, batch_rows=batch_rows, q_token_stride=q.stride(-3), out_token_stride=out.stride(-3),
         softmax_scale_log2=float(softmax_scale) * math.log2(math.e), page_size=page_size, causal=causal,

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from attention.environment import getenv
 
@@ -86,11 +87,34 @@ def _rows_matrix(x: torch.Tensor) -> tuple[torch.Tensor, int] | None:
 def rows_descriptor(x: torch.Tensor, block_rows: int, page_size: int = 0) -> Any:
     """A TMA descriptor over ``x``'s 2-D row view (``_rows_matrix``) with blocks of [block_rows, head dim], or of one
     page over pages smaller than that (a TMA load per page)."""
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
     block = (min(block_rows, page_size) if page_size else block_rows, x.shape[-1])
     matrix, _ = _rows_matrix(x)
     return TensorDescriptor.from_tensor(matrix, list(block), _shared_layout(block, x.dtype == torch.float16))
+
+
+@dataclass(frozen=True)
+class RowsDescriptor:
+    """``rows_descriptor`` for tensors of one geometry (a plan's key fixes it), its checks and layout worked out once:
+    a call makes the row view and the descriptor (4.3 us against rows_descriptor's 6.5 on this project's CPU)."""
+
+    rows: int
+    width: int
+    token_stride: int
+    block: tuple[int, int]
+    float16: bool
+
+    @staticmethod
+    def of(x: torch.Tensor, block_rows: int, page_size: int = 0) -> RowsDescriptor:
+        """The geometry of ``x`` (which ``_rows_matrix`` accepts), blocks as rows_descriptor's."""
+        matrix, _ = _rows_matrix(x)
+        block = (min(block_rows, page_size) if page_size else block_rows, x.shape[-1])
+        return RowsDescriptor(matrix.shape[0], matrix.shape[1], matrix.stride(0), block, x.dtype == torch.float16)
+
+    def __call__(self, x: torch.Tensor) -> Any:
+        """The descriptor over ``x``, a tensor of the planned geometry (as rows_descriptor's: the view's own sizes)."""
+        view = torch.as_strided(x, (self.rows, self.width), (self.token_stride, 1))
+        return TensorDescriptor(view, view.shape, view.stride(), list(self.block),
+                                _shared_layout(self.block, self.float16))
 
 
 @functools.cache
@@ -198,7 +222,7 @@ def plan_hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
                                  page_size=page_size, has_q_start=has_q_start, has_kv_start=has_kv_start,
                                  num_sms=num_sms, total_q=total_q)
     if max(1, max_seqlen_q) * (heads_q // heads_kv) <= MAX_DECODE_ROWS:
-        return plan_decode_hopper(q, out, heads_kv, batch_rows, num_seqs=num_seqs, max_seqlen_q=max_seqlen_q,
+        return plan_decode_hopper(q, k, v, out, heads_kv, batch_rows, num_seqs=num_seqs, max_seqlen_q=max_seqlen_q,
                                   max_seqlen_kv=max_seqlen_kv, total_q=total_q, softmax_scale=softmax_scale,
                                   causal=window[1] == 0, bottom_right=bottom_right, page_size=page_size,
                                   has_q_start=has_q_start, has_kv_start=has_kv_start, num_sms=num_sms,
