@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from attention.environment import getenv
 
@@ -86,8 +87,6 @@ def _rows_matrix(x: torch.Tensor) -> tuple[torch.Tensor, int] | None:
 def rows_descriptor(x: torch.Tensor, block_rows: int, page_size: int = 0) -> Any:
     """A TMA descriptor over ``x``'s 2-D row view (``_rows_matrix``) with blocks of [block_rows, head dim], or of one
     page over pages smaller than that (a TMA load per page)."""
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
     block = (min(block_rows, page_size) if page_size else block_rows, x.shape[-1])
     matrix, _ = _rows_matrix(x)
     return TensorDescriptor.from_tensor(matrix, list(block), _shared_layout(block, x.dtype == torch.float16))
