@@ -15,7 +15,8 @@ attention_mixed_hopper.py runs the same two partitions beside its prefill ones (
 ``_decode`` there), one whole item at a time. attention_decode_hopper_kernel runs them alone, persistent (a
 program takes items pid, pid + programs, ...) and with split-KV: item i is split i % num_splits of
 sequence x KV head i // num_splits, an even share of that walk's KV tiles, and with more than one split writes
-a normalised partial output and its log-sum-exp (log2 units) for combine.py's merge.
+a normalised partial output and its log-sum-exp (log2 units) for combine.py's merge. With FUSED_MERGE the last
+split of each walk to finish (an arrival counter per walk) merges them instead, in the same launch.
 
 Masking as attention_fwd_hopper.py: keys past the sequence and the causal band are masked on the tiles that
 need it, V rows past the sequence zeroed in shared memory before their PV, rows past the item not stored.
