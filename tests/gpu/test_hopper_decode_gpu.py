@@ -7,9 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attention.kernels import attention_forward
+from attention.kernels import attention_forward, combine
 from attention.kernels import attention_fwd as launcher
-from attention.kernels import combine
 from attention.kernels.hopper_decode import (
     DECODE_HOPPER_ENV,
     DECODE_HOPPER_MERGE_ENV,
