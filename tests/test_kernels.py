@@ -195,6 +195,19 @@ def build_inputs(case: AttentionCase, device: str = DEVICE) -> dict:
     )
 
 
+def load_inputs_into(captured: dict, moved: dict) -> None:
+    """Copy ``moved``'s tensors into ``captured``'s (build_inputs of two cases of one shape: a CUDA graph captured
+    on the first replays on the second) and refill captured's output with SENTINEL. Thd q is a batch-expanded view
+    of one [T, H, D] tensor: its first batch entry is copied."""
+    captured["q"][0].copy_(moved["q"][0])
+    for name in ("k", "v"):
+        captured[name].copy_(moved[name])
+    for name, value in captured["call"].items():  # cu_seqlens, q_start, the page table
+        if isinstance(value, torch.Tensor):
+            value.copy_(moved["call"][name])
+    captured["out_base"].fill_(SENTINEL)
+
+
 def check_output(case: AttentionCase, inputs: dict, tolerance: float | None = None) -> None:
     """Real rows match the reference; every other row of `out` still holds the sentinel."""
     out = inputs["out"]

@@ -18,7 +18,7 @@ from attention.environment import getenv
 from .attention_decode_hopper import MAX_DECODE_ROWS, attention_decode_hopper_kernel
 from .combine import combine_launch, split_counter_buffer
 from .configs import MAX_NUM_SPLITS, next_power_of_2
-from .hopper_mixed import decode_tile_rows
+from .hopper_mixed import PersistentLaunch, decode_tile_rows
 from .launch import KernelLaunch
 
 __all__ = ["DECODE_HOPPER_ENV", "DECODE_HOPPER_MERGE_ENV", "DECODE_HOPPER_TILE", "DECODE_HOPPER_TILE_ENV",
@@ -95,25 +95,12 @@ def choose_decode_splits(*, walks: int, max_tiles: int, programs: int) -> int:
 
 
 @dataclass(frozen=True)
-class DecodeHopperPlan:
+class DecodeHopperPlan(PersistentLaunch):
     """One call's launch of attention_decode_hopper_kernel (and the split merge), all but the tensors' addresses."""
 
     kv_descriptors: tuple[Any, Any]
     """K's and V's TMA descriptor makers (hopper_forward.RowsDescriptor)."""
-    programs: int
     num_splits: int
-    group_size: int
-    heads_kv: int
-    num_seqs: int
-    batch_rows: tuple[int, int, int, int]
-    q_token_stride: int
-    out_token_stride: int
-    softmax_scale_log2: float
-    page_size: int
-    causal: bool
-    bottom_right: bool
-    has_q_start: bool
-    has_kv_start: bool
     tile: tuple[int, int, int, int]
     """DECODE_HOPPER_TILE (or DECODE_HOPPER_TILE_ENV's first four)."""
     rows: int

@@ -19,7 +19,7 @@ from .attention_mixed_hopper import MAX_DECODE_ROWS, attention_mixed_hopper_kern
 from .launch import KernelLaunch
 
 __all__ = ["MIXED_HOPPER_ENV", "MIXED_HOPPER_TILE", "MIXED_HOPPER_TILE_ENV",
-           "MixedHopperPlan", "mixed_hopper_unsupported_reason", "plan_mixed_hopper"]
+           "MixedHopperPlan", "PersistentLaunch", "mixed_hopper_unsupported_reason", "plan_mixed_hopper"]
 
 MIXED_HOPPER_ENV = "ATTN_FUSED_HOPPER_MIXED"
 """``0``: mixed batches go to the general kernel; unset or ``1``: to attention_mixed_hopper_kernel, every one it can
@@ -56,8 +56,8 @@ thread before it starts (MAX_SEQS: the sequence count rounded up to a power of 2
 
 
 @dataclass(frozen=True)
-class MixedHopperPlan:
-    """One call's launch of attention_mixed_hopper_kernel, all but the tensors' addresses."""
+class PersistentLaunch:
+    """What a persistent Hopper launch over a batch of sequences fixes (the mixed and decode plans' common part)."""
 
     programs: int
     group_size: int
@@ -72,6 +72,12 @@ class MixedHopperPlan:
     bottom_right: bool
     has_q_start: bool
     has_kv_start: bool
+
+
+@dataclass(frozen=True)
+class MixedHopperPlan(PersistentLaunch):
+    """One call's launch of attention_mixed_hopper_kernel, all but the tensors' addresses."""
+
     tile: tuple[int, int, int, int, int, int, int]
     """MIXED_HOPPER_TILE's entry (or MIXED_HOPPER_TILE_ENV's)."""
     decode_rows: int

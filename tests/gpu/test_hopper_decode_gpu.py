@@ -15,7 +15,7 @@ from attention.kernels.hopper_decode import (
     DECODE_HOPPER_TILE,
     DECODE_HOPPER_TILE_ENV,
 )
-from tests.test_kernels import SENTINEL, AttentionCase, build_inputs, check_output
+from tests.test_kernels import AttentionCase, build_inputs, check_output, load_inputs_into
 
 pytestmark = [
     pytest.mark.gpu,
@@ -126,13 +126,7 @@ def test_cuda_graph_replay_with_new_lengths(num_splits: int | None) -> None:
         attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"])
     second = C((1, 1, 1) + Q, (700, 5000, 40) + KV, layout="paged", page_size=16, num_splits=num_splits, **GQA)
     moved = build_inputs(second, "cuda")
-    inputs["q"][0].copy_(moved["q"][0])  # thd q: a batch-expanded view of one [T, H, D] tensor
-    for name in ("k", "v"):
-        inputs[name].copy_(moved[name])
-    for name, value in inputs["call"].items():  # cu_seqlens, q_start, the page table
-        if isinstance(value, torch.Tensor):
-            value.copy_(moved["call"][name])
-    inputs["out_base"].fill_(SENTINEL)
+    load_inputs_into(inputs, moved)
     for _ in range(2):
         graph.replay()
         torch.cuda.synchronize()

@@ -10,7 +10,7 @@ import torch
 from attention.kernels import attention_forward
 from attention.kernels import attention_fwd as launcher
 from attention.kernels.hopper_mixed import MIXED_HOPPER_ENV
-from tests.test_kernels import SENTINEL, AttentionCase, build_inputs, check_output
+from tests.test_kernels import AttentionCase, build_inputs, check_output, load_inputs_into
 
 pytestmark = [
     pytest.mark.gpu,
@@ -90,13 +90,7 @@ def test_cuda_graph_replay_with_new_lengths() -> None:
     second = C((600, 1, 1) + DECODES_Q, (700, 900, 40) + DECODES_KV, heads=(32, 8), d_qk=128, d_v=128,
                dtype=torch.bfloat16, layout="paged", page_size=16, causal=True, bottom_right=True)
     moved = build_inputs(second, "cuda")
-    inputs["q"][0].copy_(moved["q"][0])  # thd q: a batch-expanded view of one [T, H, D] tensor
-    for name in ("k", "v"):
-        inputs[name].copy_(moved[name])
-    for name, value in inputs["call"].items():  # cu_seqlens, q_start, the page table
-        if isinstance(value, torch.Tensor):
-            value.copy_(moved["call"][name])
-    inputs["out_base"].fill_(SENTINEL)
+    load_inputs_into(inputs, moved)
     graph.replay()
     torch.cuda.synchronize()
     moved["out_base"].copy_(inputs["out_base"])
