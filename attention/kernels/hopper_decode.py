@@ -133,8 +133,7 @@ class DecodeHopperPlan(PersistentLaunch):
         launch = self.launches.get((zero_tail, table_stride))
         if launch is None:
             launch = self.launches[zero_tail, table_stride] = self._kernel_launch(zero_tail, table_stride)
-        k_descriptor, v_descriptor = self.kv_descriptors
-        launch(k_descriptor(k), v_descriptor(v), q, out,
+        launch(k, v, q, out,
                partial_out, partial_lse, counters, cu_seqlens_q, cu_seqlens_kv,
                cu_seqlens_q if q_start is None else q_start, cu_seqlens_kv if kv_start is None else kv_start,
                cu_seqlens_q if page_table is None else page_table)
@@ -161,7 +160,7 @@ class DecodeHopperPlan(PersistentLaunch):
                 "WRITE_PARTIAL": self.partial_shape is not None, "FUSED_MERGE": self.merge_rows > 0,
                 "SPLITS_BLOCK": next_power_of_2(self.num_splits), "MERGE_ROWS": max(1, self.merge_rows),
             },
-            options={"num_warps": 4, "maxnreg": maxnreg},
+            options={"num_warps": 4, "maxnreg": maxnreg}, descriptors=self.kv_descriptors,
         )
 
 

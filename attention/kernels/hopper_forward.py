@@ -89,8 +89,9 @@ def _rows_matrix(x: torch.Tensor) -> tuple[torch.Tensor, int] | None:
 class RowsDescriptor:
     """Makes TMA descriptors over tensors of one geometry (a plan's key fixes it): the 2-D row view of
     ``_rows_matrix`` with blocks of [block rows, head dim], or of one page over pages smaller than that (a TMA load a
-    page). Checks and layout are worked out once per plan; a call makes the view and the descriptor (4.3 us on this
-    project's CPU, against 6.5 when each call worked them out again, 24.0 with a new layout each time)."""
+    page). Checks and layout are worked out once per plan. A plan's KernelLaunch calls it for the first launch at each
+    tensor address and keeps the encoded descriptor (attention.kernels.launch): 6 us a descriptor on this project's
+    CPU, paid every launch before."""
 
     rows: int
     width: int
@@ -126,7 +127,7 @@ def hopper_unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                               page_size: int, window: tuple[int, int], alibi: bool, sink: bool) -> str | None:
     """None when attention_fwd_hopper_kernel can run this call, else why not. ``page_size``: 0 for a
     non-paged call; ``window``: normalized (left, right), -1 unbounded (a causal mask is right == 0)."""
-    if interpreter_enabled() or not q.is_cuda or torch.cuda.get_device_capability(q.device) != (9, 0):
+    if not _on_sm90(q):
         return "needs an sm90 GPU (Hopper), not the interpreter"
     if getenv(HOPPER_ENV, "1") == "0":
         return f"{HOPPER_ENV}=0"
@@ -144,6 +145,11 @@ def hopper_unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if page_size and any(matrix[1] != page_size for matrix in matrices[1:3]):
         return "needs the cache's pages stored one after another"
     return _page_size_reason(page_size, block_n) if page_size else None
+
+
+def _on_sm90(q: torch.Tensor) -> bool:
+    """q is on an sm90 GPU and the kernels would compile for it (not the interpreter)."""
+    return not interpreter_enabled() and q.is_cuda and torch.cuda.get_device_capability(q.device) == (9, 0)
 
 
 def _page_size_reason(page_size: int, block_n: int) -> str | None:
@@ -191,8 +197,7 @@ class HopperPlan:
         launch = self.launches.get(table_stride)
         if launch is None:
             launch = self.launches[table_stride] = self._kernel_launch(q.shape[-1], table_stride)
-        q_descriptor, k_descriptor, v_descriptor = self.descriptors
-        launch(q_descriptor(q), k_descriptor(k), v_descriptor(v), out, cu_seqlens_q, cu_seqlens_kv,
+        launch(q, k, v, out, cu_seqlens_q, cu_seqlens_kv,
                cu_seqlens_q if q_start is None else q_start, cu_seqlens_kv if kv_start is None else kv_start,
                cu_seqlens_q if page_table is None else page_table)
 
@@ -206,7 +211,7 @@ class HopperPlan:
                         "PAGE_SIZE": self.page_size, "CAUSAL": self.causal, "BOTTOM_RIGHT": self.bottom_right,
                         "HAS_Q_START": self.has_q_start, "HAS_KV_START": self.has_kv_start,
                         "CONSUMER_REGISTERS": consumer_registers},
-            options={"num_warps": 4, "maxnreg": 168})
+            options={"num_warps": 4, "maxnreg": 168}, descriptors=self.descriptors)
 
 
 def plan_hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, *, num_seqs: int,

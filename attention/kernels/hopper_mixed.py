@@ -100,9 +100,7 @@ class MixedHopperPlan(PersistentLaunch):
         launch = self.launches.get((zero_tail, table_stride))
         if launch is None:
             launch = self.launches[zero_tail, table_stride] = self._kernel_launch(zero_tail, table_stride)
-        q_descriptor, k_descriptor, v_descriptor, k_decode_descriptor, v_decode_descriptor = self.descriptors
-        launch(q_descriptor(q), k_descriptor(k), v_descriptor(v), k_decode_descriptor(k), v_decode_descriptor(v), q,
-               out, cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q if q_start is None else q_start,
+        launch(q, k, v, k, v, q, out, cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q if q_start is None else q_start,
                cu_seqlens_kv if kv_start is None else kv_start, cu_seqlens_q if page_table is None else page_table)
 
     def _kernel_launch(self, zero_tail: bool, table_stride: int) -> KernelLaunch:
@@ -120,7 +118,7 @@ class MixedHopperPlan(PersistentLaunch):
                 "DECODE_ROWS": self.decode_rows, "CONSUMER_REGISTERS": consumer_registers,
                 "DECODE_REGISTERS": decode_registers,
             },
-            options={"num_warps": 4, "maxnreg": maxnreg})
+            options={"num_warps": 4, "maxnreg": maxnreg}, descriptors=self.descriptors)
 
 
 def mixed_hopper_unsupported_reason(head_dim: int, group_size: int, num_seqs: int, page_size: int) -> str | None:
