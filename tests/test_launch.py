@@ -62,10 +62,11 @@ def test_first_call_goes_through_triton_the_next_ones_launch_directly(stream):
     kernel_launch(x2, y2)
     kernel_launch(y2, x2)
     assert len(fake.through_triton) == 1
-    # grid, stream, function, metadata, three hooks' slots, then every argument in signature order
+    # grid, stream, function, metadata, three hooks' slots, then every argument in signature order (tensors as
+    # addresses)
     assert fake.compiled.launches == [
-        (4, 2, 1, 77, 1234, ("metadata",), None, None, None, x2, y2, 32, 0.5, 16, True),
-        (4, 2, 1, 77, 1234, ("metadata",), None, None, None, y2, x2, 32, 0.5, 16, True),
+        (4, 2, 1, 77, 1234, ("metadata",), None, None, None, x2.data_ptr(), y2.data_ptr(), 32, 0.5, 16, True),
+        (4, 2, 1, 77, 1234, ("metadata",), None, None, None, y2.data_ptr(), x2.data_ptr(), 32, 0.5, 16, True),
     ]
 
 
@@ -182,9 +183,9 @@ def test_descriptors_are_made_for_triton_and_encoded_once_per_address(stream, tr
     tail = (32, 0.5, 16, True)
     head = (132, 1, 1, 77, 1234, False, True, None, None, ("metadata",), None, None, None)
     assert compiled.run.raw == [
-        (*head, k_map, 64, 128, 1024, 1, v_map, 64, 128, 1024, 1, q2, *tail),
-        (*head, k_map, 64, 128, 1024, 1, v_map, 64, 128, 1024, 1, q, *tail),
-        (*head, k2_map, 64, 128, 1024, 1, v_map, 64, 128, 1024, 1, q, *tail),
+        (*head, k_map, 64, 128, 1024, 1, v_map, 64, 128, 1024, 1, q2.data_ptr(), *tail),
+        (*head, k_map, 64, 128, 1024, 1, v_map, 64, 128, 1024, 1, q.data_ptr(), *tail),
+        (*head, k2_map, 64, 128, 1024, 1, v_map, 64, 128, 1024, 1, q.data_ptr(), *tail),
     ]
 
 

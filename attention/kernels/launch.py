@@ -11,7 +11,7 @@ metadata and the host scalars: see ``tensor_key``) builds one ``KernelLaunch`` p
 the scalar arguments and the constexprs fixed, only the leading tensor arguments passed per call.
 Equal keys mean equal scalar arguments and equally aligned tensors, hence the specialization
 Triton would pick. The first call goes through Triton (compiling if needed) and keeps the compiled
-kernel; later calls hand the arguments straight to its launcher.
+kernel; later calls hand the tensors' addresses and the fixed arguments straight to its launcher.
 
 Kernels that take TMA descriptors get tensors from the caller and makers of their descriptors
 (``descriptors``); the direct path encodes a descriptor once per tensor address.
@@ -84,9 +84,12 @@ class KernelLaunch:
         direct = self._direct
         if direct is not None and _no_launch_hooks():
             run, head, tail = direct
+            # addresses, not tensors: the launcher would call data_ptr() and ask the driver about each one
+            # (cuPointerGetAttribute); the first call's checks hold for every tensor of the caller's key
+            addresses = [x.data_ptr() for x in tensors[len(self._encoded):]]
             if self._encoded:
-                tensors = self._encode(tensors)
-            run(self.grid[0], self.grid[1], self.grid[2], _current_stream(), *head, *tensors, *tail)
+                addresses = self._encode(tensors) + addresses
+            run(self.grid[0], self.grid[1], self.grid[2], _current_stream(), *head, *addresses, *tail)
             return
         made = [maker(x) for maker, x in zip(self.descriptors, tensors)]
         kernel = self.fn[self.grid](*made, *tensors[len(made):], *self.scalars, **self.constexprs, **self.options)
@@ -114,7 +117,7 @@ class KernelLaunch:
         return launch, (kernel.function, cooperative, pdl, None, None, kernel.packed_metadata, None, None, None), tail
 
     def _encode(self, tensors: tuple) -> list:
-        """The launch's arguments, each descriptor tensor replaced by its descriptor's encoded arguments."""
+        """The encoded arguments of the descriptors made from the leading tensors."""
         arguments: list = []
         for maker, (meta, by_address), x in zip(self.descriptors, self._encoded, tensors):
             address = x.data_ptr()
@@ -124,7 +127,6 @@ class KernelLaunch:
                     by_address.clear()
                 encoded = by_address[address] = self._encode_descriptor(maker(x), meta)
             arguments += encoded
-        arguments += tensors[len(self.descriptors):]
         return arguments
 
 

@@ -22,12 +22,13 @@ pytestmark = [
 
 C = AttentionCase
 GQA = dict(heads=(32, 8), d_qk=128, d_v=128, dtype=torch.bfloat16, causal=True, bottom_right=True)
-DECODES_Q, DECODES_KV = (1,) * 6, (17, 300, 2047, 4096, 31, 128)
+DECODES_Q, DECODES_KV = (1,) * 12, (1, 17, 64, 65, 300, 1000, 1024, 2047, 2500, 4096, 31, 128)
 CASES = {
     "DecodeHopperPlan": C(DECODES_Q, DECODES_KV, layout="paged", page_size=16, **GQA),
     "split DecodeHopperPlan": C((1,), (8192,), layout="paged", page_size=16, num_splits=None, **GQA),
     "HopperPlan": C((300, 129, 1000, 64, 0, 700), (700, 129, 1000, 65, 0, 1500), layout="paged", page_size=64,
                     **GQA),
+    # mixed: the longest sequence has at least 8x the average queries (configs.mixed_batch)
     "MixedHopperPlan": C(DECODES_Q + (300, 700), DECODES_KV + (300, 2900), layout="paged", page_size=16, **GQA),
 }
 
