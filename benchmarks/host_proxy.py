@@ -14,8 +14,10 @@ asks for CUDA or ``TRITON_INTERPRET=1``; the interpreter would change the config
 cache append takes the Triton path as on a GPU (on CPU tensors it would take the torch one).
 Configuration is chosen as on the H200 (no interpreter, 132 SMs), so the split counts are the
 H200's: the thd call over 256 keys runs one launch, the bshd step over 257 keys two splits and a combine.
+With ``--sm90`` the calls plan as on the H200 itself: the Gluon kernels' plans (the decode kernel here), the
+descriptors they make at a launch's first call at an address not counted (inside the stubbed launch).
 
-    python -m benchmarks.host_proxy [--calls 200] [--repeats 25] [--profile [NAME]]
+    python -m benchmarks.host_proxy [--calls 200] [--repeats 25] [--profile [NAME]] [--sm90]
 """
 
 from __future__ import annotations
@@ -29,15 +31,17 @@ from collections.abc import Callable, Sequence
 import torch
 
 from attention.backends import fused
-from attention.kernels import attention_fwd, launch
+from attention.kernels import attention_fwd, hopper_forward, launch
 from inference import kv_append
 
 
-def _stub() -> None:
+def _stub(sm90: bool = False) -> None:
     launch.KernelLaunch.__call__ = lambda self, *tensors: None
     fused._triton_reason = lambda: None
     attention_fwd.num_streaming_multiprocessors = lambda device: 132
     kv_append._use_triton = lambda cache, implementation: implementation != "torch"
+    if sm90:
+        hopper_forward._on_sm90 = lambda q: True
 
 
 def calls() -> dict[str, Callable[[], object]]:
@@ -64,8 +68,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=25)
     parser.add_argument("--profile", nargs="?", const="dpa_static_thd", help="cProfile this call (top 30)")
+    parser.add_argument("--sm90", action="store_true", help="plan as on an sm90 GPU (the Gluon kernels' plans)")
     args = parser.parse_args(argv)
-    _stub()
+    _stub(args.sm90)
     with torch.no_grad():
         fns = calls()
         for fn in fns.values():

@@ -110,7 +110,7 @@ def test_a_split_plan_launches_the_kernel_then_the_merge(monkeypatch: pytest.Mon
     q_thd, out = q[0], torch.empty(1, 32, 128, dtype=torch.bfloat16)
     plan(q_thd, k, k, out, cu, cu, cu, None, torch.zeros(1, 512, dtype=torch.int32))
     (grid, args, kwargs), = kernel.calls
-    assert grid == (256,)
+    assert grid == (256, 1, 1)
     assert [list(d.block_shape) for d in args[:2]] == [[16, 128], [16, 128]]  # a TMA load a page
     assert args[2] is q_thd and args[3] is out
     partial_out, partial_lse = args[4:6]

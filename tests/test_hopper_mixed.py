@@ -80,7 +80,7 @@ def test_a_plan_launches_one_program_per_sm_with_page_sized_boxes(monkeypatch: p
     cu = torch.zeros(302, dtype=torch.int32)
     plan(q, k, k, q, cu, cu, None, None, torch.zeros(301, 1024, dtype=torch.int32))
     (grid, args, kwargs), = kernel.calls
-    assert grid == (132,)
+    assert grid == (132, 1, 1)
     q_desc, k_desc, v_desc, k_decode_desc, v_decode_desc = args[:5]
     assert list(q_desc.block_shape) == [64, 128]
     assert all(list(d.block_shape) == [16, 128] for d in (k_desc, v_desc, k_decode_desc, v_decode_desc))

@@ -62,10 +62,11 @@ def test_first_call_goes_through_triton_the_next_ones_launch_directly(stream):
     kernel_launch(x2, y2)
     kernel_launch(y2, x2)
     assert len(fake.through_triton) == 1
-    # grid, stream, function, metadata, three hooks' slots, then every argument in signature order
+    # grid, stream, function, metadata, three hooks' slots, then every argument in signature order (tensors as
+    # addresses)
     assert fake.compiled.launches == [
-        (4, 2, 1, 77, 1234, ("metadata",), None, None, None, x2, y2, 32, 0.5, 16, True),
-        (4, 2, 1, 77, 1234, ("metadata",), None, None, None, y2, x2, 32, 0.5, 16, True),
+        (4, 2, 1, 77, 1234, ("metadata",), None, None, None, x2.data_ptr(), y2.data_ptr(), 32, 0.5, 16, True),
+        (4, 2, 1, 77, 1234, ("metadata",), None, None, None, y2.data_ptr(), x2.data_ptr(), 32, 0.5, 16, True),
     ]
 
 
@@ -116,3 +117,86 @@ def test_tensor_key_keeps_what_triton_specializes_a_tensor_on(change):
 
     same_key = launch.tensor_key(other)[2:] == launch.tensor_key(base)[2:]  # dtype, device, alignment
     assert (specialization(other) == specialization(base)) == same_key
+
+
+class FakeCudaLauncher:
+    """Triton 3.6's CudaLauncher as _raw_launcher takes it apart: ``launch`` is wrap_handle_tensordesc's wrapper
+    around the C launch function (its closure's ``launcher``)."""
+
+    global_scratch_size = profile_scratch_size = 0
+    launch_cooperative_grid, launch_pdl = False, True
+
+    def __init__(self) -> None:
+        self.raw: list[tuple] = []
+
+        def launcher(*args):
+            self.raw.append(args)
+
+        def inner(*args):  # Triton's path (never taken here: the fake's first call returns before it)
+            launcher(*args)
+
+        self.launch = inner
+
+
+class FakeDescriptorKernel(FakeCompiled):
+    class metadata:
+        tensordesc_meta = ({"block": "k"}, {"block": "v"})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.run = FakeCudaLauncher()
+
+
+@pytest.fixture
+def triton_36(monkeypatch):
+    from triton.backends.nvidia import driver
+
+    encoded: list = []
+
+    def make_tensordesc_arg(arg, metadata):
+        encoded.append((arg, metadata))
+        return [f"map:{arg}", 64, 128, 1024, 1]
+
+    monkeypatch.setattr(driver, "_BASE_ARGS_FORMAT_LEN", 13, raising=False)
+    monkeypatch.setattr(driver, "make_tensordesc_arg", make_tensordesc_arg, raising=False)
+    return encoded
+
+
+def test_descriptors_are_made_for_triton_and_encoded_once_per_address(stream, triton_36):
+    compiled = FakeDescriptorKernel()
+    fake = FakeJit(compiled)
+    fake.arg_names = ["k_desc", "v_desc", "q", "n", "scale", "BLOCK", "FLAG"]
+    def maker(name):
+        return lambda x: f"{name}@{x.data_ptr()}"
+
+    kernel_launch = launch.KernelLaunch(fake, (132,), scalars=(32, 0.5), constexprs={"FLAG": True, "BLOCK": 16},
+                                        descriptors=(maker("k"), maker("v")))
+    k, v, q, q2, k2 = (torch.zeros(8) for _ in range(5))
+    kernel_launch(k, v, q)  # Triton's path gets the made descriptors
+    assert fake.through_triton[0][1] == (f"k@{k.data_ptr()}", f"v@{v.data_ptr()}", q, 32, 0.5)
+    kernel_launch(k, v, q2)
+    kernel_launch(k, v, q)
+    kernel_launch(k2, v, q)
+    assert len(fake.through_triton) == 1
+    assert [meta for _, meta in triton_36] == [{"block": "k"}, {"block": "v"}, {"block": "k"}]  # k, v, then k2
+    k_map, k2_map, v_map = (f"map:{name}@{x.data_ptr()}" for name, x in (("k", k), ("k", k2), ("v", v)))
+    tail = (32, 0.5, 16, True)
+    head = (132, 1, 1, 77, 1234, False, True, None, None, ("metadata",), None, None, None)
+    assert compiled.run.raw == [
+        (*head, k_map, 64, 128, 1024, 1, v_map, 64, 128, 1024, 1, q2.data_ptr(), *tail),
+        (*head, k_map, 64, 128, 1024, 1, v_map, 64, 128, 1024, 1, q.data_ptr(), *tail),
+        (*head, k2_map, 64, 128, 1024, 1, v_map, 64, 128, 1024, 1, q.data_ptr(), *tail),
+    ]
+
+
+def test_an_unknown_launcher_sends_descriptor_kernels_through_triton(stream, monkeypatch):
+    from triton.backends.nvidia import driver
+
+    monkeypatch.setattr(driver, "_BASE_ARGS_FORMAT_LEN", 14, raising=False)  # another Triton's layout
+    fake = FakeJit(FakeDescriptorKernel())
+    fake.arg_names = ["k_desc", "v_desc", "q", "n", "scale", "BLOCK", "FLAG"]
+    kernel_launch = launch.KernelLaunch(fake, (132,), scalars=(32, 0.5), constexprs={"FLAG": True, "BLOCK": 16},
+                                        descriptors=(str, str))
+    for _ in range(3):
+        kernel_launch(torch.zeros(8), torch.zeros(8), torch.zeros(8))
+    assert len(fake.through_triton) == 3 and fake.compiled.run.raw == []

@@ -8,7 +8,8 @@ sequence) that the Hopper kernels serve. ``ATTN_FUSED_HOPPER_DECODE=0`` sends th
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -97,6 +98,8 @@ def choose_decode_splits(*, walks: int, max_tiles: int, programs: int) -> int:
 class DecodeHopperPlan(PersistentLaunch):
     """One call's launch of attention_decode_hopper_kernel (and the split merge), all but the tensors' addresses."""
 
+    kv_descriptors: tuple[Any, Any]
+    """K's and V's TMA descriptor makers (hopper_forward.RowsDescriptor)."""
     num_splits: int
     tile: tuple[int, int, int, int]
     """DECODE_HOPPER_TILE (or DECODE_HOPPER_TILE_ENV's first four)."""
@@ -110,40 +113,55 @@ class DecodeHopperPlan(PersistentLaunch):
     """> 0: the decode kernel merges its splits, this many rows at a time (FUSED_MERGE, MERGE_ROWS)."""
     total_q: int = 0
 
+    launches: dict = field(default_factory=dict, compare=False, repr=False)
+    """The kernel's KernelLaunch per (zero_tail, page table row stride), made at the first call with them: both are
+    fixed by attention_forward's key of the call. Later calls skip Triton's argument binding (attention.kernels.launch:
+    ~17 us a launch on the H200's host)."""
+
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor, q_start: torch.Tensor | None,
                  kv_start: torch.Tensor | None, page_table: torch.Tensor | None, zero_tail: bool = False) -> None:
         """Launch on these tensors (as MixedHopperPlan.__call__)."""
-        from .hopper_forward import rows_descriptor  # (hopper_forward imports this module)
-
-        block_n, stages, _, maxnreg = self.tile
         if self.partial_shape is None:
             partial_out = partial_lse = out  # unused
         else:
             splits, tokens, heads, head_dim = self.partial_shape
             partial_out = torch.empty(splits, tokens, heads, head_dim, dtype=torch.float32, device=q.device)
             partial_lse = torch.empty(splits, tokens, heads, dtype=torch.float32, device=q.device)
-        split_stride = partial_out.stride(0) if self.partial_shape else 0
-        token_stride = partial_out.stride(1) if self.partial_shape else 0
-        lse_split_stride = partial_lse.stride(0) if self.partial_shape else 0
-        lse_token_stride = partial_lse.stride(1) if self.partial_shape else 0
         counters = split_counter_buffer(q.device, self.num_seqs * self.heads_kv) if self.merge_rows else partial_lse
-        q_rows, k_rows, v_rows, out_rows = self.batch_rows
-        attention_decode_hopper_kernel[(self.programs,)](
-            rows_descriptor(k, block_n, self.page_size), rows_descriptor(v, block_n, self.page_size), q, out,
-            partial_out, partial_lse, counters, cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q if q_start is None else q_start,
-            cu_seqlens_kv if kv_start is None else kv_start, cu_seqlens_q if page_table is None else page_table,
-            self.num_seqs, self.heads_kv, self.num_splits, q_rows, k_rows, v_rows, out_rows, self.q_token_stride,
-            self.out_token_stride, 0 if page_table is None else page_table.stride(0), self.softmax_scale_log2,
-            split_stride, token_stride, lse_split_stride, lse_token_stride, self.total_q if zero_tail else 0,
-            GROUP_SIZE=self.group_size, ROWS=self.rows, BLOCK_N=block_n, STAGES=stages, PAGE_SIZE=self.page_size,
-            CAUSAL=self.causal, BOTTOM_RIGHT=self.bottom_right, HAS_Q_START=self.has_q_start,
-            HAS_KV_START=self.has_kv_start, WRITE_PARTIAL=self.partial_shape is not None,
-            FUSED_MERGE=self.merge_rows > 0, SPLITS_BLOCK=next_power_of_2(self.num_splits),
-            MERGE_ROWS=max(1, self.merge_rows), num_warps=4, maxnreg=maxnreg)
+        table_stride = 0 if page_table is None else page_table.stride(0)
+        launch = self.launches.get((zero_tail, table_stride))
+        if launch is None:
+            launch = self.launches[zero_tail, table_stride] = self._kernel_launch(zero_tail, table_stride)
+        launch(k, v, q, out,
+               partial_out, partial_lse, counters, cu_seqlens_q, cu_seqlens_kv,
+               cu_seqlens_q if q_start is None else q_start, cu_seqlens_kv if kv_start is None else kv_start,
+               cu_seqlens_q if page_table is None else page_table)
         if self.combine is not None:
             self.combine(partial_out, partial_lse, out, cu_seqlens_q, cu_seqlens_q if q_start is None else q_start,
                          partial_lse)
+
+    def _kernel_launch(self, zero_tail: bool, table_stride: int) -> KernelLaunch:
+        """attention_decode_hopper_kernel's launch, all but its 12 tensor arguments fixed."""
+        block_n, stages, _, maxnreg = self.tile
+        workspace = (0, 0, 0, 0)
+        if self.partial_shape is not None:  # (contiguous: the strides follow from the shape)
+            _, tokens, heads, head_dim = self.partial_shape
+            workspace = (tokens * heads * head_dim, heads * head_dim, tokens * heads, heads)
+        return KernelLaunch(
+            attention_decode_hopper_kernel, (self.programs,),
+            scalars=(self.num_seqs, self.heads_kv, self.num_splits, *self.batch_rows, self.q_token_stride,
+                     self.out_token_stride, table_stride, self.softmax_scale_log2, *workspace,
+                     self.total_q if zero_tail else 0),
+            constexprs={
+                "GROUP_SIZE": self.group_size, "ROWS": self.rows, "BLOCK_N": block_n, "STAGES": stages,
+                "PAGE_SIZE": self.page_size, "CAUSAL": self.causal, "BOTTOM_RIGHT": self.bottom_right,
+                "HAS_Q_START": self.has_q_start, "HAS_KV_START": self.has_kv_start,
+                "WRITE_PARTIAL": self.partial_shape is not None, "FUSED_MERGE": self.merge_rows > 0,
+                "SPLITS_BLOCK": next_power_of_2(self.num_splits), "MERGE_ROWS": max(1, self.merge_rows),
+            },
+            options={"num_warps": 4, "maxnreg": maxnreg}, descriptors=self.kv_descriptors,
+        )
 
 
 def decode_hopper_unsupported_reason(head_dim: int, group_size: int, max_seqlen_q: int,
@@ -162,12 +180,14 @@ def decode_hopper_unsupported_reason(head_dim: int, group_size: int, max_seqlen_
     return None
 
 
-def plan_decode_hopper(q: torch.Tensor, out: torch.Tensor, heads_kv: int, batch_rows: tuple[int, int, int, int], *,
+def plan_decode_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, heads_kv: int,
+                       batch_rows: tuple[int, int, int, int], *,
                        num_seqs: int, max_seqlen_q: int, max_seqlen_kv: int, total_q: int, softmax_scale: float,
                        causal: bool, bottom_right: bool, page_size: int, has_q_start: bool, has_kv_start: bool,
                        num_sms: int, num_splits: int | None = None) -> DecodeHopperPlan | None:
     """A DecodeHopperPlan for a decode-sized call the kernel serves (plan_hopper_forward checked the tensors), else
-    None. q / out: 4-D views [B, S, H, D] (out's strides size the merge's stores); batch_rows as HopperPlan's;
+    None. q / out: 4-D views [B, S, H, D] (out's strides size the merge's stores); k / v: as attention_forward's
+    (their geometry sizes the TMA descriptors); batch_rows as HopperPlan's;
     ``num_splits``: split-KV count (None: choose_decode_splits's, or DECODE_HOPPER_TILE_ENV's fifth entry)."""
     heads_q, head_dim = q.shape[2], q.shape[3]
     group_size = heads_q // heads_kv
@@ -192,7 +212,10 @@ def plan_decode_hopper(q: torch.Tensor, out: torch.Tensor, heads_kv: int, batch_
                 partial_shape, (total_q * heads_q * head_dim, heads_q * head_dim, head_dim),
                 (total_q * heads_q, heads_q), out.stride()[:3], num_seqs=num_seqs, has_q_start=has_q_start,
                 has_sink=False, max_seqlen_q=max_seqlen_q)
+    from .hopper_forward import RowsDescriptor  # (hopper_forward imports this module)
+
     return DecodeHopperPlan(
+        kv_descriptors=(RowsDescriptor.of(k, block_n, page_size), RowsDescriptor.of(v, block_n, page_size)),
         programs=min(programs, walks * num_splits), num_splits=num_splits, group_size=group_size, heads_kv=heads_kv,
         num_seqs=num_seqs, batch_rows=batch_rows, q_token_stride=q.stride(-3), out_token_stride=out.stride(-3),
         softmax_scale_log2=float(softmax_scale) * math.log2(math.e), page_size=page_size, causal=causal,

@@ -7,7 +7,7 @@ goes to the general kernel. ``ATTN_FUSED_HOPPER=0`` turns the Hopper kernel off 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -21,6 +21,7 @@ from .availability import interpreter_enabled
 from .configs import mixed_batch
 from .hopper_decode import DecodeHopperPlan, plan_decode_hopper
 from .hopper_mixed import MixedHopperPlan, plan_mixed_hopper
+from .launch import KernelLaunch
 
 __all__ = [
     "HOPPER_ENV", "HOPPER_SMALL_PAGES_ENV", "HOPPER_TILE", "HopperPlan", "hopper_unsupported_reason",
@@ -84,12 +85,33 @@ def _rows_matrix(x: torch.Tensor) -> tuple[torch.Tensor, int] | None:
     return torch.as_strided(x, (rows, heads * head_dim), (token_stride, 1)), batch_rows
 
 
-def rows_descriptor(x: torch.Tensor, block_rows: int, page_size: int = 0) -> Any:
-    """A TMA descriptor over ``x``'s 2-D row view (``_rows_matrix``) with blocks of [block_rows, head dim], or of one
-    page over pages smaller than that (a TMA load per page)."""
-    block = (min(block_rows, page_size) if page_size else block_rows, x.shape[-1])
-    matrix, _ = _rows_matrix(x)
-    return TensorDescriptor.from_tensor(matrix, list(block), _shared_layout(block, x.dtype == torch.float16))
+@dataclass(frozen=True)
+class RowsDescriptor:
+    """Makes TMA descriptors over tensors of one geometry (a plan's key fixes it): the 2-D row view of
+    ``_rows_matrix`` with blocks of [block rows, head dim], or of one page over pages smaller than that (a TMA load a
+    page). Checks and layout are worked out once per plan. A plan's KernelLaunch calls it for the first launch at each
+    tensor address and keeps the encoded descriptor (attention.kernels.launch): 6 us a descriptor on this project's
+    CPU, paid every launch before."""
+
+    rows: int
+    width: int
+    token_stride: int
+    block: tuple[int, int]
+    float16: bool
+
+    @staticmethod
+    def of(x: torch.Tensor, block_rows: int, page_size: int = 0) -> RowsDescriptor:
+        """The geometry of ``x`` (which ``_rows_matrix`` accepts), blocks of ``block_rows`` (one page's rows with
+        pages smaller than that)."""
+        matrix, _ = _rows_matrix(x)
+        block = (min(block_rows, page_size) if page_size else block_rows, x.shape[-1])
+        return RowsDescriptor(matrix.shape[0], matrix.shape[1], matrix.stride(0), block, x.dtype == torch.float16)
+
+    def __call__(self, x: torch.Tensor) -> Any:
+        """The descriptor over ``x``, a tensor of the planned geometry."""
+        view = torch.as_strided(x, (self.rows, self.width), (self.token_stride, 1))
+        return TensorDescriptor(view, view.shape, view.stride(), list(self.block),
+                                _shared_layout(self.block, self.float16))
 
 
 @functools.cache
@@ -105,7 +127,7 @@ def hopper_unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                               page_size: int, window: tuple[int, int], alibi: bool, sink: bool) -> str | None:
     """None when attention_fwd_hopper_kernel can run this call, else why not. ``page_size``: 0 for a
     non-paged call; ``window``: normalized (left, right), -1 unbounded (a causal mask is right == 0)."""
-    if interpreter_enabled() or not q.is_cuda or torch.cuda.get_device_capability(q.device) != (9, 0):
+    if not _on_sm90(q):
         return "needs an sm90 GPU (Hopper), not the interpreter"
     if getenv(HOPPER_ENV, "1") == "0":
         return f"{HOPPER_ENV}=0"
@@ -123,6 +145,11 @@ def hopper_unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if page_size and any(matrix[1] != page_size for matrix in matrices[1:3]):
         return "needs the cache's pages stored one after another"
     return _page_size_reason(page_size, block_n) if page_size else None
+
+
+def _on_sm90(q: torch.Tensor) -> bool:
+    """q is on an sm90 GPU and the kernels would compile for it (not the interpreter)."""
+    return not interpreter_enabled() and q.is_cuda and torch.cuda.get_device_capability(q.device) == (9, 0)
 
 
 def _page_size_reason(page_size: int, block_n: int) -> str | None:
@@ -155,24 +182,36 @@ class HopperPlan:
     bottom_right: bool
     has_q_start: bool
     has_kv_start: bool
+    descriptors: tuple[RowsDescriptor, RowsDescriptor, RowsDescriptor]
+    """Q's, K's and V's TMA descriptor makers."""
+    launches: dict = field(default_factory=dict, compare=False, repr=False)
+    """The kernel's KernelLaunch per page table row stride (fixed by attention_forward's key, known at the first
+    call): later calls skip Triton's argument binding (attention.kernels.launch)."""
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor, q_start: torch.Tensor | None,
                  kv_start: torch.Tensor | None, page_table: torch.Tensor | None) -> None:
         """Launch on these tensors: q, k, v as planned (4-D views or 3-D thd), ``out`` as planned or with
         its heads flattened (only its address is read)."""
-        block_n, stages, consumer_registers = HOPPER_TILE[q.shape[-1]]
-        q_rows, k_rows, v_rows, out_rows = self.batch_rows
-        attention_fwd_hopper_kernel[self.grid](
-            rows_descriptor(q, HOPPER_ROWS_PER_GROUP), rows_descriptor(k, block_n, self.page_size),
-            rows_descriptor(v, block_n, self.page_size), out,
-            cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q if q_start is None else q_start,
-            cu_seqlens_kv if kv_start is None else kv_start, cu_seqlens_q if page_table is None else page_table,
-            q_rows, k_rows, v_rows, out_rows, self.out_token_stride, 0 if page_table is None else page_table.stride(0),
-            self.softmax_scale_log2, GROUP_SIZE=self.group_size, BLOCK_N=block_n, STAGES=stages,
-            PAGE_SIZE=self.page_size, CAUSAL=self.causal, BOTTOM_RIGHT=self.bottom_right,
-            HAS_Q_START=self.has_q_start, HAS_KV_START=self.has_kv_start,
-            CONSUMER_REGISTERS=consumer_registers, num_warps=4, maxnreg=168)
+        table_stride = 0 if page_table is None else page_table.stride(0)
+        launch = self.launches.get(table_stride)
+        if launch is None:
+            launch = self.launches[table_stride] = self._kernel_launch(q.shape[-1], table_stride)
+        launch(q, k, v, out, cu_seqlens_q, cu_seqlens_kv,
+               cu_seqlens_q if q_start is None else q_start, cu_seqlens_kv if kv_start is None else kv_start,
+               cu_seqlens_q if page_table is None else page_table)
+
+    def _kernel_launch(self, head_dim: int, table_stride: int) -> KernelLaunch:
+        """attention_fwd_hopper_kernel's launch, all but its 9 tensor arguments fixed."""
+        block_n, stages, consumer_registers = HOPPER_TILE[head_dim]
+        return KernelLaunch(
+            attention_fwd_hopper_kernel, self.grid,
+            scalars=(*self.batch_rows, self.out_token_stride, table_stride, self.softmax_scale_log2),
+            constexprs={"GROUP_SIZE": self.group_size, "BLOCK_N": block_n, "STAGES": stages,
+                        "PAGE_SIZE": self.page_size, "CAUSAL": self.causal, "BOTTOM_RIGHT": self.bottom_right,
+                        "HAS_Q_START": self.has_q_start, "HAS_KV_START": self.has_kv_start,
+                        "CONSUMER_REGISTERS": consumer_registers},
+            options={"num_warps": 4, "maxnreg": 168}, descriptors=self.descriptors)
 
 
 def plan_hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, *, num_seqs: int,
@@ -192,12 +231,12 @@ def plan_hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
     heads_q, heads_kv = q.shape[2], k.shape[2]
     batch_rows = tuple(_rows_matrix(x)[1] for x in (q, k, v, out))
     if mixed_batch(num_seqs, total_q, max_seqlen_q):  # this grid: mostly empty programs, decodes in 128-row tiles
-        return plan_mixed_hopper(q, heads_kv, batch_rows, num_seqs=num_seqs, out_token_stride=out.stride(-3),
+        return plan_mixed_hopper(q, k, v, heads_kv, batch_rows, num_seqs=num_seqs, out_token_stride=out.stride(-3),
                                  softmax_scale=softmax_scale, causal=window[1] == 0, bottom_right=bottom_right,
                                  page_size=page_size, has_q_start=has_q_start, has_kv_start=has_kv_start,
                                  num_sms=num_sms, total_q=total_q)
     if max(1, max_seqlen_q) * (heads_q // heads_kv) <= MAX_DECODE_ROWS:
-        return plan_decode_hopper(q, out, heads_kv, batch_rows, num_seqs=num_seqs, max_seqlen_q=max_seqlen_q,
+        return plan_decode_hopper(q, k, v, out, heads_kv, batch_rows, num_seqs=num_seqs, max_seqlen_q=max_seqlen_q,
                                   max_seqlen_kv=max_seqlen_kv, total_q=total_q, softmax_scale=softmax_scale,
                                   causal=window[1] == 0, bottom_right=bottom_right, page_size=page_size,
                                   has_q_start=has_q_start, has_kv_start=has_kv_start, num_sms=num_sms,
@@ -205,7 +244,10 @@ def plan_hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
     if total_q < HOPPER_MIN_QUERIES_PER_SEQUENCE * num_seqs or -(-total_q // HOPPER_BLOCK_M) * heads_q < num_sms:
         return None  # decode-like, or too few programs without split-KV
     group_size = heads_q // heads_kv
+    block_n = HOPPER_TILE[q.shape[-1]][0]
     return HopperPlan(
+        descriptors=(RowsDescriptor.of(q, HOPPER_ROWS_PER_GROUP), RowsDescriptor.of(k, block_n, page_size),
+                     RowsDescriptor.of(v, block_n, page_size)),
         grid=(-(-max_seqlen_q // HOPPER_BLOCK_M) * group_size, heads_kv, num_seqs), group_size=group_size,
         batch_rows=batch_rows, out_token_stride=out.stride(-3),
         softmax_scale_log2=float(softmax_scale) * 1.4426950408889634, page_size=page_size, causal=window[1] == 0,

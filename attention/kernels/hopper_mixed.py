@@ -7,7 +7,8 @@ sends them to the general kernel.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -15,6 +16,7 @@ from attention.environment import getenv
 
 from .attention_fwd_hopper import HOPPER_ROWS_PER_GROUP
 from .attention_mixed_hopper import MAX_DECODE_ROWS, attention_mixed_hopper_kernel
+from .launch import KernelLaunch
 
 __all__ = ["MIXED_HOPPER_ENV", "MIXED_HOPPER_TILE", "MIXED_HOPPER_TILE_ENV",
            "MixedHopperPlan", "PersistentLaunch", "mixed_hopper_unsupported_reason", "plan_mixed_hopper"]
@@ -80,33 +82,43 @@ class MixedHopperPlan(PersistentLaunch):
     """MIXED_HOPPER_TILE's entry (or MIXED_HOPPER_TILE_ENV's)."""
     decode_rows: int
     """Packed rows of a decode tile (decode_tile_rows): sequences with more go to the prefill partitions."""
+    descriptors: tuple[Any, ...] = ()
+    """Q's (64-row blocks), K's and V's (prefill tiles), K's and V's (decode tiles) TMA descriptor makers
+    (hopper_forward.RowsDescriptor)."""
     total_q: int = 0
     """The call's token rows: with ``zero_tail`` the launch zeroes out's rows cu_seqlens_q[num_seqs] .. total_q - 1."""
+    launches: dict = field(default_factory=dict, compare=False, repr=False)
+    """The kernel's KernelLaunch per (zero_tail, page table row stride), both fixed by attention_forward's key: later
+    calls skip Triton's argument binding (attention.kernels.launch)."""
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor, q_start: torch.Tensor | None,
                  kv_start: torch.Tensor | None, page_table: torch.Tensor | None, zero_tail: bool = False) -> None:
         """Launch on these tensors (as HopperPlan.__call__); ``zero_tail``: thd out (sequences back to back),
         its rows past the last sequence are written as zeros too."""
-        from .hopper_forward import rows_descriptor  # (hopper_forward imports this module)
+        table_stride = 0 if page_table is None else page_table.stride(0)
+        launch = self.launches.get((zero_tail, table_stride))
+        if launch is None:
+            launch = self.launches[zero_tail, table_stride] = self._kernel_launch(zero_tail, table_stride)
+        launch(q, k, v, k, v, q, out, cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q if q_start is None else q_start,
+               cu_seqlens_kv if kv_start is None else kv_start, cu_seqlens_q if page_table is None else page_table)
 
+    def _kernel_launch(self, zero_tail: bool, table_stride: int) -> KernelLaunch:
+        """attention_mixed_hopper_kernel's launch, all but its 12 tensor arguments fixed."""
         block_n, stages, decode_block_n, decode_stages, consumer_registers, decode_registers, maxnreg = self.tile
-
-        q_rows, k_rows, v_rows, out_rows = self.batch_rows
-        attention_mixed_hopper_kernel[(self.programs,)](
-            rows_descriptor(q, HOPPER_ROWS_PER_GROUP), rows_descriptor(k, block_n, self.page_size),
-            rows_descriptor(v, block_n, self.page_size), rows_descriptor(k, decode_block_n, self.page_size),
-            rows_descriptor(v, decode_block_n, self.page_size), q, out,
-            cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q if q_start is None else q_start,
-            cu_seqlens_kv if kv_start is None else kv_start, cu_seqlens_q if page_table is None else page_table,
-            self.num_seqs, self.heads_kv, q_rows, k_rows, v_rows, out_rows, self.q_token_stride,
-            self.out_token_stride, 0 if page_table is None else page_table.stride(0), self.softmax_scale_log2,
-            self.total_q if zero_tail else 0,
-            GROUP_SIZE=self.group_size, BLOCK_N=block_n, STAGES=stages, DECODE_BLOCK_N=decode_block_n,
-            DECODE_STAGES=decode_stages, PAGE_SIZE=self.page_size, CAUSAL=self.causal,
-            BOTTOM_RIGHT=self.bottom_right, HAS_Q_START=self.has_q_start, HAS_KV_START=self.has_kv_start,
-            LOG2_MAX_SEQS=max(5, self.num_seqs.bit_length()), DECODE_ROWS=self.decode_rows,
-            CONSUMER_REGISTERS=consumer_registers, DECODE_REGISTERS=decode_registers, num_warps=4, maxnreg=maxnreg)
+        return KernelLaunch(
+            attention_mixed_hopper_kernel, (self.programs,),
+            scalars=(self.num_seqs, self.heads_kv, *self.batch_rows, self.q_token_stride, self.out_token_stride,
+                     table_stride, self.softmax_scale_log2, self.total_q if zero_tail else 0),
+            constexprs={
+                "GROUP_SIZE": self.group_size, "BLOCK_N": block_n, "STAGES": stages,
+                "DECODE_BLOCK_N": decode_block_n, "DECODE_STAGES": decode_stages, "PAGE_SIZE": self.page_size,
+                "CAUSAL": self.causal, "BOTTOM_RIGHT": self.bottom_right, "HAS_Q_START": self.has_q_start,
+                "HAS_KV_START": self.has_kv_start, "LOG2_MAX_SEQS": max(5, self.num_seqs.bit_length()),
+                "DECODE_ROWS": self.decode_rows, "CONSUMER_REGISTERS": consumer_registers,
+                "DECODE_REGISTERS": decode_registers,
+            },
+            options={"num_warps": 4, "maxnreg": maxnreg}, descriptors=self.descriptors)
 
 
 def mixed_hopper_unsupported_reason(head_dim: int, group_size: int, num_seqs: int, page_size: int) -> str | None:
@@ -126,21 +138,30 @@ def mixed_hopper_unsupported_reason(head_dim: int, group_size: int, num_seqs: in
     return None
 
 
-def plan_mixed_hopper(q: torch.Tensor, heads_kv: int, batch_rows: tuple[int, int, int, int], *, num_seqs: int,
-                      out_token_stride: int, softmax_scale: float, causal: bool,
+def plan_mixed_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads_kv: int,
+                      batch_rows: tuple[int, int, int, int], *, num_seqs: int, out_token_stride: int,
+                      softmax_scale: float, causal: bool,
                       bottom_right: bool, page_size: int, has_q_start: bool, has_kv_start: bool,
                       num_sms: int, total_q: int = 0) -> MixedHopperPlan | None:
     """A MixedHopperPlan for a mixed batch the Hopper kernel serves (plan_hopper_forward checked the tensors),
-    else None. q: a 4-D view [B, S, H_q, D]; batch_rows as HopperPlan's."""
+    else None. q: a 4-D view [B, S, H_q, D]; k / v: as attention_forward's (their geometry sizes the TMA
+    descriptors); batch_rows as HopperPlan's."""
     group_size = q.shape[2] // heads_kv
     if mixed_hopper_unsupported_reason(q.shape[3], group_size, num_seqs, page_size):
         return None
+    from .hopper_forward import RowsDescriptor  # (hopper_forward imports this module)
+
+    tile = _tile(q.shape[3])
+    block_n, decode_block_n = tile[0], tile[2]
     return MixedHopperPlan(
+        descriptors=(RowsDescriptor.of(q, HOPPER_ROWS_PER_GROUP), RowsDescriptor.of(k, block_n, page_size),
+                     RowsDescriptor.of(v, block_n, page_size), RowsDescriptor.of(k, decode_block_n, page_size),
+                     RowsDescriptor.of(v, decode_block_n, page_size)),
         programs=num_sms, group_size=group_size, heads_kv=heads_kv, num_seqs=num_seqs, batch_rows=batch_rows,
         q_token_stride=q.stride(-3), out_token_stride=out_token_stride,
         softmax_scale_log2=float(softmax_scale) * 1.4426950408889634, page_size=page_size, causal=causal,
         bottom_right=bool(bottom_right), has_q_start=has_q_start, has_kv_start=has_kv_start,
-        tile=_tile(q.shape[3]), decode_rows=decode_tile_rows(group_size), total_q=total_q)
+        tile=tile, decode_rows=decode_tile_rows(group_size), total_q=total_q)
 
 
 def decode_tile_rows(group_size: int) -> int:

@@ -11,7 +11,10 @@ metadata and the host scalars: see ``tensor_key``) builds one ``KernelLaunch`` p
 the scalar arguments and the constexprs fixed, only the leading tensor arguments passed per call.
 Equal keys mean equal scalar arguments and equally aligned tensors, hence the specialization
 Triton would pick. The first call goes through Triton (compiling if needed) and keeps the compiled
-kernel; later calls hand the arguments straight to its launcher.
+kernel; later calls hand the tensors' addresses and the fixed arguments straight to its launcher.
+
+Kernels that take TMA descriptors get tensors from the caller and makers of their descriptors
+(``descriptors``); the direct path encodes a descriptor once per tensor address.
 
 ``ATTN_TRITON_FAST_LAUNCH=0`` (read at import) sends every call through Triton's path; the
 interpreter and launch hooks (profilers such as proton) always take it.
@@ -24,7 +27,9 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 import os
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -33,6 +38,8 @@ from triton import knobs
 __all__ = ["DIRECT_LAUNCH", "KernelLaunch", "tensor_key"]
 
 DIRECT_LAUNCH = os.environ.get("ATTN_TRITON_FAST_LAUNCH", "1") != "0"
+MAX_ENCODED_ADDRESSES = 8
+"""Encoded descriptors kept per descriptor argument (a decode loop's q alternates between a few addresses)."""
 
 
 def tensor_key(x: torch.Tensor | None) -> tuple | None:
@@ -49,31 +56,101 @@ class KernelLaunch:
     ``launch(*tensors)`` runs ``fn[grid](*tensors, *scalars, **constexprs, **options)``: the first
     call through Triton, later ones through the compiled kernel's launcher (``DIRECT_LAUNCH``). The
     tensors must keep the dtypes and 16-byte alignment of the first call's (the caller's key).
+
+    ``descriptors``: makers of the TMA descriptors that the kernel's first ``len(descriptors)``
+    arguments are. The caller passes tensors there and the kernel gets ``maker(tensor)``, a
+    ``TensorDescriptor`` of a geometry that the caller's key fixes. Only a tensor's address can vary,
+    so the direct path encodes each address's descriptor once (a KV cache's address is the same every
+    decode step; Triton's path makes and encodes every descriptor at every launch).
     """
 
-    __slots__ = ("_direct", "constexprs", "fn", "grid", "options", "scalars")
+    __slots__ = ("_direct", "_encode_descriptor", "_encoded", "constexprs", "descriptors", "fn", "grid", "options",
+                 "scalars")
 
     def __init__(self, fn: Any, grid: tuple[int, ...], scalars: tuple = (), constexprs: dict | None = None,
-                 options: dict | None = None) -> None:
+                 options: dict | None = None, descriptors: Sequence[Callable[[torch.Tensor], Any]] = ()) -> None:
         self.fn = fn
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self.scalars = tuple(scalars)
         self.constexprs = dict(constexprs or {})
         self.options = {name: value for name, value in (options or {}).items() if value is not None}
+        self.descriptors = tuple(descriptors)
         self._direct: tuple | None = None
+        self._encoded: tuple[tuple[Any, dict[int, list]], ...] = ()
+        """Per descriptor argument: (Triton's metadata of it, its encoded launch arguments by tensor address)."""
+        self._encode_descriptor: Callable[[Any, Any], list] | None = None
 
     def __call__(self, *tensors: Any) -> None:
         direct = self._direct
         if direct is not None and _no_launch_hooks():
-            run, function, metadata, tail = direct
-            run(self.grid[0], self.grid[1], self.grid[2], _current_stream(), function, metadata, None, None, None,
-                *tensors, *tail)
+            run, head, tail = direct
+            # addresses, not tensors: the launcher would call data_ptr() and ask the driver about each one
+            # (cuPointerGetAttribute); the first call's checks hold for every tensor of the caller's key
+            addresses = [x.data_ptr() for x in tensors[len(self._encoded):]]
+            if self._encoded:
+                addresses = self._encode(tensors) + addresses
+            run(self.grid[0], self.grid[1], self.grid[2], _current_stream(), *head, *addresses, *tail)
             return
-        kernel = self.fn[self.grid](*tensors, *self.scalars, **self.constexprs, **self.options)
+        made = [maker(x) for maker, x in zip(self.descriptors, tensors)]
+        kernel = self.fn[self.grid](*made, *tensors[len(made):], *self.scalars, **self.constexprs, **self.options)
         if DIRECT_LAUNCH and direct is None and _is_compiled_kernel(kernel):
             names = self.fn.arg_names[len(tensors) + len(self.scalars):]
             tail = self.scalars + tuple(self.constexprs[name] for name in names)
-            self._direct = (kernel.run, kernel.function, kernel.packed_metadata, tail)
+            self._direct = self._direct_launch(kernel, tail)
+
+    def _direct_launch(self, kernel: Any, tail: tuple) -> tuple | None:
+        """(launch function, its arguments between the stream and the tensors, the tail) for later calls; None
+        leaves them to Triton (descriptors and a launcher this module cannot hand them to encoded)."""
+        raw = _raw_launcher(kernel.run)
+        if raw is None:
+            if self.descriptors:
+                return None
+            return kernel.run, (kernel.function, kernel.packed_metadata, None, None, None), tail
+        launch, cooperative, pdl, encode = raw
+        if self.descriptors:
+            metas = tuple(getattr(kernel.metadata, "tensordesc_meta", None) or ())
+            if encode is None or len(metas) != len(self.descriptors) or None in metas:
+                return None
+            self._encoded = tuple((meta, {}) for meta in metas)
+            self._encode_descriptor = encode
+        # the launcher's own arguments: cooperative, PDL, two scratch buffers (none), metadata, three hook slots
+        return launch, (kernel.function, cooperative, pdl, None, None, kernel.packed_metadata, None, None, None), tail
+
+    def _encode(self, tensors: tuple) -> list:
+        """The encoded arguments of the descriptors made from the leading tensors."""
+        arguments: list = []
+        for maker, (meta, by_address), x in zip(self.descriptors, self._encoded, tensors):
+            address = x.data_ptr()
+            encoded = by_address.get(address)
+            if encoded is None:
+                if len(by_address) >= MAX_ENCODED_ADDRESSES:
+                    by_address.clear()
+                encoded = by_address[address] = self._encode_descriptor(maker(x), meta)
+            arguments += encoded
+        return arguments
+
+
+def _raw_launcher(run: Any) -> tuple[Any, bool, bool, Callable | None] | None:
+    """Triton 3.6's CudaLauncher ``run`` taken apart: (its C launch function, cooperative, PDL, the function that
+    encodes a descriptor argument, or None when the kernel has none), or None where its layout is not that one
+    or the kernel needs scratch buffers (``run`` allocates them per launch)."""
+    launch = getattr(run, "launch", None)
+    if launch is None or getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
+        return None
+    try:
+        from triton.backends.nvidia import driver
+    except ImportError:
+        return None
+    if getattr(driver, "_BASE_ARGS_FORMAT_LEN", None) != 13:
+        return None
+    code = getattr(launch, "__code__", None)
+    if code is None:  # the C function itself: no descriptor arguments
+        return launch, run.launch_cooperative_grid, run.launch_pdl, None
+    cells = dict(zip(code.co_freevars, launch.__closure__ or ()))  # wrap_handle_tensordesc's wrapper
+    encode = getattr(driver, "make_tensordesc_arg", None)
+    if "launcher" not in cells or encode is None or len(inspect.signature(encode).parameters) != 2:
+        return None
+    return cells["launcher"].cell_contents, run.launch_cooperative_grid, run.launch_pdl, encode
 
 
 def _is_compiled_kernel(kernel: Any) -> bool:
