@@ -200,3 +200,4 @@ def test_an_unknown_launcher_sends_descriptor_kernels_through_triton(stream, mon
     for _ in range(3):
         kernel_launch(torch.zeros(8), torch.zeros(8), torch.zeros(8))
     assert len(fake.through_triton) == 3 and fake.compiled.run.raw == []
+    assert kernel_launch._direct is False  # decided once, not after every call

@@ -75,14 +75,15 @@ class KernelLaunch:
         self.constexprs = dict(constexprs or {})
         self.options = {name: value for name, value in (options or {}).items() if value is not None}
         self.descriptors = tuple(descriptors)
-        self._direct: tuple | None = None
+        self._direct: tuple | bool | None = None
+        """(launch function, its leading arguments, tail) once the first call compiled; False: Triton's path always."""
         self._encoded: tuple[tuple[Any, dict[int, list]], ...] = ()
         """Per descriptor argument: (Triton's metadata of it, its encoded launch arguments by tensor address)."""
         self._encode_descriptor: Callable[[Any, Any], list] | None = None
 
     def __call__(self, *tensors: Any) -> None:
         direct = self._direct
-        if direct is not None and _no_launch_hooks():
+        if direct and _no_launch_hooks():
             run, head, tail = direct
             # addresses, not tensors: the launcher would call data_ptr() and ask the driver about each one
             # (cuPointerGetAttribute); the first call's checks hold for every tensor of the caller's key
@@ -96,7 +97,7 @@ class KernelLaunch:
         if DIRECT_LAUNCH and direct is None and _is_compiled_kernel(kernel):
             names = self.fn.arg_names[len(tensors) + len(self.scalars):]
             tail = self.scalars + tuple(self.constexprs[name] for name in names)
-            self._direct = self._direct_launch(kernel, tail)
+            self._direct = self._direct_launch(kernel, tail) or False
 
     def _direct_launch(self, kernel: Any, tail: tuple) -> tuple | None:
         """(launch function, its arguments between the stream and the tensors, the tail) for later calls; None

@@ -47,5 +47,5 @@ def test_later_calls_launch_directly_at_new_addresses(name: str) -> None:
     plans = list(launcher._plans.values())
     assert [type(plan).__name__ for plan in plans] == [name.split()[-1]], f"planned {plans}"
     (kernel_launch,) = plans[0].launches.values()
-    assert kernel_launch._direct is not None, "the later calls went through Triton"
+    assert kernel_launch._direct, "the later calls went through Triton"
     assert [len(by_address) for _, by_address in kernel_launch._encoded] == [2] * len(kernel_launch.descriptors)
