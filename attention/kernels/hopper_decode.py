@@ -8,7 +8,7 @@ sequence) that the Hopper kernels serve. ``ATTN_FUSED_HOPPER_DECODE=0`` sends th
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -113,11 +113,6 @@ class DecodeHopperPlan(PersistentLaunch):
     """> 0: the decode kernel merges its splits, this many rows at a time (FUSED_MERGE, MERGE_ROWS)."""
     total_q: int = 0
 
-    launches: dict = field(default_factory=dict, compare=False, repr=False)
-    """The kernel's KernelLaunch per (zero_tail, page table row stride), made at the first call with them: both are
-    fixed by attention_forward's key of the call. Later calls skip Triton's argument binding (attention.kernels.launch:
-    ~17 us a launch on the H200's host)."""
-
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor, q_start: torch.Tensor | None,
                  kv_start: torch.Tensor | None, page_table: torch.Tensor | None, zero_tail: bool = False) -> None:
@@ -129,14 +124,10 @@ class DecodeHopperPlan(PersistentLaunch):
             partial_out = torch.empty(splits, tokens, heads, head_dim, dtype=torch.float32, device=q.device)
             partial_lse = torch.empty(splits, tokens, heads, dtype=torch.float32, device=q.device)
         counters = split_counter_buffer(q.device, self.num_seqs * self.heads_kv) if self.merge_rows else partial_lse
-        table_stride = 0 if page_table is None else page_table.stride(0)
-        launch = self.launches.get((zero_tail, table_stride))
-        if launch is None:
-            launch = self.launches[zero_tail, table_stride] = self._kernel_launch(zero_tail, table_stride)
-        launch(k, v, q, out,
-               partial_out, partial_lse, counters, cu_seqlens_q, cu_seqlens_kv,
-               cu_seqlens_q if q_start is None else q_start, cu_seqlens_kv if kv_start is None else kv_start,
-               cu_seqlens_q if page_table is None else page_table)
+        self._launch_for(zero_tail, page_table)(
+            k, v, q, out, partial_out, partial_lse, counters, cu_seqlens_q, cu_seqlens_kv,
+            cu_seqlens_q if q_start is None else q_start, cu_seqlens_kv if kv_start is None else kv_start,
+            cu_seqlens_q if page_table is None else page_table)
         if self.combine is not None:
             self.combine(partial_out, partial_lse, out, cu_seqlens_q, cu_seqlens_q if q_start is None else q_start,
                          partial_lse)

@@ -72,6 +72,21 @@ class PersistentLaunch:
     bottom_right: bool
     has_q_start: bool
     has_kv_start: bool
+    launches: dict = field(default_factory=dict, compare=False, repr=False, kw_only=True)
+    """The kernel's KernelLaunch per (zero_tail, page table row stride), both fixed by attention_forward's key, made
+    at the first call with them: later calls skip Triton's argument binding (attention.kernels.launch: ~17 us a
+    launch on the H200's host)."""
+
+    def _launch_for(self, zero_tail: bool, page_table: torch.Tensor | None) -> KernelLaunch:
+        """The kernel's launch for a call with this ``zero_tail`` and page table (``_kernel_launch``'s, kept)."""
+        table_stride = 0 if page_table is None else page_table.stride(0)
+        launch = self.launches.get((zero_tail, table_stride))
+        if launch is None:
+            launch = self.launches[zero_tail, table_stride] = self._kernel_launch(zero_tail, table_stride)
+        return launch
+
+    def _kernel_launch(self, zero_tail: bool, table_stride: int) -> KernelLaunch:
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
@@ -87,21 +102,15 @@ class MixedHopperPlan(PersistentLaunch):
     (hopper_forward.RowsDescriptor)."""
     total_q: int = 0
     """The call's token rows: with ``zero_tail`` the launch zeroes out's rows cu_seqlens_q[num_seqs] .. total_q - 1."""
-    launches: dict = field(default_factory=dict, compare=False, repr=False)
-    """The kernel's KernelLaunch per (zero_tail, page table row stride), both fixed by attention_forward's key: later
-    calls skip Triton's argument binding (attention.kernels.launch)."""
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor, q_start: torch.Tensor | None,
                  kv_start: torch.Tensor | None, page_table: torch.Tensor | None, zero_tail: bool = False) -> None:
         """Launch on these tensors (as HopperPlan.__call__); ``zero_tail``: thd out (sequences back to back),
         its rows past the last sequence are written as zeros too."""
-        table_stride = 0 if page_table is None else page_table.stride(0)
-        launch = self.launches.get((zero_tail, table_stride))
-        if launch is None:
-            launch = self.launches[zero_tail, table_stride] = self._kernel_launch(zero_tail, table_stride)
-        launch(q, k, v, k, v, q, out, cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q if q_start is None else q_start,
-               cu_seqlens_kv if kv_start is None else kv_start, cu_seqlens_q if page_table is None else page_table)
+        self._launch_for(zero_tail, page_table)(
+            q, k, v, k, v, q, out, cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q if q_start is None else q_start,
+            cu_seqlens_kv if kv_start is None else kv_start, cu_seqlens_q if page_table is None else page_table)
 
     def _kernel_launch(self, zero_tail: bool, table_stride: int) -> KernelLaunch:
         """attention_mixed_hopper_kernel's launch, all but its 12 tensor arguments fixed."""
