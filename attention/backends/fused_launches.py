@@ -11,7 +11,7 @@ the plans it launched in the choice's dict (``AttentionCall.launches``), by a ke
 * the KV side: with a KV cache, the layout of the cache object's buffers (the layer's K and V caches, the
   page table, the cu_seqlens), keyed once per layer in its ``layout_memo`` when it has one (``InferenceParams``
   does: its buffers keep their metadata for its lifetime); without a cache, k, v and the cu_seqlens;
-* ALiBi slopes and sink logits, the KV length the split count is sized on (in steps of 16 keys), the
+* ALiBi slopes and sink logits, the KV length the split count is sized on (``kv_length_bucket``), the
   softmax scale, whether padding rows are zeroed, the environment the kernels read, the current device.
 
 A hit launches the plan directly (``launch_plan``); a miss takes ``packed_attention_forward`` (which plans,
@@ -29,13 +29,14 @@ from __future__ import annotations
 import torch
 
 from attention.backends.base import AttentionCall
-from attention.kernels.attention_fwd import KV_LENGTH_QUANTUM, launch_plan, packed_attention_forward, plan_environment
+from attention.kernels.attention_fwd import kv_length_bucket, launch_plan, packed_attention_forward, plan_environment
 from attention.kernels.launch import tensor_key
 
 __all__ = ["MAX_LAUNCHES", "run"]
 
 MAX_LAUNCHES = 32
-"""Plans kept per choice (all dropped when full: a decode's KV length moves to a new key every 16 steps)."""
+"""Plans kept per choice (all dropped when full: a growing decode's KV length moves to a new key per
+``kv_length_bucket``)."""
 
 
 def run(call: AttentionCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
@@ -54,7 +55,7 @@ def run(call: AttentionCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     if launches is not None:
         key = (q.stride(), q.data_ptr() % 16 == 0, _kv_layout(call, k, v, cu_seqlens_q, cu_seqlens_kv, q_starts,
                                                               kv_starts),
-               tensor_key(call.alibi_slopes), tensor_key(call.softmax_offset), -(-kv_length // KV_LENGTH_QUANTUM),
+               tensor_key(call.alibi_slopes), tensor_key(call.softmax_offset), kv_length_bucket(kv_length),
                call.softmax_scale, zero_tail, plan_environment(), torch._C._cuda_getDevice() if q.is_cuda else -1)
         plan = launches.get(key)
         if plan is not None:
