@@ -84,7 +84,7 @@ class Decode:
                 cu_seqlens_q=torch.tensor([0, length], dtype=torch.int32, device=self.device),
                 cu_seqlens_kv=torch.tensor([0, keys.shape[0]], dtype=torch.int32, device=self.device),
                 attn_mask_type="padding_causal_bottom_right", softmax_scale=self.attn.softmax_scale)
-            torch.testing.assert_close(out[start:start + length].float(), want, atol=self.tolerance,
+            torch.testing.assert_close(out[start:start + length].float().cpu(), want.cpu(), atol=self.tolerance,
                                        rtol=self.tolerance)
             start += length
 
