@@ -12,7 +12,8 @@ tensors' sizes, dtypes and devices, the host arguments, whether autograd will ne
 whether a CUDA graph is being captured, the ``NVTE_*`` switches, ``use_backends()`` and how often
 ``clear_cache()`` ran. Within a plan each combination of the values the data-carrying steps
 produce (batch size, sequence lengths, cache layout, bias shape) gets its own ``AttentionParams``
-and backend.
+and backend, and a dict the backend may keep its launches in (``AttentionCall.launches``: the fused
+backend's kernel plans, ``attention.backends.fused_launches``).
 
 Example (what a repeated call reuses)::
 
@@ -41,7 +42,7 @@ __all__ = ["MAX_CHOICES", "MAX_PLANS", "CallPlan", "CallPlans", "call_signature"
 MAX_PLANS = 64
 """Plans a module keeps (all dropped when full)."""
 MAX_CHOICES = 64
-"""(params, backend) pairs a plan keeps (all dropped when full): a thd cache step makes one per
+"""(params, backend, launches) choices a plan keeps (all dropped when full): a thd cache step makes one per
 distinct max_seqlen_q."""
 
 
@@ -51,7 +52,7 @@ class CallPlan:
 
     fmt / mask_type / window / bottom_right: the call's resolved format and mask (None until the
     first call with this signature passed its checks). choices: ``choice_key(...)`` -> the call's
-    ``AttentionParams`` and the backend selected for them. kept: ``CallPlans`` holds it (a repeat call
+    ``AttentionParams``, the backend selected for them and that backend's launches under them. kept: ``CallPlans`` holds it (a repeat call
     need not hash its signature a second time to find that out).
     """
 
@@ -60,16 +61,19 @@ class CallPlan:
     mask_type: str | None = None
     window: tuple[int, int] | None = None
     bottom_right: bool | None = None
-    choices: dict[tuple, tuple[AttentionParams, Backend]] = field(default_factory=dict)
+    choices: dict[tuple, tuple[AttentionParams, Backend, dict]] = field(default_factory=dict)
 
     @property
     def checked(self) -> bool:
         return self.fmt is not None
 
-    def remember(self, key: tuple, params: AttentionParams, backend: Backend) -> None:
+    def remember(self, key: tuple, params: AttentionParams, backend: Backend) -> dict:
+        """Record a choice; returns its (empty) dict of the backend's launches."""
         if len(self.choices) >= MAX_CHOICES:
             self.choices.clear()
-        self.choices[key] = (params, backend)
+        launches: dict = {}
+        self.choices[key] = (params, backend, launches)
+        return launches
 
 
 class CallPlans:
@@ -134,12 +138,20 @@ def call_signature(
     max_seqlen_q, max_seqlen_kv, pad_between_seqs, num_splits). ``capturing``: a CUDA graph is being
     captured on the current stream.
     """
-    try:
-        tensors = (_tensor(q), _tensor(k), _tensor(v), *map(_tensor, cu_seqlens), _tensor(core_attention_bias))
-    except TypeError:
+    if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)):
         return None
+    cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q_padded, cu_seqlens_kv_padded = cu_seqlens
+    if (cu_seqlens_q is None and cu_seqlens_kv is None and cu_seqlens_q_padded is None and cu_seqlens_kv_padded is None
+            and core_attention_bias is None):
+        others = None
+    else:
+        try:
+            others = (*map(_tensor, cu_seqlens), _tensor(core_attention_bias))
+        except TypeError:
+            return None
     return (
-        tensors, host_arguments, kv_caching,
+        q.shape, q.dtype, q.device, k.shape, k.dtype, k.device, v.shape, v.dtype, v.device, others,
+        host_arguments, kv_caching,
         module.training, module.backend, module.qkv_format, module.attn_mask_type, module._window_size_arg,
         module.bottom_right_diagonal, module.attention_type, module.attention_dropout, module.softmax_type,
         module.deterministic, module.return_max_logit,

@@ -72,7 +72,7 @@ def thd_seqlens(
         raise ValueError(
             f"qkv_format='thd' needs a padding attn_mask_type (padding, padding_causal, ...); got {mask_type!r}"
         )
-    if kv_caching and cu_seqlens_q is None:
+    if kv_caching:
         return 0, None, None, max_seqlen_q, max_seqlen_kv, False
     if cu_seqlens_q is None or (cu_seqlens_kv is None and not kv_caching and not self_attention):
         raise ValueError("qkv_format='thd' requires cu_seqlens_q and cu_seqlens_kv (int32 [b+1]), "

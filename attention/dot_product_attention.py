@@ -292,13 +292,13 @@ class DotProductAttention(nn.Module):
             )
         dropout_p = self.attention_dropout if self.training else 0.0
         backend = None
-        choice = None
+        choice = launches = None
         if plan is not None:
             key = call_plans.choice_key(batch, max_seqlen_q, max_seqlen_kv, kv_format, kv_cache, page_size,
                                         pad_between_seqs, bias_shape, alibi_slopes)
             choice = plan.choices.get(key)
         if choice is not None:
-            params, backend = choice
+            params, backend, launches = choice
         else:
             params = call_setup.attention_params(
                 self, q, k, v, device, fmt, kv_format, batch, max_seqlen_q, max_seqlen_kv, mask_type, window,
@@ -307,7 +307,7 @@ class DotProductAttention(nn.Module):
             )
             if plan is not None:
                 backend = selection.select(params, self.backend)
-                plan.remember(key, params, backend)
+                launches = plan.remember(key, params, backend)
         # positional, in AttentionCall's field order (keywords cost ~0.7 µs a call)
         call = AttentionCall(
             params, q, k, v, cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q_padded, cu_seqlens_kv_padded,
@@ -317,7 +317,7 @@ class DotProductAttention(nn.Module):
             self.layer_number,
             call_setup.eager_step_value(inference_params, "step_tokens", device, eager)
             if kv_caching and fmt == "thd" else None,
-            eager,
+            eager, launches,
         )
         return call, backend
 

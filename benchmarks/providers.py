@@ -130,6 +130,7 @@ class StaticKVCache:
         self.step_tokens = p.total_q
         self.max_sequence_length = p.max_kv
         self.cu_seqlens_q, self.cu_seqlens_kv = inputs.cu_q, inputs.cu_kv
+        self.layout_memo: dict = {}   # as InferenceParams's: these buffers keep their metadata
         self._dense = (inputs.k_dense, inputs.v_dense)
         if self.is_paged:
             k, v, table = inputs.paged(page_size)

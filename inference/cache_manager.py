@@ -163,7 +163,9 @@ class KVCacheManager:
 
     Subclasses set ``cache_rows`` (the two leading dims of each layer's K and V; or override
     ``allocate_memory``) and implement ``pre_step`` and ``step``; ``reset`` forgets every sequence
-    (cache contents are left as they are).
+    (cache contents are left as they are). A layer's caches, and a paged manager's ``page_table``,
+    are allocated once: ``step`` returns the same tensors every call (``InferenceParams.layout_memo``
+    relies on their metadata staying as it is).
     """
 
     cache_rows: tuple[int, int] | None = None

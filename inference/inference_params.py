@@ -161,6 +161,11 @@ class InferenceParams:
         self.step_tokens = 0
         """Host int: the new tokens of this step, all sequences (a thd query of exactly this many
         rows has no padding rows)."""
+        self.layout_memo: dict = {}
+        """Attention backends' memo of what depends only on the metadata (sizes, strides, dtypes,
+        devices, alignment) of the buffers ``step`` returns and of the page table, by their own keys.
+        Those buffers keep their metadata for this object's lifetime (only their contents change), so
+        a backend keys them once per layer (``attention.backends.fused_launches``)."""
 
     def _set_input_format(self, qkv_format: str) -> None:
         self.input_qkv_format = qkv_format

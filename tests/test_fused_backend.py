@@ -62,16 +62,17 @@ def test_the_fused_backend_hands_the_kernel_the_longest_sequence(monkeypatch) ->
     holding sequences of 30 and 257 tokens gets max_seqlen_kv 257."""
     from collections import OrderedDict
 
-    from attention import DotProductAttention, custom_ops
+    from attention import DotProductAttention
     from attention.backends.fused import FusedBackend
     from inference import InferenceParams
 
     if FusedBackend().availability_reason():
         pytest.skip(FusedBackend().availability_reason())
+    from attention.backends import fused_launches
+
     seen = []
-    _eager, op = custom_ops.OPS["fused_attention_forward"]
-    monkeypatch.setitem(custom_ops.OPS, "fused_attention_forward",
-                        (lambda *args: seen.append(args[13]), op))  # args[13]: max_seqlen_kv
+    monkeypatch.setattr(fused_launches, "packed_attention_forward",
+                        lambda *args: seen.append(args[11]))  # args[11]: max_seqlen_kv
     params = InferenceParams(2, 4096, 2, 16, torch.float16, is_paged=True, page_size=16, device="cpu")
     params.allocate_memory(1)
     params.pre_step(OrderedDict({"a": 30, "b": 256}))
@@ -90,15 +91,16 @@ def test_a_thd_cache_step_starts_from_zeros_only_with_padding_rows(monkeypatch, 
     no-op, so what the output holds is what the backend allocated."""
     from collections import OrderedDict
 
-    from attention import DotProductAttention, custom_ops
+    from attention import DotProductAttention
     from attention.backends.fused import FusedBackend
     from inference import InferenceParams
 
     if FusedBackend().availability_reason():
         pytest.skip(FusedBackend().availability_reason())
+    from attention.backends import fused_launches
+
     allocations = []
-    monkeypatch.setitem(custom_ops.OPS, "fused_attention_forward",
-                        (lambda *args: allocations.append(args), custom_ops.OPS["fused_attention_forward"][1]))
+    monkeypatch.setattr(fused_launches, "packed_attention_forward", lambda *args: allocations.append(args))
     monkeypatch.setattr(torch, "empty", lambda *a, **k: torch.full(a, float("nan"), **k))
     monkeypatch.setattr(torch, "empty_like", lambda x, **k: torch.full_like(x, float("nan"), **k))
     monkeypatch.setattr(torch.Tensor, "new_empty",

@@ -162,3 +162,15 @@ def test_zero_tail_needs_thd_rows() -> None:
     with pytest.raises(ValueError, match="zero_tail needs thd rows"):
         attention_forward(q, q, q, torch.zeros_like(q), cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=4,
                           max_seqlen_kv=4, softmax_scale=0.25, zero_tail=True)
+
+
+@pytest.mark.parametrize("length", [0, 1, 15, 16, 17, 255, 256, 257, 511, 4095, 4096, 4097, 32767, 40000, 131073])
+def test_a_plans_kv_length_bounds_the_calls_by_at_most_a_sixteenth_above_256(length: int) -> None:
+    """kv_length_bucket: a multiple of 16 at or above the call's length, at most 1/16 of it above from 256 keys on,
+    and never past the next power of two (the configuration tables' bounds)."""
+    from attention.kernels.attention_fwd import kv_length_bucket
+
+    bucket = kv_length_bucket(length)
+    assert length <= bucket and bucket % 16 == 0
+    assert bucket - length < max(16, length / 16)
+    assert bucket <= 1 << max(0, (length - 1).bit_length()) or bucket == 16

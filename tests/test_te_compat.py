@@ -208,14 +208,16 @@ def test_num_splits_default_keeps_the_automatic_choice():
 
 @pytest.mark.parametrize("num_splits", [1, 2, 3])
 def test_fused_honours_num_splits(num_splits, monkeypatch):
+    from attention.backends import fused_launches
+
     seen = []
-    real = attention.custom_ops._attention_forward()   # packed_attention_forward: num_splits, then zero_tail
+    real = fused_launches.packed_attention_forward   # the eager launch: num_splits, then zero_tail
 
     def spy(*args):
         seen.append(args[-2])
         return real(*args)
 
-    monkeypatch.setattr(attention.custom_ops, "_attention_forward", lambda: spy)
+    monkeypatch.setattr(fused_launches, "packed_attention_forward", spy)
     q, k, v = qkv(b=2, s_q=4, s_kv=40)
     fwd = {"attn_mask_type": "causal_bottom_right", "num_splits": num_splits}
     out = attn(backend="fused")(q, k, v, **fwd)

@@ -78,7 +78,7 @@ class AttentionCall:
     layer_number: int | None = None
     step_tokens: int | None = None                  # thd cache step: its new tokens (host), when known
     eager: bool | None = None                       # neither compiled nor captured (None: not known)
-    extra: dict[str, Any] = field(default_factory=dict)
+    launches: dict | None = None                    # the backend's memo under this call's choice (call_plans)
 
 
 class Backend:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+from types import ModuleType
 
 import torch
 
@@ -21,6 +22,14 @@ from attention.masks import is_causal
 from attention.params import AttentionParams
 
 _HALF = frozenset({torch.float16, torch.bfloat16})
+
+
+@functools.cache
+def _launches() -> ModuleType:
+    """attention.backends.fused_launches, imported on first use (it imports Triton)."""
+    from attention.backends import fused_launches
+
+    return fused_launches
 
 
 @functools.cache
@@ -139,15 +148,22 @@ class FusedBackend(Backend):
         zero_tail = padding and q_format == "thd" and not p.pad_between_seqs
         out = _flat_output(q, q_shape, q_shape[-2] * p.head_dim_v, padding and not zero_tail)
         # num_splits=1 (the default) keeps the kernel's own split-KV heuristic; a larger value is forced.
-        # The launch is the custom op dpa::fused_attention_forward under torch.compile (attention.custom_ops).
-        launch = custom_ops.dispatch("fused_attention_forward", eager=call.eager)
         window_left, window_right = p.window_size
-        launch(
+        num_splits = None if p.num_splits == 1 else p.num_splits
+        if call.eager:   # through the plans kept under the call's choice
+            _launches().run(
+                call, q, k, v, out, cu_seqlens_q, _leading(call.cu_seqlens_kv, batch + 1), q_starts, kv_starts,
+                page_table, q_format, kv_format, batch, split_sizing_kv_length(call), total_q,
+                is_causal(p.attn_mask_type), window_left, window_right, num_splits, zero_tail,
+            )
+            return out
+        # the custom op dpa::fused_attention_forward under torch.compile (attention.custom_ops)
+        custom_ops.dispatch("fused_attention_forward", eager=call.eager)(
             q, k, v, out, cu_seqlens_q, _leading(call.cu_seqlens_kv, batch + 1), q_starts, kv_starts, page_table,
             q_format, kv_format, batch,
             call.max_seqlen_q, split_sizing_kv_length(call), total_q, call.softmax_scale,
             is_causal(p.attn_mask_type), window_left, window_right, p.bottom_right_diagonal,
-            call.alibi_slopes, call.softmax_offset, None if p.num_splits == 1 else p.num_splits, zero_tail,
+            call.alibi_slopes, call.softmax_offset, num_splits, zero_tail,
         )
         return out
 

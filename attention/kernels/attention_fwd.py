@@ -29,21 +29,17 @@ from .hopper_mixed import MIXED_HOPPER_ENV, MIXED_HOPPER_TILE_ENV, MixedHopperPl
 from .launch import KernelLaunch, tensor_key
 from .page_gather import gather_pages, gathered_page_count
 
-__all__ = ["attention_forward", "packed_attention_forward"]
+__all__ = ["attention_forward", "kv_length_bucket", "launch_plan", "packed_attention_forward", "plan_environment"]
 
-_KV_LENGTH_QUANTUM = 16
-"""Launch plans see max_seqlen_kv rounded up to a multiple of this: every KV tile is a multiple of 16
-keys, so tile counts (and split counts) do not change within a quantum, and a decode's plan (one per
-key of attention_forward's arguments) serves 16 steps instead of one."""
 _MAX_PLANS = 512
-"""Launch plans kept (all dropped when full: a decode makes a new one every 16 steps)."""
+"""Launch plans kept (all dropped when full: a decode makes a new one per kv_length_bucket)."""
 _NO_PLAN = object()
 _SAME_AS_CU_SEQLENS = "cu_seqlens"
-_plan_environment = token_reader(VARIANTS_ENV, HOPPER_ENV, HOPPER_SMALL_PAGES_ENV, MIXED_HOPPER_ENV,
+plan_environment = token_reader(VARIANTS_ENV, HOPPER_ENV, HOPPER_SMALL_PAGES_ENV, MIXED_HOPPER_ENV,
                                  MIXED_HOPPER_TILE_ENV, DECODE_HOPPER_ENV, DECODE_HOPPER_TILE_ENV, DECODE_HOPPER_MERGE_ENV,
                                  "TRITON_INTERPRET")
 """The environment a plan depends on (configuration variants, the Hopper kernel switch, the interpreter),
-for its key."""
+as key tokens."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -146,9 +142,9 @@ def attention_forward(
     ``max_seqlen_kv`` then sizes that copy and must bound every sequence's KV length, as its name says.
 
     Each call is planned once per key of its arguments: the tensors' sizes, strides, dtypes, devices
-    and 16-byte alignment, and the host values, with max_seqlen_kv rounded up to 16 keys
-    (``_KV_LENGTH_QUANTUM``). A repeat call skips validation, configuration and Triton's argument
-    binding and launches the compiled kernels directly (``attention.kernels.launch``).
+    and 16-byte alignment, and the host values, with max_seqlen_kv rounded up (``kv_length_bucket``). A repeat
+    call skips validation, configuration and Triton's argument binding and launches the compiled kernels
+    directly (``attention.kernels.launch``).
 
     On an sm90 GPU, prefill-sized calls the Gluon kernel serves (attention/kernels/hopper_forward.py: fp16 /
     bf16, head dim 64 or 128, no window, ALiBi or sinks, packed K/V, a non-paged cache, pages of a multiple
@@ -181,17 +177,17 @@ def attention_forward(
     """
     if max_seqlen_q < 0 or max_seqlen_kv < 0:
         raise ValueError(f"max_seqlen_q / max_seqlen_kv must be >= 0, got {max_seqlen_q} / {max_seqlen_kv}")
-    kv_length_quanta = -(-max_seqlen_kv // _KV_LENGTH_QUANTUM)
+    kv_length = kv_length_bucket(max_seqlen_kv)
     key = (tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(out), tensor_key(cu_seqlens_q),
            tensor_key(cu_seqlens_kv), tensor_key(q_start), tensor_key(kv_start), tensor_key(page_table),
-           tensor_key(alibi_slopes), tensor_key(softmax_offset), max_seqlen_q, kv_length_quanta,
+           tensor_key(alibi_slopes), tensor_key(softmax_offset), max_seqlen_q, kv_length,
            total_q, softmax_scale, causal, tuple(window_size), bottom_right, num_splits, config, zero_tail,
-           _plan_environment(), torch._C._cuda_getDevice() if q.is_cuda else -1)
+           plan_environment(), torch._C._cuda_getDevice() if q.is_cuda else -1)
     plan = _plans.get(key, _NO_PLAN)
     if plan is _NO_PLAN:
         plan = _plan_forward(
             q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, alibi_slopes, softmax_offset,
-            max_seqlen_q=max_seqlen_q, max_seqlen_kv=_KV_LENGTH_QUANTUM * kv_length_quanta, total_q=total_q,
+            max_seqlen_q=max_seqlen_q, max_seqlen_kv=kv_length, total_q=total_q,
             softmax_scale=softmax_scale, causal=causal, window_size=window_size, bottom_right=bottom_right,
             num_splits=num_splits, config=config, zero_tail=zero_tail)
         _keep(key, plan)
@@ -206,9 +202,24 @@ def attention_forward(
             max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv, total_q=total_q, softmax_scale=softmax_scale,
             causal=causal, window_size=window_size, bottom_right=bottom_right, alibi_slopes=alibi_slopes,
             softmax_offset=softmax_offset, num_splits=num_splits, zero_tail=zero_tail)
-    _launch(plan, q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, alibi_slopes,
-            softmax_offset, zero_tail)
+    launch_plan(plan, q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, alibi_slopes,
+                softmax_offset, zero_tail)
     return out
+
+
+def kv_length_bucket(max_seqlen_kv: int) -> int:
+    """The KV length a launch plan is made for: ``max_seqlen_kv`` rounded up to a multiple of 16 keys (every KV
+    tile is a multiple of 16 keys), or of 1/16 of its power of two where that is more. A plan for more keys than a
+    call has is right for it (the kernels read each sequence's length on the device; a CUDA graph's plan is made for
+    the cache's capacity) and sizes its split-KV for at most 6.25 % more keys. A growing decode thus gets a new plan
+    (about 0.2 ms of host time) every 16 steps below 512 keys, every 256 at 4k keys and every 2,048 at 32k.
+
+    Example:
+        >>> [kv_length_bucket(n) for n in (1, 300, 4096, 4097, 40000)]
+        [16, 304, 4096, 4352, 40960]
+    """
+    quantum = max(16, 1 << max(0, max_seqlen_kv.bit_length() - 5))
+    return -(-max_seqlen_kv // quantum) * quantum
 
 
 def packed_attention_forward(
@@ -218,23 +229,27 @@ def packed_attention_forward(
     total_q: int | None, softmax_scale: float, causal: bool, window_left: int, window_right: int,
     bottom_right: bool, alibi_slopes: torch.Tensor | None, softmax_offset: torch.Tensor | None,
     num_splits: int | None, zero_tail: bool = False,
-) -> None:
+) -> Plan | None:
     """``attention_forward`` with positional arguments (the fused backend's path), with two differences
     that save a tensor view each per call: q, k, v and out may also be 3-D thd ``[T, H, D]``, seen as
     ``[batch, T, H, D]`` with a batch stride of 0 (the ``expand`` the launcher's convention asks for, made
     once per plan); q_start / kv_start are cu_seqlens-style, int32 ``[batch + 1]`` (the last entry is
     not read: the kernels see the same pointer as ``q_start[:-1]``). ``out`` may also have its heads
-    flattened, ``[..., H_q * D_v]`` (DotProductAttention's output layout, unflattened once per plan)."""
+    flattened, ``[..., H_q * D_v]`` (DotProductAttention's output layout, unflattened once per plan).
+
+    Returns the plan it launched, which ``launch_plan`` runs again on tensors of the same metadata (sizes, strides,
+    dtypes, devices, 16-byte alignment) with the same host arguments; None when there was nothing to compute or
+    the pages were gathered first."""
     if max_seqlen_q < 0 or max_seqlen_kv < 0:
         raise ValueError(f"max_seqlen_q / max_seqlen_kv must be >= 0, got {max_seqlen_q} / {max_seqlen_kv}")
-    kv_length_quanta = -(-max_seqlen_kv // _KV_LENGTH_QUANTUM)
+    kv_length = kv_length_bucket(max_seqlen_kv)
     # q_start / kv_start are usually the cu_seqlens themselves: their metadata is keyed already
     key = ("packed", batch, tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(out), tensor_key(cu_seqlens_q),
            tensor_key(cu_seqlens_kv), _SAME_AS_CU_SEQLENS if q_start is cu_seqlens_q else tensor_key(q_start),
            _SAME_AS_CU_SEQLENS if kv_start is cu_seqlens_kv else tensor_key(kv_start), tensor_key(page_table),
-           tensor_key(alibi_slopes), tensor_key(softmax_offset), max_seqlen_q, kv_length_quanta,
+           tensor_key(alibi_slopes), tensor_key(softmax_offset), max_seqlen_q, kv_length,
            total_q, softmax_scale, causal, window_left, window_right, bottom_right, num_splits, zero_tail,
-           _plan_environment(), torch._C._cuda_getDevice() if q.is_cuda else -1)
+           plan_environment(), torch._C._cuda_getDevice() if q.is_cuda else -1)
     plan = _plans.get(key, _NO_PLAN)
     if plan is _NO_PLAN or type(plan) is GatherPlan:
         out4 = out.unflatten(-1, (q.shape[-2], -1)) if out.dim() < q.dim() else out
@@ -243,7 +258,7 @@ def packed_attention_forward(
         if plan is _NO_PLAN:
             plan = _plan_forward(
                 q4, k4, v4, out4, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, alibi_slopes,
-                softmax_offset, max_seqlen_q=max_seqlen_q, max_seqlen_kv=_KV_LENGTH_QUANTUM * kv_length_quanta,
+                softmax_offset, max_seqlen_q=max_seqlen_q, max_seqlen_kv=kv_length,
                 total_q=total_q, softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
                 bottom_right=bottom_right, num_splits=num_splits, config=None, zero_tail=zero_tail)
             _keep(key, plan)
@@ -254,12 +269,14 @@ def packed_attention_forward(
                 total_q=total_q, softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
                 bottom_right=bottom_right, alibi_slopes=alibi_slopes, softmax_offset=softmax_offset,
                 num_splits=num_splits, zero_tail=zero_tail)
-            return
-    if plan is not None:
-        _launch(plan, q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, alibi_slopes,
+            return None
+    if plan is None:
+        if zero_tail:
+            out.zero_()
+        return None
+    launch_plan(plan, q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, alibi_slopes,
                 softmax_offset, zero_tail)
-    elif zero_tail:
-        out.zero_()
+    return plan
 
 
 def _keep(key: tuple, plan: Plan | None) -> None:
@@ -268,11 +285,13 @@ def _keep(key: tuple, plan: Plan | None) -> None:
     _plans[key] = plan
 
 
-def _launch(plan: ForwardPlan | HopperPlan | MixedHopperPlan | DecodeHopperPlan, q: torch.Tensor, k: torch.Tensor,
-            v: torch.Tensor, out: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor,
-            q_start: torch.Tensor | None, kv_start: torch.Tensor | None, page_table: torch.Tensor | None,
-            alibi_slopes: torch.Tensor | None, softmax_offset: torch.Tensor | None, zero_tail: bool = False) -> None:
-    """Run a plan's launches on these tensors (only their addresses are read). ``zero_tail``: the Gluon
+def launch_plan(plan: ForwardPlan | HopperPlan | MixedHopperPlan | DecodeHopperPlan, q: torch.Tensor,
+                k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                cu_seqlens_kv: torch.Tensor, q_start: torch.Tensor | None, kv_start: torch.Tensor | None,
+                page_table: torch.Tensor | None, alibi_slopes: torch.Tensor | None,
+                softmax_offset: torch.Tensor | None, zero_tail: bool = False) -> None:
+    """Run a plan's launches on these tensors (only their addresses are read): tensors with the metadata of those
+    the plan was made for, as ``packed_attention_forward`` or ``attention_forward`` took them. ``zero_tail``: the Gluon
     prefill kernel leaves out's tail rows to a memset first; the mixed and decode kernels and a ForwardPlan planned
     with it zero them themselves."""
     if type(plan) is MixedHopperPlan or type(plan) is DecodeHopperPlan:
