@@ -8,7 +8,8 @@ the next call with that signature. The steps that carry data (sequence lengths, 
 append, bias and mask checks) run on every call.
 
 A signature holds everything the skipped steps read: the module's configuration and mode, the
-tensors' sizes, dtypes and devices, the host arguments, whether autograd will need a backward,
+tensors' sizes, dtypes and devices (with a KV cache not the given cu_seqlens, which the step replaces),
+the host arguments, whether autograd will need a backward,
 whether a CUDA graph is being captured, the ``NVTE_*`` switches, ``use_backends()`` and how often
 ``clear_cache()`` ran. Within a plan each combination of the values the data-carrying steps
 produce (batch size, sequence lengths, cache layout, bias shape) gets its own ``AttentionParams``
@@ -141,6 +142,9 @@ def call_signature(
     if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)):
         return None
     cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q_padded, cu_seqlens_kv_padded = cu_seqlens
+    if kv_caching:   # the cache step replaces the cu_seqlens: given ones are not read
+        cu_seqlens_q = cu_seqlens_kv = cu_seqlens_q_padded = cu_seqlens_kv_padded = None
+        cu_seqlens = (None, None, None, None)
     if (cu_seqlens_q is None and cu_seqlens_kv is None and cu_seqlens_q_padded is None and cu_seqlens_kv_padded is None
             and core_attention_bias is None):
         others = None

@@ -144,7 +144,8 @@ class DotProductAttention(nn.Module):
         num_splits: int = 1,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Run attention; see the class docstring for shapes. ``inference_params`` appends k/v to its
-        cache for ``layer_number`` and attends over the whole cache (padding masks only).
+        cache for ``layer_number`` and attends over the whole cache (padding masks only), with the
+        cache's cu_seqlens: given ``cu_seqlens_*`` are then not read (as in TE).
 
         TransformerEngine's knobs:
 
@@ -249,7 +250,8 @@ class DotProductAttention(nn.Module):
             for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_kv", cu_seqlens_kv),
                              ("cu_seqlens_q_padded", cu_seqlens_q_padded),
                              ("cu_seqlens_kv_padded", cu_seqlens_kv_padded)):
-                inputs.check_cu_seqlens(name, cu, q.device)
+                if not kv_caching:   # a cache step replaces them (call_setup.kv_cache_step)
+                    inputs.check_cu_seqlens(name, cu, q.device)
             if plan is not None:
                 plan.fmt, plan.mask_type, plan.window, plan.bottom_right = fmt, mask_type, window, bottom_right
         device = q.device

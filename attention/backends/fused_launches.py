@@ -55,7 +55,8 @@ def run(call: AttentionCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     if launches is not None:
         key = (q.stride(), q.data_ptr() % 16 == 0, _kv_layout(call, k, v, cu_seqlens_q, cu_seqlens_kv, q_starts,
                                                               kv_starts),
-               tensor_key(call.alibi_slopes), tensor_key(call.softmax_offset), kv_length_bucket(kv_length),
+               None if call.alibi_slopes is None else tensor_key(call.alibi_slopes),
+               None if call.softmax_offset is None else tensor_key(call.softmax_offset), kv_length_bucket(kv_length),
                call.softmax_scale, zero_tail, plan_environment(), torch._C._cuda_getDevice() if q.is_cuda else -1)
         plan = launches.get(key)
         if plan is not None:
