@@ -141,10 +141,9 @@ def call_signature(
     """
     if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)):
         return None
-    cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q_padded, cu_seqlens_kv_padded = cu_seqlens
     if kv_caching:   # the cache step replaces the cu_seqlens: given ones are not read
-        cu_seqlens_q = cu_seqlens_kv = cu_seqlens_q_padded = cu_seqlens_kv_padded = None
         cu_seqlens = (None, None, None, None)
+    cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q_padded, cu_seqlens_kv_padded = cu_seqlens
     if (cu_seqlens_q is None and cu_seqlens_kv is None and cu_seqlens_q_padded is None and cu_seqlens_kv_padded is None
             and core_attention_bias is None):
         others = None

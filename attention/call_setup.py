@@ -74,23 +74,22 @@ def thd_seqlens(
         )
     if kv_caching:
         return 0, None, None, max_seqlen_q, max_seqlen_kv, False
-    if cu_seqlens_q is None or (cu_seqlens_kv is None and not kv_caching and not self_attention):
+    if cu_seqlens_q is None or (cu_seqlens_kv is None and not self_attention):
         raise ValueError("qkv_format='thd' requires cu_seqlens_q and cu_seqlens_kv (int32 [b+1]), "
                          "unless inference_params supplies them")
     if cu_seqlens_kv is None:
         cu_seqlens_kv = cu_seqlens_q
-    if not kv_caching:
-        inputs.check_cu_seqlens_batch(cu_seqlens_q.numel() - 1, cu_seqlens_q=cu_seqlens_q,
-                                      cu_seqlens_kv=cu_seqlens_kv, cu_seqlens_q_padded=cu_seqlens_q_padded,
-                                      cu_seqlens_kv_padded=cu_seqlens_kv_padded, exact=True)
+    inputs.check_cu_seqlens_batch(cu_seqlens_q.numel() - 1, cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv,
+                                  cu_seqlens_q_padded=cu_seqlens_q_padded, cu_seqlens_kv_padded=cu_seqlens_kv_padded,
+                                  exact=True)
     if pad_between_seqs is None:
         pad_between_seqs = (cu_seqlens_q_padded is not None and cu_seqlens_q_padded is not cu_seqlens_q) or (
             cu_seqlens_kv_padded is not None and cu_seqlens_kv_padded is not cu_seqlens_kv
         )
     batch = cu_seqlens_q.numel() - 1
-    if max_seqlen_q is None and not kv_caching:   # host sync; pass max_seqlen_q to avoid it
+    if max_seqlen_q is None:   # host sync; pass max_seqlen_q to avoid it
         max_seqlen_q = int((cu_seqlens_q_padded if cu_seqlens_q_padded is not None else cu_seqlens_q).diff().max())
-    if max_seqlen_kv is None and not kv_caching:
+    if max_seqlen_kv is None:
         max_seqlen_kv = int((cu_seqlens_kv_padded if cu_seqlens_kv_padded is not None else cu_seqlens_kv).diff().max())
     return batch, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, pad_between_seqs
 

@@ -32,7 +32,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "fused_attention_forward"]
+__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "fused_attention_forward",
+           "launcher_views"]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -64,15 +65,22 @@ def fused_attention_forward(
     ``q_start`` / ``kv_start``: thd offsets, cu_seqlens-style int32 ``[batch + 1]`` (the last entry is not
     read). ``num_splits``: the split-KV count, or None for the kernel's heuristic. The launcher sees sbhd
     as ``[b, s, h, d]`` (a transposed view) and takes thd ``[t, h, d]`` as it is (``packed_attention_forward``)."""
-    if q_format == "sbhd":
-        q, out = q.transpose(0, 1), out.transpose(0, 1)
-    if kv_format == "sbhd":
-        k, v = k.transpose(0, 1), v.transpose(0, 1)
+    q, k, v, out = launcher_views(q, k, v, out, q_format, kv_format)
     _attention_forward()(
         q, k, v, out, batch, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, max_seqlen_q,
         max_seqlen_kv, total_q, softmax_scale, causal, window_left, window_right, bottom_right, alibi_slopes,
         softmax_offset, num_splits, zero_tail,
     )
+
+
+def launcher_views(q: Tensor, k: Tensor, v: Tensor, out: Tensor, q_format: str,
+                   kv_format: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """q, k, v, out as the launcher reads them: sbhd as ``[b, s, h, d]`` (transposed views), the rest as given."""
+    if q_format == "sbhd":
+        q, out = q.transpose(0, 1), out.transpose(0, 1)
+    if kv_format == "sbhd":
+        k, v = k.transpose(0, 1), v.transpose(0, 1)
+    return q, k, v, out
 
 
 _fused_op = torch.library.custom_op("dpa::fused_attention_forward", mutates_args=("out",))(fused_attention_forward)

@@ -247,10 +247,10 @@ class DotProductAttention(nn.Module):
                 bottom_right_diagonal if bottom_right_diagonal is not None else self.bottom_right_diagonal,
                 kv_caching,
             )
-            for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_kv", cu_seqlens_kv),
-                             ("cu_seqlens_q_padded", cu_seqlens_q_padded),
-                             ("cu_seqlens_kv_padded", cu_seqlens_kv_padded)):
-                if not kv_caching:   # a cache step replaces them (call_setup.kv_cache_step)
+            if not kv_caching:   # a cache step replaces them (call_setup.kv_cache_step)
+                for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_kv", cu_seqlens_kv),
+                                 ("cu_seqlens_q_padded", cu_seqlens_q_padded),
+                                 ("cu_seqlens_kv_padded", cu_seqlens_kv_padded)):
                     inputs.check_cu_seqlens(name, cu, q.device)
             if plan is not None:
                 plan.fmt, plan.mask_type, plan.window, plan.bottom_right = fmt, mask_type, window, bottom_right

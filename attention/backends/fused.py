@@ -150,20 +150,20 @@ class FusedBackend(Backend):
         # num_splits=1 (the default) keeps the kernel's own split-KV heuristic; a larger value is forced.
         window_left, window_right = p.window_size
         num_splits = None if p.num_splits == 1 else p.num_splits
+        cu_seqlens_kv = _leading(call.cu_seqlens_kv, batch + 1)
+        kv_length = split_sizing_kv_length(call)
+        causal = is_causal(p.attn_mask_type)
         if call.eager:   # through the plans kept under the call's choice
             _launches().run(
-                call, q, k, v, out, cu_seqlens_q, _leading(call.cu_seqlens_kv, batch + 1), q_starts, kv_starts,
-                page_table, q_format, kv_format, batch, split_sizing_kv_length(call), total_q,
-                is_causal(p.attn_mask_type), window_left, window_right, num_splits, zero_tail,
+                call, q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_starts, kv_starts, page_table, q_format, kv_format,
+                batch, kv_length, total_q, causal, window_left, window_right, num_splits, zero_tail,
             )
             return out
         # the custom op dpa::fused_attention_forward under torch.compile (attention.custom_ops)
         custom_ops.dispatch("fused_attention_forward", eager=call.eager)(
-            q, k, v, out, cu_seqlens_q, _leading(call.cu_seqlens_kv, batch + 1), q_starts, kv_starts, page_table,
-            q_format, kv_format, batch,
-            call.max_seqlen_q, split_sizing_kv_length(call), total_q, call.softmax_scale,
-            is_causal(p.attn_mask_type), window_left, window_right, p.bottom_right_diagonal,
-            call.alibi_slopes, call.softmax_offset, num_splits, zero_tail,
+            q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_starts, kv_starts, page_table, q_format, kv_format, batch,
+            call.max_seqlen_q, kv_length, total_q, call.softmax_scale, causal, window_left, window_right,
+            p.bottom_right_diagonal, call.alibi_slopes, call.softmax_offset, num_splits, zero_tail,
         )
         return out
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import torch
 
 from attention.backends.base import AttentionCall
+from attention.custom_ops import launcher_views
 from attention.kernels.attention_fwd import kv_length_bucket, launch_plan, packed_attention_forward, plan_environment
 from attention.kernels.launch import tensor_key
 
@@ -46,10 +47,7 @@ def run(call: AttentionCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
         zero_tail: bool) -> None:
     """Launch the fused kernel for an eager call (arguments as ``custom_ops.fused_attention_forward``'s, the
     call's own ``AttentionCall`` first), through the plan kept under the call's choice when there is one."""
-    if q_format == "sbhd":   # the launcher reads [b, s, h, d]: a transposed view
-        q, out = q.transpose(0, 1), out.transpose(0, 1)
-    if kv_format == "sbhd":
-        k, v = k.transpose(0, 1), v.transpose(0, 1)
+    q, k, v, out = launcher_views(q, k, v, out, q_format, kv_format)
     launches = call.launches
     key = None
     if launches is not None:
