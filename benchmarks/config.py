@@ -29,6 +29,8 @@ class BenchConfig:
     cpu_reps: int = 1
     graphs: bool = True
     check: bool = True
+    l2_flush: str = "read"
+    """How graph replays flush L2 before each replay (benchmarks/timing.py): ``read`` (cold and clean) or ``zero``."""
     providers: tuple[str, ...] | None = None
     cells: tuple[str, ...] | None = None
     deadline: float | None = None
@@ -80,6 +82,9 @@ def add_common_arguments(parser: Any, default_budget_s: float) -> None:
                         help="time per measurement of a prefill or mixed cell (at least --rep-ms): the clock "
                              "swings under the power cap, and a short window catches one phase of it")
     parser.add_argument("--no-graphs", action="store_true", help="skip CUDA-graph replay timings")
+    parser.add_argument("--l2-flush", choices=("read", "zero"), default="read",
+                        help="before each graph replay, read 256 MB (L2 cold and clean; default) or zero it "
+                             "(L2 left full of dirty lines, written back during the timed call)")
     parser.add_argument("--no-check", action="store_true", help="skip comparing outputs across providers")
     parser.add_argument("--quiet", action="store_true", help="no per-measurement progress lines")
 
@@ -95,7 +100,7 @@ def config_from_args(args: Any, budget_s: float | None = None) -> BenchConfig:
         device=device, smoke=args.smoke, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms,
         settle_ms=0.0 if args.smoke else args.settle_ms,  # smoke runs check the scripts, not the clocks
         throughput_rep_ms=args.throughput_rep_ms,
-        graphs=not args.no_graphs, check=not args.no_check, providers=_split(args.providers),
+        graphs=not args.no_graphs, check=not args.no_check, l2_flush=args.l2_flush, providers=_split(args.providers),
         cells=_split(args.cells), deadline=time.monotonic() + budget if budget and budget > 0 else None,
         verbose=not args.quiet,
     )

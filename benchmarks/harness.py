@@ -302,6 +302,7 @@ def suite_main(suite: str, doc: str | None, default_budget_s: float, run: Callab
     cfg = config_from_args(args)
     rows = run(cfg)
     report.print_suite(suite, rows)
-    written = report.write_suite_outputs(suite, rows, args.out, report.environment_header(cfg.device))
+    header = {**report.environment_header(cfg.device), "L2 flush": cfg.l2_flush}
+    written = report.write_suite_outputs(suite, rows, args.out, header)
     print("wrote " + ", ".join(written))
     return rows

@@ -263,9 +263,11 @@ def _markdown_table(header: list[str], body: list[list[str]]) -> str:
 
 
 METHOD = (
-    "Method: every timed call starts with L2 flushed (a 256 MB buffer is zeroed before it). *eager* = "
-    "`triton.testing.do_bench` median (p20–p80) of the plain call; *graph* = median of one CUDA-graph replay "
-    "of the call (latency cells; mixed cells), also with L2 flushed, CUDA events around the replay only. "
+    "Method: every timed call starts with L2 flushed. *eager* = `triton.testing.do_bench` median (p20–p80) of "
+    "the plain call (do_bench zeroes a 256 MB buffer before each); *graph* = median of one CUDA-graph replay "
+    "of the call (latency cells; mixed cells), CUDA events around the replay only, after reading a 256 MB "
+    "buffer (L2 cold and clean; the header's `L2 flush` says `zero` when it was zeroed instead, which leaves "
+    "dirty lines that the timed call writes back). "
     "Prefill and mixed cells are timed after the call has run back to back for `--settle-ms` (default 250 ms), "
     "at the GPU's steady clock under its power cap, and over `--throughput-rep-ms` (default 300 ms), long enough "
     "to average the clock's swings there. "

@@ -58,7 +58,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 def _forwarded(args: argparse.Namespace) -> list[str]:
     """The options a child suite process inherits."""
     out = ["--warmup-ms", str(args.warmup_ms), "--rep-ms", str(args.rep_ms), "--settle-ms", str(args.settle_ms),
-           "--throughput-rep-ms", str(args.throughput_rep_ms)]
+           "--throughput-rep-ms", str(args.throughput_rep_ms), "--l2-flush", args.l2_flush]
     for flag in ("smoke", "no_graphs", "no_check", "quiet"):
         if getattr(args, flag):
             out.append("--" + flag.replace("_", "-"))
@@ -124,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[Row]]:
 
     start = time.monotonic()
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-    header = report.environment_header(device)
+    header = {**report.environment_header(device), "L2 flush": args.l2_flush}
     header["command"] = "`python -m benchmarks.run_all " + " ".join(argv) + "`"
     results: dict[str, list[Row]] = {}
     timings: dict[str, str] = {}

@@ -2,9 +2,14 @@
 
 * eager: ``triton.testing.do_bench`` (median, p20/p80), which zeroes a 256 MB buffer before every
   call, so L2 is cold;
-* CUDA graph (latency cells): one call captured in a graph, replayed with the same L2 flush before
-  each replay and CUDA events around the replay only (``do_bench_cudagraph`` keeps L2 warm, which
-  flatters cells whose KV fits the H200's 50 MB L2);
+* CUDA graph (latency cells): one call captured in a graph, replayed with an L2 flush before each
+  replay and CUDA events around the replay only (``do_bench_cudagraph`` keeps L2 warm, which
+  flatters cells whose KV fits the H200's 50 MB L2). The flush (``cfg.l2_flush``) reads 256 MB, which
+  leaves L2 cold and clean, as a decode step finds it after the previous layer's weight reads. Zeroing
+  the buffer instead (``zero``, do_bench's flush and this suite's until 2026-12-01) leaves L2 full of
+  dirty lines that the timed call writes back as it reads: on the H200 that added 4-5 µs to a 1x8k
+  decode and 9 µs to 1x32k and 64x4k, for every provider alike (docs/benchmarks.md, twenty-third
+  session);
 * settling (``cfg.settle_ms``; the settled cells, ``Cell.settle``: prefill and mixed): the call runs back
   to back for that long before it is timed. Compute-bound kernels hold the H200 at its 700 W cap, where
   the SM clock falls from 1980 to about 1550-1790 MHz (nvidia-smi: reason "SW power cap"), so a short
@@ -57,8 +62,22 @@ def _flush_buffer(device: torch.device) -> torch.Tensor:
     return _FLUSH[device]
 
 
-def _graph_replay_us(fn: Callable[[], Any], device: torch.device, rep_ms: float) -> float:
-    """Median µs of one CUDA-graph replay of ``fn`` with L2 flushed before each replay."""
+def flush_l2(device: torch.device, how: str = "read") -> None:
+    """Evict L2: read the 256 MB buffer (``read``: clean lines left) or zero it (``zero``: dirty lines left)."""
+    buffer = _flush_buffer(device)
+    if how == "zero":
+        buffer.zero_()
+    else:
+        if device not in _SINK:
+            _SINK[device] = torch.empty((), dtype=torch.int64, device=device)
+        torch.sum(buffer.view(torch.int64), 0, out=_SINK[device])
+
+
+_SINK: dict[torch.device, torch.Tensor] = {}
+
+
+def _graph_replay_us(fn: Callable[[], Any], device: torch.device, rep_ms: float, l2_flush: str = "read") -> float:
+    """Median µs of one CUDA-graph replay of ``fn`` with L2 flushed (``flush_l2``) before each replay."""
     stream = torch.cuda.Stream(device)
     stream.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(stream):
@@ -70,7 +89,6 @@ def _graph_replay_us(fn: Callable[[], Any], device: torch.device, rep_ms: float)
         fn()
     torch.cuda.synchronize(device)
     try:
-        flush = _flush_buffer(device)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(5):
@@ -82,7 +100,7 @@ def _graph_replay_us(fn: Callable[[], Any], device: torch.device, rep_ms: float)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
         for i in range(count):
-            flush.zero_()
+            flush_l2(device, l2_flush)
             starts[i].record()
             graph.replay()
             ends[i].record()
@@ -132,7 +150,7 @@ def time_fn(fn: Callable[[], Any], cuda_graph: bool, cfg: BenchConfig, settled: 
     timing = Timing(us_eager=median * 1000, p20=p20 * 1000, p80=p80 * 1000)
     if cuda_graph and cfg.graphs:
         try:
-            timing.us_graph = _graph_replay_us(fn, cfg.device, rep_ms)
+            timing.us_graph = _graph_replay_us(fn, cfg.device, rep_ms, cfg.l2_flush)
         except Exception as error:  # noqa: BLE001 - a provider that cannot be captured still has eager numbers
             timing.note = f"graph capture failed: {short_error(error)}"
             recover(cfg, error)

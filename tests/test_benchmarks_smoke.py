@@ -138,10 +138,11 @@ def test_settled_calls_are_timed_over_the_longer_window(monkeypatch) -> None:
             settled=True)
     assert windows == [300.0, 30.0, 500.0]  # the throughput window, the latency window, never below --rep-ms
     replays = []
-    monkeypatch.setattr(timing, "_graph_replay_us", lambda fn, device, rep_ms: (replays.append(rep_ms), 1.0)[1])
+    monkeypatch.setattr(timing, "_graph_replay_us",
+                        lambda fn, device, rep_ms, l2_flush: (replays.append((rep_ms, l2_flush)), 1.0)[1])
     time_fn(lambda: None, True, cfg, settled=True)
-    time_fn(lambda: None, True, cfg)
-    assert replays == [300.0, 30.0]  # graph replays of a settled cell take the same window
+    time_fn(lambda: None, True, BenchConfig(device=torch.device("cuda"), settle_ms=0.0, l2_flush="zero"))
+    assert replays == [(300.0, "read"), (30.0, "zero")]  # a settled cell's replays take the same window
     calls = []
     monkeypatch.setattr(timing, "synchronize", lambda device: None)
     settling = BenchConfig(device=torch.device("cuda"), settle_ms=5.0)
