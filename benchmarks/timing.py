@@ -54,6 +54,7 @@ def synchronize(device: torch.device) -> None:
 
 
 _FLUSH: dict[torch.device, torch.Tensor] = {}
+_SINK: dict[torch.device, torch.Tensor] = {}
 
 
 def _flush_buffer(device: torch.device) -> torch.Tensor:
@@ -71,9 +72,6 @@ def flush_l2(device: torch.device, how: str = "read") -> None:
         if device not in _SINK:
             _SINK[device] = torch.empty((), dtype=torch.int64, device=device)
         torch.sum(buffer.view(torch.int64), 0, out=_SINK[device])
-
-
-_SINK: dict[torch.device, torch.Tensor] = {}
 
 
 def _graph_replay_us(fn: Callable[[], Any], device: torch.device, rep_ms: float, l2_flush: str = "read") -> float:
