@@ -302,7 +302,6 @@ def suite_main(suite: str, doc: str | None, default_budget_s: float, run: Callab
     cfg = config_from_args(args)
     rows = run(cfg)
     report.print_suite(suite, rows)
-    header = {**report.environment_header(cfg.device), "L2 flush": cfg.l2_flush}
-    written = report.write_suite_outputs(suite, rows, args.out, header)
+    written = report.write_suite_outputs(suite, rows, args.out, report.environment_header(cfg.device, cfg.l2_flush))
     print("wrote " + ", ".join(written))
     return rows

@@ -56,7 +56,8 @@ def git_commit() -> str:
     return commit + ("-dirty" if dirty else "")
 
 
-def environment_header(device: torch.device) -> dict[str, str]:
+def environment_header(device: torch.device, l2_flush: str = "read") -> dict[str, str]:
+    """The run's date, commit, GPU and versions, and ``l2_flush``: how graph replays flushed L2 (``benchmarks.timing``)."""
     import datetime
     import platform
 
@@ -75,6 +76,7 @@ def environment_header(device: torch.device) -> dict[str, str]:
     info["flash-attn 2"] = _dist_version("flash-attn") or "not installed"
     info["flash-attn-4"] = _dist_version("flash-attn-4") or "not installed"
     info["python"] = platform.python_version()
+    info["L2 flush"] = l2_flush
     for name in ("ATTN_FUSED_VARIANTS", "ATTN_TRITON_FAST_LAUNCH"):  # the fused kernels' tuning, when set
         if os.environ.get(name):
             info[name] = os.environ[name]

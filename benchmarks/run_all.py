@@ -124,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[Row]]:
 
     start = time.monotonic()
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-    header = {**report.environment_header(device), "L2 flush": args.l2_flush}
+    header = report.environment_header(device, args.l2_flush)
     header["command"] = "`python -m benchmarks.run_all " + " ".join(argv) + "`"
     results: dict[str, list[Row]] = {}
     timings: dict[str, str] = {}

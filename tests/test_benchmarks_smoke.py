@@ -381,6 +381,7 @@ def test_report_header_names_the_kernel_tuning(monkeypatch) -> None:
     header = report.environment_header(torch.device("cpu"))
     assert header["ATTN_FUSED_VARIANTS"] == "decode/paged=fused_combine"
     assert "ATTN_TRITON_FAST_LAUNCH" not in header
+    assert header["L2 flush"] == "read" and report.environment_header(torch.device("cpu"), "zero")["L2 flush"] == "zero"
 
 
 def test_sweep_compares_nothing_when_the_default_fails(monkeypatch) -> None:
