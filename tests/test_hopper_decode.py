@@ -12,10 +12,12 @@ from attention.kernels.configs import MAX_NUM_SPLITS
 from attention.kernels.hopper_decode import (
     DECODE_HOPPER_ENV,
     DECODE_HOPPER_MERGE_ENV,
+    DECODE_HOPPER_ROUNDS_ENV,
     DECODE_HOPPER_TILE_ENV,
     DecodeHopperPlan,
     choose_decode_splits,
     decode_hopper_unsupported_reason,
+    whole_round_programs,
 )
 from attention.kernels.hopper_forward import plan_hopper_forward
 from tests.test_hopper_forward import _RecordedLaunch
@@ -59,6 +61,32 @@ def test_the_split_rule(walks: int, max_tiles: int, splits: int) -> None:
     tiles_per_split = -(-max_tiles // chosen)
     assert tiles_per_split <= hopper_decode.BALANCE_SPLIT_TILES or chosen == MAX_NUM_SPLITS
     assert chosen == 1 or tiles_per_split >= hopper_decode.MIN_SPLIT_TILES
+
+
+@pytest.mark.parametrize("items, programs", [
+    (512, 128),  # 64 x 4k, GQA 32/8: 4 rounds of 128, not 3 of 132 and one of 116
+    (2048, 128),  # 32 x 32k in 8 splits: 16 rounds
+    (496, 124),  # 62 x 4k
+    (2112, 132),  # 33 x 32k: whole rounds already
+    (100, 100),  # one round: a program an item
+    (133, 132),  # 2 rounds on 67 programs would leave half the SMs idle
+    (8192, 131),  # the ragged batch: 63 rounds
+])
+def test_whole_rounds(items: int, programs: int) -> None:
+    assert whole_round_programs(items, 132) == programs
+    rounds = -(-items // 132)
+    assert -(-items // programs) == rounds  # never a round more
+    assert programs >= hopper_decode.WHOLE_ROUNDS_MIN_FRACTION * 132 or programs == items
+
+
+@pytest.mark.parametrize("switch, programs", [(None, 128), ("1", 128), ("0", 132)])
+def test_the_plan_runs_on_whole_rounds(monkeypatch: pytest.MonkeyPatch, switch: str | None, programs: int) -> None:
+    """64 x 4k: 512 walks, one split each; ATTN_FUSED_HOPPER_DECODE_ROUNDS=0 keeps every SM's program."""
+    monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
+    if switch is not None:
+        monkeypatch.setenv(DECODE_HOPPER_ROUNDS_ENV, switch)
+    plan = _plan(*_paged_decodes(num_seqs=64), max_seqlen_kv=4096)
+    assert (plan.num_splits, plan.programs) == (1, programs)
 
 
 def _paged_decodes(num_seqs: int = 8, queries: int = 1, heads: tuple[int, int] = (32, 8)):

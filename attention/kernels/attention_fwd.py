@@ -23,7 +23,13 @@ from .configs import (
     q_tile_count,
     select_forward_config,
 )
-from .hopper_decode import DECODE_HOPPER_ENV, DECODE_HOPPER_MERGE_ENV, DECODE_HOPPER_TILE_ENV, DecodeHopperPlan
+from .hopper_decode import (
+    DECODE_HOPPER_ENV,
+    DECODE_HOPPER_MERGE_ENV,
+    DECODE_HOPPER_ROUNDS_ENV,
+    DECODE_HOPPER_TILE_ENV,
+    DecodeHopperPlan,
+)
 from .hopper_forward import HOPPER_ENV, HOPPER_SMALL_PAGES_ENV, HopperPlan, plan_hopper_forward
 from .hopper_mixed import MIXED_HOPPER_ENV, MIXED_HOPPER_TILE_ENV, MixedHopperPlan
 from .launch import KernelLaunch, tensor_key
@@ -37,7 +43,7 @@ _NO_PLAN = object()
 _SAME_AS_CU_SEQLENS = "cu_seqlens"
 plan_environment = token_reader(VARIANTS_ENV, HOPPER_ENV, HOPPER_SMALL_PAGES_ENV, MIXED_HOPPER_ENV,
                                  MIXED_HOPPER_TILE_ENV, DECODE_HOPPER_ENV, DECODE_HOPPER_TILE_ENV, DECODE_HOPPER_MERGE_ENV,
-                                 "TRITON_INTERPRET")
+                                 DECODE_HOPPER_ROUNDS_ENV, "TRITON_INTERPRET")
 """The environment a plan depends on (configuration variants, the Hopper kernel switch, the interpreter),
 as key tokens."""
 

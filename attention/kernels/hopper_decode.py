@@ -21,9 +21,9 @@ from .configs import MAX_NUM_SPLITS, next_power_of_2
 from .hopper_mixed import PersistentLaunch, decode_tile_rows
 from .launch import KernelLaunch
 
-__all__ = ["DECODE_HOPPER_ENV", "DECODE_HOPPER_MERGE_ENV", "DECODE_HOPPER_TILE", "DECODE_HOPPER_TILE_ENV",
-           "DecodeHopperPlan",
-           "choose_decode_splits", "decode_hopper_unsupported_reason", "plan_decode_hopper"]
+__all__ = ["DECODE_HOPPER_ENV", "DECODE_HOPPER_MERGE_ENV", "DECODE_HOPPER_ROUNDS_ENV", "DECODE_HOPPER_TILE",
+           "DECODE_HOPPER_TILE_ENV", "DecodeHopperPlan", "choose_decode_splits", "decode_hopper_unsupported_reason",
+           "plan_decode_hopper", "whole_round_programs"]
 
 DECODE_HOPPER_ENV = "ATTN_FUSED_HOPPER_DECODE"
 """``0``: decode calls go to the general kernel; unset or ``1``: to attention_decode_hopper_kernel, every one it
@@ -54,6 +54,13 @@ FUSED_MERGE_MAX_SPLITS = 16
 """The most splits the decode kernel merges itself: a row's splits sit in one thread's registers (64 a thread at
 16 splits x 4 rows x d128 over 4 warps). Tiles of 64 rows keep the merge launch: their warp group spills with the
 merge compiled in (sm90, Triton 3.6: 88 B at d128 against 8 B without)."""
+
+DECODE_HOPPER_ROUNDS_ENV = "ATTN_FUSED_HOPPER_DECODE_ROUNDS"
+"""``0``: the decode kernel runs on every program (num_sms x programs per SM, or one an item); unset or ``1``: on
+whole_round_programs's count."""
+
+WHOLE_ROUNDS_MIN_FRACTION = 0.9
+"""whole_round_programs gives up at most this share of the programs (enough SMs left to keep HBM busy)."""
 
 MIN_SPLIT_TILES = 4
 """A split reads at least this many KV tiles (unless the walk is shorter)."""
@@ -92,6 +99,29 @@ def choose_decode_splits(*, walks: int, max_tiles: int, programs: int) -> int:
     return min(candidates or [splits // 2], key=lambda splits: (
         -(-walks * splits // programs) * (-(-max_tiles // splits) + ITEM_COST_TILES)
         + (MERGE_COST_TILES if splits > 1 else 0), splits))
+
+
+def whole_round_programs(items: int, programs: int) -> int:
+    """Programs for ``items`` equal items (a program takes items pid, pid + programs, ...): the fewest that finish
+    them in as many rounds as ``programs`` would, so that every program takes the same number of items (or one
+    fewer); ``programs`` itself when that leaves fewer than WHOLE_ROUNDS_MIN_FRACTION of them, ``items`` when one
+    round holds them all.
+
+    A last round that keeps only some programs busy leaves HBM under-read while it runs. H200, 2026-12-01, graph
+    replays, against every program in the same process (docs/benchmarks.md, twenty-fourth session): 32 x 32k
+    (2048 items: 16 rounds of 128, against 68 programs with 16 and 64 with 15) 955.2 against 976.3 us; 62 x 4k (496
+    items on 124) 237.6 / 244.4; 64 x 4k 242.0 / 245.3; the ragged batch 288.4 / 294.9; no cell slower. Fewer
+    programs than whole rounds need (120 or 112 for 512 items) lost 4-11 %.
+
+    Example:
+        >>> whole_round_programs(512, 132)  # 64 x 4k, GQA 32/8: 4 rounds either way
+        128
+    """
+    rounds = -(-items // programs)
+    if rounds <= 1:
+        return items
+    fewer = -(-items // rounds)
+    return fewer if fewer >= WHOLE_ROUNDS_MIN_FRACTION * programs else programs
 
 
 @dataclass(frozen=True)
@@ -207,7 +237,8 @@ def plan_decode_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
 
     return DecodeHopperPlan(
         kv_descriptors=(RowsDescriptor.of(k, block_n, page_size), RowsDescriptor.of(v, block_n, page_size)),
-        programs=min(programs, walks * num_splits), num_splits=num_splits, group_size=group_size, heads_kv=heads_kv,
+        programs=whole_round_programs(walks * num_splits, programs) if getenv(DECODE_HOPPER_ROUNDS_ENV, "1") != "0"
+        else min(programs, walks * num_splits), num_splits=num_splits, group_size=group_size, heads_kv=heads_kv,
         num_seqs=num_seqs, batch_rows=batch_rows, q_token_stride=q.stride(-3), out_token_stride=out.stride(-3),
         softmax_scale_log2=float(softmax_scale) * math.log2(math.e), page_size=page_size, causal=causal,
         bottom_right=bool(bottom_right), has_q_start=has_q_start, has_kv_start=has_kv_start,
