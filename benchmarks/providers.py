@@ -8,7 +8,7 @@ to ``[total_q, h_q, d_v]`` so the harness can compare it with the reference.
 
 | provider     | call |
 |--------------|------|
-| fused        | ``attention.kernels.attention_forward`` on the cell's KV (paged cache / dense cache / thd) |
+| fused        | ``attention.kernels.attention_forward`` on the cell's KV (paged cache / dense cache / thd); ``total_kv`` as a serving step knows it |
 | fused_dense  | the same on the non-paged cache (paged cells only: the "non-paged" row) |
 | fused_dpa    | ``DotProductAttention(backend="fused")`` (selection cached after the first call) |
 | auto         | ``DotProductAttention()``: the automatic choice, named in the row's note |
@@ -78,7 +78,8 @@ def _fused(cell: Cell, inputs: Inputs, kv_source: str, **overrides: Any) -> Resu
     q4 = inputs.q.unsqueeze(0).expand(batch, -1, -1, -1)
     kwargs: dict[str, Any] = {
         "cu_seqlens_q": inputs.cu_q, "cu_seqlens_kv": inputs.cu_kv, "q_start": inputs.q_start,
-        "max_seqlen_q": p.max_q, "max_seqlen_kv": p.max_kv, "total_q": p.total_q, "softmax_scale": inputs.scale,
+        "max_seqlen_q": p.max_q, "max_seqlen_kv": p.max_kv, "total_q": p.total_q, "total_kv": p.total_kv,
+        "softmax_scale": inputs.scale,
         "causal": p.causal, "bottom_right": True, **overrides}
     if kv_source == "paged":
         k, v, kwargs["page_table"] = inputs.paged(cell.page_size)
@@ -128,7 +129,8 @@ class StaticKVCache:
         self.batch_size = self.max_batch_size = p.batch
         self.max_ctx_len = self.longest_step = p.max_q
         self.step_tokens = p.total_q
-        self.max_sequence_length = p.max_kv
+        self.max_sequence_length = self.longest_sequence = p.max_kv
+        self.kv_tokens = p.total_kv
         self.cu_seqlens_q, self.cu_seqlens_kv = inputs.cu_q, inputs.cu_kv
         self.layout_memo: dict = {}   # as InferenceParams's: these buffers keep their metadata
         self._dense = (inputs.k_dense, inputs.v_dense)

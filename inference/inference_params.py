@@ -161,6 +161,9 @@ class InferenceParams:
         self.step_tokens = 0
         """Host int: the new tokens of this step, all sequences (a thd query of exactly this many
         rows has no padding rows)."""
+        self.kv_tokens = 0
+        """Host int: the tokens of every sequence after this step's, summed (the fused backend sizes
+        split-KV on their mean in eager calls)."""
         self.layout_memo: dict = {}
         """Attention backends' memo of what depends only on the metadata (sizes, strides, dtypes,
         devices, alignment) of the buffers ``step`` returns and of the page table, by their own keys.
@@ -208,6 +211,7 @@ class InferenceParams:
         stride = self._metadata_stride
         cu_q = [0, *accumulate(self.step_dict.values())]
         cu_kv = [0, *accumulate(self.sequences.values())]
+        self.kv_tokens = cu_kv[-1]
         pre_step = list(self.sequences_pre_step.values())
         host = [
             *cu_q, *[cu_q[-1]] * (stride - len(cu_q)),
@@ -271,4 +275,5 @@ class InferenceParams:
         self.longest_sequence = 0
         self.longest_step = 0
         self.step_tokens = 0
+        self.kv_tokens = 0
         self._step_metadata.zero_()   # cu_seqlens_q, cu_seqlens_kv, pre_step_seqlens

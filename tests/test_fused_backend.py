@@ -84,6 +84,35 @@ def test_the_fused_backend_hands_the_kernel_the_longest_sequence(monkeypatch) ->
     assert seen == [257]
 
 
+def test_the_fused_backend_hands_the_kernel_the_steps_kv_tokens(monkeypatch) -> None:
+    """An eager decode step passes the cache's KV tokens (30 + 257 + 1 after this step's) as total_kv, which the
+    decode kernel's split rule sizes on; InferenceParams counts them in pre_step and forgets them in reset."""
+    from collections import OrderedDict
+
+    from attention import DotProductAttention
+    from attention.backends.fused import FusedBackend
+    from inference import InferenceParams
+
+    if FusedBackend().availability_reason():
+        pytest.skip(FusedBackend().availability_reason())
+    from attention.backends import fused_launches
+
+    seen = []
+    monkeypatch.setattr(fused_launches, "packed_attention_forward", lambda *args: seen.append(args[-1]))
+    params = InferenceParams(3, 4096, 2, 16, torch.float16, is_paged=True, page_size=16, device="cpu")
+    params.allocate_memory(1)
+    params.pre_step(OrderedDict({"a": 29, "b": 256}))
+    params.pre_step(OrderedDict({"a": 1, "b": 1, "c": 1}))
+    assert params.kv_tokens == 30 + 257 + 1
+    module = DotProductAttention(4, 16, num_gqa_groups=2, qkv_format="bshd", attn_mask_type="padding_causal",
+                                 layer_number=1, backend="fused")
+    q, k = torch.randn(3, 1, 4, 16, dtype=torch.float16), torch.randn(3, 1, 2, 16, dtype=torch.float16)
+    module(q, k, k.clone(), inference_params=params)
+    assert seen == [288]
+    params.reset()
+    assert params.kv_tokens == 0
+
+
 @pytest.mark.parametrize("extra_rows", [0, 3])
 def test_a_thd_cache_step_starts_from_zeros_only_with_padding_rows(monkeypatch, extra_rows) -> None:
     """thd over a cache: the output is never zeroed by a memset (the kernel writes every row); with rows past
@@ -115,7 +144,7 @@ def test_a_thd_cache_step_starts_from_zeros_only_with_padding_rows(monkeypatch, 
     cu = torch.tensor([0, 3, 5], dtype=torch.int32)
     module(q, k, k.clone(), cu_seqlens_q=cu, cu_seqlens_kv=cu, inference_params=params)
     (args,) = allocations
-    out, zero_tail = args[3], args[-1]
+    out, zero_tail = args[3], args[-2]
     assert bool(out.isnan().all())
     assert zero_tail is (extra_rows > 0)
 

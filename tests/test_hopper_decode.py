@@ -55,12 +55,51 @@ def test_limits_are_named() -> None:
     (8, 3, 1),  # walks too short to split
     (1, 16384, 64),  # 1M keys: MAX_NUM_SPLITS
 ])
-def test_the_split_rule(walks: int, max_tiles: int, splits: int) -> None:
+def test_the_split_rule(walks: int, max_tiles: int, splits: int) -> None:  # lengths unknown to the host
     chosen = choose_decode_splits(walks=walks, max_tiles=max_tiles, programs=132)
     assert chosen == splits and chosen & (chosen - 1) == 0  # a power of 2
     tiles_per_split = -(-max_tiles // chosen)
     assert tiles_per_split <= hopper_decode.BALANCE_SPLIT_TILES or chosen == MAX_NUM_SPLITS
     assert chosen == 1 or tiles_per_split >= hopper_decode.MIN_SPLIT_TILES
+
+
+@pytest.mark.parametrize("walks, max_tiles, mean_tiles, splits", [
+    (256, 512, 512, 1),  # 32 x 32k, every sequence as long: whole walks, two rounds (the cap would take 8)
+    (1024, 128, 128, 1),  # 128 x 8k
+    (64, 512, 512, 2),  # 8 x 32k: 128 items fill the SMs once
+    (32, 512, 512, 4),  # 4 x 32k
+    (512, 512, 64, 16),  # 64 sequences of mean 4k and one of 32k: the long walk's splits stay short
+    (8, 128, 128, 16),  # 1 x 8k: as without the mean
+    (512, 64, 64, 1),  # 64 x 4k
+    (512, 8, 2, 1),  # 64 sequences of up to 512 keys, mean 128: too short to split
+])
+def test_the_split_rule_with_the_mean_known(walks: int, max_tiles: int, mean_tiles: int, splits: int) -> None:
+    assert choose_decode_splits(walks=walks, max_tiles=max_tiles, programs=132, mean_tiles=mean_tiles) == splits
+    # the same lengths unknown: the rule as before, its splits capped
+    unknown = choose_decode_splits(walks=walks, max_tiles=max_tiles, programs=132)
+    assert -(-max_tiles // unknown) <= hopper_decode.BALANCE_SPLIT_TILES
+
+
+@pytest.mark.parametrize("total_kv, splits", [(None, 8), (32 * 32768, 1), (31 * 1024 + 32768, 16)])
+def test_attention_forward_plans_on_the_mean_it_is_given(monkeypatch: pytest.MonkeyPatch, total_kv: int | None,
+                                                         splits: int) -> None:
+    """32 sequences of up to 32k keys: the decode plan's split count, without the lengths' sum and with one of
+    32 x 32k (uniform) or of 31 x 1k + 32k (ragged); each its own plan."""
+    from attention.kernels import attention_fwd
+
+    monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
+    monkeypatch.setattr(hopper_forward, "_on_sm90", lambda q: True, raising=False)
+    monkeypatch.setattr(attention_fwd, "num_streaming_multiprocessors", lambda device: 132)
+    monkeypatch.setattr(attention_fwd, "launch_plan", lambda *args, **kwargs: None)
+    monkeypatch.setattr(attention_fwd, "_plans", {})
+    q = torch.randn(32, 1, 32, 128, dtype=torch.bfloat16)
+    k = torch.randn(64, 16, 8, 128, dtype=torch.bfloat16)
+    cu = torch.arange(33, dtype=torch.int32)
+    attention_fwd.attention_forward(q, k, k, q, cu_seqlens_q=cu, cu_seqlens_kv=cu * 32768,
+                                    page_table=torch.zeros(32, 2048, dtype=torch.int32), max_seqlen_q=1,
+                                    max_seqlen_kv=32768, softmax_scale=0.1, total_kv=total_kv)
+    (plan,) = attention_fwd._plans.values()
+    assert isinstance(plan, DecodeHopperPlan) and plan.num_splits == splits
 
 
 @pytest.mark.parametrize("items, programs", [

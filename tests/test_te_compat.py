@@ -211,10 +211,10 @@ def test_fused_honours_num_splits(num_splits, monkeypatch):
     from attention.backends import fused_launches
 
     seen = []
-    real = fused_launches.packed_attention_forward   # the eager launch: num_splits, then zero_tail
+    real = fused_launches.packed_attention_forward   # the eager launch: num_splits, zero_tail, then total_kv
 
     def spy(*args):
-        seen.append(args[-2])
+        seen.append(args[-3])
         return real(*args)
 
     monkeypatch.setattr(fused_launches, "packed_attention_forward", spy)

@@ -11,8 +11,8 @@ the plans it launched in the choice's dict (``AttentionCall.launches``), by a ke
 * the KV side: with a KV cache, the layout of the cache object's buffers (the layer's K and V caches, the
   page table, the cu_seqlens), keyed once per layer in its ``layout_memo`` when it has one (``InferenceParams``
   does: its buffers keep their metadata for its lifetime); without a cache, k, v and the cu_seqlens;
-* ALiBi slopes and sink logits, the KV length the split count is sized on (``kv_length_bucket``), the
-  softmax scale, whether padding rows are zeroed, the environment the kernels read, the current device.
+* ALiBi slopes and sink logits, the KV lengths the split count is sized on (``kv_length_bucket`` of the
+  longest, ``mean_kv_length`` of the cache step's ``kv_tokens`` when it has them), the softmax scale, whether padding rows are zeroed, the environment the kernels read, the current device.
 
 A hit launches the plan directly (``launch_plan``); a miss takes ``packed_attention_forward`` (which plans,
 or finds the plan by its full key) and remembers what it launched.
@@ -30,7 +30,13 @@ import torch
 
 from attention.backends.base import AttentionCall
 from attention.custom_ops import launcher_views
-from attention.kernels.attention_fwd import kv_length_bucket, launch_plan, packed_attention_forward, plan_environment
+from attention.kernels.attention_fwd import (
+    kv_length_bucket,
+    launch_plan,
+    mean_kv_length,
+    packed_attention_forward,
+    plan_environment,
+)
 from attention.kernels.launch import tensor_key
 
 __all__ = ["MAX_LAUNCHES", "run"]
@@ -43,18 +49,21 @@ MAX_LAUNCHES = 32
 def run(call: AttentionCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
         cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor, q_starts: torch.Tensor | None,
         kv_starts: torch.Tensor | None, page_table: torch.Tensor | None, q_format: str, kv_format: str, batch: int,
-        kv_length: int, total_q: int, causal: bool, window_left: int, window_right: int, num_splits: int | None,
-        zero_tail: bool) -> None:
+        kv_length: int, total_kv: int | None, total_q: int, causal: bool, window_left: int, window_right: int,
+        num_splits: int | None, zero_tail: bool) -> None:
     """Launch the fused kernel for an eager call (arguments as ``custom_ops.fused_attention_forward``'s, the
-    call's own ``AttentionCall`` first), through the plan kept under the call's choice when there is one."""
+    call's own ``AttentionCall`` first, and ``total_kv``, the cache step's KV tokens when it has them), through the
+    plan kept under the call's choice when there is one."""
     q, k, v, out = launcher_views(q, k, v, out, q_format, kv_format)
     launches = call.launches
     key = None
     if launches is not None:
+        kv_bucket = kv_length_bucket(kv_length)
         key = (q.stride(), q.data_ptr() % 16 == 0, _kv_layout(call, k, v, cu_seqlens_q, cu_seqlens_kv, q_starts,
                                                               kv_starts),
                None if call.alibi_slopes is None else tensor_key(call.alibi_slopes),
-               None if call.softmax_offset is None else tensor_key(call.softmax_offset), kv_length_bucket(kv_length),
+               None if call.softmax_offset is None else tensor_key(call.softmax_offset), kv_bucket,
+               None if total_kv is None else mean_kv_length(total_kv, batch, kv_bucket),
                call.softmax_scale, zero_tail, plan_environment(), torch._C._cuda_getDevice() if q.is_cuda else -1)
         plan = launches.get(key)
         if plan is not None:
@@ -64,7 +73,7 @@ def run(call: AttentionCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     plan = packed_attention_forward(
         q, k, v, out, batch, cu_seqlens_q, cu_seqlens_kv, q_starts, kv_starts, page_table, call.max_seqlen_q,
         kv_length, total_q, call.softmax_scale, causal, window_left, window_right, call.params.bottom_right_diagonal,
-        call.alibi_slopes, call.softmax_offset, num_splits, zero_tail)
+        call.alibi_slopes, call.softmax_offset, num_splits, zero_tail, total_kv)
     if key is not None and plan is not None:
         if len(launches) >= MAX_LAUNCHES:
             launches.clear()

@@ -35,7 +35,8 @@ from .hopper_mixed import MIXED_HOPPER_ENV, MIXED_HOPPER_TILE_ENV, MixedHopperPl
 from .launch import KernelLaunch, tensor_key
 from .page_gather import gather_pages, gathered_page_count
 
-__all__ = ["attention_forward", "kv_length_bucket", "launch_plan", "packed_attention_forward", "plan_environment"]
+__all__ = ["attention_forward", "kv_length_bucket", "launch_plan", "mean_kv_length", "packed_attention_forward",
+           "plan_environment"]
 
 _MAX_PLANS = 512
 """Launch plans kept (all dropped when full: a decode makes a new one per kv_length_bucket)."""
@@ -120,6 +121,7 @@ def attention_forward(
     num_splits: int | None = None,
     config: ForwardConfig | None = None,
     zero_tail: bool = False,
+    total_kv: int | None = None,
 ) -> torch.Tensor:
     """Varlen / paged / GQA attention forward for prefill, decode and mixed batches in one launch.
 
@@ -134,7 +136,11 @@ def attention_forward(
     when bottom_right else 0; a row that sees no key gets zeros. ALiBi adds -slope * |i + off - j|
     after scaling; softmax_offset adds exp(offset_h) to the denominator (attention sinks).
 
-    Host ints (max_seqlen_q, max_seqlen_kv, total_q) only size the grid and pick configurations:
+    ``total_kv``: the sequences' KV lengths summed, when the host knows them (a serving step does). The decode
+    kernel then sizes its split-KV on their mean instead of taking every sequence to be the longest (which keeps
+    splits short, in case the batch is ragged). A hint: a wrong value costs speed, never correctness.
+
+    Host ints (max_seqlen_q, max_seqlen_kv, total_q, total_kv) only size the grid and pick configurations:
     no device value is read on the host, so the call can be captured in a CUDA graph and replayed
     with new cu_seqlens / page_table contents (within the same bounds). They are bounds: every
     sequence has at most max_seqlen_q queries and max_seqlen_kv keys, all together at most total_q
@@ -184,9 +190,10 @@ def attention_forward(
     if max_seqlen_q < 0 or max_seqlen_kv < 0:
         raise ValueError(f"max_seqlen_q / max_seqlen_kv must be >= 0, got {max_seqlen_q} / {max_seqlen_kv}")
     kv_length = kv_length_bucket(max_seqlen_kv)
+    mean_kv = None if total_kv is None else mean_kv_length(total_kv, cu_seqlens_q.shape[0] - 1, kv_length)
     key = (tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(out), tensor_key(cu_seqlens_q),
            tensor_key(cu_seqlens_kv), tensor_key(q_start), tensor_key(kv_start), tensor_key(page_table),
-           tensor_key(alibi_slopes), tensor_key(softmax_offset), max_seqlen_q, kv_length,
+           tensor_key(alibi_slopes), tensor_key(softmax_offset), max_seqlen_q, kv_length, mean_kv,
            total_q, softmax_scale, causal, tuple(window_size), bottom_right, num_splits, config, zero_tail,
            plan_environment(), torch._C._cuda_getDevice() if q.is_cuda else -1)
     plan = _plans.get(key, _NO_PLAN)
@@ -195,7 +202,7 @@ def attention_forward(
             q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, alibi_slopes, softmax_offset,
             max_seqlen_q=max_seqlen_q, max_seqlen_kv=kv_length, total_q=total_q,
             softmax_scale=softmax_scale, causal=causal, window_size=window_size, bottom_right=bottom_right,
-            num_splits=num_splits, config=config, zero_tail=zero_tail)
+            num_splits=num_splits, config=config, zero_tail=zero_tail, mean_seqlen_kv=mean_kv)
         _keep(key, plan)
     if plan is None:  # nothing to compute
         if zero_tail:
@@ -207,7 +214,7 @@ def attention_forward(
             q, k, v, out, cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv, q_start=q_start,
             max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv, total_q=total_q, softmax_scale=softmax_scale,
             causal=causal, window_size=window_size, bottom_right=bottom_right, alibi_slopes=alibi_slopes,
-            softmax_offset=softmax_offset, num_splits=num_splits, zero_tail=zero_tail)
+            softmax_offset=softmax_offset, num_splits=num_splits, zero_tail=zero_tail, total_kv=total_kv)
     launch_plan(plan, q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, alibi_slopes,
                 softmax_offset, zero_tail)
     return out
@@ -228,13 +235,28 @@ def kv_length_bucket(max_seqlen_kv: int) -> int:
     return -(-max_seqlen_kv // quantum) * quantum
 
 
+def mean_kv_length(total_kv: int | None, num_seqs: int, kv_length: int) -> int | None:
+    """The sequences' mean KV length a plan is made for (``kv_length_bucket`` of it, at most ``kv_length``, the
+    bucket of the longest), from ``total_kv`` (their lengths summed) over ``num_seqs``; None without a total.
+
+    Example:
+        >>> mean_kv_length(64 * 4096, 64, 4096), mean_kv_length(1000, 3, 4096), mean_kv_length(None, 3, 4096)
+        (4096, 336, None)
+    """
+    if total_kv is None or num_seqs <= 0:
+        return None
+    if total_kv < 0:
+        raise ValueError(f"total_kv must be >= 0, got {total_kv}")
+    return min(kv_length, kv_length_bucket(-(-total_kv // num_seqs)))
+
+
 def packed_attention_forward(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, batch: int,
     cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor, q_start: torch.Tensor | None,
     kv_start: torch.Tensor | None, page_table: torch.Tensor | None, max_seqlen_q: int, max_seqlen_kv: int,
     total_q: int | None, softmax_scale: float, causal: bool, window_left: int, window_right: int,
     bottom_right: bool, alibi_slopes: torch.Tensor | None, softmax_offset: torch.Tensor | None,
-    num_splits: int | None, zero_tail: bool = False,
+    num_splits: int | None, zero_tail: bool = False, total_kv: int | None = None,
 ) -> Plan | None:
     """``attention_forward`` with positional arguments (the fused backend's path), with two differences
     that save a tensor view each per call: q, k, v and out may also be 3-D thd ``[T, H, D]``, seen as
@@ -249,11 +271,12 @@ def packed_attention_forward(
     if max_seqlen_q < 0 or max_seqlen_kv < 0:
         raise ValueError(f"max_seqlen_q / max_seqlen_kv must be >= 0, got {max_seqlen_q} / {max_seqlen_kv}")
     kv_length = kv_length_bucket(max_seqlen_kv)
+    mean_kv = mean_kv_length(total_kv, batch, kv_length)
     # q_start / kv_start are usually the cu_seqlens themselves: their metadata is keyed already
     key = ("packed", batch, tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(out), tensor_key(cu_seqlens_q),
            tensor_key(cu_seqlens_kv), _SAME_AS_CU_SEQLENS if q_start is cu_seqlens_q else tensor_key(q_start),
            _SAME_AS_CU_SEQLENS if kv_start is cu_seqlens_kv else tensor_key(kv_start), tensor_key(page_table),
-           tensor_key(alibi_slopes), tensor_key(softmax_offset), max_seqlen_q, kv_length,
+           tensor_key(alibi_slopes), tensor_key(softmax_offset), max_seqlen_q, kv_length, mean_kv,
            total_q, softmax_scale, causal, window_left, window_right, bottom_right, num_splits, zero_tail,
            plan_environment(), torch._C._cuda_getDevice() if q.is_cuda else -1)
     plan = _plans.get(key, _NO_PLAN)
@@ -266,7 +289,8 @@ def packed_attention_forward(
                 q4, k4, v4, out4, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, alibi_slopes,
                 softmax_offset, max_seqlen_q=max_seqlen_q, max_seqlen_kv=kv_length,
                 total_q=total_q, softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
-                bottom_right=bottom_right, num_splits=num_splits, config=None, zero_tail=zero_tail)
+                bottom_right=bottom_right, num_splits=num_splits, config=None, zero_tail=zero_tail,
+                mean_seqlen_kv=mean_kv)
             _keep(key, plan)
         if type(plan) is GatherPlan:
             attention_forward(
@@ -274,7 +298,7 @@ def packed_attention_forward(
                 kv_start=kv_start, page_table=page_table, max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
                 total_q=total_q, softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
                 bottom_right=bottom_right, alibi_slopes=alibi_slopes, softmax_offset=softmax_offset,
-                num_splits=num_splits, zero_tail=zero_tail)
+                num_splits=num_splits, zero_tail=zero_tail, total_kv=total_kv)
             return None
     if plan is None:
         if zero_tail:
@@ -344,6 +368,7 @@ def _plan_forward(
     softmax_offset: torch.Tensor | None, *, max_seqlen_q: int, max_seqlen_kv: int, total_q: int | None,
     softmax_scale: float, causal: bool, window_size: tuple[int, int], bottom_right: bool,
     num_splits: int | None, config: ForwardConfig | None, zero_tail: bool = False,
+    mean_seqlen_kv: int | None = None,
 ) -> Plan | None:
     """Validate the arguments and fix everything the launches need but the tensors' addresses (None:
     nothing to compute; a GatherPlan: copy the pages first; a HopperPlan: the Gluon sm90 kernel runs the
@@ -387,7 +412,7 @@ def _plan_forward(
             page_size=shapes.page_size if shapes.paged else 0, alibi=alibi_slopes is not None,
             sink=softmax_offset is not None,
             has_q_start=q_start is not None, has_kv_start=kv_start is not None,
-            num_sms=num_streaming_multiprocessors(q.device))
+            num_sms=num_streaming_multiprocessors(q.device), mean_seqlen_kv=mean_seqlen_kv)
         if hopper is not None:
             return hopper
 

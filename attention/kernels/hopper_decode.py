@@ -76,29 +76,44 @@ MERGE_COST_TILES = 4
 of K and V at d128)."""
 
 
-def choose_decode_splits(*, walks: int, max_tiles: int, programs: int) -> int:
+def choose_decode_splits(*, walks: int, max_tiles: int, programs: int, mean_tiles: int | None = None) -> int:
     """Splits per (sequence, KV head) walk of at most ``max_tiles`` KV tiles: the power of 2 whose busiest program
     has the fewest tiles to stream, each of its items costing ITEM_COST_TILES more and the merge MERGE_COST_TILES,
-    with splits of MIN_SPLIT_TILES to BALANCE_SPLIT_TILES tiles, at most MAX_NUM_SPLITS (the merge's bound; host
-    values only: every walk is taken to be the longest). Powers of 2 only, as configs.choose_num_splits (whose
-    sweeps found odd counts slower).
+    with splits of at least MIN_SPLIT_TILES tiles, at most MAX_NUM_SPLITS (the merge's bound). Powers of 2 only, as
+    configs.choose_num_splits (whose sweeps found odd counts slower).
+
+    ``mean_tiles``: the walks' mean length in tiles, when the host knows the sequences' lengths (a serving step
+    does). The busiest program then takes a round of the longest walk's splits and the rest of its rounds of mean
+    ones. None: every walk may be the longest (a ragged batch looks so to the host), and splits are at most
+    BALANCE_SPLIT_TILES tiles, so that a long sequence is no single program's whole work.
 
     H200 (sweep.txt above), the rule's count against its neighbours: 1x8k 16 splits 22.7 us (8: 24.0, 32: 22.9);
     1x32k 16 50.2 (8: 55.3, 32: 51.8); 8x4k 2 50.1 (1: 52.7, 4: 51.1); MQA 32/1 64x4k 2 53.6 (1: 60.5, 4: 55.8);
-    32x2k 1 78.0 (2: 83.3); 32x4k verification 1 139.5 (2: 148.6).
+    32x2k 1 78.0 (2: 83.3); 32x4k verification 1 139.5 (2: 148.6). With the mean known, uniform walks
+    (docs/benchmarks.md, twenty-fourth session; 128 programs): 32x32k 1 split 936.2 us (the cap's 8: 952.5),
+    64x16k 1 937.3 (4: 952.1), 128x8k 1 940.5 (2: 953.4), 16x32k 1 477.5 (8: 486.6), 8x32k 2 245.9, 4x32k 4 129.1.
 
     Example:
         >>> choose_decode_splits(walks=8, max_tiles=128, programs=132)  # 1 x 8k, GQA 32/8
         16
+        >>> choose_decode_splits(walks=256, max_tiles=512, programs=132), choose_decode_splits(
+        ...     walks=256, max_tiles=512, programs=132, mean_tiles=512)  # 32 x 32k: a ragged batch, or not
+        (8, 1)
     """
+    known = mean_tiles is not None
+    mean_tiles = max_tiles if mean_tiles is None else min(mean_tiles, max_tiles)
     splits, candidates = 1, []
     while splits <= min(MAX_NUM_SPLITS, max(1, max_tiles // MIN_SPLIT_TILES)):
-        if splits * BALANCE_SPLIT_TILES >= max_tiles:
+        if known or splits * BALANCE_SPLIT_TILES >= max_tiles:
             candidates.append(splits)
         splits *= 2
-    return min(candidates or [splits // 2], key=lambda splits: (
-        -(-walks * splits // programs) * (-(-max_tiles // splits) + ITEM_COST_TILES)
-        + (MERGE_COST_TILES if splits > 1 else 0), splits))
+
+    def busiest(splits: int) -> int:
+        rounds = -(-walks * splits // programs)
+        return ((rounds - 1) * (-(-mean_tiles // splits) + ITEM_COST_TILES) + -(-max_tiles // splits)
+                + ITEM_COST_TILES + (MERGE_COST_TILES if splits > 1 else 0))
+
+    return min(candidates or [splits // 2], key=lambda splits: (busiest(splits), splits))
 
 
 def whole_round_programs(items: int, programs: int) -> int:
@@ -205,11 +220,13 @@ def plan_decode_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
                        batch_rows: tuple[int, int, int, int], *,
                        num_seqs: int, max_seqlen_q: int, max_seqlen_kv: int, total_q: int, softmax_scale: float,
                        causal: bool, bottom_right: bool, page_size: int, has_q_start: bool, has_kv_start: bool,
-                       num_sms: int, num_splits: int | None = None) -> DecodeHopperPlan | None:
+                       num_sms: int, num_splits: int | None = None,
+                       mean_seqlen_kv: int | None = None) -> DecodeHopperPlan | None:
     """A DecodeHopperPlan for a decode-sized call the kernel serves (plan_hopper_forward checked the tensors), else
     None. q / out: 4-D views [B, S, H, D] (out's strides size the merge's stores); k / v: as attention_forward's
     (their geometry sizes the TMA descriptors); batch_rows as HopperPlan's;
-    ``num_splits``: split-KV count (None: choose_decode_splits's, or DECODE_HOPPER_TILE_ENV's fifth entry)."""
+    ``num_splits``: split-KV count (None: choose_decode_splits's, or DECODE_HOPPER_TILE_ENV's fifth entry);
+    ``mean_seqlen_kv``: the sequences' mean KV length when the host knows it (the split rule's ``mean_tiles``)."""
     heads_q, head_dim = q.shape[2], q.shape[3]
     group_size = heads_q // heads_kv
     if decode_hopper_unsupported_reason(head_dim, group_size, max_seqlen_q, page_size):
@@ -219,7 +236,8 @@ def plan_decode_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     programs = num_sms * programs_per_sm
     if num_splits is None:
         num_splits = fixed_splits[0] if fixed_splits and fixed_splits[0] > 0 else choose_decode_splits(
-            walks=walks, max_tiles=-(-max_seqlen_kv // block_n), programs=programs)
+            walks=walks, max_tiles=-(-max_seqlen_kv // block_n), programs=programs,
+            mean_tiles=None if mean_seqlen_kv is None else -(-mean_seqlen_kv // block_n))
     rows = decode_tile_rows(group_size * max(1, max_seqlen_q))
     partial_shape = combine = None
     merge_rows = 0

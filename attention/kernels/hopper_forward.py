@@ -218,13 +218,13 @@ def plan_hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
                         max_seqlen_q: int, max_seqlen_kv: int, total_q: int, softmax_scale: float,
                         num_splits: int | None = None,
                         window: tuple[int, int], bottom_right: bool, page_size: int, alibi: bool, sink: bool,
-                        has_q_start: bool, has_kv_start: bool,
-                        num_sms: int) -> HopperPlan | MixedHopperPlan | DecodeHopperPlan | None:
+                        has_q_start: bool, has_kv_start: bool, num_sms: int,
+                        mean_seqlen_kv: int | None = None) -> HopperPlan | MixedHopperPlan | DecodeHopperPlan | None:
     """A HopperPlan when the kernel serves this call and suits it (enough query rows per sequence to fill
     128-row tiles, enough of them to fill the GPU); for a mixed batch (configs.mixed_batch) a MixedHopperPlan when
     the mixed kernel serves it (hopper_mixed.py); for a decode-sized call (at most 64 packed rows a sequence) a
     DecodeHopperPlan when the decode kernel serves it (hopper_decode.py; ``num_splits``: its split count, None to
-    choose); else None.
+    choose; ``mean_seqlen_kv``: the sequences' mean KV length, when known, for its split rule); else None.
     Tensors as attention_forward's (4-D views; k / v paged caches [pages, page_size, H_kv, D] when page_size > 0)."""
     if hopper_unsupported_reason(q, k, v, out, page_size=page_size, window=window, alibi=alibi, sink=sink):
         return None
@@ -240,7 +240,7 @@ def plan_hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
                                   max_seqlen_kv=max_seqlen_kv, total_q=total_q, softmax_scale=softmax_scale,
                                   causal=window[1] == 0, bottom_right=bottom_right, page_size=page_size,
                                   has_q_start=has_q_start, has_kv_start=has_kv_start, num_sms=num_sms,
-                                  num_splits=num_splits)
+                                  num_splits=num_splits, mean_seqlen_kv=mean_seqlen_kv)
     if total_q < HOPPER_MIN_QUERIES_PER_SEQUENCE * num_seqs or -(-total_q // HOPPER_BLOCK_M) * heads_q < num_sms:
         return None  # decode-like, or too few programs without split-KV
     group_size = heads_q // heads_kv
