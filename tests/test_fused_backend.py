@@ -10,6 +10,18 @@ import torch
 from attention.backends.fused import output_rows_may_be_padding
 from attention.params import AttentionParams
 
+
+def _skip_without_cpu_fused() -> None:
+    """These tests hand the fused backend CPU tensors: they need Triton, and on a CUDA host the interpreter."""
+    from attention.backends.fused import FusedBackend
+    from attention.kernels.availability import interpreter_enabled
+
+    reason = FusedBackend().availability_reason()
+    if reason is None and torch.cuda.is_available() and not interpreter_enabled():
+        reason = "CPU tensors run the fused kernels only under TRITON_INTERPRET=1"
+    if reason:
+        pytest.skip(reason)
+
 PARAMS = AttentionParams(dtype=torch.float16, device_type="cpu")
 
 
@@ -63,11 +75,9 @@ def test_the_fused_backend_hands_the_kernel_the_longest_sequence(monkeypatch) ->
     from collections import OrderedDict
 
     from attention import DotProductAttention
-    from attention.backends.fused import FusedBackend
     from inference import InferenceParams
 
-    if FusedBackend().availability_reason():
-        pytest.skip(FusedBackend().availability_reason())
+    _skip_without_cpu_fused()
     from attention.backends import fused_launches
 
     seen = []
@@ -90,11 +100,9 @@ def test_the_fused_backend_hands_the_kernel_the_steps_kv_tokens(monkeypatch) -> 
     from collections import OrderedDict
 
     from attention import DotProductAttention
-    from attention.backends.fused import FusedBackend
     from inference import InferenceParams
 
-    if FusedBackend().availability_reason():
-        pytest.skip(FusedBackend().availability_reason())
+    _skip_without_cpu_fused()
     from attention.backends import fused_launches
 
     seen = []
@@ -121,11 +129,9 @@ def test_a_thd_cache_step_starts_from_zeros_only_with_padding_rows(monkeypatch, 
     from collections import OrderedDict
 
     from attention import DotProductAttention
-    from attention.backends.fused import FusedBackend
     from inference import InferenceParams
 
-    if FusedBackend().availability_reason():
-        pytest.skip(FusedBackend().availability_reason())
+    _skip_without_cpu_fused()
     from attention.backends import fused_launches
 
     allocations = []
