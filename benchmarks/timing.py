@@ -10,10 +10,6 @@
   dirty lines that the timed call writes back as it reads: on the H200 that added 4-5 µs to a 1x8k
   decode and 9 µs to 1x32k and 64x4k, for every provider alike (docs/benchmarks.md, twenty-third
   session);
-* warm replays: a graph is replayed (flush and all) a quarter as many times as it is timed before the timed
-  replays. Without them, the first graph a cell timed read 0.5-1.5 µs slow on the H200 (1x8k decode 19.0 µs, then
-  18.5 on the next two rounds of the same graph and for every other entry point to the same kernel; 8x4k 41.9,
-  then 40.4): in the suites, the ``fused`` row (docs/benchmarks.md, twenty-fourth session);
 * settling (``cfg.settle_ms``; the settled cells, ``Cell.settle``: prefill and mixed): the call runs back
   to back for that long before it is timed. Compute-bound kernels hold the H200 at its 700 W cap, where
   the SM clock falls from 1980 to about 1550-1790 MHz (nvidia-smi: reason "SW power cap"), so a short
@@ -99,9 +95,6 @@ def _graph_replay_us(fn: Callable[[], Any], device: torch.device, rep_ms: float,
         torch.cuda.synchronize(device)
         estimate_ms = max(start.elapsed_time(end) / 5, 1e-3)
         count = int(min(max(rep_ms / (estimate_ms + 0.1), 10), 500))
-        for _ in range(max(count // 4, 10)):  # discarded: see the module's note on the first replays
-            flush_l2(device, l2_flush)
-            graph.replay()
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
         for i in range(count):
