@@ -35,7 +35,15 @@ from benchmarks.config import (
     config_from_args,
     environment_smoke_default,
 )
-from benchmarks.timing import FLUSH_BYTES, Timing, recover, short_error, synchronize, time_fn  # noqa: F401
+from benchmarks.timing import (  # noqa: F401
+    FLUSH_BYTES,
+    Timing,
+    graph_replay_us,
+    recover,
+    short_error,
+    synchronize,
+    time_fn,
+)
 
 __all__ = [
     "COMPETITORS",
@@ -182,10 +190,12 @@ def _check(cell: Cell, name: str, runner: Runner, out: Any, row: Row, reference:
         row.note = "; ".join(x for x in (row.note, f"MISMATCH vs {ref_name}") if x)
 
 
-def _measure(cell: Cell, name: str, runner: Runner, row: Row, cfg: BenchConfig, reference: list) -> None:
+def _measure(cell: Cell, name: str, runner: Runner, row: Row, cfg: BenchConfig, reference: list) -> Timing | None:
     """First call (timed: compile + run), output check, then the timing (or a memoised one: the same
-    provider, problem and layout were measured in an earlier cell)."""
+    provider, problem and layout were measured in an earlier cell). Returns the timing when it was taken here
+    (memoised for later cells) and has a graph replay, which ``run_cell`` times a second time."""
     key = (name, cell.problem, runner.layout, cell.latency, cell.settle)
+    fresh = None
     synchronize(cfg.device)
     start = time.perf_counter()
     out = runner.fn()
@@ -204,10 +214,29 @@ def _measure(cell: Cell, name: str, runner: Runner, row: Row, cfg: BenchConfig, 
     else:
         timing = time_fn(runner.fn, cell.latency and runner.graphable, cfg, settled=cell.settle)
         cfg.memo[key] = (timing, cell.name)
+        fresh = timing
     row.us_eager, row.p20, row.p80, row.us_graph = timing.us_eager, timing.p20, timing.p80, timing.us_graph
     row.us = timing.us_graph if timing.us_graph is not None else timing.us_eager
     if timing.note:
         row.note = "; ".join(x for x in (row.note, timing.note) if x)
+    return fresh if fresh is not None and fresh.us_graph is not None else None
+
+
+def _second_graph_round(cell: Cell, timed: list[tuple[Row, Runner, Timing]], cfg: BenchConfig) -> None:
+    """Each row's graph replay timed again, in the first round's order; a row keeps its faster round (the
+    memoised timing too). See benchmarks.timing's note on the two rounds."""
+    for row, runner, timing in timed:
+        if cfg.stop_reason(grace_s=CELL_GRACE_S):
+            return
+        try:
+            with torch.no_grad():
+                us = graph_replay_us(runner.fn, cfg, cell.settle)
+        except Exception as error:  # noqa: BLE001 - the first round stands
+            recover(cfg, error)
+            continue
+        if us < timing.us_graph:
+            timing.us_graph = row.us_graph = row.us = us
+            _metrics(row, cell)
 
 
 def run_cell(suite: str, cell: Cell, cfg: BenchConfig, factories: dict[str, Callable]) -> list[Row]:
@@ -224,6 +253,7 @@ def run_cell(suite: str, cell: Cell, cfg: BenchConfig, factories: dict[str, Call
         return [Row(suite, cell.group, cell.name, "(inputs)", status="error", note=short_error(error))]
     rows: list[Row] = []
     reference: list = []
+    timed: list[tuple[Row, Runner, Timing]] = []
     try:
         for name in names:
             row = Row(suite, cell.group, cell.name, name)
@@ -239,7 +269,9 @@ def run_cell(suite: str, cell: Cell, cfg: BenchConfig, factories: dict[str, Call
                 else:
                     row.layout, row.note = runner.layout, runner.note
                     with torch.no_grad():
-                        _measure(cell, name, runner, row, cfg, reference)
+                        timing = _measure(cell, name, runner, row, cfg, reference)
+                    if timing is not None and row.status == "ok":
+                        timed.append((row, runner, timing))
                     if row.status == "ok" and row.us is None:
                         row.status = "error"
             except Exception as error:  # noqa: BLE001 - report in the row, keep going
@@ -248,6 +280,7 @@ def run_cell(suite: str, cell: Cell, cfg: BenchConfig, factories: dict[str, Call
                 recover(cfg, error)
             _metrics(row, cell)
             _log(cfg, row)
+        _second_graph_round(cell, timed, cfg)
     finally:
         del inputs, reference
         if cfg.cuda and cfg.context_lost is None:

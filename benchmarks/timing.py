@@ -10,6 +10,12 @@
   dirty lines that the timed call writes back as it reads: on the H200 that added 4-5 µs to a 1x8k
   decode and 9 µs to 1x32k and 64x4k, for every provider alike (docs/benchmarks.md, twenty-third
   session);
+* two rounds: a cell's graph replays are timed once per provider, then once more in the same order (a new
+  capture each), and each row keeps its faster round (``harness.run_cell``). On the H200 the ``fused`` row's
+  first graph read 0.5-1.5 µs above the same kernel through the other entry points (1x8k decode 19.7 against
+  18.5 µs for ``fused_dpa``), and a new capture of the same call in a later round did not (19.0, then 18.5 and
+  18.5; 8x4k 41.9, then 40.4). Replaying the first graph a quarter of its count before timing it did not help
+  (docs/benchmarks.md, twenty-fourth session);
 * settling (``cfg.settle_ms``; the settled cells, ``Cell.settle``: prefill and mixed): the call runs back
   to back for that long before it is timed. Compute-bound kernels hold the H200 at its 700 W cap, where
   the SM clock falls from 1980 to about 1550-1790 MHz (nvidia-smi: reason "SW power cap"), so a short
@@ -106,6 +112,12 @@ def _graph_replay_us(fn: Callable[[], Any], device: torch.device, rep_ms: float,
         return 1000.0 * statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
     finally:
         del graph
+
+
+def graph_replay_us(fn: Callable[[], Any], cfg: BenchConfig, settled: bool = False) -> float:
+    """One more CUDA-graph replay timing of ``fn``, as ``time_fn`` takes it (a cell's second round)."""
+    rep_ms = max(cfg.rep_ms, cfg.throughput_rep_ms) if settled else cfg.rep_ms
+    return _graph_replay_us(fn, cfg.device, rep_ms, cfg.l2_flush)
 
 
 def settle(fn: Callable[[], Any], settle_ms: float, wait: Callable[[], None]) -> int:
