@@ -126,7 +126,7 @@ def whole_round_programs(items: int, programs: int) -> int:
     replays, against every program in the same process (docs/benchmarks.md, twenty-fourth session): 32 x 32k
     (2048 items: 16 rounds of 128, against 68 programs with 16 and 64 with 15) 955.2 against 976.3 us; 62 x 4k (496
     items on 124) 237.6 / 244.4; 64 x 4k 242.0 / 245.3; the ragged batch 288.4 / 294.9; no cell slower. Fewer
-    programs than whole rounds need (120 or 112 for 512 items) lost 4-11 %.
+    programs than whole rounds need (112 to 124 for 512 or 1,024 items) lost 4-10 %.
 
     Example:
         >>> whole_round_programs(512, 132)  # 64 x 4k, GQA 32/8: 4 rounds either way
@@ -238,12 +238,13 @@ def plan_decode_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
         num_splits = fixed_splits[0] if fixed_splits and fixed_splits[0] > 0 else choose_decode_splits(
             walks=walks, max_tiles=-(-max_seqlen_kv // block_n), programs=programs,
             mean_tiles=None if mean_seqlen_kv is None else -(-mean_seqlen_kv // block_n))
+    items = walks * num_splits
     rows = decode_tile_rows(group_size * max(1, max_seqlen_q))
     partial_shape = combine = None
     merge_rows = 0
     if num_splits > 1:
         partial_shape = (num_splits, total_q, heads_q, head_dim)
-        fused_merge = num_splits <= FUSED_MERGE_MAX_SPLITS and walks * num_splits <= programs and rows <= 32
+        fused_merge = num_splits <= FUSED_MERGE_MAX_SPLITS and items <= programs and rows <= 32
         if fused_merge and getenv(DECODE_HOPPER_MERGE_ENV, "1") != "0":
             merge_rows = min(rows, 4 * max(1, FUSED_MERGE_MAX_SPLITS // next_power_of_2(num_splits)))
         else:
@@ -251,12 +252,13 @@ def plan_decode_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
                 partial_shape, (total_q * heads_q * head_dim, heads_q * head_dim, head_dim),
                 (total_q * heads_q, heads_q), out.stride()[:3], num_seqs=num_seqs, has_q_start=has_q_start,
                 has_sink=False, max_seqlen_q=max_seqlen_q)
+    launched = whole_round_programs(items, programs) if getenv(DECODE_HOPPER_ROUNDS_ENV, "1") != "0" else min(
+        programs, items)
     from .hopper_forward import RowsDescriptor  # (hopper_forward imports this module)
 
     return DecodeHopperPlan(
         kv_descriptors=(RowsDescriptor.of(k, block_n, page_size), RowsDescriptor.of(v, block_n, page_size)),
-        programs=whole_round_programs(walks * num_splits, programs) if getenv(DECODE_HOPPER_ROUNDS_ENV, "1") != "0"
-        else min(programs, walks * num_splits), num_splits=num_splits, group_size=group_size, heads_kv=heads_kv,
+        programs=launched, num_splits=num_splits, group_size=group_size, heads_kv=heads_kv,
         num_seqs=num_seqs, batch_rows=batch_rows, q_token_stride=q.stride(-3), out_token_stride=out.stride(-3),
         softmax_scale_log2=float(softmax_scale) * math.log2(math.e), page_size=page_size, causal=causal,
         bottom_right=bool(bottom_right), has_q_start=has_q_start, has_kv_start=has_kv_start,
