@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
-__all__ = ["ForwardShapes", "normalize_window", "validate_forward_arguments"]
+__all__ = ["ForwardShapes", "normalize_window", "scale_log2", "validate_forward_arguments"]
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_HEAD_DIM = 256
@@ -24,6 +25,16 @@ class ForwardShapes:
     head_dim_v: int
     paged: bool
     page_size: int
+
+
+def scale_log2(softmax_scale: float) -> float:
+    """The softmax scale in log2 units, as every kernel takes it (they exponentiate with exp2).
+
+    Example:
+        >>> round(scale_log2(1.0), 6)
+        1.442695
+    """
+    return float(softmax_scale) * math.log2(math.e)
 
 
 def normalize_window(window_size: tuple[int, int], causal: bool) -> tuple[int, int]:

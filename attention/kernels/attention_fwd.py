@@ -9,7 +9,7 @@ import torch
 
 from attention.environment import token_reader
 
-from .arguments import normalize_window, validate_forward_arguments
+from .arguments import normalize_window, scale_log2, validate_forward_arguments
 from .attention_fwd_kernel import attention_fwd_kernel
 from .availability import interpreter_enabled
 from .combine import combine_launch, split_counter_buffer
@@ -468,7 +468,7 @@ def _plan_forward(
             *(page_table.stride() if page_table is not None else (0, 0)),
             alibi_stride_b,
             *part_strides, *lse_strides,
-            float(softmax_scale) * 1.4426950408889634,
+            scale_log2(softmax_scale),
             max(window_left, 0), max(window_right, 0),
             q_programs, total_q, -(-total_q // tail_programs) if tail_programs else 0,
         ),

@@ -7,7 +7,6 @@ sequence) that the Hopper kernels serve. ``ATTN_FUSED_HOPPER_DECODE=0`` sends th
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +14,7 @@ import torch
 
 from attention.environment import getenv
 
+from .arguments import scale_log2
 from .attention_decode_hopper import MAX_DECODE_ROWS, attention_decode_hopper_kernel
 from .combine import combine_launch, split_counter_buffer
 from .configs import MAX_NUM_SPLITS, next_power_of_2
@@ -260,7 +260,7 @@ def plan_decode_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
         kv_descriptors=(RowsDescriptor.of(k, block_n, page_size), RowsDescriptor.of(v, block_n, page_size)),
         programs=launched, num_splits=num_splits, group_size=group_size, heads_kv=heads_kv,
         num_seqs=num_seqs, batch_rows=batch_rows, q_token_stride=q.stride(-3), out_token_stride=out.stride(-3),
-        softmax_scale_log2=float(softmax_scale) * math.log2(math.e), page_size=page_size, causal=causal,
+        softmax_scale_log2=scale_log2(softmax_scale), page_size=page_size, causal=causal,
         bottom_right=bool(bottom_right), has_q_start=has_q_start, has_kv_start=has_kv_start,
         tile=(block_n, stages, programs_per_sm, maxnreg), rows=rows, partial_shape=partial_shape, combine=combine,
         merge_rows=merge_rows, total_q=total_q)

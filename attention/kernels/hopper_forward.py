@@ -15,6 +15,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from attention.environment import getenv
 
+from .arguments import scale_log2
 from .attention_decode_hopper import MAX_DECODE_ROWS
 from .attention_fwd_hopper import HOPPER_BLOCK_M, HOPPER_ROWS_PER_GROUP, attention_fwd_hopper_kernel
 from .availability import interpreter_enabled
@@ -250,5 +251,5 @@ def plan_hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
                      RowsDescriptor.of(v, block_n, page_size)),
         grid=(-(-max_seqlen_q // HOPPER_BLOCK_M) * group_size, heads_kv, num_seqs), group_size=group_size,
         batch_rows=batch_rows, out_token_stride=out.stride(-3),
-        softmax_scale_log2=float(softmax_scale) * 1.4426950408889634, page_size=page_size, causal=window[1] == 0,
+        softmax_scale_log2=scale_log2(softmax_scale), page_size=page_size, causal=window[1] == 0,
         bottom_right=bool(bottom_right), has_q_start=has_q_start, has_kv_start=has_kv_start)

@@ -14,6 +14,7 @@ import torch
 
 from attention.environment import getenv
 
+from .arguments import scale_log2
 from .attention_fwd_hopper import HOPPER_ROWS_PER_GROUP
 from .attention_mixed_hopper import MAX_DECODE_ROWS, attention_mixed_hopper_kernel
 from .launch import KernelLaunch
@@ -168,7 +169,7 @@ def plan_mixed_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads_k
                      RowsDescriptor.of(v, decode_block_n, page_size)),
         programs=num_sms, group_size=group_size, heads_kv=heads_kv, num_seqs=num_seqs, batch_rows=batch_rows,
         q_token_stride=q.stride(-3), out_token_stride=out_token_stride,
-        softmax_scale_log2=float(softmax_scale) * 1.4426950408889634, page_size=page_size, causal=causal,
+        softmax_scale_log2=scale_log2(softmax_scale), page_size=page_size, causal=causal,
         bottom_right=bool(bottom_right), has_q_start=has_q_start, has_kv_start=has_kv_start,
         tile=tile, decode_rows=decode_tile_rows(group_size), total_q=total_q)
 
