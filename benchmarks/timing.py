@@ -114,10 +114,14 @@ def _graph_replay_us(fn: Callable[[], Any], device: torch.device, rep_ms: float,
         del graph
 
 
+def _window_ms(cfg: BenchConfig, settled: bool) -> float:
+    """The timing window of a call: a settled cell's is the longer (see the module's note)."""
+    return max(cfg.rep_ms, cfg.throughput_rep_ms) if settled else cfg.rep_ms
+
+
 def graph_replay_us(fn: Callable[[], Any], cfg: BenchConfig, settled: bool = False) -> float:
-    """One more CUDA-graph replay timing of ``fn``, as ``time_fn`` takes it (a cell's second round)."""
-    rep_ms = max(cfg.rep_ms, cfg.throughput_rep_ms) if settled else cfg.rep_ms
-    return _graph_replay_us(fn, cfg.device, rep_ms, cfg.l2_flush)
+    """A CUDA-graph replay timing of ``fn`` over this call's window (``time_fn``'s, and a cell's second round)."""
+    return _graph_replay_us(fn, cfg.device, _window_ms(cfg, settled), cfg.l2_flush)
 
 
 def settle(fn: Callable[[], Any], settle_ms: float, wait: Callable[[], None]) -> int:
@@ -152,7 +156,7 @@ def time_fn(fn: Callable[[], Any], cuda_graph: bool, cfg: BenchConfig, settled: 
         return Timing(us_eager=statistics.median(times), p20=min(times), p80=max(times))
     import triton.testing
 
-    rep_ms = max(cfg.rep_ms, cfg.throughput_rep_ms) if settled else cfg.rep_ms
+    rep_ms = _window_ms(cfg, settled)
     if settled and cfg.settle_ms > 0:
         settle(fn, cfg.settle_ms, lambda: synchronize(cfg.device))
     median, p20, p80 = triton.testing.do_bench(
@@ -160,7 +164,7 @@ def time_fn(fn: Callable[[], Any], cuda_graph: bool, cfg: BenchConfig, settled: 
     timing = Timing(us_eager=median * 1000, p20=p20 * 1000, p80=p80 * 1000)
     if cuda_graph and cfg.graphs:
         try:
-            timing.us_graph = _graph_replay_us(fn, cfg.device, rep_ms, cfg.l2_flush)
+            timing.us_graph = graph_replay_us(fn, cfg, settled)
         except Exception as error:  # noqa: BLE001 - a provider that cannot be captured still has eager numbers
             timing.note = f"graph capture failed: {short_error(error)}"
             recover(cfg, error)

@@ -12,7 +12,8 @@ the plans it launched in the choice's dict (``AttentionCall.launches``), by a ke
   page table, the cu_seqlens), keyed once per layer in its ``layout_memo`` when it has one (``InferenceParams``
   does: its buffers keep their metadata for its lifetime); without a cache, k, v and the cu_seqlens;
 * ALiBi slopes and sink logits, the KV lengths the split count is sized on (``kv_length_bucket`` of the
-  longest, ``mean_kv_length`` of the cache step's ``kv_tokens`` when it has them), the softmax scale, whether padding rows are zeroed, the environment the kernels read, the current device.
+  longest, ``mean_kv_length`` of the cache step's ``kv_tokens`` when it has them), the softmax scale,
+  whether padding rows are zeroed, the environment the kernels read, the current device.
 
 A hit launches the plan directly (``launch_plan``); a miss takes ``packed_attention_forward`` (which plans,
 or finds the plan by its full key) and remembers what it launched.
