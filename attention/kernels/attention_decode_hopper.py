@@ -260,19 +260,25 @@ def _split_producer(kv_descriptors, decode_buffers, sequences, output, partials,
                     BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr, HAS_KV_START: gl.constexpr,
                     PAGE_SIZE: gl.constexpr, GROUP_SIZE: gl.constexpr, WRITE_PARTIAL: gl.constexpr,
                     FUSED_MERGE: gl.constexpr, SPLITS_BLOCK: gl.constexpr, MERGE_ROWS: gl.constexpr):
-    """1 warp: the K / V tiles of the program's split items into the ring."""
+    """1 warp: the K / V tiles of the program's split items into the ring. The next item's walk (its lengths) is
+    loaded before this item's tiles, so that its round trip to memory does not stall the loads between items."""
     dq_smem, dk_smem = decode_buffers[0], decode_buffers[1]
     page_table_ptr, page_table_stride, num_seqs, heads_kv, num_splits = output[5], output[6], output[7], output[8], \
         output[9]
     ROWS: gl.constexpr = dq_smem.type.shape[0]
     HEAD_DIM: gl.constexpr = dq_smem.type.shape[1]
     DECODE_BLOCK_N: gl.constexpr = dk_smem.type.shape[1]
+    num_items = num_seqs * heads_kv * num_splits
     count = 0
-    for item in range(gl.program_id(0), num_seqs * heads_kv * num_splits, gl.num_programs(0)):
-        is_decode, seq, kv_head, _, kv_len, _, _, walk_tiles, _, k_row0, v_row0, _ = _decode_walk(
-            item // num_splits, sequences, heads_kv, ROWS, DECODE_BLOCK_N, CAUSAL, BOTTOM_RIGHT, HAS_Q_START,
-            HAS_KV_START, GROUP_SIZE)
+    item = gl.program_id(0)
+    walk = _decode_walk(item // num_splits, sequences, heads_kv, ROWS, DECODE_BLOCK_N, CAUSAL, BOTTOM_RIGHT,
+                        HAS_Q_START, HAS_KV_START, GROUP_SIZE)
+    while item < num_items:
+        is_decode, seq, kv_head, _, kv_len, _, _, walk_tiles, _, k_row0, v_row0, _ = walk
         _, first_tile, num_tiles = _split_item(item, num_splits, walk_tiles)
+        item += gl.num_programs(0)
+        walk = _decode_walk(gl.minimum(item, num_items - 1) // num_splits, sequences, heads_kv, ROWS, DECODE_BLOCK_N,
+                            CAUSAL, BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START, GROUP_SIZE)
         if is_decode:
             pages = page_table_ptr + seq.to(gl.int64) * page_table_stride
             _load_decode_tiles(kv_descriptors, decode_buffers, count, first_tile, num_tiles, k_row0, v_row0,
@@ -367,8 +373,9 @@ def attention_decode_hopper_kernel(
     sequences back to back): out's rows cu_seqlens_q[num_seqs] .. tail_rows - 1 are written as zeros."""
     HEAD_DIM: gl.constexpr = k_desc.block_type.shape[1]
     dtype: gl.constexpr = k_desc.dtype
-    _zero_tail_rows(out_ptr, gl.load(cu_seqlens_q_ptr + num_seqs), tail_rows, stride_os, heads_kv * GROUP_SIZE,
-                    HEAD_DIM)
+    if tail_rows > 0:  # (else no load here: the start of every program would wait for its round trip)
+        _zero_tail_rows(out_ptr, gl.load(cu_seqlens_q_ptr + num_seqs), tail_rows, stride_os, heads_kv * GROUP_SIZE,
+                        HEAD_DIM)
     dq_smem = gl.allocate_shared_memory(dtype, [ROWS, HEAD_DIM], gl.NVMMASharedLayout.get_default_for([ROWS, HEAD_DIM],
                                                                                                        dtype))
     dp_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, ROWS], gl.NVMMASharedLayout.get_default_for([BLOCK_N, ROWS],
