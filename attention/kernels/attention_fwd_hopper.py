@@ -95,34 +95,44 @@ def _load_kv_tile(kv_descriptors, ring, stage, phase, t, k_row0, v_row0, kv_col,
         mbarrier.wait(v_empty.index(stage), phase ^ 1)
         mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
         _tma_load(v_desc, [v_row, kv_col], v_ready.index(stage), v_smem.index(stage))
-    else:  # the tile's page ids read once, for K and V (one table, one pool row per page for both)
-        index, page_rows = _tile_page_rows(pages, t, kv_len, BLOCK_N, PAGE_SIZE)
-        _load_tile_by_pages(k_desc, k_smem.index(stage), k_ready.index(stage), k_empty.index(stage), phase,
-                            index, page_rows, t, kv_col, PAGE_SIZE)
-        _load_tile_by_pages(v_desc, v_smem.index(stage), v_ready.index(stage), v_empty.index(stage), phase,
-                            index, page_rows, t, kv_col, PAGE_SIZE)
+    else:
+        _load_paged_tile(kv_descriptors, ring, stage, phase, _tile_page_rows(pages, t, kv_len, BLOCK_N, PAGE_SIZE),
+                         kv_col, PAGE_SIZE)
 
 
 @gluon.jit
 def _tile_page_rows(pages, t, kv_len, BLOCK_N: gl.constexpr, PAGE_SIZE: gl.constexpr):
-    """KV tile t's pages over pages smaller than it: (their indices in the table row, their first pool rows), one
-    lane a page. Pages past the sequence's last one repeat that page (a valid table entry; its keys are masked and
-    its V rows zeroed like any row past the sequence), so no table entry past the sequence is read."""
+    """KV tile t's pages over pages smaller than it: their first rows in the page pool, one lane a page. Pages past
+    the sequence's last one repeat that page (a valid table entry; its keys are masked and its V rows zeroed like
+    any row past the sequence), so no table entry past the sequence is read."""
     TILE_PAGES: gl.constexpr = BLOCK_N // PAGE_SIZE
     layout: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])  # the producer's one warp
     index = t * TILE_PAGES + gl.arange(0, TILE_PAGES, layout=layout)
-    return index, gl.load(pages + gl.minimum(index, (kv_len - 1) // PAGE_SIZE)) * PAGE_SIZE
+    return gl.load(pages + gl.minimum(index, gl.maximum(kv_len - 1, 0) // PAGE_SIZE)) * PAGE_SIZE
 
 
 @gluon.jit
-def _load_tile_by_pages(desc, tile, ready, empty, phase, index, page_rows, t, kv_col, PAGE_SIZE: gl.constexpr):
-    """KV tile t over pages smaller than it (_tile_page_rows's ``index`` and ``page_rows``, read before the wait):
-    one TMA load of [PAGE_SIZE, D] per page into its rows of ``tile``."""
+def _load_paged_tile(kv_descriptors, ring, stage, phase, page_rows, kv_col, PAGE_SIZE: gl.constexpr):
+    """A KV tile over pages smaller than it (``page_rows``: _tile_page_rows's, one table read for K and V: both
+    pools have the same page rows) into ring slot ``stage``, K then V, each once the consumers freed its slot."""
+    k_desc, v_desc = kv_descriptors
+    k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
+    _load_tile_by_pages(k_desc, k_smem.index(stage), k_ready.index(stage), k_empty.index(stage), phase, page_rows,
+                        kv_col, PAGE_SIZE)
+    _load_tile_by_pages(v_desc, v_smem.index(stage), v_ready.index(stage), v_empty.index(stage), phase, page_rows,
+                        kv_col, PAGE_SIZE)
+
+
+@gluon.jit
+def _load_tile_by_pages(desc, tile, ready, empty, phase, page_rows, kv_col, PAGE_SIZE: gl.constexpr):
+    """One TMA load of [PAGE_SIZE, D] per page into its rows of ``tile`` (lane p of ``page_rows``: page p's first
+    pool row), once ``empty`` released the slot."""
     TILE_PAGES: gl.constexpr = tile.type.shape[0] // PAGE_SIZE
+    lanes = gl.arange(0, TILE_PAGES, layout=page_rows.type.layout)
     mbarrier.wait(empty, phase ^ 1)  # a fresh barrier counts as released
     mbarrier.expect(ready, TILE_PAGES * desc.block_type.nbytes)
     for p in gl.static_range(TILE_PAGES):
-        row = gl.sum(gl.where(index == t * TILE_PAGES + p, page_rows, 0), axis=0)
+        row = gl.sum(gl.where(lanes == p, page_rows, 0), axis=0)
         _tma_load(desc, [row, kv_col], ready, tile.slice(p * PAGE_SIZE, PAGE_SIZE))
 
 

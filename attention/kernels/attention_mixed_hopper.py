@@ -39,8 +39,9 @@ from .attention_decode_hopper import (
     _decode_rows_out,
     _decode_tiles,
     _decode_walk,
-    _load_decode_q,
+    _gather_decode_q,
     _load_decode_tiles,
+    _store_decode_q,
     _zero_tail_rows,
 )
 from .attention_fwd_hopper import _cta_barrier, _load_kv_tile, _softmax_tile, _tile_walk, _tma_load, _zero_rows_from
@@ -228,16 +229,21 @@ def _decode_producer(descriptors, buffers, decode_buffers, schedule, sequences, 
                      GROUP_SIZE: gl.constexpr):
     """1 warp: the K / V tiles of the program's decode items into the decode ring, as the decode warp group frees
     it (the prefill producer's loads: one TMA load a tile, or a page; a warp group issuing them itself paid a
-    barrier of its 4 warps before each)."""
+    barrier of its 4 warps before each). The next item's walk is loaded before this item's tiles."""
     dq_smem = decode_buffers[0]
     page_table_ptr, page_table_stride, num_seqs, heads_kv = output[5], output[6], output[8], output[9]
     ROWS: gl.constexpr = dq_smem.type.shape[0]
     HEAD_DIM: gl.constexpr = dq_smem.type.shape[1]
+    num_items = num_seqs * heads_kv
     count = 0
-    for item in range(gl.program_id(0), num_seqs * heads_kv, gl.num_programs(0)):
-        is_decode, seq, kv_head, _, kv_len, _, _, num_tiles, _, k_row0, v_row0, _ = _decode_walk(
-            item, sequences, heads_kv, ROWS, DECODE_BLOCK_N, CAUSAL, BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START,
-            GROUP_SIZE)
+    item = gl.program_id(0)
+    walk = _decode_walk(gl.minimum(item, num_items - 1), sequences, heads_kv, ROWS, DECODE_BLOCK_N, CAUSAL,
+                        BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START, GROUP_SIZE)
+    while item < num_items:
+        is_decode, seq, kv_head, _, kv_len, _, _, num_tiles, _, k_row0, v_row0, _ = walk
+        item += gl.num_programs(0)
+        walk = _decode_walk(gl.minimum(item, num_items - 1), sequences, heads_kv, ROWS, DECODE_BLOCK_N, CAUSAL,
+                            BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START, GROUP_SIZE)
         if is_decode:
             pages = page_table_ptr + seq.to(gl.int64) * page_table_stride
             _load_decode_tiles((descriptors[3], descriptors[4]), decode_buffers, count, 0, num_tiles, k_row0, v_row0,
@@ -258,13 +264,15 @@ def _decode(descriptors, buffers, decode_buffers, schedule, sequences, output,
     out_ptr, stride_os, qk_scale, q_ptr, stride_qs = output[0], output[1], output[2], output[3], output[4]
     num_seqs, heads_kv, q_batch_rows, out_batch_rows = output[8], output[9], sequences[4], sequences[7]
     ROWS: gl.constexpr = dq_smem.type.shape[0]
+    HEAD_DIM: gl.constexpr = dq_smem.type.shape[1]
     count = 0
     for item in range(gl.program_id(0), num_seqs * heads_kv, gl.num_programs(0)):
         is_decode, seq, kv_head, q_len, kv_len, q_first, diag, num_tiles, first_masked, _, _, _ = _decode_walk(
             item, sequences, heads_kv, ROWS, DECODE_BLOCK_N, CAUSAL, BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START,
             GROUP_SIZE)
         if is_decode:
-            _load_decode_q(dq_smem, q_ptr, stride_qs, seq * q_batch_rows + q_first, kv_head, q_len, GROUP_SIZE)
+            _store_decode_q(dq_smem, _gather_decode_q(q_ptr, stride_qs, seq * q_batch_rows + q_first, kv_head, q_len,
+                                                      ROWS, HEAD_DIM, GROUP_SIZE))
             o, _row_max, l_sum = _decode_tiles(decode_buffers, count, 0, num_tiles, first_masked, kv_len, diag,
                                                qk_scale, CAUSAL, GROUP_SIZE)
             count += num_tiles
