@@ -174,3 +174,17 @@ def test_a_plans_kv_length_bounds_the_calls_by_at_most_a_sixteenth_above_256(len
     assert length <= bucket and bucket % 16 == 0
     assert bucket - length < max(16, length / 16)
     assert bucket <= 1 << max(0, (length - 1).bit_length()) or bucket == 16
+
+
+@pytest.mark.parametrize(("length", "total", "seqs"), [(4097, 3000, 3), (300, None, 2), (256, 256, 1), (64, 0, 4)])
+def test_remembered_kv_length_buckets_are_the_arithmetics(length: int, total: int | None, seqs: int) -> None:
+    """kv_length_buckets: the bucket and the mean's bucket, the same from memory as computed; a negative total is
+    refused every time (nothing remembered for it)."""
+    from attention.kernels.attention_fwd import kv_length_bucket, kv_length_buckets, mean_kv_length
+
+    expected = (kv_length_bucket(length), mean_kv_length(total, seqs, kv_length_bucket(length)))
+    assert kv_length_buckets(length, total, seqs) == expected
+    assert kv_length_buckets(length, total, seqs) == expected   # the remembered pair
+    for _ in range(2):
+        with pytest.raises(ValueError, match="total_kv must be >= 0"):
+            kv_length_buckets(length, -1, seqs)
