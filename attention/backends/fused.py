@@ -154,11 +154,10 @@ class FusedBackend(Backend):
         kv_length = split_sizing_kv_length(call)
         causal = is_causal(p.attn_mask_type)
         if call.eager:   # through the plans kept under the call's choice
-            ip = call.inference_params
             _launches().run(
                 call, q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_starts, kv_starts, page_table, q_format, kv_format,
-                batch, kv_length, None if ip is None else getattr(ip, "kv_tokens", None), total_q, causal,
-                window_left, window_right, num_splits, zero_tail,
+                batch, kv_length, eager_step_value(call.inference_params, "kv_tokens", q.device, True), total_q,
+                causal, window_left, window_right, num_splits, zero_tail,
             )
             return out
         # the custom op dpa::fused_attention_forward under torch.compile (attention.custom_ops)

@@ -101,6 +101,8 @@ def _kv_layout(call: AttentionCall, k: torch.Tensor, v: torch.Tensor, cu_seqlens
     return layout
 
 
+MAX_LAYOUT_NUMBERS = 2048
+"""Cache layouts numbered at once (the table is dropped when full; numbers given out are never reused)."""
 _LAYOUT_NUMBERS: dict[tuple, int] = {}
 _next_layout_number = itertools.count()
 
@@ -110,7 +112,7 @@ def _layout_number(layout: tuple) -> int:
     when the table is dropped, so no kept plan's key can match a layout it was not made for)."""
     number = _LAYOUT_NUMBERS.get(layout)
     if number is None:
-        if len(_LAYOUT_NUMBERS) >= MAX_LAUNCHES * 64:
+        if len(_LAYOUT_NUMBERS) >= MAX_LAYOUT_NUMBERS:
             _LAYOUT_NUMBERS.clear()
         number = _LAYOUT_NUMBERS[layout] = next(_next_layout_number)
     return number

@@ -118,6 +118,13 @@ def _store_decode_q(dq_smem, q):
 
 
 @gluon.jit
+def _load_decode_q(dq_smem, q_ptr, stride_qs, q_token0, kv_head, q_len, GROUP_SIZE: gl.constexpr):
+    """_gather_decode_q's rows into dq_smem."""
+    _store_decode_q(dq_smem, _gather_decode_q(q_ptr, stride_qs, q_token0, kv_head, q_len, dq_smem.type.shape[0],
+                                              dq_smem.type.shape[1], GROUP_SIZE))
+
+
+@gluon.jit
 def _decode_tiles(decode_buffers, count, first_tile, num_tiles, first_masked, kv_len, diag, qk_scale,
                   CAUSAL: gl.constexpr, GROUP_SIZE: gl.constexpr):
     """The decode warp group's part of an item whose Q is in dq_smem: KV tiles first_tile .. first_tile + num_tiles

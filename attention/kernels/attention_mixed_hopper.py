@@ -39,9 +39,8 @@ from .attention_decode_hopper import (
     _decode_rows_out,
     _decode_tiles,
     _decode_walk,
-    _gather_decode_q,
+    _load_decode_q,
     _load_decode_tiles,
-    _store_decode_q,
     _zero_tail_rows,
 )
 from .attention_fwd_hopper import _cta_barrier, _load_kv_tile, _softmax_tile, _tile_walk, _tma_load, _zero_rows_from
@@ -264,15 +263,13 @@ def _decode(descriptors, buffers, decode_buffers, schedule, sequences, output,
     out_ptr, stride_os, qk_scale, q_ptr, stride_qs = output[0], output[1], output[2], output[3], output[4]
     num_seqs, heads_kv, q_batch_rows, out_batch_rows = output[8], output[9], sequences[4], sequences[7]
     ROWS: gl.constexpr = dq_smem.type.shape[0]
-    HEAD_DIM: gl.constexpr = dq_smem.type.shape[1]
     count = 0
     for item in range(gl.program_id(0), num_seqs * heads_kv, gl.num_programs(0)):
         is_decode, seq, kv_head, q_len, kv_len, q_first, diag, num_tiles, first_masked, _, _, _ = _decode_walk(
             item, sequences, heads_kv, ROWS, DECODE_BLOCK_N, CAUSAL, BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START,
             GROUP_SIZE)
         if is_decode:
-            _store_decode_q(dq_smem, _gather_decode_q(q_ptr, stride_qs, seq * q_batch_rows + q_first, kv_head, q_len,
-                                                      ROWS, HEAD_DIM, GROUP_SIZE))
+            _load_decode_q(dq_smem, q_ptr, stride_qs, seq * q_batch_rows + q_first, kv_head, q_len, GROUP_SIZE)
             o, _row_max, l_sum = _decode_tiles(decode_buffers, count, 0, num_tiles, first_masked, kv_len, diag,
                                                qk_scale, CAUSAL, GROUP_SIZE)
             count += num_tiles
