@@ -8,7 +8,7 @@ from inference.errors import KVCacheFullError
 from inference.inference_params import InferenceParams
 from inference.kv_append import append_to_kv_cache, reindex_kv_cache
 from inference.non_paged_cache_manager import NonPagedKVCacheManager
-from inference.page_allocator import PageAllocator
+from inference.page_allocator import PageAllocator, RunPageAllocator
 from inference.paged_cache_manager import PagedKVCacheManager
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "KVCacheManager",
     "NonPagedKVCacheManager",
     "PageAllocator",
+    "RunPageAllocator",
     "PagedKVCacheManager",
     "append_to_kv_cache",
     "reindex_kv_cache",

@@ -25,7 +25,7 @@ from torch import Tensor
 from inference.cache_manager import QKV_FORMATS, KVCacheManager, validate_step_dict
 from inference.device_upload import upload
 from inference.non_paged_cache_manager import NonPagedKVCacheManager
-from inference.paged_cache_manager import PagedKVCacheManager, pages_for
+from inference.paged_cache_manager import PAGE_ALLOCATIONS, PagedKVCacheManager, pages_for
 
 __all__ = ["InferenceParams"]
 
@@ -54,6 +54,9 @@ class InferenceParams:
         total_num_pages: paged only; default ``max_batch_size * ceil(max_sequence_length /
             page_size)``; may be smaller (pages are allocated on demand).
         page_size: paged only, required.
+        page_allocation: paged only; ``"runs"`` (default: a sequence's pages in 2 MiB runs where
+            free space allows, which a decode reads as fast as a contiguous cache) or ``"fifo"``
+            (TransformerEngine's free list and page ids).
         max_ctx_len: most new tokens one sequence may bring in one step (TE requires it for
             thd; default ``max_sequence_length``).
         qkv_format: format of the new tokens, ``"bshd"``, ``"sbhd"`` or ``"thd"``.
@@ -89,6 +92,7 @@ class InferenceParams:
         qkv_format: str = "bshd",
         custom_cache_manager: type[KVCacheManager] | None = None,
         device: torch.device | str | None = None,
+        page_allocation: str | None = None,
     ) -> None:
         for name, value in (
             ("max_batch_size", max_batch_size),
@@ -126,8 +130,12 @@ class InferenceParams:
                 total_num_pages = max_batch_size * pages_for(max_sequence_length, page_size)
             _check_positive_int("total_num_pages", total_num_pages)
             manager_kwargs.update(total_num_pages=total_num_pages, page_size=page_size)
-        elif total_num_pages is not None or page_size is not None:
-            raise ValueError("total_num_pages and page_size are for is_paged=True only")
+            if page_allocation is not None:  # (a custom manager that takes no such argument still builds)
+                if page_allocation not in PAGE_ALLOCATIONS:
+                    raise ValueError(f"page_allocation must be one of {PAGE_ALLOCATIONS}, got {page_allocation!r}")
+                manager_kwargs.update(page_allocation=page_allocation)
+        elif total_num_pages is not None or page_size is not None or page_allocation is not None:
+            raise ValueError("total_num_pages, page_size and page_allocation are for is_paged=True only")
         self.page_size = page_size
         self.total_num_pages = total_num_pages
         default_manager = PagedKVCacheManager if self.is_paged else NonPagedKVCacheManager
@@ -175,7 +183,11 @@ class InferenceParams:
         self.output_qkv_format = "bshd" if qkv_format == "bshd" else f"{qkv_format}_2bshd"
 
     def __repr__(self) -> str:
-        paging = f"paged, page_size={self.page_size}, total_num_pages={self.total_num_pages}" if self.is_paged else "non-paged"
+        paging = "non-paged"
+        if self.is_paged:
+            allocation = getattr(self.cache_manager, "page_allocation", None)
+            paging = (f"paged, page_size={self.page_size}, total_num_pages={self.total_num_pages}"
+                      + (f", page_allocation={allocation!r}" if allocation else ""))
         return (
             f"InferenceParams(max_batch_size={self.max_batch_size}, max_sequence_length="
             f"{self.max_sequence_length}, num_heads_kv={self.num_heads_kv}, head_dim_k={self.head_dim_k}, "

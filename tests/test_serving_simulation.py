@@ -20,7 +20,7 @@ import torch
 
 from attention import selection
 from attention.backends import flash_probe
-from inference import InferenceParams
+from inference import InferenceParams, page_allocator
 from inference.scheduler import ContinuousBatchingScheduler
 from tests.flash_fakes import install_fake
 from tests.reference import reference_one_sequence
@@ -128,21 +128,26 @@ def test_serving_simulation(backend, qkv_format, page_size, oversubscribed, tiny
     if backend.startswith("flash"):
         use_flash(backend, monkeypatch)
         num_requests, max_seqlen, dtype, head_dim = (4 if tiny else 7), FLASH_MAX_SEQLEN, torch.float16, FLASH_HEAD_DIM
+    page_allocation = None
+    if page_size is not None and oversubscribed:  # runs of 3 pages: sequences outgrow theirs and share the rest
+        monkeypatch.setattr(page_allocator, "TRANSLATION_BYTES", 3 * page_size * HEADS_KV * head_dim * dtype.itemsize)
+    elif page_size == 3:
+        page_allocation = "fifo"  # TE's free list
     try:
         _simulate(backend, qkv_format, page_size, oversubscribed, tiny, device, num_requests, max_seqlen, dtype,
-                  head_dim)
+                  head_dim, page_allocation)
     finally:
         selection.clear_cache()
 
 
 def _simulate(backend, qkv_format, page_size, oversubscribed, tiny, device, num_requests, max_seqlen, dtype,
-              head_dim):
+              head_dim, page_allocation):
     max_pages_per_seq = -(-max_seqlen // page_size) if page_size else 0
     params = InferenceParams(
         MAX_BATCH, max_seqlen, HEADS_KV, head_dim, dtype, is_paged=page_size is not None,
         page_size=page_size,
         total_num_pages=(max_pages_per_seq * 3) // 2 if oversubscribed else None,
-        max_ctx_len=8, qkv_format=qkv_format, device=device,
+        max_ctx_len=8, qkv_format=qkv_format, device=device, page_allocation=page_allocation,
     )
     params.allocate_memory(1)
     attn = attention.DotProductAttention(
