@@ -4,7 +4,9 @@ Cells (bf16, d=128, GQA 32/8 unless named, paged with 16-token pages unless name
 batch x context 1x8k, 1x32k, 8x4k, 32x2k, 64x4k, 128x2k, 32x32k; MHA 32/32 and MQA 32/1 at
 64x4k; a ragged batch of 64 heavy-tailed lengths (mean ~4k, max 32k); speculative verification
 (4 query tokens per sequence, causal inside the draft) at 32x4k; a page-size sweep 1/64/256 and
-non-paged at 64x4k (page 16 is the 64x4k cell itself). Every paged cell also has a ``fused_dense``
+non-paged at 64x4k (page 16 is the 64x4k cell itself); page order: 64x4k and 128x2k with their pages where a serving
+run puts them (``cells.served_page_table``: TransformerEngine's FIFO free list, or InferenceParams' page runs),
+every other paged cell's pages lie in random order. Every paged cell also has a ``fused_dense``
 row: the same call on a non-paged cache. Every cell is also timed as a CUDA-graph replay, and the
 replay is the reported time: an eager decode call shorter than its host work (Triton's launcher
 alone costs ~160 µs on the H200's host) would otherwise measure the host, which the overhead suite
@@ -51,11 +53,12 @@ def ragged_lengths(count: int = 64, mean: int = 4096, longest: int = 32768, shor
 
 def _decode(name: str, group: str, batch: int, context: int, dtype, heads=(32, 8), head_dim: int = 128,
             page: int | None = 16, q_len: int = 1, lengths: Sequence[int] | None = None,
-            latency: bool = True) -> Cell:
+            latency: bool = True, page_order: str = "random") -> Cell:
     kv_lens = tuple(lengths) if lengths is not None else (context,) * batch
     problem = Problem(q_lens=(q_len,) * len(kv_lens), kv_lens=kv_lens, heads_q=heads[0], heads_kv=heads[1],
                       head_dim=head_dim, head_dim_v=head_dim, causal=q_len > 1, dtype=dtype)
-    return Cell(name, group, problem, "paged" if page else "dense", page, latency, "bandwidth")
+    return Cell(name, group, problem, "paged" if page else "dense", page, latency, "bandwidth",
+                page_order=page_order)
 
 
 def _k(tokens: int) -> str:
@@ -72,6 +75,7 @@ def cells(cfg: BenchConfig) -> list[Cell]:
             _decode("3 ragged p8", "ragged", 3, 0, dtype, page=8, lengths=(5, 40, 200), **small),
             _decode("2x64 verify q4 p16", "verify", 2, 64, dtype, q_len=4, **small),
             _decode("2x96 non-paged", "page-sweep", 2, 96, dtype, page=None, **small),
+            _decode("2x96 p16 served, page runs", "page-order", 2, 96, dtype, page_order="runs", **small),
         ]
     base = [(1, 8192), (1, 32768), (8, 4096), (32, 2048), (64, 4096), (128, 2048), (32, 32768)]
     result = [_decode(f"{b}x{_k(s)} p16", "decode", b, s, dtype) for b, s in base]
@@ -85,6 +89,9 @@ def cells(cfg: BenchConfig) -> list[Cell]:
     result.append(_decode("32x4k verify q4 p16", "verify", 32, 4096, dtype, q_len=4))
     result += [_decode(f"64x4k p{page}", "page-sweep", 64, 4096, dtype, page=page) for page in (1, 64, 256)]
     result.append(_decode("64x4k non-paged", "page-sweep", 64, 4096, dtype, page=None))
+    result += [_decode(f"{b}x{_k(s)} p16 served, {'FIFO pages' if order == 'fifo' else 'page runs'}", "page-order", b,
+                       s, dtype, page_order=order)
+               for b, s, order in ((64, 4096, "fifo"), (64, 4096, "runs"), (128, 2048, "runs"))]
     return result
 
 

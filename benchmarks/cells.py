@@ -95,7 +95,8 @@ class Cell:
     latency: also time CUDA-graph replay (launch-bound cells). metric: ``bandwidth`` (GB/s of K+V)
     or ``flops`` (TFLOP/s). settle: compute-bound work, which holds the H200 at its power cap: run it
     back to back before timing it, and time it over the throughput window (benchmarks/timing.py).
-    providers: restrict the providers for this cell (None = all).
+    providers: restrict the providers for this cell (None = all). page_order: where a paged cache's pages
+    lie (``Inputs``'s ``page_order``), every paged provider's alike.
     """
 
     name: str
@@ -108,21 +109,56 @@ class Cell:
     settle: bool = False
     providers: tuple[str, ...] | None = None
     note: str = ""
+    page_order: str = "random"
+
+
+PAGE_ORDERS = ("random", "fifo", "runs")
+"""Where a paged cache's pages lie: ``random`` (a random permutation of the pages the sequences use: any
+allocator after enough churn) or as a serving run allots them (served_page_table) through TransformerEngine's FIFO
+free list (``fifo``) or inference.RunPageAllocator (``runs``, InferenceParams' default)."""
+SERVED_PROMPT_TOKENS = 512
+"""served_page_table's prompt: every sequence's first tokens (or all of a shorter one), admitted at once."""
+
+
+def served_page_table(kv_lens: Sequence[int], page_size: int, page_bytes: int, order: str) -> tuple[list[list[int]],
+                                                                                                     int]:
+    """(each sequence's pages, the pool's pages) as a serving run allots them: the sequences admitted in turn with
+    SERVED_PROMPT_TOKENS-token prompts, then decoded a token at a time side by side (a page for each sequence
+    that crosses a page boundary, in batch order) to their lengths. The pool holds the pages used plus a run
+    (RunPageAllocator's, of ``page_bytes`` pages) for each sequence."""
+    from inference.page_allocator import PageAllocator, RunPageAllocator, run_pages_for
+
+    pages = [-(-length // page_size) for length in kv_lens]
+    run_pages = run_pages_for(page_bytes) if order == "runs" else 1
+    pool = sum(pages) + len(pages) * run_pages
+    allocator = RunPageAllocator(pool, run_pages) if run_pages > 1 else PageAllocator(pool)
+    held = [-(-min(length, SERVED_PROMPT_TOKENS) // page_size) for length in kv_lens]
+    for seq, count in enumerate(held):
+        allocator.allocate(seq, count)
+    while held != pages:
+        for seq, count in enumerate(held):
+            if count < pages[seq]:
+                allocator.allocate(seq, 1)
+                held[seq] += 1
+    return [allocator.pages_of(seq) for seq in range(len(kv_lens))], pool
 
 
 class Inputs:
     """The tensors of one problem, in every layout a provider may want (built lazily, cached).
 
     The source of truth is a dense K/V ``[b, s_pad, h_kv, d]`` (s_pad = max KV length rounded up to
-    256, so every page size up to 256 divides it); paged caches are copies of it scattered through
-    a random page permutation, packed ``thd`` K/V and SDPA's ``[b, h, s, d]`` are gathers of it.
+    256, so every page size up to 256 divides it); paged caches are copies of it in pages placed by
+    ``page_order`` (one of PAGE_ORDERS), packed ``thd`` K/V and SDPA's ``[b, h, s, d]`` are gathers of it.
     """
 
-    def __init__(self, problem: Problem, device: torch.device, seed: int = 0) -> None:
+    def __init__(self, problem: Problem, device: torch.device, seed: int = 0, page_order: str = "random") -> None:
+        if page_order not in PAGE_ORDERS:
+            raise ValueError(f"page_order must be one of {PAGE_ORDERS}, got {page_order!r}")
         p = problem
         self.problem = p
         self.device = device
         self.seed = seed
+        self.page_order = page_order
         torch.manual_seed(seed)
         self.s_pad = round_up(p.max_kv, 256)
         self.q = torch.randn(p.total_q, p.heads_q, p.head_dim, device=device, dtype=p.dtype)
@@ -143,7 +179,7 @@ class Inputs:
         return torch.tensor(values, dtype=torch.int32, device=self.device)
 
     def paged(self, page_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(k_cache, v_cache, page_table)``: only the pages the sequences use, in random order."""
+        """``(k_cache, v_cache, page_table)``: the pages the sequences use, placed by ``page_order``."""
         key = ("paged", page_size)
         if key not in self._cache:
             p = self.problem
@@ -152,13 +188,18 @@ class Inputs:
             pages = [-(-length // page_size) for length in p.kv_lens]
             seq_index = torch.repeat_interleave(torch.arange(p.batch), torch.tensor(pages))
             page_index = torch.cat([torch.arange(n) for n in pages])
-            generator = torch.Generator().manual_seed(self.seed + page_size)
-            permutation = torch.randperm(len(seq_index), generator=generator)
+            if self.page_order == "random":
+                generator = torch.Generator().manual_seed(self.seed + page_size)
+                permutation, pool = torch.randperm(len(seq_index), generator=generator), len(seq_index)
+            else:
+                page_bytes = page_size * p.heads_kv * max(p.head_dim, p.head_dim_v) * p.element_size
+                served, pool = served_page_table(p.kv_lens, page_size, page_bytes, self.page_order)
+                permutation = torch.tensor([page for seq_pages in served for page in seq_pages])
             seq_d, page_d, perm_d = (t.to(self.device) for t in (seq_index, page_index, permutation))
             caches = []
             for dense in (self.k_dense, self.v_dense):
                 by_page = dense.view(p.batch, self.s_pad // page_size, page_size, *dense.shape[2:])
-                cache = torch.empty((len(seq_index), page_size) + tuple(dense.shape[2:]), dtype=dense.dtype,
+                cache = torch.zeros((pool, page_size) + tuple(dense.shape[2:]), dtype=dense.dtype,
                                     device=self.device)
                 cache[perm_d] = by_page[seq_d, page_d]
                 caches.append(cache)

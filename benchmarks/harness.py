@@ -247,7 +247,7 @@ def run_cell(suite: str, cell: Cell, cfg: BenchConfig, factories: dict[str, Call
     if stop:
         return [Row(suite, cell.group, cell.name, name, status="skipped", note=stop) for name in names]
     try:
-        inputs = Inputs(cell.problem, cfg.device, cfg.seed)
+        inputs = Inputs(cell.problem, cfg.device, cfg.seed, cell.page_order)
     except Exception as error:  # noqa: BLE001 - out of memory and the like: report and go on
         recover(cfg, error)
         return [Row(suite, cell.group, cell.name, "(inputs)", status="error", note=short_error(error))]
