@@ -4,9 +4,9 @@ Cells (bf16, d=128, GQA 32/8 unless named, paged with 16-token pages unless name
 batch x context 1x8k, 1x32k, 8x4k, 32x2k, 64x4k, 128x2k, 32x32k; MHA 32/32 and MQA 32/1 at
 64x4k; a ragged batch of 64 heavy-tailed lengths (mean ~4k, max 32k); speculative verification
 (4 query tokens per sequence, causal inside the draft) at 32x4k; a page-size sweep 1/64/256 and
-non-paged at 64x4k (page 16 is the 64x4k cell itself); page order: 64x4k and 128x2k with their pages where a serving
-run puts them (``cells.served_page_table``: TransformerEngine's FIFO free list, or InferenceParams' page runs),
-every other paged cell's pages lie in random order. Every paged cell also has a ``fused_dense``
+non-paged at 64x4k (page 16 is the 64x4k cell itself); page order: 64x4k and 128x2k with their pages where a
+serving run puts them (``cells.served_page_table``: TransformerEngine's FIFO free list, or InferenceParams' page
+runs), every other paged cell's pages lie in random order. Every paged cell also has a ``fused_dense``
 row: the same call on a non-paged cache. Every cell is also timed as a CUDA-graph replay, and the
 replay is the reported time: an eager decode call shorter than its host work (Triton's launcher
 alone costs ~160 µs on the H200's host) would otherwise measure the host, which the overhead suite
@@ -91,7 +91,7 @@ def cells(cfg: BenchConfig) -> list[Cell]:
     result.append(_decode("64x4k non-paged", "page-sweep", 64, 4096, dtype, page=None))
     result += [_decode(f"{b}x{_k(s)} p16 served, {'FIFO pages' if order == 'fifo' else 'page runs'}", "page-order", b,
                        s, dtype, page_order=order)
-               for b, s, order in ((64, 4096, "fifo"), (64, 4096, "runs"), (128, 2048, "runs"))]
+               for b, s in ((64, 4096), (128, 2048)) for order in ("fifo", "runs")]
     return result
 
 

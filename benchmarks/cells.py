@@ -113,26 +113,48 @@ class Cell:
 
 
 PAGE_ORDERS = ("random", "fifo", "runs")
-"""Where a paged cache's pages lie: ``random`` (a random permutation of the pages the sequences use: any
-allocator after enough churn) or as a serving run allots them (served_page_table) through TransformerEngine's FIFO
+"""Where a paged cache's pages lie: ``random`` (a random permutation of the pages the sequences use) or as a
+serving run allots them after a history of earlier requests (served_page_table), through TransformerEngine's FIFO
 free list (``fifo``) or inference.RunPageAllocator (``runs``, InferenceParams' default)."""
 SERVED_PROMPT_TOKENS = 512
-"""served_page_table's prompt: every sequence's first tokens (or all of a shorter one), admitted at once."""
+"""served_page_table's shortest prompt: sequence s's prompt has 512 + (997 s mod 512) tokens (or all of a shorter
+sequence), so that the decodes cross page boundaries at different steps, as a continuous batch's do."""
 
 
-def served_page_table(kv_lens: Sequence[int], page_size: int, page_bytes: int, order: str) -> tuple[list[list[int]],
-                                                                                                     int]:
-    """(each sequence's pages, the pool's pages) as a serving run allots them: the sequences admitted in turn with
-    SERVED_PROMPT_TOKENS-token prompts, then decoded a token at a time side by side (a page for each sequence
-    that crosses a page boundary, in batch order) to their lengths. The pool holds the pages used plus a run
-    (RunPageAllocator's, of ``page_bytes`` pages) for each sequence."""
+def served_page_table(kv_lens: Sequence[int], page_size: int, page_bytes: int, order: str,
+                      seed: int = 0) -> tuple[list[list[int]], int]:
+    """(each sequence's pages, the pool's pages) as a serving run allots them, through TransformerEngine's FIFO free
+    list (``fifo``) or inference.RunPageAllocator (``runs``, of ``page_bytes`` pages).
+
+    First a history that cycles the pool three times: earlier requests of 1 to the longest sequence's pages each,
+    admitted one after another, random live ones finishing whenever the next would not fit beside the sequences'
+    share; those live at the end stay. That leaves a FIFO list in the order pages came back, as a server's is after
+    a while. Then the sequences: admitted in turn with prompts of different lengths (SERVED_PROMPT_TOKENS),
+    decoded a token at a time side by side (a page for each sequence that crosses a page boundary, in batch order)
+    to their lengths. The pool holds twice the sequences' pages and a run (RunPageAllocator's) for each sequence."""
+    import random
+
     from inference.page_allocator import PageAllocator, RunPageAllocator, run_pages_for
 
+    rng = random.Random(seed)
     pages = [-(-length // page_size) for length in kv_lens]
     run_pages = run_pages_for(page_bytes) if order == "runs" else 1
-    pool = sum(pages) + len(pages) * run_pages
+    pool = 2 * sum(pages) + len(pages) * run_pages
     allocator = RunPageAllocator(pool, run_pages) if run_pages > 1 else PageAllocator(pool)
-    held = [-(-min(length, SERVED_PROMPT_TOKENS) // page_size) for length in kv_lens]
+    live: dict[str, int] = {}
+    allotted = 0
+    while allotted < 3 * pool:
+        count = rng.randint(1, max(pages))
+        while live and sum(live.values()) + count > sum(pages):
+            finished = rng.choice(list(live))
+            allocator.free(finished)
+            del live[finished]
+        name = f"earlier {allotted}"
+        allocator.allocate(name, count)
+        live[name] = count
+        allotted += count
+    prompts = [SERVED_PROMPT_TOKENS + (seq * 997) % SERVED_PROMPT_TOKENS for seq in range(len(kv_lens))]
+    held = [-(-min(length, prompt) // page_size) for length, prompt in zip(kv_lens, prompts)]
     for seq, count in enumerate(held):
         allocator.allocate(seq, count)
     while held != pages:

@@ -193,8 +193,10 @@ def _check(cell: Cell, name: str, runner: Runner, out: Any, row: Row, reference:
 def _measure(cell: Cell, name: str, runner: Runner, row: Row, cfg: BenchConfig, reference: list) -> Timing | None:
     """First call (timed: compile + run), output check, then the timing (or a memoised one: the same
     provider, problem and layout were measured in an earlier cell). Returns the timing when it was taken here
-    (memoised for later cells) and has a graph replay, which ``run_cell`` times a second time."""
-    key = (name, cell.problem, runner.layout, cell.latency, cell.settle)
+    (memoised for later cells) and has a graph replay, which ``run_cell`` times a second time. A paged layout's
+    timing is shared only between cells of the same page order."""
+    order = cell.page_order if runner.layout.startswith("paged") else None
+    key = (name, cell.problem, runner.layout, order, cell.latency, cell.settle)
     fresh = None
     synchronize(cfg.device)
     start = time.perf_counter()

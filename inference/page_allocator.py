@@ -79,11 +79,12 @@ class PageAllocator:
 class RunPageAllocator(PageAllocator):
     """Pages in runs: the page ids ``r * run_pages .. (r + 1) * run_pages - 1`` form run ``r``. A sequence's next
     page is the lowest free page of the run its last page is in; failing that, of the lowest wholly free run;
-    failing that, of the lowest run with a free page. Nothing is reserved: every free page can be handed out, so
-    the cache fills (and ``KVCacheFullError`` is raised) exactly when the FIFO allocator's would.
+    failing that, of the run with the most free pages (the lowest of equals), so that sequences pushed out of
+    their runs at once spread over different runs. Nothing is reserved: every free page can be handed out, so the
+    cache fills (and ``KVCacheFullError`` is raised) exactly when the FIFO allocator's would.
 
     Sequences that grow a page at a time side by side (a batch of decodes) each fill a run of their own, where
-    the FIFO list deals them consecutive pages in turn.
+    the FIFO list deals them whatever pages came back last, one here, one there.
 
     Example::
 
@@ -123,23 +124,27 @@ class RunPageAllocator(PageAllocator):
             if run < 0 or not self._free_in_run[run]:
                 run = self._next_run()
             pages.append(heapq.heappop(self._free_in_run[run]))
+            self._rank(run)
         self._num_free -= num_pages
 
+    def _key(self, run: int) -> tuple[int, int, int]:
+        """A run's rank (lowest first): wholly free ones, then by free pages, most first; the lowest id of equals."""
+        free = len(self._free_in_run[run])
+        return (free < self._run_size(run), -free, run)
+
+    def _rank(self, run: int) -> None:
+        """Enter ``run``'s current key (its older keys go stale; rebuilt when stale ones crowd the heap)."""
+        if self._free_in_run[run]:
+            heapq.heappush(self._ranked, self._key(run))
+        if len(self._ranked) > 4 * len(self._free_in_run) + 64:
+            self._ranked = [self._key(r) for r, free in enumerate(self._free_in_run) if free]
+            heapq.heapify(self._ranked)
+
     def _next_run(self) -> int:
-        """The lowest wholly free run, else the lowest run with a free page (the caller checked there is one)."""
-        for heap, listed, usable in ((self._whole_runs, self._listed_whole, self._is_whole),
-                                     (self._some_free_runs, self._listed_some, self._has_free)):
-            while heap and not usable(heap[0]):  # drop entries that no longer hold
-                listed[heapq.heappop(heap)] = False
-            if heap:
-                return heap[0]
-        raise AssertionError("no free page although num_free > 0")
-
-    def _is_whole(self, run: int) -> bool:
-        return len(self._free_in_run[run]) == self._run_size(run)
-
-    def _has_free(self, run: int) -> bool:
-        return bool(self._free_in_run[run])
+        """The best-ranked run with a free page (the caller checked there is one)."""
+        while self._ranked[0] != self._key(self._ranked[0][2]):  # stale: the run's count changed since
+            heapq.heappop(self._ranked)
+        return self._ranked[0][2]
 
     def free(self, seq_id: Hashable) -> None:
         """Return every page of ``seq_id`` to its run."""
@@ -147,17 +152,8 @@ class RunPageAllocator(PageAllocator):
         for page in pages:
             run = page // self.run_pages
             heapq.heappush(self._free_in_run[run], page)
-            self._list(run)
+            self._rank(run)
         self._num_free += len(pages)
-
-    def _list(self, run: int) -> None:
-        """Enter ``run`` in the heaps whose condition it now meets (each run is in each heap at most once)."""
-        if not self._listed_some[run]:
-            self._listed_some[run] = True
-            heapq.heappush(self._some_free_runs, run)
-        if not self._listed_whole[run] and self._is_whole(run):
-            self._listed_whole[run] = True
-            heapq.heappush(self._whole_runs, run)
 
     def reset(self) -> None:
         """Free every page."""
@@ -165,8 +161,6 @@ class RunPageAllocator(PageAllocator):
         self.allocated_pages = {}
         self._free_in_run = [list(range(run * self.run_pages, run * self.run_pages + self._run_size(run)))
                              for run in range(runs)]   # (ascending lists are heaps)
-        self._whole_runs = list(range(runs))
-        self._some_free_runs = list(range(runs))
-        self._listed_whole = [True] * runs
-        self._listed_some = [True] * runs
+        self._ranked = [self._key(run) for run in range(runs)]
+        heapq.heapify(self._ranked)
         self._num_free = self.total_num_pages

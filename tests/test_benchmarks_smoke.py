@@ -430,17 +430,17 @@ def test_served_page_orders():
     together; every provider reads the same numbers through either."""
     from benchmarks.cells import served_page_table
 
-    lengths = (1000, 1000, 700)
+    lengths = (1000,) * 15 + (700,)
     page_bytes = 16 * 8 * 128 * 2            # 32 KiB: runs of 64 pages
     for order in ("runs", "fifo"):
         table, pool = served_page_table(lengths, 16, page_bytes, order)
         flat = [page for pages in table for page in pages]
         assert len(flat) == len(set(flat)) and max(flat) < pool
-        assert [len(pages) for pages in table] == [63, 63, 44]
-        # pages not next to their predecessor: the 32-page prompts are whole either way; FIFO then deals the
-        # decodes' pages in turn (a step of 3), the runs keep them adjacent
+        assert [len(pages) for pages in table] == [63] * 15 + [44]
+        # pages not next to their predecessor: after the history FIFO deals out pages in the order they came back,
+        # the runs keep each sequence's adjacent
         jumps = [sum(b != a + 1 for a, b in zip(pages, pages[1:])) for pages in table]
-        assert (max(jumps) <= 1) if order == "runs" else (min(jumps) >= 12), (order, jumps)
+        assert (max(jumps) <= 1) if order == "runs" else (sum(jumps) >= 100), (order, jumps)
     problem = Problem(q_lens=(1, 1), kv_lens=(40, 70), heads_q=4, heads_kv=2, head_dim=16, head_dim_v=16,
                       dtype=torch.float32)
     for order in ("random", "fifo", "runs"):

@@ -103,7 +103,7 @@ def test_random_traffic_keeps_the_books(run_pages):
         assert sorted(owned + allocator.free_pages) == list(range(total))
         assert allocator.num_free == total - len(owned)
         runs = -(-total // run_pages)
-        assert len(allocator._whole_runs) <= runs and len(allocator._some_free_runs) <= runs
+        assert len(allocator._ranked) <= 4 * runs + 65
     allocator.reset()
     assert allocator.num_free == total and allocator.allocated_pages == {}
 
