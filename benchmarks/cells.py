@@ -126,10 +126,10 @@ def served_page_table(kv_lens: Sequence[int], page_size: int, page_bytes: int, o
     """(each sequence's pages, the pool's pages) as a serving run allots them, through TransformerEngine's FIFO free
     list (``fifo``) or inference.RunPageAllocator (``runs``, of ``page_bytes`` pages).
 
-    First a history that cycles the pool three times: earlier requests of 1 to the longest sequence's pages each,
-    admitted one after another, random live ones finishing whenever the next would not fit beside the sequences'
-    share; those live at the end stay. That leaves a FIFO list in the order pages came back, as a server's is after
-    a while. Then the sequences: admitted in turn with prompts of different lengths (SERVED_PROMPT_TOKENS),
+    First a history that cycles the pool three times, a continuous batch of as many earlier requests as there are
+    sequences: prompts of 1 to the longest sequence's pages, each request then growing a page a step to a random
+    end (up to that many pages more), finishing early when the pages in use reach the sequences' share; those live
+    at the end stay. That leaves a FIFO list in the order pages came back, as a server's is after a while. Then the sequences: admitted in turn with prompts of different lengths (SERVED_PROMPT_TOKENS),
     decoded a token at a time side by side (a page for each sequence that crosses a page boundary, in batch order)
     to their lengths. The pool holds twice the sequences' pages and a run (RunPageAllocator's) for each sequence."""
     import random
@@ -141,18 +141,25 @@ def served_page_table(kv_lens: Sequence[int], page_size: int, page_bytes: int, o
     run_pages = run_pages_for(page_bytes) if order == "runs" else 1
     pool = 2 * sum(pages) + len(pages) * run_pages
     allocator = RunPageAllocator(pool, run_pages) if run_pages > 1 else PageAllocator(pool)
-    live: dict[str, int] = {}
-    allotted = 0
-    while allotted < 3 * pool:
-        count = rng.randint(1, max(pages))
-        while live and sum(live.values()) + count > sum(pages):
-            finished = rng.choice(list(live))
-            allocator.free(finished)
-            del live[finished]
-        name = f"earlier {allotted}"
-        allocator.allocate(name, count)
-        live[name] = count
-        allotted += count
+    live: dict[str, list[int]] = {}   # an earlier request: [pages held, pages at its end]
+    share, longest, allotted = sum(pages), max(pages), 0
+    while allotted < 3 * pool:   # one step: admissions, then a page more for every live request
+        while len(live) < len(pages):
+            prompt = rng.randint(1, longest)
+            if allocator.total_num_pages - allocator.num_free + prompt > share:
+                break
+            name = f"earlier {allotted}"
+            allocator.allocate(name, prompt)
+            live[name] = [prompt, prompt + rng.randint(0, longest)]
+            allotted += prompt
+        for name, (held, end) in list(live.items()):
+            if held == end or allocator.total_num_pages - allocator.num_free >= share:
+                allocator.free(name)
+                del live[name]
+            else:
+                allocator.allocate(name, 1)
+                live[name][0] += 1
+                allotted += 1
     prompts = [SERVED_PROMPT_TOKENS + (seq * 997) % SERVED_PROMPT_TOKENS for seq in range(len(kv_lens))]
     held = [-(-min(length, prompt) // page_size) for length, prompt in zip(kv_lens, prompts)]
     for seq, count in enumerate(held):
