@@ -6,7 +6,8 @@ batch x context 1x8k, 1x32k, 8x4k, 32x2k, 64x4k, 128x2k, 32x32k; MHA 32/32 and M
 (4 query tokens per sequence, causal inside the draft) at 32x4k; a page-size sweep 1/64/256 and
 non-paged at 64x4k (page 16 is the 64x4k cell itself); page order: 64x4k and 128x2k with their pages where a
 serving run puts them (``cells.served_page_table``: TransformerEngine's FIFO free list, or InferenceParams' page
-runs), every other paged cell's pages lie in random order. Every paged cell also has a ``fused_dense``
+runs), and 8x4k, 32x2k, 32x32k and MHA 32/32 at 64x4k through the page runs; every other paged cell's pages lie in
+random order. Every paged cell also has a ``fused_dense``
 row: the same call on a non-paged cache. Every cell is also timed as a CUDA-graph replay, and the
 replay is the reported time: an eager decode call shorter than its host work (Triton's launcher
 alone costs ~160 µs on the H200's host) would otherwise measure the host, which the overhead suite
@@ -92,6 +93,10 @@ def cells(cfg: BenchConfig) -> list[Cell]:
     result += [_decode(f"{b}x{_k(s)} p16 served, {'FIFO pages' if order == 'fifo' else 'page runs'}", "page-order", b,
                        s, dtype, page_order=order)
                for b, s in ((64, 4096), (128, 2048)) for order in ("fifo", "runs")]
+    result += [_decode(f"{b}x{_k(s)} p16 served, page runs", "page-order", b, s, dtype, page_order="runs")
+               for b, s in ((8, 4096), (32, 2048), (32, 32768))]
+    result.append(_decode("64x4k MHA 32/32 p16 served, page runs", "page-order", 64, 4096, dtype, heads=(32, 32),
+                          page_order="runs"))
     return result
 
 
