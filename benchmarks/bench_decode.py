@@ -28,7 +28,9 @@ from benchmarks.config import BenchConfig, bench_dtype
 from benchmarks.harness import Row
 
 SUITE = "decode"
-DEFAULT_BUDGET_S = 140.0
+DEFAULT_BUDGET_S = 300.0
+"""Seconds for the whole suite (H200: ~195 s for the cells before the page-order ones, ~170 s for those; the
+page-order cells come last, so a shorter budget, such as run_all's share, reports them as skipped)."""
 
 
 def ragged_lengths(count: int = 64, mean: int = 4096, longest: int = 32768, shortest: int = 64,
