@@ -129,18 +129,18 @@ def served_page_table(kv_lens: Sequence[int], page_size: int, page_bytes: int, o
     First a history that cycles the pool three times, a continuous batch of as many earlier requests as there are
     sequences: prompts of 1 to the longest sequence's pages, each request then growing a page a step to a random
     end (up to that many pages more), finishing early when the pages in use reach the sequences' share; those live
-    at the end stay. That leaves a FIFO list in the order pages came back, as a server's is after a while. Then the sequences: admitted in turn with prompts of different lengths (SERVED_PROMPT_TOKENS),
-    decoded a token at a time side by side (a page for each sequence that crosses a page boundary, in batch order)
-    to their lengths. The pool holds twice the sequences' pages and a run (RunPageAllocator's) for each sequence."""
+    at the end stay. That leaves a FIFO list in the order pages came back, as a server's is after a while. Then
+    the sequences: admitted in turn with prompts of different lengths (SERVED_PROMPT_TOKENS), decoded a token at a
+    time side by side (a page for each sequence that crosses a page boundary, in batch order) to their lengths. The
+    pool holds twice the sequences' pages and a run (RunPageAllocator's) for each sequence."""
     import random
 
-    from inference.page_allocator import PageAllocator, RunPageAllocator, run_pages_for
+    from inference.page_allocator import make_page_allocator, run_pages_for
 
     rng = random.Random(seed)
     pages = [-(-length // page_size) for length in kv_lens]
-    run_pages = run_pages_for(page_bytes) if order == "runs" else 1
-    pool = 2 * sum(pages) + len(pages) * run_pages
-    allocator = RunPageAllocator(pool, run_pages) if run_pages > 1 else PageAllocator(pool)
+    pool = 2 * sum(pages) + len(pages) * (run_pages_for(page_bytes) if order == "runs" else 1)  # a run each
+    allocator = make_page_allocator(pool, order, page_bytes)
     live: dict[str, list[int]] = {}   # an earlier request: [pages held, pages at its end]
     share, longest, allotted = sum(pages), max(pages), 0
     while allotted < 3 * pool:   # one step: admissions, then a page more for every live request

@@ -25,7 +25,8 @@ from torch import Tensor
 from inference.cache_manager import QKV_FORMATS, KVCacheManager, validate_step_dict
 from inference.device_upload import upload
 from inference.non_paged_cache_manager import NonPagedKVCacheManager
-from inference.paged_cache_manager import PAGE_ALLOCATIONS, PagedKVCacheManager, pages_for
+from inference.page_allocator import check_page_allocation
+from inference.paged_cache_manager import PagedKVCacheManager, pages_for
 
 __all__ = ["InferenceParams"]
 
@@ -131,8 +132,7 @@ class InferenceParams:
             _check_positive_int("total_num_pages", total_num_pages)
             manager_kwargs.update(total_num_pages=total_num_pages, page_size=page_size)
             if page_allocation is not None:  # (a custom manager that takes no such argument still builds)
-                if page_allocation not in PAGE_ALLOCATIONS:
-                    raise ValueError(f"page_allocation must be one of {PAGE_ALLOCATIONS}, got {page_allocation!r}")
+                check_page_allocation(page_allocation)
                 manager_kwargs.update(page_allocation=page_allocation)
         elif total_num_pages is not None or page_size is not None or page_allocation is not None:
             raise ValueError("total_num_pages, page_size and page_allocation are for is_paged=True only")

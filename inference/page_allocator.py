@@ -18,10 +18,16 @@ from collections.abc import Hashable
 
 from inference.errors import KVCacheFullError
 
-__all__ = ["TRANSLATION_BYTES", "PageAllocator", "RunPageAllocator", "run_pages_for"]
+__all__ = ["PAGE_ALLOCATIONS", "TRANSLATION_BYTES", "PageAllocator", "RunPageAllocator", "check_page_allocation",
+           "make_page_allocator", "run_pages_for"]
 
 TRANSLATION_BYTES = 2 << 20
 """The span of one GPU address translation of a large allocation (2 MiB pages)."""
+
+PAGE_ALLOCATIONS = ("runs", "fifo")
+"""How a paged cache hands out pages: ``runs`` (RunPageAllocator: a sequence's pages in 2 MiB runs where free space
+allows, read by a decode as fast as a contiguous cache) or ``fifo`` (PageAllocator: TransformerEngine's free list,
+its page ids exactly)."""
 
 
 def run_pages_for(page_bytes: int) -> int:
@@ -32,6 +38,25 @@ def run_pages_for(page_bytes: int) -> int:
         64
     """
     return max(1, TRANSLATION_BYTES // page_bytes)
+
+
+def check_page_allocation(page_allocation: str) -> None:
+    """ValueError unless ``page_allocation`` is one of PAGE_ALLOCATIONS."""
+    if page_allocation not in PAGE_ALLOCATIONS:
+        raise ValueError(f"page_allocation must be one of {PAGE_ALLOCATIONS}, got {page_allocation!r}")
+
+
+def make_page_allocator(total_num_pages: int, page_allocation: str, page_bytes: int) -> PageAllocator:
+    """The allocator of ``page_allocation`` (one of PAGE_ALLOCATIONS) over pages of ``page_bytes`` bytes: runs of
+    run_pages_for(page_bytes) pages, or TE's FIFO list (``fifo``, or pages of 2 MiB and more, one a run).
+
+    Example:
+        >>> [type(make_page_allocator(128, allocation, 32 << 10)).__name__ for allocation in ("runs", "fifo")]
+        ['RunPageAllocator', 'PageAllocator']
+    """
+    check_page_allocation(page_allocation)
+    run_pages = run_pages_for(page_bytes) if page_allocation == "runs" else 1
+    return RunPageAllocator(total_num_pages, run_pages) if run_pages > 1 else PageAllocator(total_num_pages)
 
 
 class PageAllocator:
@@ -121,11 +146,14 @@ class RunPageAllocator(PageAllocator):
         if num_pages > self._num_free:
             raise KVCacheFullError(num_pages, self._num_free, f"sequence {seq_id!r}")
         pages = self.allocated_pages.setdefault(seq_id, [])
+        touched = set()
         for _ in range(num_pages):
             run = pages[-1] // self.run_pages if pages else -1
             if run < 0 or not self._free_in_run[run]:
-                run = self._next_run()
+                run = self._next_run()  # (only runs this loop emptied are stale in the heap meanwhile)
             pages.append(heapq.heappop(self._free_in_run[run]))
+            touched.add(run)
+        for run in touched:
             self._rank(run)
         self._num_free -= num_pages
 
@@ -152,8 +180,8 @@ class RunPageAllocator(PageAllocator):
         """Return every page of ``seq_id`` to its run."""
         pages = self.allocated_pages.pop(seq_id, ())
         for page in pages:
-            run = page // self.run_pages
-            heapq.heappush(self._free_in_run[run], page)
+            heapq.heappush(self._free_in_run[page // self.run_pages], page)
+        for run in {page // self.run_pages for page in pages}:
             self._rank(run)
         self._num_free += len(pages)
 

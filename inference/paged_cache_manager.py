@@ -11,14 +11,9 @@ from torch import Tensor
 from inference.cache_manager import KVCacheManager, validate_step_dict
 from inference.device_upload import upload
 from inference.errors import KVCacheFullError
-from inference.page_allocator import PageAllocator, RunPageAllocator, run_pages_for
+from inference.page_allocator import check_page_allocation, make_page_allocator
 
-__all__ = ["PAGE_ALLOCATIONS", "PagedKVCacheManager"]
-
-PAGE_ALLOCATIONS = ("runs", "fifo")
-"""How a paged cache hands out pages: ``runs`` (RunPageAllocator: a sequence's pages in 2 MiB runs where free space
-allows, read by a decode as fast as a contiguous cache) or ``fifo`` (PageAllocator: TransformerEngine's free list,
-its page ids exactly)."""
+__all__ = ["PagedKVCacheManager"]
 
 
 def pages_for(num_tokens: int, page_size: int) -> int:
@@ -35,8 +30,8 @@ class PagedKVCacheManager(KVCacheManager):
     than are free raises ``KVCacheFullError`` and changes nothing, so the caller can retry with
     fewer new sequences. ``page_table`` (int32 ``[max_batch_size, max_pages_per_seq]``, a
     device buffer updated in place) row ``i`` lists the pages of the ``i``-th sequence of the
-    step, padded with 0; rows past the batch are 0. ``page_allocation``: one of PAGE_ALLOCATIONS
-    (default ``runs``).
+    step, padded with 0; rows past the batch are 0. ``page_allocation``: one of
+    ``page_allocator.PAGE_ALLOCATIONS`` (default ``runs``).
 
     Example::
 
@@ -65,8 +60,7 @@ class PagedKVCacheManager(KVCacheManager):
         device: torch.device | str | None = None,
         page_allocation: str = "runs",
     ) -> None:
-        if page_allocation not in PAGE_ALLOCATIONS:
-            raise ValueError(f"page_allocation must be one of {PAGE_ALLOCATIONS}, got {page_allocation!r}")
+        check_page_allocation(page_allocation)
         super().__init__(max_batch_size, max_seqlen, num_heads, head_dim_k, dtype, head_dim_v, device)
         self.total_num_pages = total_num_pages
         self.page_size = page_size
@@ -74,9 +68,7 @@ class PagedKVCacheManager(KVCacheManager):
         self.max_pages_per_seq = pages_for(max_seqlen, page_size)
         self.page_allocation = page_allocation
         page_bytes = page_size * num_heads * max(head_dim_k, self.head_dim_v) * self.dtype.itemsize
-        run_pages = run_pages_for(page_bytes) if page_allocation == "runs" else 1
-        self.allocator = RunPageAllocator(total_num_pages, run_pages) if run_pages > 1 else PageAllocator(
-            total_num_pages)
+        self.allocator = make_page_allocator(total_num_pages, page_allocation, page_bytes)
         self.page_table = torch.zeros(
             max_batch_size, self.max_pages_per_seq, dtype=torch.int32, device=self.device
         )
