@@ -14,6 +14,7 @@ from attention.kernels.hopper_mixed import (
     MIXED_HOPPER_TILE_ENV,
     MixedHopperPlan,
     decode_tile_rows,
+    mixed_decode_rows,
     mixed_hopper_unsupported_reason,
 )
 from tests.test_hopper_forward import _RecordedLaunch
@@ -62,9 +63,18 @@ def test_plan_hopper_forward_hands_mixed_batches_to_the_mixed_kernel(monkeypatch
     assert type(plan) is planned
 
 
-@pytest.mark.parametrize("group_size, rows", [(1, 16), (4, 16), (5, 16), (16, 16), (17, 32), (32, 32), (64, 64)])
-def test_decode_tiles_have_room_for_a_group_and_are_a_power_of_two(group_size: int, rows: int) -> None:
-    assert decode_tile_rows(group_size) == rows
+@pytest.mark.parametrize("rows, tile_rows", [(1, 8), (4, 8), (5, 8), (8, 8), (9, 16), (16, 16), (17, 32), (64, 64)])
+def test_decode_tiles_have_room_for_their_rows_and_are_a_power_of_two_from_8(rows: int, tile_rows: int) -> None:
+    assert decode_tile_rows(rows) == tile_rows
+
+
+@pytest.mark.parametrize("group_size, rows, small_rows", [
+    (1, 16, 8), (4, 16, 8), (8, 16, 8),  # 8-row tiles for one-token decodes, 16 for verification steps
+    (9, 16, 0), (16, 16, 0), (17, 32, 0), (32, 32, 0), (64, 64, 0),
+])
+def test_mixed_decode_tiles_fit_a_verification_step_and_small_groups_get_small_tiles(
+        group_size: int, rows: int, small_rows: int) -> None:
+    assert mixed_decode_rows(group_size) == (rows, small_rows)
 
 
 def test_a_plan_launches_one_program_per_sm_with_page_sized_boxes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -88,6 +98,7 @@ def test_a_plan_launches_one_program_per_sm_with_page_sized_boxes(monkeypatch: p
     assert kwargs["LOG2_MAX_SEQS"] == 9 and 2 ** kwargs["LOG2_MAX_SEQS"] > 301
     assert (kwargs["BLOCK_N"], kwargs["DECODE_BLOCK_N"], kwargs["PAGE_SIZE"], kwargs["maxnreg"]) == (64, 64, 16, 128)
     assert kwargs["DECODE_ROWS"] == 16  # 4 query heads a KV head: up to 4 query tokens are a decode item
+    assert kwargs["SMALL_DECODE_ROWS"] == 8  # one query token: the 8-row tiles
     assert args[-1] == 0  # no rows past the last sequence to zero
     plan(q, k, k, q, cu, cu, None, None, torch.zeros(301, 1024, dtype=torch.int32), zero_tail=True)
     assert kernel.calls[-1][1][-1] == total  # zero_tail: the kernel zeroes rows cu_seqlens_q[-1] .. total - 1

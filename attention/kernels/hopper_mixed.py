@@ -16,7 +16,7 @@ from attention.environment import getenv
 
 from .arguments import scale_log2
 from .attention_fwd_hopper import HOPPER_ROWS_PER_GROUP
-from .attention_mixed_hopper import MAX_DECODE_ROWS, attention_mixed_hopper_kernel
+from .attention_mixed_hopper import MAX_DECODE_ROWS, SMALL_DECODE_ROWS, attention_mixed_hopper_kernel
 from .launch import KernelLaunch
 
 __all__ = ["MIXED_HOPPER_ENV", "MIXED_HOPPER_TILE", "MIXED_HOPPER_TILE_ENV",
@@ -97,7 +97,9 @@ class MixedHopperPlan(PersistentLaunch):
     tile: tuple[int, int, int, int, int, int, int]
     """MIXED_HOPPER_TILE's entry (or MIXED_HOPPER_TILE_ENV's)."""
     decode_rows: int
-    """Packed rows of a decode tile (decode_tile_rows): sequences with more go to the prefill partitions."""
+    """Packed rows of a decode tile (mixed_decode_rows): sequences with more go to the prefill partitions."""
+    small_decode_rows: int = 0
+    """> 0: decode items of at most this many packed rows run tiles of this many rows (mixed_decode_rows)."""
     descriptors: tuple[Any, ...] = ()
     """Q's (64-row blocks), K's and V's (prefill tiles), K's and V's (decode tiles) TMA descriptor makers
     (hopper_forward.RowsDescriptor)."""
@@ -125,7 +127,8 @@ class MixedHopperPlan(PersistentLaunch):
                 "DECODE_BLOCK_N": decode_block_n, "DECODE_STAGES": decode_stages, "PAGE_SIZE": self.page_size,
                 "CAUSAL": self.causal, "BOTTOM_RIGHT": self.bottom_right, "HAS_Q_START": self.has_q_start,
                 "HAS_KV_START": self.has_kv_start, "LOG2_MAX_SEQS": max(5, self.num_seqs.bit_length()),
-                "DECODE_ROWS": self.decode_rows, "CONSUMER_REGISTERS": consumer_registers,
+                "DECODE_ROWS": self.decode_rows, "SMALL_DECODE_ROWS": self.small_decode_rows,
+                "CONSUMER_REGISTERS": consumer_registers,
                 "DECODE_REGISTERS": decode_registers,
             },
             options={"num_warps": 4, "maxnreg": maxnreg}, descriptors=self.descriptors)
@@ -163,6 +166,7 @@ def plan_mixed_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads_k
 
     tile = _tile(q.shape[3])
     block_n, decode_block_n = tile[0], tile[2]
+    decode_rows, small_decode_rows = mixed_decode_rows(group_size)
     return MixedHopperPlan(
         descriptors=(RowsDescriptor.of(q, HOPPER_ROWS_PER_GROUP), RowsDescriptor.of(k, block_n, page_size),
                      RowsDescriptor.of(v, block_n, page_size), RowsDescriptor.of(k, decode_block_n, page_size),
@@ -171,14 +175,22 @@ def plan_mixed_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads_k
         q_token_stride=q.stride(-3), out_token_stride=out_token_stride,
         softmax_scale_log2=scale_log2(softmax_scale), page_size=page_size, causal=causal,
         bottom_right=bool(bottom_right), has_q_start=has_q_start, has_kv_start=has_kv_start,
-        tile=tile, decode_rows=decode_tile_rows(group_size), total_q=total_q)
+        tile=tile, decode_rows=decode_rows, small_decode_rows=small_decode_rows, total_q=total_q)
 
 
-def decode_tile_rows(group_size: int) -> int:
-    """Packed rows of the decode tiles for a KV head of ``group_size`` query heads: at least 16 (up to 4 query
-    tokens of a 4-head group: a decode step, a verification step), a power of 2 (wgmma's N), at most
-    MAX_DECODE_ROWS."""
-    return min(MAX_DECODE_ROWS, max(16, 1 << (group_size - 1).bit_length()))
+def decode_tile_rows(rows: int) -> int:
+    """wgmma's N for decode tiles of ``rows`` packed rows (query tokens x a KV head's query heads): a power of 2
+    from 8 (wgmma's smallest N for 16-bit operands) to MAX_DECODE_ROWS."""
+    return min(MAX_DECODE_ROWS, max(SMALL_DECODE_ROWS, 1 << (rows - 1).bit_length()))
+
+
+def mixed_decode_rows(group_size: int) -> tuple[int, int]:
+    """(packed rows of the mixed kernel's decode tiles, of its small decode tiles or 0). The decode tiles have room
+    for a group and for a verification step of 4 query tokens of a 4-head group (16 rows); with groups of at most
+    SMALL_DECODE_ROWS heads a second, 8-row tile serves the one-token decodes (half the tensor-core work beside the
+    prefill, H200 in MIXED_DECODE_SMALL_ROWS' note)."""
+    rows = decode_tile_rows(max(16, group_size))
+    return rows, SMALL_DECODE_ROWS if group_size <= SMALL_DECODE_ROWS < rows else 0
 
 
 def _tile(head_dim: int) -> tuple[int, int, int, int, int, int, int]:
