@@ -224,8 +224,8 @@ def hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
 
 def mixed_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
     """Launches of the Gluon sm90 mixed-batch kernel (attention_mixed_hopper.py) with MIXED_HOPPER_TILE: 16-token
-    pages causal bottom-right at d128 (decode tiles of 16 rows, small ones of 8), a non-paged cache with start
-    offsets (32 rows), 256-token pages at d64 without a mask (64 rows, no small ones)."""
+    pages causal bottom-right at d128 (decode tiles of 8 rows), a non-paged cache with start offsets (16 rows),
+    256-token pages at d64 without a mask (64 rows)."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -234,9 +234,8 @@ def mixed_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
 
     launches = []
     cu = torch.zeros(3, dtype=torch.int32)
-    for head_dim, page_size, causal, starts, decode_rows, small_rows in ((128, 16, True, False, 16, 8),
-                                                                         (128, 0, True, True, 32, 0),
-                                                                         (64, 256, False, False, 64, 0)):
+    for head_dim, page_size, causal, starts, decode_rows in ((128, 16, True, False, 8), (128, 0, True, True, 16),
+                                                             (64, 256, False, False, 64)):
         block_n, stages, decode_block_n, decode_stages, consumer_registers, decode_registers, maxnreg = \
             MIXED_HOPPER_TILE[head_dim]
         q = torch.zeros(256, 4 * head_dim, dtype=torch.bfloat16)
@@ -252,7 +251,6 @@ def mixed_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
         constexprs = dict(GROUP_SIZE=2, BLOCK_N=block_n, STAGES=stages, DECODE_BLOCK_N=decode_block_n,
                           DECODE_STAGES=decode_stages, PAGE_SIZE=page_size, CAUSAL=causal, BOTTOM_RIGHT=causal,
                           HAS_Q_START=starts, HAS_KV_START=starts, LOG2_MAX_SEQS=8, DECODE_ROWS=decode_rows,
-                          SMALL_DECODE_ROWS=small_rows,
                           CONSUMER_REGISTERS=consumer_registers, DECODE_REGISTERS=decode_registers, maxnreg=maxnreg)
         label = f"mixed d{head_dim} {f'page {page_size}' if page_size else 'non-paged'}{' causal' if causal else ''}"
         launches.append((label, attention_mixed_hopper_kernel, args, constexprs, 4, 1))
@@ -261,8 +259,8 @@ def mixed_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
 
 def decode_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
     """Launches of the Gluon sm90 decode kernel (attention_decode_hopper.py) with DECODE_HOPPER_TILE: 16-token pages
-    causal bottom-right at d128 writing split partials and merging them (8 rows), a non-paged cache with start offsets writing the
-    output (32 rows), 256-token pages at d64 without a mask (64 rows)."""
+    causal bottom-right at d128 writing split partials and merging them (8 rows), a non-paged cache with start
+    offsets writing the output (32 rows), 256-token pages at d64 without a mask (64 rows)."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 

@@ -68,13 +68,17 @@ def test_decode_tiles_have_room_for_their_rows_and_are_a_power_of_two_from_8(row
     assert decode_tile_rows(rows) == tile_rows
 
 
-@pytest.mark.parametrize("group_size, rows, small_rows", [
-    (1, 16, 8), (4, 16, 8), (8, 16, 8),  # 8-row tiles for one-token decodes, 16 for verification steps
-    (9, 16, 0), (16, 16, 0), (17, 32, 0), (32, 32, 0), (64, 64, 0),
+@pytest.mark.parametrize("group_size, queries, rows", [
+    (4, (2048,) + (1,) * 128, 8),  # a prefill + one-token decodes: a group's rows, at least 8
+    (8, (2048,) + (1,) * 64, 8), (1, (700, 1, 1), 8), (16, (500,) + (1,) * 8, 16), (32, (500, 1), 32),
+    (4, (2048,) + (4,) * 64, 16),  # verification steps: room for 4 queries of a 4-head group
+    (4, (2048, 900) + (1,) * 64, 16),  # a second prefill: the host cannot tell, so 16
+    (4, (2048, 0, 2) + (1,) * 64, 8),  # one query each on average: the 2-query decode (8 rows) still fits
+    (32, (2048,) + (4,) * 8, 32),
 ])
-def test_mixed_decode_tiles_fit_a_verification_step_and_small_groups_get_small_tiles(
-        group_size: int, rows: int, small_rows: int) -> None:
-    assert mixed_decode_rows(group_size) == (rows, small_rows)
+def test_mixed_decode_tiles_fit_verification_steps_unless_the_host_values_rule_them_out(
+        group_size: int, queries: tuple[int, ...], rows: int) -> None:
+    assert mixed_decode_rows(group_size, len(queries), sum(queries), max(queries)) == rows
 
 
 def test_a_plan_launches_one_program_per_sm_with_page_sized_boxes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -97,8 +101,7 @@ def test_a_plan_launches_one_program_per_sm_with_page_sized_boxes(monkeypatch: p
     assert args[5] is q and args[12] == 301 and args[13] == 8  # q by pointer (decode rows), sequences, KV heads
     assert kwargs["LOG2_MAX_SEQS"] == 9 and 2 ** kwargs["LOG2_MAX_SEQS"] > 301
     assert (kwargs["BLOCK_N"], kwargs["DECODE_BLOCK_N"], kwargs["PAGE_SIZE"], kwargs["maxnreg"]) == (64, 64, 16, 128)
-    assert kwargs["DECODE_ROWS"] == 16  # 4 query heads a KV head: up to 4 query tokens are a decode item
-    assert kwargs["SMALL_DECODE_ROWS"] == 8  # one query token: the 8-row tiles
+    assert kwargs["DECODE_ROWS"] == 8  # one query token each beside the prefill: a 4-head group's rows, at least 8
     assert args[-1] == 0  # no rows past the last sequence to zero
     plan(q, k, k, q, cu, cu, None, None, torch.zeros(301, 1024, dtype=torch.int32), zero_tail=True)
     assert kernel.calls[-1][1][-1] == total  # zero_tail: the kernel zeroes rows cu_seqlens_q[-1] .. total - 1

@@ -36,7 +36,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from .attention_decode_hopper import (
     MAX_DECODE_ROWS,
-    SMALL_DECODE_ROWS,
     _decode_rows_out,
     _decode_tiles,
     _decode_walk,
@@ -46,7 +45,7 @@ from .attention_decode_hopper import (
 )
 from .attention_fwd_hopper import _cta_barrier, _load_kv_tile, _softmax_tile, _tile_walk, _tma_load, _zero_rows_from
 
-__all__ = ["MAX_DECODE_ROWS", "SMALL_DECODE_ROWS", "attention_mixed_hopper_kernel"]
+__all__ = ["MAX_DECODE_ROWS", "attention_mixed_hopper_kernel"]
 
 
 @gluon.jit
@@ -252,31 +251,17 @@ def _decode_producer(descriptors, buffers, decode_buffers, schedule, sequences, 
 
 
 @gluon.jit
-def _decode_item(decode_buffers, count, seq, kv_head, q_len, kv_len, q_first, diag, num_tiles, first_masked, output,
-                 sequences, CAUSAL: gl.constexpr, GROUP_SIZE: gl.constexpr):
-    """One decode item in tiles of decode_buffers' rows (its Q buffer's): Q, the KV tiles from ring position
-    ``count``, the output rows."""
-    out_ptr, stride_os, qk_scale, q_ptr, stride_qs = output[0], output[1], output[2], output[3], output[4]
-    q_batch_rows, out_batch_rows = sequences[4], sequences[7]
-    _load_decode_q(decode_buffers[0], q_ptr, stride_qs, seq * q_batch_rows + q_first, kv_head, q_len, GROUP_SIZE)
-    o, _row_max, l_sum = _decode_tiles(decode_buffers, count, 0, num_tiles, first_masked, kv_len, diag, qk_scale,
-                                       CAUSAL, GROUP_SIZE)
-    _decode_rows_out(o, l_sum, out_ptr, stride_os, seq * out_batch_rows + q_first, kv_head, q_len, GROUP_SIZE)
-
-
-@gluon.jit
 def _decode(descriptors, buffers, decode_buffers, schedule, sequences, output,
             CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
             HAS_KV_START: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
             DECODE_BLOCK_N: gl.constexpr, DECODE_STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
             GROUP_SIZE: gl.constexpr):
     """4 warps: the program's decode items, each a KV head's query heads x the sequence's queries (at most
-    DECODE_ROWS packed rows) through the sequence's KV tiles (the decode producer's ring of DECODE_STAGES), the way
-    attention_decode_hopper.py's kernel runs a split (its ``_decode_tiles``). With small tiles (decode_buffers'
-    last two: their Q and P^T buffers, fewer rows than the first's), items of at most their rows run them."""
-    dq_smem, dk_smem, dv_smem, dk_ready, dk_empty, dv_ready, dv_empty, dp_smem, dq_small, dp_small = decode_buffers
-    large = (dq_smem, dk_smem, dv_smem, dk_ready, dk_empty, dv_ready, dv_empty, dp_smem)
-    num_seqs, heads_kv = output[8], output[9]
+    DECODE_ROWS rows) through the sequence's KV tiles (the decode producer's ring of DECODE_STAGES), the way
+    attention_decode_hopper.py's kernel runs a split (its ``_decode_tiles``)."""
+    dq_smem = decode_buffers[0]
+    out_ptr, stride_os, qk_scale, q_ptr, stride_qs = output[0], output[1], output[2], output[3], output[4]
+    num_seqs, heads_kv, q_batch_rows, out_batch_rows = output[8], output[9], sequences[4], sequences[7]
     ROWS: gl.constexpr = dq_smem.type.shape[0]
     count = 0
     for item in range(gl.program_id(0), num_seqs * heads_kv, gl.num_programs(0)):
@@ -284,18 +269,11 @@ def _decode(descriptors, buffers, decode_buffers, schedule, sequences, output,
             item, sequences, heads_kv, ROWS, DECODE_BLOCK_N, CAUSAL, BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START,
             GROUP_SIZE)
         if is_decode:
-            if dq_small.type.shape[0] < ROWS:
-                if q_len * GROUP_SIZE <= dq_small.type.shape[0]:
-                    _decode_item((dq_small, dk_smem, dv_smem, dk_ready, dk_empty, dv_ready, dv_empty, dp_small),
-                                 count, seq, kv_head, q_len, kv_len, q_first, diag, num_tiles, first_masked, output,
-                                 sequences, CAUSAL, GROUP_SIZE)
-                else:
-                    _decode_item(large, count, seq, kv_head, q_len, kv_len, q_first, diag, num_tiles, first_masked,
-                                 output, sequences, CAUSAL, GROUP_SIZE)
-            else:
-                _decode_item(large, count, seq, kv_head, q_len, kv_len, q_first, diag, num_tiles, first_masked,
-                             output, sequences, CAUSAL, GROUP_SIZE)
+            _load_decode_q(dq_smem, q_ptr, stride_qs, seq * q_batch_rows + q_first, kv_head, q_len, GROUP_SIZE)
+            o, _row_max, l_sum = _decode_tiles(decode_buffers, count, 0, num_tiles, first_masked, kv_len, diag,
+                                               qk_scale, CAUSAL, GROUP_SIZE)
             count += num_tiles
+            _decode_rows_out(o, l_sum, out_ptr, stride_os, seq * out_batch_rows + q_first, kv_head, q_len, GROUP_SIZE)
 
 
 @gluon.jit
@@ -328,14 +306,14 @@ def attention_mixed_hopper_kernel(
     GROUP_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, DECODE_BLOCK_N: gl.constexpr,
     DECODE_STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr, CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr,
     HAS_Q_START: gl.constexpr, HAS_KV_START: gl.constexpr, LOG2_MAX_SEQS: gl.constexpr, DECODE_ROWS: gl.constexpr,
-    SMALL_DECODE_ROWS: gl.constexpr, CONSUMER_REGISTERS: gl.constexpr, DECODE_REGISTERS: gl.constexpr,
+    CONSUMER_REGISTERS: gl.constexpr, DECODE_REGISTERS: gl.constexpr,
 ):
     """Grid (programs,): persistent, one per SM. Tensors as attention_fwd_hopper_kernel's: q_desc / k_desc / v_desc
     over 2-D views [token rows, heads x head dim] with blocks [64, D] / [min(BLOCK_N, PAGE_SIZE), D], and
     k_decode_desc / v_decode_desc over the same K / V with blocks [min(DECODE_BLOCK_N, PAGE_SIZE), D] (PAGE_SIZE 0:
     not paged, the whole tile); q_ptr: the same Q, token rows stride_qs elements apart (decode rows load by
     pointer). 2**LOG2_MAX_SEQS > num_seqs bounds the schedule's buffer. qk_scale in log2 units. DECODE_ROWS: the
-    packed rows of a decode tile (wgmma's N, a power of 2 from 16 to MAX_DECODE_ROWS); sequences with more are
+    packed rows of a decode tile (wgmma's N, a power of 2 from 8 to MAX_DECODE_ROWS); sequences with more are
     prefill items. tail_rows > 0 (thd, sequences back to back): out's rows cu_seqlens_q[num_seqs] ..
     tail_rows - 1 are written as zeros, a row per program in turn."""
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
@@ -363,15 +341,6 @@ def attention_mixed_hopper_kernel(
     dp_smem = gl.allocate_shared_memory(q_desc.dtype, [DECODE_BLOCK_N, DECODE_ROWS],
                                         gl.NVMMASharedLayout.get_default_for([DECODE_BLOCK_N, DECODE_ROWS],
                                                                              q_desc.dtype))
-    dq_small = dq_smem  # without small tiles: the decode tiles' buffers (_decode tells them apart by their rows)
-    dp_small = dp_smem
-    if SMALL_DECODE_ROWS > 0:
-        dq_small = gl.allocate_shared_memory(
-            q_desc.dtype, [SMALL_DECODE_ROWS, HEAD_DIM],
-            gl.NVMMASharedLayout.get_default_for([SMALL_DECODE_ROWS, HEAD_DIM], q_desc.dtype))
-        dp_small = gl.allocate_shared_memory(
-            q_desc.dtype, [DECODE_BLOCK_N, SMALL_DECODE_ROWS],
-            gl.NVMMASharedLayout.get_default_for([DECODE_BLOCK_N, SMALL_DECODE_ROWS], q_desc.dtype))
     dk_smem = gl.allocate_shared_memory(k_decode_desc.dtype, [DECODE_STAGES, DECODE_BLOCK_N, HEAD_DIM],
                                         k_decode_desc.layout)
     dv_smem = gl.allocate_shared_memory(v_decode_desc.dtype, [DECODE_STAGES, DECODE_BLOCK_N, HEAD_DIM],
@@ -400,7 +369,7 @@ def attention_mixed_hopper_kernel(
 
     descriptors = (q_desc, k_desc, v_desc, k_decode_desc, v_decode_desc)
     buffers = (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty)
-    decode_buffers = (dq_smem, dk_smem, dv_smem, dk_ready, dk_empty, dv_ready, dv_empty, dp_smem, dq_small, dp_small)
+    decode_buffers = (dq_smem, dk_smem, dv_smem, dk_ready, dk_empty, dv_ready, dv_empty, dp_smem)
     schedule = (tile_ends, heads_q)
     sequences = (cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, q_batch_rows, k_batch_rows,
                  v_batch_rows, out_batch_rows)

@@ -235,7 +235,7 @@ def plan_hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
         return plan_mixed_hopper(q, k, v, heads_kv, batch_rows, num_seqs=num_seqs, out_token_stride=out.stride(-3),
                                  softmax_scale=softmax_scale, causal=window[1] == 0, bottom_right=bottom_right,
                                  page_size=page_size, has_q_start=has_q_start, has_kv_start=has_kv_start,
-                                 num_sms=num_sms, total_q=total_q)
+                                 num_sms=num_sms, total_q=total_q, max_seqlen_q=max_seqlen_q)
     if max(1, max_seqlen_q) * (heads_q // heads_kv) <= MAX_DECODE_ROWS:
         return plan_decode_hopper(q, k, v, out, heads_kv, batch_rows, num_seqs=num_seqs, max_seqlen_q=max_seqlen_q,
                                   max_seqlen_kv=max_seqlen_kv, total_q=total_q, softmax_scale=softmax_scale,

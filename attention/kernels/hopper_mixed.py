@@ -16,7 +16,8 @@ from attention.environment import getenv
 
 from .arguments import scale_log2
 from .attention_fwd_hopper import HOPPER_ROWS_PER_GROUP
-from .attention_mixed_hopper import MAX_DECODE_ROWS, SMALL_DECODE_ROWS, attention_mixed_hopper_kernel
+from .attention_decode_hopper import MAX_DECODE_ROWS, SMALL_DECODE_ROWS
+from .attention_mixed_hopper import attention_mixed_hopper_kernel
 from .launch import KernelLaunch
 
 __all__ = ["MIXED_HOPPER_ENV", "MIXED_HOPPER_TILE", "MIXED_HOPPER_TILE_ENV",
@@ -98,8 +99,6 @@ class MixedHopperPlan(PersistentLaunch):
     """MIXED_HOPPER_TILE's entry (or MIXED_HOPPER_TILE_ENV's)."""
     decode_rows: int
     """Packed rows of a decode tile (mixed_decode_rows): sequences with more go to the prefill partitions."""
-    small_decode_rows: int = 0
-    """> 0: decode items of at most this many packed rows run tiles of this many rows (mixed_decode_rows)."""
     descriptors: tuple[Any, ...] = ()
     """Q's (64-row blocks), K's and V's (prefill tiles), K's and V's (decode tiles) TMA descriptor makers
     (hopper_forward.RowsDescriptor)."""
@@ -127,8 +126,7 @@ class MixedHopperPlan(PersistentLaunch):
                 "DECODE_BLOCK_N": decode_block_n, "DECODE_STAGES": decode_stages, "PAGE_SIZE": self.page_size,
                 "CAUSAL": self.causal, "BOTTOM_RIGHT": self.bottom_right, "HAS_Q_START": self.has_q_start,
                 "HAS_KV_START": self.has_kv_start, "LOG2_MAX_SEQS": max(5, self.num_seqs.bit_length()),
-                "DECODE_ROWS": self.decode_rows, "SMALL_DECODE_ROWS": self.small_decode_rows,
-                "CONSUMER_REGISTERS": consumer_registers,
+                "DECODE_ROWS": self.decode_rows, "CONSUMER_REGISTERS": consumer_registers,
                 "DECODE_REGISTERS": decode_registers,
             },
             options={"num_warps": 4, "maxnreg": maxnreg}, descriptors=self.descriptors)
@@ -155,7 +153,7 @@ def plan_mixed_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads_k
                       batch_rows: tuple[int, int, int, int], *, num_seqs: int, out_token_stride: int,
                       softmax_scale: float, causal: bool,
                       bottom_right: bool, page_size: int, has_q_start: bool, has_kv_start: bool,
-                      num_sms: int, total_q: int = 0) -> MixedHopperPlan | None:
+                      num_sms: int, total_q: int, max_seqlen_q: int) -> MixedHopperPlan | None:
     """A MixedHopperPlan for a mixed batch the Hopper kernel serves (plan_hopper_forward checked the tensors),
     else None. q: a 4-D view [B, S, H_q, D]; k / v: as attention_forward's (their geometry sizes the TMA
     descriptors); batch_rows as HopperPlan's."""
@@ -166,7 +164,6 @@ def plan_mixed_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads_k
 
     tile = _tile(q.shape[3])
     block_n, decode_block_n = tile[0], tile[2]
-    decode_rows, small_decode_rows = mixed_decode_rows(group_size)
     return MixedHopperPlan(
         descriptors=(RowsDescriptor.of(q, HOPPER_ROWS_PER_GROUP), RowsDescriptor.of(k, block_n, page_size),
                      RowsDescriptor.of(v, block_n, page_size), RowsDescriptor.of(k, decode_block_n, page_size),
@@ -175,7 +172,7 @@ def plan_mixed_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads_k
         q_token_stride=q.stride(-3), out_token_stride=out_token_stride,
         softmax_scale_log2=scale_log2(softmax_scale), page_size=page_size, causal=causal,
         bottom_right=bool(bottom_right), has_q_start=has_q_start, has_kv_start=has_kv_start,
-        tile=tile, decode_rows=decode_rows, small_decode_rows=small_decode_rows, total_q=total_q)
+        tile=tile, decode_rows=mixed_decode_rows(group_size, num_seqs, total_q, max_seqlen_q), total_q=total_q)
 
 
 def decode_tile_rows(rows: int) -> int:
@@ -184,13 +181,25 @@ def decode_tile_rows(rows: int) -> int:
     return min(MAX_DECODE_ROWS, max(SMALL_DECODE_ROWS, 1 << (rows - 1).bit_length()))
 
 
-def mixed_decode_rows(group_size: int) -> tuple[int, int]:
-    """(packed rows of the mixed kernel's decode tiles, of its small decode tiles or 0). The decode tiles have room
-    for a group and for a verification step of 4 query tokens of a 4-head group (16 rows); with groups of at most
-    SMALL_DECODE_ROWS heads a second, 8-row tile serves the one-token decodes (half the tensor-core work beside the
-    prefill, H200 in MIXED_DECODE_SMALL_ROWS' note)."""
-    rows = decode_tile_rows(max(16, group_size))
-    return rows, SMALL_DECODE_ROWS if group_size <= SMALL_DECODE_ROWS < rows else 0
+def mixed_decode_rows(group_size: int, num_seqs: int, total_q: int, max_seqlen_q: int) -> int:
+    """Packed rows of the mixed kernel's decode tiles (wgmma's N): room for a group and for a verification step
+    of 4 query tokens of a 4-head group (16 rows), unless the host values say that the sequences besides the
+    longest have one query each (at most one on average): then a group's rows, 8 for groups of up to 8 heads (half
+    the decodes' tensor-core work beside the prefill). Sequences with more rows run as prefill items, so a wrong
+    guess costs speed, never correctness. H200, 2026-12-02, graph replays, settled, three interleaved rounds
+    (docs/results/2026-12-02-h200-*/mixed-rows-ab.txt): a 2k prefill + 128 decodes at 2k (GQA 32/8) 275.7-281.0 us
+    on 8-row tiles against 282.4-286.0 on 16; a 2k chunk on 14k + 64 decodes at 4k 1104.0-1153.6 against
+    1103.3-1161.5. Both tiles in one kernel (8 rows for one-token decodes, 16 for the rest, chosen per item) lost
+    that gain and more: 282.6-287.2 and 1145.8-1192.4.
+
+    Example:
+        >>> mixed_decode_rows(4, num_seqs=129, total_q=2048 + 128, max_seqlen_q=2048)  # a prefill + decodes
+        8
+        >>> mixed_decode_rows(4, num_seqs=65, total_q=2048 + 64 * 4, max_seqlen_q=2048)  # + verification steps
+        16
+    """
+    one_query_each = total_q - max_seqlen_q <= num_seqs - 1
+    return decode_tile_rows(group_size if one_query_each else max(16, group_size))
 
 
 def _tile(head_dim: int) -> tuple[int, int, int, int, int, int, int]:

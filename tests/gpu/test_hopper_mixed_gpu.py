@@ -30,11 +30,17 @@ CASES = [
     C(MIXED_Q, MIXED_KV, heads=(32, 8), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="cache", causal=True,
       bottom_right=True),
     C(MIXED_Q, MIXED_KV, heads=(16, 4), d_qk=64, d_v=64, dtype=torch.float16, layout="paged", page_size=16),
-    # group 8 (decode tiles of 16 rows, 8 for one query): a full decode tile (2 queries x 8 heads), verification
-    # rows (4 x 8 = 32 packed rows) and 8 x 8 as prefill items
+    # group 8 (decode tiles of 16 rows): a full decode tile (2 queries x 8 heads), verification rows (4 x 8 = 32
+    # packed rows) and 8 x 8 as prefill items
     C((4, 2, 4, 1, 8) + DECODES_Q + (500,), (900, 77, 4, 33, 1200) + DECODES_KV + (1800,), heads=(16, 2), d_qk=128,
       d_v=128, dtype=torch.bfloat16, layout="paged", page_size=16, causal=True, bottom_right=True),
-    # group 4: one-token decodes in the 8-row tiles beside 2-4 token verification steps in the 16-row ones
+    # a prefill beside one-token decodes (the others one query each: decode tiles of 8 rows): groups 4, 8 and 1,
+    # and a 2-query decode beside a sequence of none (8 rows at group 4)
+    *[C(DECODES_Q + (700,), DECODES_KV + (2000,), heads=heads, d_qk=128, d_v=128, dtype=torch.bfloat16,
+        layout="paged", page_size=16, causal=True, bottom_right=True) for heads in ((32, 8), (16, 2), (8, 8))],
+    C((2, 0) + DECODES_Q + (900,), (77, 30) + DECODES_KV + (1500,), heads=(32, 8), d_qk=128, d_v=128,
+      dtype=torch.bfloat16, layout="paged", page_size=16, causal=True, bottom_right=True),
+    # group 4 with verification steps of 2-4 queries (decode tiles of 16 rows)
     C((1, 4, 1, 3, 2) + DECODES_Q + (700,), (50, 900, 1, 2049, 64) + DECODES_KV + (2000,), heads=(32, 8), d_qk=128,
       d_v=128, dtype=torch.bfloat16, layout="paged", page_size=16, causal=True, bottom_right=True),
     # MQA (group 32: decode tiles of 32 rows, full at one query token)
