@@ -15,8 +15,8 @@ import torch
 from attention.environment import getenv
 
 from .arguments import scale_log2
-from .attention_fwd_hopper import HOPPER_ROWS_PER_GROUP
 from .attention_decode_hopper import MAX_DECODE_ROWS, SMALL_DECODE_ROWS
+from .attention_fwd_hopper import HOPPER_ROWS_PER_GROUP
 from .attention_mixed_hopper import attention_mixed_hopper_kernel
 from .launch import KernelLaunch
 
