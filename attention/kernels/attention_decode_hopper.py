@@ -387,7 +387,7 @@ def attention_decode_hopper_kernel(
     b * k_batch_rows + kv_start[b] + j, or with pages row page_table[b, j // PAGE_SIZE] * PAGE_SIZE + j % PAGE_SIZE.
     q_ptr / out_ptr: token rows stride_qs / stride_os elements apart, query token i of sequence b at row
     b * *_batch_rows + q_start[b] + i, heads packed along the row. Every sequence has at most ROWS / GROUP_SIZE
-    queries (ROWS: a power of 2 from SMALL_DECODE_ROWS to MAX_DECODE_ROWS). WRITE_PARTIAL (num_splits > 1): partial_out fp32
+    queries (ROWS: a power of 2 from 8 to MAX_DECODE_ROWS). WRITE_PARTIAL (num_splits > 1): partial_out fp32
     [num_splits, total_q, H_q, D] (head stride D) and partial_lse fp32 [num_splits, total_q, H_q] (head stride 1),
     tokens packed as cu_seqlens_q counts them, instead of out; with FUSED_MERGE (num_splits <= SPLITS_BLOCK) the
     last split of each walk to finish merges them into out, counting arrivals in split_counter_ptr[seq * heads_kv +

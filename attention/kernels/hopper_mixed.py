@@ -187,7 +187,7 @@ def mixed_decode_rows(group_size: int, num_seqs: int, total_q: int, max_seqlen_q
     longest have one query each (at most one on average): then a group's rows, 8 for groups of up to 8 heads (half
     the decodes' tensor-core work beside the prefill). Sequences with more rows run as prefill items, so a wrong
     guess costs speed, never correctness. H200, 2026-12-02, graph replays, settled, three interleaved rounds
-    (docs/results/2026-12-02-h200-*/mixed-rows-ab.txt): a 2k prefill + 128 decodes at 2k (GQA 32/8) 275.7-281.0 us
+    (docs/results/2026-12-02-h200-1ee9195/mixed-rows-ab.txt): a 2k prefill + 128 decodes at 2k (GQA 32/8) 275.7-281.0 us
     on 8-row tiles against 282.4-286.0 on 16; a 2k chunk on 14k + 64 decodes at 4k 1104.0-1153.6 against
     1103.3-1161.5. Both tiles in one kernel (8 rows for one-token decodes, 16 for the rest, chosen per item) lost
     that gain and more: 282.6-287.2 and 1145.8-1192.4.
