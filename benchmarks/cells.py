@@ -221,7 +221,9 @@ class Inputs:
                 generator = torch.Generator().manual_seed(self.seed + page_size)
                 permutation, pool = torch.randperm(len(seq_index), generator=generator), len(seq_index)
             else:
-                page_bytes = page_size * p.heads_kv * max(p.head_dim, p.head_dim_v) * p.element_size
+                from inference.page_allocator import cache_page_bytes
+
+                page_bytes = cache_page_bytes(page_size, p.heads_kv, p.head_dim, p.head_dim_v, p.element_size)
                 served, pool = served_page_table(p.kv_lens, page_size, page_bytes, self.page_order)
                 permutation = torch.tensor([page for seq_pages in served for page in seq_pages])
             seq_d, page_d, perm_d = (t.to(self.device) for t in (seq_index, page_index, permutation))

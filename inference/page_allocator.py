@@ -18,8 +18,8 @@ from collections.abc import Hashable
 
 from inference.errors import KVCacheFullError
 
-__all__ = ["PAGE_ALLOCATIONS", "TRANSLATION_BYTES", "PageAllocator", "RunPageAllocator", "check_page_allocation",
-           "make_page_allocator", "run_pages_for"]
+__all__ = ["PAGE_ALLOCATIONS", "TRANSLATION_BYTES", "PageAllocator", "RunPageAllocator", "cache_page_bytes",
+           "check_page_allocation", "make_page_allocator", "run_pages_for"]
 
 TRANSLATION_BYTES = 2 << 20
 """The span of one GPU address translation of a large allocation (2 MiB pages)."""
@@ -28,6 +28,16 @@ PAGE_ALLOCATIONS = ("runs", "fifo")
 """How a paged cache hands out pages: ``runs`` (RunPageAllocator: a sequence's pages in 2 MiB runs where free space
 allows, read by a decode as fast as a contiguous cache) or ``fifo`` (PageAllocator: TransformerEngine's free list,
 its page ids exactly)."""
+
+
+def cache_page_bytes(page_size: int, heads_kv: int, head_dim_k: int, head_dim_v: int, element_size: int) -> int:
+    """Bytes of one page of a paged cache's larger tensor (K or V): the unit run_pages_for counts in.
+
+    Example:
+        >>> cache_page_bytes(16, heads_kv=8, head_dim_k=128, head_dim_v=128, element_size=2)   # 32 KiB
+        32768
+    """
+    return page_size * heads_kv * max(head_dim_k, head_dim_v) * element_size
 
 
 def run_pages_for(page_bytes: int) -> int:

@@ -11,7 +11,7 @@ from torch import Tensor
 from inference.cache_manager import KVCacheManager, validate_step_dict
 from inference.device_upload import upload
 from inference.errors import KVCacheFullError
-from inference.page_allocator import check_page_allocation, make_page_allocator
+from inference.page_allocator import cache_page_bytes, check_page_allocation, make_page_allocator
 
 __all__ = ["PagedKVCacheManager"]
 
@@ -67,7 +67,7 @@ class PagedKVCacheManager(KVCacheManager):
         self.cache_rows = (total_num_pages, page_size)
         self.max_pages_per_seq = pages_for(max_seqlen, page_size)
         self.page_allocation = page_allocation
-        page_bytes = page_size * num_heads * max(head_dim_k, self.head_dim_v) * self.dtype.itemsize
+        page_bytes = cache_page_bytes(page_size, num_heads, head_dim_k, self.head_dim_v, self.dtype.itemsize)
         self.allocator = make_page_allocator(total_num_pages, page_allocation, page_bytes)
         self.page_table = torch.zeros(
             max_batch_size, self.max_pages_per_seq, dtype=torch.int32, device=self.device
