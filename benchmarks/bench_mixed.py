@@ -7,6 +7,8 @@ Each cell is measured whole (providers that take a mixed batch in one call: fuse
 flash-attn 2 varlen with a block table, flash-attn-4 varlen with a page table) and as its two parts,
 each part with every provider that can run it (SDPA too). Derived rows: ``X (separately)`` = part 1 +
 part 2 with provider X; ``best competitors (separately)`` = the fastest competitor for each part.
+A last cell runs the whole call with its decodes given no query (our providers only): the prefill as it runs
+inside the one launch, to set against the prefill part alone (the whole fused row's note gives both).
 All mixed cells are timed as CUDA-graph replays (launch gaps count), settled and over the throughput window
 like prefill (their prefill parts hold the H200 at its power cap; benchmarks/timing.py). The decode part is
 settled too, so that both parts and the whole are timed alike.
@@ -33,6 +35,8 @@ DEFAULT_BUDGET_S = 120.0
 class MixedCell:
     whole: Cell
     parts: tuple[Cell, Cell]
+    prefill_in_launch: Cell
+    """The whole call with no decode queries (same cache, same lengths): what its prefill costs in one launch."""
 
 
 def _mixed(name: str, prefill: tuple[int, int], decodes: int, context: int, dtype, heads=(32, 8),
@@ -43,12 +47,17 @@ def _mixed(name: str, prefill: tuple[int, int], decodes: int, context: int, dtyp
                     **common)
     prefill_part = Problem(q_lens=(q_chunk,), kv_lens=(kv_chunk,), causal=True, **common)
     decode_part = Problem(q_lens=(1,) * decodes, kv_lens=(context,) * decodes, causal=False, **common)
+    idle_decodes = Problem(q_lens=(q_chunk,) + (0,) * decodes, kv_lens=whole.kv_lens, causal=True, **common)
+    tag = name.split()[0]
     return MixedCell(
-        whole=Cell(name, name.split()[0], whole, "paged", page, latency=True, metric="bandwidth", settle=True),
-        parts=(Cell(f"{name.split()[0]} part: prefill {q_chunk}/{kv_chunk}", "part", prefill_part, "paged", page,
+        whole=Cell(name, tag, whole, "paged", page, latency=True, metric="bandwidth", settle=True),
+        parts=(Cell(f"{tag} part: prefill {q_chunk}/{kv_chunk}", "part", prefill_part, "paged", page,
                     latency=True, metric="flops", settle=True),
-               Cell(f"{name.split()[0]} part: {decodes} decodes @{context}", "part", decode_part, "paged", page,
+               Cell(f"{tag} part: {decodes} decodes @{context}", "part", decode_part, "paged", page,
                     latency=True, metric="bandwidth", settle=True)),
+        prefill_in_launch=Cell(f"{tag} probe: prefill {q_chunk}/{kv_chunk}, decodes without queries",
+                               "part", idle_decodes, "paged", page, latency=True, metric="flops", settle=True,
+                               providers=("unfused", "fused", "auto")),
     )
 
 
@@ -66,8 +75,11 @@ def _ok(rows: Sequence[Row]) -> dict[str, Row]:
     return {r.provider: r for r in rows if r.status == "ok" and r.us}
 
 
-def combine(mixed: MixedCell, whole: list[Row], first: list[Row], second: list[Row]) -> list[Row]:
-    """Add the derived "separately" rows to the whole cell's rows and recompute the speedups."""
+def combine(mixed: MixedCell, whole: list[Row], first: list[Row], second: list[Row],
+            probe: Sequence[Row] = ()) -> list[Row]:
+    """Add the derived "separately" rows to the whole cell's rows and recompute the speedups; the whole fused
+    row's note compares it with our two calls and, from ``probe`` (the prefill_in_launch cell's rows), says
+    what its prefill costs inside the launch."""
     a, b = _ok(first), _ok(second)
     derived = []
     for provider in sorted((a.keys() & b.keys()) & {"fused", *COMPETITORS}):
@@ -95,6 +107,10 @@ def combine(mixed: MixedCell, whole: list[Row], first: list[Row], second: list[R
     split = next((r for r in derived if r.provider == "fused (separately)"), None)
     if fused and split:
         fused.note = "; ".join(x for x in (fused.note, f"one launch = {fused.us / split.us:.2f}x the two calls") if x)
+    prefill_in_launch, prefill_alone = _ok(probe).get("fused"), a.get("fused")
+    if fused and prefill_in_launch and prefill_alone:
+        fused.note = "; ".join(x for x in (fused.note, f"its prefill {prefill_in_launch.us:.1f} µs in the launch "
+                                                       f"(decodes without queries), {prefill_alone.us:.1f} alone") if x)
     return rows
 
 
@@ -105,8 +121,9 @@ def run(cfg: BenchConfig) -> list[Row]:
     for mixed in cells(cfg):
         if not cfg.wants_cell(mixed.whole.name):
             continue
-        parts = [harness.run_cells(SUITE, [cell], cfg, FACTORIES) for cell in (mixed.whole, *mixed.parts)]
-        rows += combine(mixed, *parts) + parts[1] + parts[2]
+        parts = [harness.run_cells(SUITE, [cell], cfg, FACTORIES)
+                 for cell in (mixed.whole, *mixed.parts, mixed.prefill_in_launch)]
+        rows += combine(mixed, *parts) + parts[1] + parts[2] + parts[3]
     return rows
 
 

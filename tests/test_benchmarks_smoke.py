@@ -145,7 +145,8 @@ def test_graph_replays_are_timed_in_two_rounds_and_rows_keep_the_faster(monkeypa
 def test_prefill_and_mixed_cells_settle_decode_cells_do_not() -> None:
     cfg = BenchConfig(device=torch.device("cpu"))
     assert all(cell.settle for cell in bench_prefill.cells(cfg))
-    assert all(cell.settle for mixed in bench_mixed.cells(cfg) for cell in (mixed.whole, *mixed.parts))
+    assert all(cell.settle for mixed in bench_mixed.cells(cfg)
+               for cell in (mixed.whole, *mixed.parts, mixed.prefill_in_launch))
     assert not any(cell.settle for cell in bench_decode.cells(cfg))
 
 
@@ -223,6 +224,10 @@ def test_suite_smoke(module, tmp_path) -> None:
     if suite == "mixed":
         whole = [r for r in rows if r.group == "M1"]
         assert {"fused (separately)", "best competitors (separately)"} <= {r.provider for r in whole}
+        probe = [r for r in rows if "probe" in r.cell]
+        assert {r.provider for r in probe} == {"unfused", "fused", "auto"}
+        fused = next(r for r in whole if r.provider == "fused")
+        assert "in the launch (decodes without queries)" in fused.note, fused.note
 
 
 def test_run_all_writes_one_report(tmp_path) -> None:
