@@ -7,10 +7,10 @@ so the module keeps, per signature, what those steps decided (a ``CallPlan``) an
 the next call with that signature. The steps that carry data (sequence lengths, the KV-cache
 append, bias and mask checks) run on every call.
 
-A signature holds everything the skipped steps read: the module's configuration and mode, the
-tensors' sizes, dtypes and devices (with a KV cache not the given cu_seqlens, which the step replaces),
-the host arguments, whether autograd will need a backward,
-whether a CUDA graph is being captured, the ``NVTE_*`` switches, ``use_backends()`` and how often
+A signature holds everything the skipped steps read: the module's configuration and mode
+(``DotProductAttention.planned_configuration``), the tensors' sizes, dtypes and devices (with a KV cache
+not the given cu_seqlens, which the step replaces), the host arguments, whether autograd will need a
+backward, whether a CUDA graph is being captured, the ``NVTE_*`` switches, ``use_backends()`` and how often
 ``clear_cache()`` ran. Within a plan each combination of the values the data-carrying steps
 produce (batch size, sequence lengths, cache layout, bias shape) gets its own ``AttentionParams``
 and backend, and a dict the backend may keep its launches in (``AttentionCall.launches``: the fused
@@ -154,10 +154,7 @@ def call_signature(
             return None
     return (
         q.shape, q.dtype, q.device, k.shape, k.dtype, k.device, v.shape, v.dtype, v.device, others,
-        host_arguments, kv_caching,
-        module.training, module.backend, module.qkv_format, module.attn_mask_type, module._window_size_arg,
-        module.bottom_right_diagonal, module.attention_type, module.attention_dropout, module.softmax_type,
-        module.deterministic, module.return_max_logit,
+        host_arguments, kv_caching, module._planned_configuration or module.planned_configuration(),
         call_setup.requires_grad(module, q, k, v, core_attention_bias),
         capturing,
         _env_tokens(), selection.context_backends(), selection.cache_generation(),

@@ -21,6 +21,14 @@ from attention.formats import check_format
 from attention.masks import check_set_window_size, normalize_mask_type
 
 
+_PLANNED_ATTRIBUTES = frozenset({
+    "training", "num_attention_heads", "num_gqa_groups", "head_dim_qk", "head_dim_v", "attention_dropout",
+    "qkv_format", "attn_mask_type", "_window_size_arg", "attention_type", "softmax_type", "bottom_right_diagonal",
+    "return_max_logit", "backend", "deterministic",
+})
+"""The module's attributes that a call plan's checks and choice read (``planned_configuration``)."""
+
+
 class DotProductAttention(nn.Module):
     """``softmax(scale * Q Kᵀ + bias + mask) V`` on the fastest backend that can run the call.
 
@@ -102,6 +110,22 @@ class DotProductAttention(nn.Module):
         )
         self.last_backend: str | None = None
         self._call_plans = call_plans.CallPlans()   # call signature -> its checks and choices
+
+    _planned_configuration: tuple | None = None   # planned_configuration()'s, until a planned attribute is set
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name in _PLANNED_ATTRIBUTES:   # .train() / .eval() set training so too
+            self.__dict__["_planned_configuration"] = None
+
+    def planned_configuration(self) -> tuple:
+        """The values of the module's attributes that the call plans' checks and choice read: a part of every
+        call signature (``attention.call_plans``), kept until one of those attributes is set again."""
+        configuration = self._planned_configuration
+        if configuration is None:
+            configuration = tuple(getattr(self, name) for name in sorted(_PLANNED_ATTRIBUTES))
+            self.__dict__["_planned_configuration"] = configuration
+        return configuration
 
     def extra_repr(self) -> str:
         return (

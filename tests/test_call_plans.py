@@ -110,6 +110,23 @@ def test_mode_and_grad_are_part_of_the_signature(counted):
     assert grads == [False, False, True]
 
 
+def test_setting_a_planned_attribute_plans_again(counted):
+    attn = _module()
+    q, k, v = _qkv()
+    attn(q, k, v)
+    attn.attn_mask_type = "no_mask"   # a changed attribute the checks read: checked and chosen again
+    out = attn(q, k, v)
+    torch.testing.assert_close(out, reference_attention(q, k, v, qkv_format="bshd", attn_mask_type="no_mask"),
+                               atol=1e-5, rtol=1e-5)
+    attn.layer_number = 3   # not one of them: the plan stands
+    attn(q, k, v)
+    attn.backend = ("unfused",)
+    attn(q, k, v)
+    assert counted["checks"] == 3
+    assert len(counted["selected"]) == 3
+    assert attn.last_backend == "unfused"
+
+
 def test_switches_use_backends_and_clear_cache_still_apply(monkeypatch, counted):
     attn = _module()
     q, k, v = _qkv()
