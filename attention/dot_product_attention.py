@@ -20,7 +20,6 @@ from attention.backends.base import AttentionCall, Backend
 from attention.formats import check_format
 from attention.masks import check_set_window_size, normalize_mask_type
 
-
 _PLANNED_ATTRIBUTES = frozenset({
     "training", "num_attention_heads", "num_gqa_groups", "head_dim_qk", "head_dim_v", "attention_dropout",
     "qkv_format", "attn_mask_type", "_window_size_arg", "attention_type", "softmax_type", "bottom_right_diagonal",
