@@ -130,19 +130,6 @@ def test_what_the_choice_leaves_open_finds_its_own_plan(planned, device, change)
     assert planned["packed"] == 3 + (change == "another cache")
 
 
-def test_layout_numbers_are_equal_for_equal_layouts_and_never_reused(monkeypatch):
-    """A cache layout's number (what a kept plan's key holds of the KV side): one number per layout; once the
-    table is dropped, a new layout gets a number no earlier layout had, so no kept plan can match it by accident."""
-    from attention.backends import fused_launches
-
-    first = fused_launches._layout_number((("sizes", 1),))
-    assert fused_launches._layout_number((("sizes", 1),)) == first
-    second = fused_launches._layout_number((("sizes", 2),))
-    assert second != first
-    monkeypatch.setattr(fused_launches, "_LAYOUT_NUMBERS", {})   # as when the table is full and dropped
-    assert fused_launches._layout_number((("sizes", 3),)) not in (first, second)
-
-
 def test_a_cache_object_without_a_layout_memo_keys_its_buffers_every_call(planned, device):
     decode = Decode(_module(device), device)
     del decode.cache.layout_memo

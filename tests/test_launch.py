@@ -201,3 +201,14 @@ def test_an_unknown_launcher_sends_descriptor_kernels_through_triton(stream, mon
         kernel_launch(torch.zeros(8), torch.zeros(8), torch.zeros(8))
     assert len(fake.through_triton) == 3 and fake.compiled.run.raw == []
     assert kernel_launch._direct is False  # decided once, not after every call
+
+
+def test_layout_numbers_are_equal_for_equal_layouts_and_never_reused(monkeypatch):
+    """A layout's number (what kept plans' keys hold of a cache's buffers): one number per layout; once the table
+    is dropped, a new layout gets a number no earlier layout had, so no kept plan can match it by accident."""
+    first = launch.layout_number((("sizes", 1),))
+    assert launch.layout_number((("sizes", 1),)) == first
+    second = launch.layout_number((("sizes", 2),))
+    assert second != first
+    monkeypatch.setattr(launch, "_LAYOUT_NUMBERS", {})   # as when the table is full and dropped
+    assert launch.layout_number((("sizes", 3),)) not in (first, second)

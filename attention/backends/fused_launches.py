@@ -27,8 +27,6 @@ Example (what a repeated decode call runs)::
 
 from __future__ import annotations
 
-import itertools
-
 import torch
 
 from attention.backends.base import AttentionCall
@@ -39,7 +37,7 @@ from attention.kernels.attention_fwd import (
     packed_attention_forward,
     plan_environment,
 )
-from attention.kernels.launch import tensor_key
+from attention.kernels.launch import layout_number, tensor_key
 
 __all__ = ["MAX_LAUNCHES", "run"]
 
@@ -84,8 +82,8 @@ def run(call: AttentionCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
 def _kv_layout(call: AttentionCall, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                cu_seqlens_kv: torch.Tensor, q_starts: torch.Tensor | None, kv_starts: torch.Tensor | None) -> object:
     """The key of the KV side's tensors. With a KV cache, of the cache object's own buffers (the views the
-    backend takes of them follow from the batch, which the choice fixes): its number in ``_LAYOUT_NUMBERS``, kept
-    in the cache's ``layout_memo`` (an int hashes in one step, the layout's nested tuple in ~0.4 µs)."""
+    backend takes of them follow from the batch, which the choice fixes): its ``layout_number``, kept in the
+    cache's ``layout_memo``."""
     cache = call.inference_params
     if cache is None:
         return (tensor_key(k), tensor_key(v), tensor_key(cu_seqlens_q), tensor_key(cu_seqlens_kv),
@@ -97,22 +95,5 @@ def _kv_layout(call: AttentionCall, k: torch.Tensor, v: torch.Tensor, cu_seqlens
         layout = (tensor_key(call.key), tensor_key(call.value), tensor_key(call.page_table),
                   tensor_key(call.cu_seqlens_q), tensor_key(call.cu_seqlens_kv))
         if memo is not None:
-            layout = memo[name] = _layout_number(layout)
+            layout = memo[name] = layout_number(layout)
     return layout
-
-
-MAX_LAYOUT_NUMBERS = 2048
-"""Cache layouts numbered at once (the table is dropped when full; numbers given out are never reused)."""
-_LAYOUT_NUMBERS: dict[tuple, int] = {}
-_next_layout_number = itertools.count()
-
-
-def _layout_number(layout: tuple) -> int:
-    """A number for a cache layout, the same for equal layouts, never given to another (numbers are not reused
-    when the table is dropped, so no kept plan's key can match a layout it was not made for)."""
-    number = _LAYOUT_NUMBERS.get(layout)
-    if number is None:
-        if len(_LAYOUT_NUMBERS) >= MAX_LAYOUT_NUMBERS:
-            _LAYOUT_NUMBERS.clear()
-        number = _LAYOUT_NUMBERS[layout] = next(_next_layout_number)
-    return number

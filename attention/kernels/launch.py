@@ -28,6 +28,7 @@ Example:
 from __future__ import annotations
 
 import inspect
+import itertools
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -35,7 +36,7 @@ from typing import Any
 import torch
 from triton import knobs
 
-__all__ = ["DIRECT_LAUNCH", "KernelLaunch", "tensor_key"]
+__all__ = ["DIRECT_LAUNCH", "KernelLaunch", "layout_number", "tensor_key"]
 
 DIRECT_LAUNCH = os.environ.get("ATTN_TRITON_FAST_LAUNCH", "1") != "0"
 MAX_ENCODED_ADDRESSES = 8
@@ -51,6 +52,31 @@ def tensor_key(x: torch.Tensor | None) -> tuple | None:
     if x is None:
         return None
     return (x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16 == 0)
+
+
+MAX_LAYOUT_NUMBERS = 2048
+"""Layouts numbered at once (the table is dropped when full; numbers given out are never reused)."""
+_LAYOUT_NUMBERS: dict[tuple, int] = {}
+_next_layout_number = itertools.count()
+
+
+def layout_number(layout: tuple) -> int:
+    """A number for a tuple of ``tensor_key``s, the same for equal tuples and never given to another (numbers are
+    not reused when the table is dropped, so no plan kept under a number can match a layout it was not made for).
+    A caller whose buffers keep their metadata numbers them once and keys its plans by the number: an int hashes
+    in one step, a tuple of five ``tensor_key``s in ~0.4 µs.
+
+    Example:
+        >>> a, b = torch.zeros(4, 2), torch.zeros(4, 2)
+        >>> layout_number((tensor_key(a),)) == layout_number((tensor_key(b),))
+        True
+    """
+    number = _LAYOUT_NUMBERS.get(layout)
+    if number is None:
+        if len(_LAYOUT_NUMBERS) >= MAX_LAYOUT_NUMBERS:
+            _LAYOUT_NUMBERS.clear()
+        number = _LAYOUT_NUMBERS[layout] = next(_next_layout_number)
+    return number
 
 
 class KernelLaunch:
