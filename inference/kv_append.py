@@ -44,6 +44,17 @@ def _use_triton(cache: Tensor, implementation: str) -> bool:
     return implementation == "triton"
 
 
+def cache_layout(k_cache: Tensor, v_cache: Tensor, page_table: Tensor, cu_seqlens_q: Tensor,
+                 cu_seqlens_kv: Tensor) -> int | None:
+    """``append_to_kv_cache``'s ``cache_layout`` for these cache-side tensors: the number of their metadata, or
+    None when the append runs in torch (no launch to key)."""
+    if not _use_triton(k_cache, "auto"):
+        return None
+    from attention.kernels.launch import layout_number, tensor_key
+
+    return layout_number(tuple(map(tensor_key, (k_cache, v_cache, page_table, cu_seqlens_q, cu_seqlens_kv))))
+
+
 def _token_coordinates(
     new_k: Tensor, cu_seqlens_q: Tensor, qkv_format: str
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -97,6 +108,14 @@ def _append_torch(
         cache.view(-1, cache.shape[-2], cache.shape[-1])[slot] = tokens
 
 
+@functools.cache
+def _append_triton():
+    """inference.kv_append_triton.append_triton, imported on first use (it imports Triton)."""
+    from inference.kv_append_triton import append_triton
+
+    return append_triton
+
+
 def _append_impl(
     new_k: Tensor,
     new_v: Tensor,
@@ -107,19 +126,24 @@ def _append_impl(
     cu_seqlens_kv: Tensor,
     qkv_format: str,
     implementation: str,
+    cache_layout: int | None = None,
 ) -> None:
     if _use_triton(k_cache, implementation):
-        from inference.kv_append_triton import append_triton
-
-        append_triton(new_k, new_v, k_cache, v_cache, page_table, cu_seqlens_q, cu_seqlens_kv, qkv_format)
+        _append_triton()(new_k, new_v, k_cache, v_cache, page_table, cu_seqlens_q, cu_seqlens_kv, qkv_format,
+                         cache_layout)
     else:
         _append_torch(new_k, new_v, k_cache, v_cache, page_table, cu_seqlens_q, cu_seqlens_kv, qkv_format)
+
+
+def _append_op_impl(new_k: Tensor, new_v: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor,
+                    cu_seqlens_q: Tensor, cu_seqlens_kv: Tensor, qkv_format: str, implementation: str) -> None:
+    _append_impl(new_k, new_v, k_cache, v_cache, page_table, cu_seqlens_q, cu_seqlens_kv, qkv_format, implementation)
 
 
 # Eager calls run _append_impl directly (a custom-op dispatch costs ~85 µs of CPU per call here);
 # torch.compile traces the op, an opaque node with a fake implementation.
 _append_op = torch.library.custom_op("inference::append_to_kv_cache", mutates_args=("k_cache", "v_cache"))(
-    _append_impl)
+    _append_op_impl)
 
 
 @_append_op.register_fake
@@ -137,6 +161,7 @@ def append_to_kv_cache(
     cu_seqlens_kv: Tensor,
     qkv_format: str,
     implementation: str = "auto",
+    cache_layout: int | None = None,
 ) -> None:
     """Write this step's new tokens into the (paged or one-page-per-row) caches, in place.
 
@@ -151,6 +176,10 @@ def append_to_kv_cache(
         qkv_format: ``"bshd"``, ``"sbhd"`` or ``"thd"``.
         implementation: ``"auto"`` (Triton on CUDA, torch elsewhere), ``"torch"`` or ``"triton"``
             (on CPU only under ``TRITON_INTERPRET=1``).
+        cache_layout: for a caller whose cache-side tensors keep their metadata from call to call (a cache
+            manager's own buffers): ``attention.kernels.launch.layout_number`` of the ``tensor_key``s of
+            ``k_cache``, ``v_cache``, ``page_table``, ``cu_seqlens_q`` and ``cu_seqlens_kv``. The Triton path
+            keys its launch by it instead of reading their metadata again. Eager calls only.
 
     Example::
 
@@ -160,8 +189,12 @@ def append_to_kv_cache(
         >>> append_to_kv_cache(torch.ones(1, 2, 2, 16), torch.ones(1, 2, 2, 16), k_cache, v_cache,
         ...                    page_table, cu_q, cu_kv, "bshd")   # positions 4, 5 -> page 5 slots 0, 1
     """
-    append = torch.ops.inference.append_to_kv_cache if torch.compiler.is_compiling() else _append_impl
-    append(new_k, new_v, k_cache, v_cache, page_table, cu_seqlens_q, cu_seqlens_kv, qkv_format, implementation)
+    if torch.compiler.is_compiling():
+        torch.ops.inference.append_to_kv_cache(new_k, new_v, k_cache, v_cache, page_table, cu_seqlens_q,
+                                               cu_seqlens_kv, qkv_format, implementation)
+    else:
+        _append_impl(new_k, new_v, k_cache, v_cache, page_table, cu_seqlens_q, cu_seqlens_kv, qkv_format,
+                     implementation, cache_layout)
 
 
 def reindex_kv_cache(

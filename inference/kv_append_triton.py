@@ -124,12 +124,16 @@ def append_triton(
     cu_seqlens_q: Tensor,
     cu_seqlens_kv: Tensor,
     qkv_format: str,
+    cache_layout: int | None = None,
 ) -> None:
     """Triton version of ``kv_append.append_to_kv_cache`` (same arguments, no host sync). The launch is
-    planned once per key of the tensors' metadata and the format (``attention.kernels.launch``)."""
+    planned once per key of the tensors' metadata and the format (``attention.kernels.launch``).
+    ``cache_layout``: as ``append_to_kv_cache``'s, the number that stands for the cache side's metadata."""
     interpret = _interpret()
-    key = (tensor_key(new_k), tensor_key(new_v), tensor_key(k_cache), tensor_key(v_cache), tensor_key(page_table),
-           tensor_key(cu_seqlens_q), tensor_key(cu_seqlens_kv), qkv_format, interpret,
+    cache_side = cache_layout if cache_layout is not None else (
+        tensor_key(k_cache), tensor_key(v_cache), tensor_key(page_table), tensor_key(cu_seqlens_q),
+        tensor_key(cu_seqlens_kv))
+    key = (tensor_key(new_k), tensor_key(new_v), cache_side, qkv_format, interpret,
            torch._C._cuda_getDevice() if k_cache.is_cuda else -1)
     launch = _append_plans.get(key, _NO_PLAN)
     if launch is _NO_PLAN:

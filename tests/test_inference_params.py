@@ -198,6 +198,9 @@ def test_step_past_max_ctx_len_is_refused():
         ("too-few-rows", "batch size"),
         ("format", "qkv_format"),
         ("ndim", "4-D"),
+        ("not-a-tensor", "new_v must be a torch.Tensor"),
+        ("device", "new_k is on meta"),
+        ("k-v-disagree", "must agree on all dims but the last"),
     ],
 )
 def test_refused_step_changes_nothing(paging, case, message):
@@ -224,6 +227,12 @@ def test_refused_step_changes_nothing(paging, case, message):
         qkv_format = "bhsd"
     elif case == "ndim":
         new_k, new_v = new_k[0], new_v[0]
+    elif case == "not-a-tensor":
+        new_v = new_v.tolist()
+    elif case == "device":
+        new_k = new_k.to("meta")
+    elif case == "k-v-disagree":
+        new_v = torch.randn(2, 4, HEADS_KV, HEAD_DIM_V)
     before = snapshot(params)
     with pytest.raises(ValueError, match=message):
         params.step(layer_number, new_k, new_v, qkv_format)

@@ -130,3 +130,67 @@ def test_unknown_implementation_is_refused():
     with pytest.raises(ValueError, match="implementation"):
         append_to_kv_cache(torch.zeros(1, 1, 1, 2), torch.zeros(1, 1, 1, 2), cache, cache,
                            torch.zeros(1, 1, dtype=torch.int32), cu, cu, "bshd", implementation="cuda")
+
+
+def test_a_managers_append_numbers_its_buffers_once_and_again_for_new_ones(monkeypatch):
+    """A cache manager keys its Triton append by the number of its buffers' layout (``cache_layout``), made once
+    per layer while the same tensor objects come back, and made again for other ones; the writes stay right."""
+    pytest.importorskip("triton")
+    from collections import OrderedDict
+
+    from inference import InferenceParams, cache_manager, kv_append
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(kv_append, "_use_triton", lambda cache, implementation: implementation != "torch")
+    numbered = []
+
+    def counting_layout(*tensors):
+        numbered.append(tensors)
+        return kv_append.cache_layout(*tensors)
+
+    monkeypatch.setattr(cache_manager, "cache_layout", counting_layout)
+    params = InferenceParams(2, 64, NUM_HEADS_KV, HEAD_DIM_K, torch.float32, is_paged=True, page_size=4)
+    params.allocate_memory(1)
+    params.pre_step(OrderedDict({"a": 5, "b": 3}))
+    prefill = [torch.randn(2, 5, NUM_HEADS_KV, HEAD_DIM_K) for _ in range(2)]
+    params.step(1, *prefill, "bshd")
+    for _ in range(2):
+        params.pre_step(OrderedDict({"a": 1, "b": 1}))
+        params.step(1, *(torch.randn(2, 1, NUM_HEADS_KV, HEAD_DIM_K) for _ in range(2)), "bshd")
+    assert len(numbered) == 1   # three steps, one layout
+    manager = params.cache_manager
+    other_cu_q = params.cu_seqlens_q.clone()   # equal metadata, another object: numbered again, to the same number
+    new_k, new_v = (torch.randn(2, 1, NUM_HEADS_KV, HEAD_DIM_K) for _ in range(2))
+    params.pre_step(OrderedDict({"a": 1, "b": 1}))
+    manager.step(1, new_k, new_v, other_cu_q, params.cu_seqlens_kv, "bshd")
+    assert len(numbered) == 2
+    assert kv_append.cache_layout(*numbered[0]) == kv_append.cache_layout(*numbered[1])
+    k_cache, _ = manager.layer_cache(1)
+    table = manager.page_table
+    for row, position in enumerate((7, 5)):   # the step's token at its position (8 and 6 tokens now), paged
+        assert torch.equal(k_cache[table[row, position // 4], position % 4], new_k[row, 0])
+    assert torch.equal(k_cache[table[0, 0], 0], prefill[0][0, 0])
+
+
+def test_a_cache_layout_stands_for_the_cache_sides_metadata(monkeypatch):
+    """append_to_kv_cache(cache_layout=N) keys its launch by N for the cache side; the new tokens' own metadata still
+    counts (a launch kept for the first new_k's strides would misread the second's), and the writes match the
+    loop's."""
+    pytest.importorskip("triton")
+    from inference import kv_append
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    k_cache, v_cache = torch.zeros(3, 4, NUM_HEADS_KV, HEAD_DIM_K), torch.zeros(3, 4, NUM_HEADS_KV, HEAD_DIM_V)
+    table = torch.tensor([[2], [0]], dtype=torch.int32)
+    cu_q, cu_kv = torch.tensor([0, 1, 2], dtype=torch.int32), torch.tensor([0, 3, 4], dtype=torch.int32)
+    monkeypatch.setattr(kv_append, "_use_triton", lambda cache, implementation: True)
+    number = kv_append.cache_layout(k_cache, v_cache, table, cu_q, cu_kv)
+    expected_k, expected_v = k_cache.clone(), v_cache.clone()
+    # the second new_k: a view with another batch stride
+    for new_k in (torch.randn(2, 1, NUM_HEADS_KV, HEAD_DIM_K), torch.randn(2, 3, NUM_HEADS_KV, HEAD_DIM_K)[:, :1]):
+        new_v = torch.randn(2, 1, NUM_HEADS_KV, HEAD_DIM_V)
+        loop_append(new_k, expected_k, table, cu_q, cu_kv, "bshd")
+        loop_append(new_v, expected_v, table, cu_q, cu_kv, "bshd")
+        append_to_kv_cache(new_k, new_v, k_cache, v_cache, table, cu_q, cu_kv, "bshd", implementation="triton",
+                           cache_layout=number)
+        assert torch.equal(k_cache, expected_k) and torch.equal(v_cache, expected_v)
