@@ -156,15 +156,12 @@ class RunPageAllocator(PageAllocator):
         if num_pages > self._num_free:
             raise KVCacheFullError(num_pages, self._num_free, f"sequence {seq_id!r}")
         pages = self.allocated_pages.setdefault(seq_id, [])
-        touched = set()
         for _ in range(num_pages):
             run = pages[-1] // self.run_pages if pages else -1
             if run < 0 or not self._free_in_run[run]:
-                run = self._next_run()  # (only runs this loop emptied are stale in the heap meanwhile)
+                run = self._next_run()
+            # the run's rank only worsens: its entry in the heap stays as it was (see _next_run)
             pages.append(heapq.heappop(self._free_in_run[run]))
-            touched.add(run)
-        for run in touched:
-            self._rank(run)
         self._num_free -= num_pages
 
     def _key(self, run: int) -> tuple[int, int, int]:
@@ -173,7 +170,9 @@ class RunPageAllocator(PageAllocator):
         return (free < self._run_size(run), -free, run)
 
     def _rank(self, run: int) -> None:
-        """Enter ``run``'s current key (its older keys go stale; rebuilt when stale ones crowd the heap)."""
+        """Enter ``run``'s current key after ``free`` raised it (its older keys go stale; rebuilt when stale ones
+        crowd the heap). Allocation, which only lowers a run's rank, enters nothing: every run with a free page
+        keeps an entry in the heap ranked at or above its current key, which _next_run corrects when it surfaces."""
         if self._free_in_run[run]:
             heapq.heappush(self._ranked, self._key(run))
         if len(self._ranked) > 4 * len(self._free_in_run) + 64:
@@ -181,10 +180,19 @@ class RunPageAllocator(PageAllocator):
             heapq.heapify(self._ranked)
 
     def _next_run(self) -> int:
-        """The best-ranked run with a free page (the caller checked there is one)."""
-        while self._ranked[0] != self._key(self._ranked[0][2]):  # stale: the run's count changed since
-            heapq.heappop(self._ranked)
-        return self._ranked[0][2]
+        """The best-ranked run with a free page (the caller checked there is one). The top entry is the best when
+        it is its run's current key (every run's entries rank at or above its current key); a stale top entry
+        is replaced by its run's current key, or dropped when the run has no free page left."""
+        ranked = self._ranked
+        while True:
+            run = ranked[0][2]
+            current = self._key(run)
+            if ranked[0] == current:
+                return run
+            if self._free_in_run[run]:
+                heapq.heapreplace(ranked, current)
+            else:
+                heapq.heappop(ranked)
 
     def free(self, seq_id: Hashable) -> None:
         """Return every page of ``seq_id`` to its run."""

@@ -108,6 +108,52 @@ def test_random_traffic_keeps_the_books(run_pages):
     assert allocator.num_free == total and allocator.allocated_pages == {}
 
 
+class _ScanningRuns:
+    """RunPageAllocator's rule by a scan of every run at each page (the reference for its heap)."""
+
+    def __init__(self, total: int, run_pages: int) -> None:
+        self.run_pages, self.total = run_pages, total
+        self.free = [set(range(r, min(r + run_pages, total))) for r in range(0, total, run_pages)]
+        self.pages: dict[int, list[int]] = {}
+
+    def allocate(self, seq: int, count: int) -> None:
+        pages = self.pages.setdefault(seq, [])
+        for _ in range(count):
+            run = pages[-1] // self.run_pages if pages else -1
+            if run < 0 or not self.free[run]:
+                sizes = [min(self.run_pages, self.total - r * self.run_pages) for r in range(len(self.free))]
+                run = min((len(f) < size, -len(f), r) for r, (f, size) in enumerate(zip(self.free, sizes)) if f)[2]
+            page = min(self.free[run])
+            self.free[run].remove(page)
+            pages.append(page)
+
+    def release(self, seq: int) -> None:
+        for page in self.pages.pop(seq, ()):
+            self.free[page // self.run_pages].add(page)
+
+
+@pytest.mark.parametrize("run_pages", [1, 3, 8])
+def test_random_traffic_hands_out_the_pages_the_rule_names(run_pages):
+    """Under random admissions, growth and finishes, each sequence gets exactly the pages a scan of every run by
+    the class's rule would give it (its heap of ranked runs is only a faster way to the same answer)."""
+    rng = random.Random(100 + run_pages)
+    total = 40
+    allocator, reference = RunPageAllocator(total, run_pages), _ScanningRuns(total, run_pages)
+    for _ in range(3000):
+        live = list(allocator.allocated_pages)
+        if live and rng.random() < 0.3:
+            seq = rng.choice(live)
+            allocator.free(seq)
+            reference.release(seq)
+        else:
+            seq = rng.choice(live) if live and rng.random() < 0.7 else rng.randrange(10**6)
+            want = rng.randint(1, 4)
+            if want <= allocator.num_free:
+                allocator.allocate(seq, want)
+                reference.allocate(seq, want)
+        assert allocator.allocated_pages == reference.pages
+
+
 def test_run_pages_for_a_cache_page():
     assert run_pages_for(16 * 8 * 128 * 2) == 64       # 32 KiB pages
     assert run_pages_for(256 * 32 * 128 * 2) == 1      # 2 MiB pages: one a run
