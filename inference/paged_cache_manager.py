@@ -104,11 +104,14 @@ class PagedKVCacheManager(KVCacheManager):
         return self.sequences
 
     def _write_page_table(self) -> None:
-        """Row r of the table = the pages of the r-th sequence in batch order, zeros after them."""
-        table = self._host_table
+        """Row r of the table = the pages of the r-th sequence in batch order, zeros after them. Only what changed
+        is written, in one indexed assignment (a decode step that crosses a page boundary changes every row: one
+        slice assignment a row cost 64 sequences ~0.4 ms), and only the changed rows are uploaded."""
         allocated, previous = self.allocator.allocated_pages, self._rows
         rows: list[tuple[Hashable, int]] = []
-        changed: list[int] = []   # rows whose entries changed
+        entry_rows: list[int] = []   # the table entries to write: (row, column) -> page (0: cleared)
+        entry_columns: list[int] = []
+        entry_pages: list[int] = []
         for row, seq_id in enumerate(self.sequences):
             pages = allocated[seq_id]
             held, count = previous[row] if row < len(previous) else (None, 0)
@@ -116,20 +119,23 @@ class PagedKVCacheManager(KVCacheManager):
                 rows.append((seq_id, count))
                 continue
             start = count if held == seq_id and count <= len(pages) else 0  # the same sequence only grows
-            if start < len(pages):
-                table[row, start : len(pages)] = torch.tensor(pages[start:], dtype=torch.int32)
-                changed.append(row)
-            if count > len(pages):
-                table[row, len(pages) : count] = 0
-                changed.append(row)
+            end = max(count, len(pages))   # a shorter sequence in the row: its tail cleared
+            entry_rows += [row] * (end - start)
+            entry_columns += range(start, end)
+            entry_pages += pages[start:]
+            entry_pages += [0] * (end - max(start, len(pages)))
             rows.append((seq_id, len(pages)))
-        for row in range(len(rows), len(self._rows)):
-            table[row, : self._rows[row][1]] = 0
-            changed.append(row)
+        for row in range(len(rows), len(previous)):   # rows past the batch: cleared
+            count = previous[row][1]
+            entry_rows += [row] * count
+            entry_columns += range(count)
+            entry_pages += [0] * count
         self._rows = rows
-        if changed:   # a decode step that adds no page copies nothing
-            first, last = min(changed), max(changed) + 1
-            upload(self.page_table[first:last], table[first:last])
+        if entry_rows:   # a decode step that adds no page copies nothing
+            self._host_table[torch.tensor(entry_rows), torch.tensor(entry_columns)] = torch.tensor(
+                entry_pages, dtype=torch.int32)
+            first, last = min(entry_rows), max(entry_rows) + 1
+            upload(self.page_table[first:last], self._host_table[first:last])
 
     def step(
         self,

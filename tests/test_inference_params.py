@@ -136,6 +136,32 @@ def check_page_accounting(params: InferenceParams) -> None:
         assert manager.page_table[row, : len(pages)].tolist() == pages
 
 
+@pytest.mark.parametrize("page_allocation", ["runs", "fifo"])
+def test_the_page_table_is_exactly_the_batch_s_pages_under_random_traffic(page_allocation):
+    """Sequences admitted, grown, reordered and finished at random: after every pre_step the device page table is
+    row r = the pages of the r-th sequence, zeros after them, and zeros in the rows past the batch (the manager
+    rewrites only what changed)."""
+    import random
+
+    rng = random.Random(7)
+    params = make_params("paged", max_batch_size=6, max_sequence_length=40, page_allocation=page_allocation)
+    manager = params.cache_manager
+    next_id = 0
+    for _ in range(300):
+        live = [seq for seq, length in params.sequences.items() if length < 36 and rng.random() < 0.85]
+        rng.shuffle(live)
+        while len(live) < 6 and rng.random() < 0.4:
+            live.append(next_id)
+            next_id += 1
+        step = OrderedDict((seq, min(rng.choice((1, 1, 1, 3, 5)), 40 - params.sequences.get(seq, 0))) for seq in live)
+        params.pre_step(step)
+        expected = torch.zeros_like(manager.page_table)
+        for row, seq in enumerate(step):
+            pages = manager.get_page_list(seq)
+            expected[row, : len(pages)] = torch.tensor(pages, dtype=torch.int32)
+        assert torch.equal(manager.page_table, expected)
+
+
 def test_pages_are_allocated_on_demand_and_returned():
     params = make_params("oversubscribed")
     for step_dict in ({"a": 5, "b": 4}, {"a": 4, "b": 1}, {"b": 3, "c": 1}, {"c": 7}, {}):
