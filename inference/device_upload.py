@@ -24,8 +24,11 @@ __all__ = ["upload"]
 
 
 def upload(destination: Tensor, source: Tensor) -> None:
-    """``destination.copy_(source)`` for a CPU ``source``; asynchronous when ``destination`` is on a GPU."""
+    """``destination.copy_(source)`` for a CPU ``source``; asynchronous when ``destination`` is on a GPU. A strided
+    ``source`` (a box of a larger host table) is pinned as a contiguous copy: pinned with its strides it would
+    take the whole span of the table, and torch stages a strided source for a copy to the GPU through pageable
+    memory."""
     if destination.is_cuda:
-        destination.copy_(source.pin_memory(), non_blocking=True)
+        destination.copy_(source.contiguous().pin_memory(), non_blocking=True)
     else:
         destination.copy_(source)
