@@ -54,16 +54,29 @@ def decode_calls(device: torch.device, dtype: torch.dtype) -> dict[str, Callable
     }
 
 
-def _calls() -> dict[str, Callable[[], object]]:
-    # the decode calls on the GPU, plus a 64-sequence pre_step.
+def pre_step_call(device: torch.device, dtype: torch.dtype) -> Callable[[], object]:
+    """``InferenceParams.pre_step`` of 64 decoding sequences on 16-token pages (every 16th step crosses a page
+    boundary for all of them). Every ~4,000 steps the batch starts over (reset and a 100-token prefill)."""
     from inference import InferenceParams
 
-    device, dtype = torch.device("cuda"), torch.bfloat16
-    calls = decode_calls(device, dtype)
     batch = InferenceParams(64, 4096, 8, 128, dtype, is_paged=True, page_size=16, device=device)
-    batch.pre_step(OrderedDict((seq, 100) for seq in range(64)))
-    decode = OrderedDict((seq, 1) for seq in range(64))   # ~2,600 steps fit 4096 tokens
-    return {**calls, "pre_step_64": lambda: batch.pre_step(decode)}
+    prefill = OrderedDict((seq, 100) for seq in range(64))
+    decode = OrderedDict((seq, 1) for seq in range(64))
+    batch.pre_step(prefill)
+
+    def step() -> None:
+        if batch.longest_sequence == 4096:
+            batch.reset()
+            batch.pre_step(prefill)
+        batch.pre_step(decode)
+
+    return step
+
+
+def _calls() -> dict[str, Callable[[], object]]:
+    # the decode calls on the GPU, plus a 64-sequence pre_step.
+    device, dtype = torch.device("cuda"), torch.bfloat16
+    return {**decode_calls(device, dtype), "pre_step_64": pre_step_call(device, dtype)}
 
 
 def measure() -> dict[str, float]:

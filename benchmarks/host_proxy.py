@@ -6,7 +6,8 @@ interleaved) of:
 
 * ``attention_forward``: the kernel launcher, direct;
 * ``dpa_static_thd``: ``DotProductAttention(backend="fused")`` in thd over a read-only paged cache;
-* ``dpa_step_bshd``: the same module in bshd through ``InferenceParams.step`` (the KV append).
+* ``dpa_step_bshd``: the same module in bshd through ``InferenceParams.step`` (the KV append);
+* ``pre_step_64``: ``InferenceParams.pre_step`` of 64 decoding sequences (host_ab's).
 
 Stubs, so no kernel runs and nothing needs CUDA: ``KernelLaunch.__call__`` is a no-op (the attention,
 combine and append launches), the fused backend's availability check passes without a GPU (it
@@ -45,10 +46,11 @@ def _stub(sm90: bool = False) -> None:
 
 
 def calls() -> dict[str, Callable[[], object]]:
-    """The three calls, built by host_ab (on CPU, float16)."""
-    from benchmarks.host_ab import decode_calls
+    """host_ab's calls, built on CPU in float16 (pre_step's uploads are plain copies here)."""
+    from benchmarks.host_ab import decode_calls, pre_step_call
 
-    return decode_calls(torch.device("cpu"), torch.float16)
+    device = torch.device("cpu")
+    return {**decode_calls(device, torch.float16), "pre_step_64": pre_step_call(device, torch.float16)}
 
 
 def measure(fns: dict[str, Callable[[], object]], n: int, repeats: int) -> dict[str, float]:
