@@ -62,14 +62,16 @@ def validate_step_dict(
             f"step_dict has {len(step_dict)} sequences but max_batch_size is {max_batch_size}"
         )
     lengths_after: OrderedDict[Hashable, int] = OrderedDict()
+    cached = sequences.get
     for seq_id, step_len in step_dict.items():
-        if isinstance(step_len, bool) or not isinstance(step_len, int):
+        # (type(...) is int first: one check for the usual step length instead of two isinstance calls)
+        if type(step_len) is not int and (isinstance(step_len, bool) or not isinstance(step_len, int)):
             raise ValueError(
                 f"step_dict[{seq_id!r}] must be an int number of new tokens, got {step_len!r}"
             )
         if step_len < 1:
             raise ValueError(f"step_dict[{seq_id!r}] = {step_len}: a step length must be >= 1")
-        total = sequences.get(seq_id, 0) + step_len
+        total = cached(seq_id, 0) + step_len
         if total > max_sequence_length:
             raise ValueError(
                 f"step_dict[{seq_id!r}] = {step_len} would grow sequence {seq_id!r} from "

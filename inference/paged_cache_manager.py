@@ -76,16 +76,16 @@ class PagedKVCacheManager(KVCacheManager):
         # rewrites only what changed (a decode step usually adds no page at all).
         self._host_table = torch.zeros(max_batch_size, self.max_pages_per_seq, dtype=torch.int32)
         self._rows: list[tuple[Hashable, int]] = []
+        self._order: tuple = ()   # the sequences of the rows, in batch order, when the table was last written
 
     def pre_step(self, step_dict: Mapping[Hashable, int]) -> OrderedDict[Hashable, int]:
         """Free finished sequences' pages, allocate the pages this step needs, rebuild the table."""
         lengths_after = validate_step_dict(step_dict, self.sequences, self.max_batch_size, self.max_seqlen)
         finished = [seq_id for seq_id in self.sequences if seq_id not in step_dict]
-        pages_freed = sum(len(self.allocator.allocated_pages.get(seq_id, ())) for seq_id in finished)
-        new_pages = {
-            seq_id: pages_for(total, self.page_size) - len(self.allocator.allocated_pages.get(seq_id, ()))
-            for seq_id, total in lengths_after.items()
-        }
+        owned, page_size = self.allocator.allocated_pages, self.page_size
+        pages_freed = sum(len(owned.get(seq_id, ())) for seq_id in finished)
+        new_pages = {seq_id: -(-total // page_size) - len(owned.get(seq_id, ()))   # pages_for, inlined
+                     for seq_id, total in lengths_after.items()}
         pages_needed = sum(new_pages.values())
         if pages_needed > self.allocator.num_free + pages_freed:
             raise KVCacheFullError(
@@ -100,7 +100,10 @@ class PagedKVCacheManager(KVCacheManager):
                 self.allocator.allocate(seq_id, num_pages)
         self.sequences = lengths_after
         self.step_lens = list(step_dict.values())
-        self._write_page_table()
+        order = tuple(lengths_after)
+        if finished or pages_needed or order != self._order:   # else every row of the table stays as it is
+            self._write_page_table()
+            self._order = order
         return self.sequences
 
     def _write_page_table(self) -> None:
@@ -159,6 +162,7 @@ class PagedKVCacheManager(KVCacheManager):
         self.page_table.zero_()
         self._host_table.zero_()
         self._rows = []
+        self._order = ()
 
     def get_page_list(self, seq_id: Hashable) -> list[int]:
         """The pages of ``seq_id`` in logical order."""
