@@ -76,7 +76,6 @@ class PagedKVCacheManager(KVCacheManager):
         # rewrites only what changed (a decode step usually adds no page at all).
         self._host_table = torch.zeros(max_batch_size, self.max_pages_per_seq, dtype=torch.int32)
         self._rows: list[tuple[Hashable, int]] = []
-        self._order: tuple = ()   # the sequences of the rows, in batch order, when the table was last written
 
     def pre_step(self, step_dict: Mapping[Hashable, int]) -> OrderedDict[Hashable, int]:
         """Free finished sequences' pages, allocate the pages this step needs, rebuild the table."""
@@ -98,12 +97,12 @@ class PagedKVCacheManager(KVCacheManager):
         for seq_id, num_pages in new_pages.items():
             if num_pages:   # a decode step usually needs no new page (every sequence holds >= 1 already)
                 self.allocator.allocate(seq_id, num_pages)
+        # no page moved and the batch in the same order (finished sequences change it): every row stays as it is
+        rows_change = pages_needed or list(lengths_after) != list(self.sequences)
         self.sequences = lengths_after
         self.step_lens = list(step_dict.values())
-        order = tuple(lengths_after)
-        if finished or pages_needed or order != self._order:   # else every row of the table stays as it is
+        if rows_change:
             self._write_page_table()
-            self._order = order
         return self.sequences
 
     def _write_page_table(self) -> None:
@@ -162,7 +161,6 @@ class PagedKVCacheManager(KVCacheManager):
         self.page_table.zero_()
         self._host_table.zero_()
         self._rows = []
-        self._order = ()
 
     def get_page_list(self, seq_id: Hashable) -> list[int]:
         """The pages of ``seq_id`` in logical order."""
