@@ -94,10 +94,18 @@ def _load_decode_tiles(kv_descriptors, decode_buffers, count, first_tile, num_ti
     DECODE_STAGES: gl.constexpr = dk_smem.type.shape[0]
     ring = (dk_smem, dv_smem, dk_ready, dk_empty, dv_ready, dv_empty)
     if GATHER:  # kv_descriptors: (k, v, their token rows' strides)
+        HALF: gl.constexpr = DECODE_BLOCK_N // 2
+        first_key = first_tile * DECODE_BLOCK_N
+        rows = (_gather_rows(pages, first_key, kv_len, HALF, PAGE_SIZE),
+                _gather_rows(pages, first_key + HALF, kv_len, HALF, PAGE_SIZE))
         for i in range(num_tiles):
-            rows = _gather_rows(pages, first_tile + i, kv_len, DECODE_BLOCK_N, dk_smem.type.shape[2], PAGE_SIZE)
+            # the next tile's rows (the last tile's again at the end: a hit), a register a lane a half
+            next_key = (first_tile + gl.minimum(i + 1, num_tiles - 1)) * DECODE_BLOCK_N
+            ahead = (_gather_rows(pages, next_key, kv_len, HALF, PAGE_SIZE),
+                     _gather_rows(pages, next_key + HALF, kv_len, HALF, PAGE_SIZE))
             _gather_tile(kv_descriptors, ring, (count + i) % DECODE_STAGES, ((count + i) // DECODE_STAGES) & 1,
                          rows, kv_col)
+            rows = ahead
     elif PAGE_SIZE >= DECODE_BLOCK_N or PAGE_SIZE == 0:
         for i in range(num_tiles):
             _load_kv_tile(kv_descriptors, ring, (count + i) % DECODE_STAGES, ((count + i) // DECODE_STAGES) & 1,
@@ -114,11 +122,12 @@ def _load_decode_tiles(kv_descriptors, decode_buffers, count, first_tile, num_ti
 
 
 @gluon.jit
-def _gather_rows(pages, t, kv_len, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr):
-    """KV tile t's keys as rows of the page pool (GATHER), in the layout of _gather_tile's copies: keys past the
-    sequence repeat its last key (masked and zeroed downstream as any row past it), so no table entry past the
-    sequence is read."""
-    keys = t * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, _gather_layout(HEAD_DIM)))
+def _gather_rows(pages, first_key, kv_len, KEYS: gl.constexpr, PAGE_SIZE: gl.constexpr):
+    """Keys first_key .. first_key + KEYS - 1 as rows of the page pool (GATHER), one a lane of the producer warp
+    (KEYS = 32; read a tile ahead, they wait in one register, not in the copies' layout, which holds 16 rows a
+    lane): keys past the sequence repeat its last key (masked and zeroed downstream as any row past it), so no
+    table entry past the sequence is read."""
+    keys = first_key + gl.arange(0, KEYS, layout=gl.BlockedLayout([KEYS // 32], [32], [1], [0]))
     keys = gl.minimum(keys, gl.maximum(kv_len - 1, 0))
     return gl.load(pages + keys // PAGE_SIZE) * PAGE_SIZE + keys % PAGE_SIZE
 
@@ -131,19 +140,29 @@ def _gather_layout(head_dim):
 
 
 @gluon.jit
+def _gather_rows_into(tile, base, row_stride, rows, dims):
+    """cp.async of the [len(rows), D] rows at pool rows ``rows`` (_gather_rows's) from ``base`` into ``tile``."""
+    rows = gl.convert_layout(rows, gl.SliceLayout(1, _gather_layout(tile.type.shape[1]))).to(gl.int64)
+    _async_load(tile, base + (rows * row_stride)[:, None] + dims[None, :])
+
+
+@gluon.jit
 def _gather_tile(kv_pointers, ring, stage, phase, rows, kv_col):
-    """K then V of the keys at pool rows ``rows`` (_gather_rows's) into ring slot ``stage`` by cp.async, each once
-    the consumers freed its slot; each lane's arrival on the slot's ready barrier lands with its copies."""
+    """K then V of a tile's keys at pool rows ``rows`` (two halves, _gather_rows's) into ring slot ``stage`` by
+    cp.async, half a tile at a time (16 addresses a lane), each once the consumers freed its slot; each lane's
+    arrival on the slot's ready barrier lands with its copies."""
     k_ptr, v_ptr, k_row_stride, v_row_stride = kv_pointers
     k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
+    HALF: gl.constexpr = k_smem.type.shape[1] // 2
     HEAD_DIM: gl.constexpr = k_smem.type.shape[2]
     dims = kv_col + gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, _gather_layout(HEAD_DIM)))
-    rows = rows.to(gl.int64)
     mbarrier.wait(k_empty.index(stage), phase ^ 1)  # a fresh barrier counts as released
-    _async_load(k_smem.index(stage), k_ptr + (rows * k_row_stride)[:, None] + dims[None, :])
+    _gather_rows_into(k_smem.index(stage).slice(0, HALF), k_ptr, k_row_stride, rows[0], dims)
+    _gather_rows_into(k_smem.index(stage).slice(HALF, HALF), k_ptr, k_row_stride, rows[1], dims)
     async_copy.mbarrier_arrive(k_ready.index(stage), increment_count=False)
     mbarrier.wait(v_empty.index(stage), phase ^ 1)
-    _async_load(v_smem.index(stage), v_ptr + (rows * v_row_stride)[:, None] + dims[None, :])
+    _gather_rows_into(v_smem.index(stage).slice(0, HALF), v_ptr, v_row_stride, rows[0], dims)
+    _gather_rows_into(v_smem.index(stage).slice(HALF, HALF), v_ptr, v_row_stride, rows[1], dims)
     async_copy.mbarrier_arrive(v_ready.index(stage), increment_count=False)
 
 
