@@ -29,8 +29,8 @@ from tests.test_hopper_forward import _RecordedLaunch
     (None, 0, True),
     ("1", 256, True),
     ("0", 16, False),
-    (None, 1, True),  # pages under 16 tokens: gathered by cp.async
-    (None, 8, True),
+    (None, 1, False),  # pages under 16 tokens: only with DECODE_HOPPER_GATHER_ENV
+    (None, 8, False),
     (None, 12, False),  # pages that neither divide a tile nor hold whole ones
     (None, 48, False),
 ])
@@ -40,14 +40,17 @@ def test_the_switch_and_the_pages(monkeypatch: pytest.MonkeyPatch, switch: str |
         monkeypatch.setenv(DECODE_HOPPER_ENV, switch)
     reason = decode_hopper_unsupported_reason(128, 4, 1, page_size)
     assert (reason is None) is taken, reason
-    if not taken and switch is None:
-        assert "1, 2, 4, 8 or 16 to 64 tokens" in reason
+    if page_size in (1, 8):
+        assert reason == f"pages of {page_size} tokens, unless {DECODE_HOPPER_GATHER_ENV} is set"
+    elif page_size in (12, 48):
+        assert "needs pages of 1, 2, 4, 8 or 16 to 64 tokens" in reason
 
 
-def test_the_gather_switch_sends_small_pages_to_the_general_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(DECODE_HOPPER_GATHER_ENV, "0")
-    assert decode_hopper_unsupported_reason(128, 4, 1, 1) == f"{DECODE_HOPPER_GATHER_ENV}=0 and pages of 1 tokens"
-    assert decode_hopper_unsupported_reason(128, 4, 1, 16) is None  # TMA's pages are not its business
+@pytest.mark.parametrize("value, taken", [("1", True), ("64,6,4", True), ("0", False)])
+def test_the_gather_switch_takes_small_pages(monkeypatch: pytest.MonkeyPatch, value: str, taken: bool) -> None:
+    monkeypatch.setenv(DECODE_HOPPER_GATHER_ENV, value)
+    assert (decode_hopper_unsupported_reason(128, 4, 1, 1) is None) is taken
+    assert decode_hopper_unsupported_reason(128, 4, 1, 16) is None  # TMA's pages, whatever the switch
 
 
 def test_limits_are_named() -> None:
@@ -253,10 +256,16 @@ def test_one_split_writes_the_output_and_merges_nothing(monkeypatch: pytest.Monk
     assert kwargs["WRITE_PARTIAL"] is False and args[-3] == total  # zero_tail: rows cu_seqlens_q[-1] .. total - 1
 
 
-def test_pages_under_16_tokens_launch_with_pointers_and_row_strides(monkeypatch: pytest.MonkeyPatch) -> None:
-    """1-token pages: no TMA descriptors (the producer gathers rows by cp.async from K's and V's pointers, their
-    token rows H_kv x D elements apart); the prefill kernel's page rule does not refuse them for a decode."""
+@pytest.mark.parametrize("value, warps, stages", [("1", 1, 3), ("64,6,4", 4, 6)])
+def test_pages_under_16_tokens_launch_with_pointers_and_row_strides(monkeypatch: pytest.MonkeyPatch, value: str,
+                                                                    warps: int, stages: int) -> None:
+    """1-token pages, gathering on: no TMA descriptors (the producer warps gather rows by cp.async from K's and V's
+    pointers, their token rows H_kv x D elements apart); the prefill kernel's page rule does not refuse them for a
+    decode. Off, the general kernel takes them."""
     monkeypatch.setattr(hopper_forward, "_on_sm90", lambda q: True)
+    q, k, total = _paged_decodes(num_seqs=64, page_size=1)
+    assert _plan(q, k, total, max_seqlen_kv=4096, num_splits=1) is None
+    monkeypatch.setenv(DECODE_HOPPER_GATHER_ENV, value)
     kernel = _RecordedLaunch()
     monkeypatch.setattr(hopper_decode, "attention_decode_hopper_kernel", kernel)
     q, k, total = _paged_decodes(num_seqs=64, page_size=1)
@@ -266,6 +275,6 @@ def test_pages_under_16_tokens_launch_with_pointers_and_row_strides(monkeypatch:
     plan(q[0], k, k, q[0], cu, cu, cu, None, torch.zeros(64, 4096, dtype=torch.int32))
     (_, args, kwargs), = kernel.calls
     assert args[0] is k and args[1] is k and args[-2:] == (1024, 1024)
-    assert kwargs["GATHER"] is True and kwargs["PAGE_SIZE"] == 1 and kwargs["HEAD_DIM"] == 128
+    assert (kwargs["GATHER"], kwargs["STAGES"], kwargs["PAGE_SIZE"], kwargs["HEAD_DIM"]) == (warps, stages, 1, 128)
     # a prefill over the same pages is not the Hopper kernels' (its tiles read whole pages of 16 tokens and more)
     assert _plan(*_paged_decodes(num_seqs=1, queries=4096, page_size=1), max_seqlen_q=4096) is None

@@ -57,8 +57,8 @@ SMALL_DECODE_ROWS = 8
 """The fewest rows of a decode tile: wgmma's smallest N for 16-bit operands."""
 
 GATHER_PRODUCER_REGISTERS = gl.constexpr(112)
-"""The producer warp's registers when it gathers pages by cp.async (a tile's pool rows, and the next tile's, in
-its registers); 24 when it only issues TMA loads."""
+"""The producer warps' registers when they gather pages by cp.async (16 row addresses a lane of one warp at a time;
+sm90 ptxas, Triton 3.6: 32 B spilled at 112, 88 at 80); 24 when one warp only issues TMA loads."""
 
 
 @gluon.jit
@@ -96,15 +96,15 @@ def _load_decode_tiles(kv_descriptors, decode_buffers, count, first_tile, num_ti
     if GATHER:  # kv_descriptors: (k, v, their token rows' strides)
         HALF: gl.constexpr = DECODE_BLOCK_N // 2
         first_key = first_tile * DECODE_BLOCK_N
-        rows = (_gather_rows(pages, first_key, kv_len, HALF, PAGE_SIZE),
-                _gather_rows(pages, first_key + HALF, kv_len, HALF, PAGE_SIZE))
+        rows = (_gather_rows(pages, first_key, kv_len, HALF, PAGE_SIZE, GATHER),
+                _gather_rows(pages, first_key + HALF, kv_len, HALF, PAGE_SIZE, GATHER))
         for i in range(num_tiles):
             # the next tile's rows (the last tile's again at the end: a hit), a register a lane a half
             next_key = (first_tile + gl.minimum(i + 1, num_tiles - 1)) * DECODE_BLOCK_N
-            ahead = (_gather_rows(pages, next_key, kv_len, HALF, PAGE_SIZE),
-                     _gather_rows(pages, next_key + HALF, kv_len, HALF, PAGE_SIZE))
+            ahead = (_gather_rows(pages, next_key, kv_len, HALF, PAGE_SIZE, GATHER),
+                     _gather_rows(pages, next_key + HALF, kv_len, HALF, PAGE_SIZE, GATHER))
             _gather_tile(kv_descriptors, ring, (count + i) % DECODE_STAGES, ((count + i) // DECODE_STAGES) & 1,
-                         rows, kv_col)
+                         rows, kv_col, GATHER)
             rows = ahead
     elif PAGE_SIZE >= DECODE_BLOCK_N or PAGE_SIZE == 0:
         for i in range(num_tiles):
@@ -122,47 +122,51 @@ def _load_decode_tiles(kv_descriptors, decode_buffers, count, first_tile, num_ti
 
 
 @gluon.jit
-def _gather_rows(pages, first_key, kv_len, KEYS: gl.constexpr, PAGE_SIZE: gl.constexpr):
-    """Keys first_key .. first_key + KEYS - 1 as rows of the page pool (GATHER), one a lane of the producer warp
-    (KEYS = 32; read a tile ahead, they wait in one register, not in the copies' layout, which holds 16 rows a
-    lane): keys past the sequence repeat its last key (masked and zeroed downstream as any row past it), so no
-    table entry past the sequence is read."""
-    keys = first_key + gl.arange(0, KEYS, layout=gl.BlockedLayout([KEYS // 32], [32], [1], [0]))
+def _gather_rows(pages, first_key, kv_len, KEYS: gl.constexpr, PAGE_SIZE: gl.constexpr, WARPS: gl.constexpr):
+    """Keys first_key .. first_key + KEYS - 1 as rows of the page pool (GATHER), one a lane of each of the WARPS
+    producer warps (KEYS = 32; read a tile ahead, they wait in one register, not in the copies' layout, which holds
+    16 rows a lane of one warp): keys past the sequence repeat its last key (masked and zeroed downstream as any row
+    past it), so no table entry past the sequence is read."""
+    keys = first_key + gl.arange(0, KEYS, layout=gl.BlockedLayout([KEYS // 32], [32], [WARPS], [0]))
     keys = gl.minimum(keys, gl.maximum(kv_len - 1, 0))
     return gl.load(pages + keys // PAGE_SIZE) * PAGE_SIZE + keys % PAGE_SIZE
 
 
 @gluon.constexpr_function
-def _gather_layout(head_dim):
-    """One warp over a [keys, head_dim] tile, 8 elements (16 bytes: one cp.async) a lane a row."""
+def _gather_layout(head_dim, warps):
+    """``warps`` warps over a [keys, head_dim] tile, 8 elements (16 bytes: one cp.async) a lane a row."""
     lanes_along = min(32, head_dim // 8)
-    return gl.BlockedLayout([1, 8], [32 // lanes_along, lanes_along], [1, 1], [1, 0])
+    return gl.BlockedLayout([1, 8], [32 // lanes_along, lanes_along], [warps, 1], [1, 0])
 
 
 @gluon.jit
-def _gather_rows_into(tile, base, row_stride, rows, dims):
+def _gather_rows_into(tile, base, row_stride, rows, dims, WARPS: gl.constexpr):
     """cp.async of the [len(rows), D] rows at pool rows ``rows`` (_gather_rows's) from ``base`` into ``tile``."""
-    rows = gl.convert_layout(rows, gl.SliceLayout(1, _gather_layout(tile.type.shape[1]))).to(gl.int64)
+    rows = gl.convert_layout(rows, gl.SliceLayout(1, _gather_layout(tile.type.shape[1], WARPS))).to(gl.int64)
     _async_load(tile, base + (rows * row_stride)[:, None] + dims[None, :])
 
 
 @gluon.jit
-def _gather_tile(kv_pointers, ring, stage, phase, rows, kv_col):
+def _gather_tile(kv_pointers, ring, stage, phase, rows, kv_col, WARPS: gl.constexpr):
     """K then V of a tile's keys at pool rows ``rows`` (two halves, _gather_rows's) into ring slot ``stage`` by
-    cp.async, half a tile at a time (16 addresses a lane), each once the consumers freed its slot; each lane's
-    arrival on the slot's ready barrier lands with its copies."""
+    cp.async by WARPS warps, half a tile at a time (16 / WARPS addresses a lane), each once the consumers freed its
+    slot; each lane's arrival on the slot's ready barrier lands with its copies."""
     k_ptr, v_ptr, k_row_stride, v_row_stride = kv_pointers
     k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
     HALF: gl.constexpr = k_smem.type.shape[1] // 2
     HEAD_DIM: gl.constexpr = k_smem.type.shape[2]
-    dims = kv_col + gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, _gather_layout(HEAD_DIM)))
+    dims = kv_col + gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, _gather_layout(HEAD_DIM, WARPS)))
     mbarrier.wait(k_empty.index(stage), phase ^ 1)  # a fresh barrier counts as released
-    _gather_rows_into(k_smem.index(stage).slice(0, HALF), k_ptr, k_row_stride, rows[0], dims)
-    _gather_rows_into(k_smem.index(stage).slice(HALF, HALF), k_ptr, k_row_stride, rows[1], dims)
+    _gather_rows_into(k_smem.index(stage).slice(0, HALF), k_ptr, k_row_stride, rows[0], dims,
+                      WARPS)
+    _gather_rows_into(k_smem.index(stage).slice(HALF, HALF), k_ptr, k_row_stride, rows[1], dims,
+                      WARPS)
     async_copy.mbarrier_arrive(k_ready.index(stage), increment_count=False)
     mbarrier.wait(v_empty.index(stage), phase ^ 1)
-    _gather_rows_into(v_smem.index(stage).slice(0, HALF), v_ptr, v_row_stride, rows[0], dims)
-    _gather_rows_into(v_smem.index(stage).slice(HALF, HALF), v_ptr, v_row_stride, rows[1], dims)
+    _gather_rows_into(v_smem.index(stage).slice(0, HALF), v_ptr, v_row_stride, rows[0], dims,
+                      WARPS)
+    _gather_rows_into(v_smem.index(stage).slice(HALF, HALF), v_ptr, v_row_stride, rows[1], dims,
+                      WARPS)
     async_copy.mbarrier_arrive(v_ready.index(stage), increment_count=False)
 
 
@@ -460,8 +464,9 @@ def attention_decode_hopper_kernel(
     (split fastest). k_desc / v_desc: TMA descriptors over 2-D views [token rows, H_kv x D] of K / V with blocks
     [min(BLOCK_N, PAGE_SIZE), D] (PAGE_SIZE 0: not paged, [BLOCK_N, D]); key j of sequence b is row
     b * k_batch_rows + kv_start[b] + j, or with pages row page_table[b, j // PAGE_SIZE] * PAGE_SIZE + j % PAGE_SIZE.
-    GATHER (pages of fewer than 16 tokens): k_desc / v_desc are K's and V's pointers instead, their rows
-    k_row_stride / v_row_stride elements apart (ignored otherwise).
+    GATHER > 0 (pages of fewer than 16 tokens): that many producer warps gather K / V rows by cp.async, k_desc /
+    v_desc being K's and V's pointers instead, their rows k_row_stride / v_row_stride elements apart (ignored
+    otherwise); GATHER 0: one producer warp, TMA.
     q_ptr / out_ptr: token rows stride_qs / stride_os elements apart, query token i of sequence b at row
     b * *_batch_rows + q_start[b] + i, heads packed along the row. Every sequence has at most ROWS / GROUP_SIZE
     queries (ROWS: a power of 2 from 8 to MAX_DECODE_ROWS). WRITE_PARTIAL (num_splits > 1): partial_out fp32
@@ -492,9 +497,9 @@ def attention_decode_hopper_kernel(
     dv_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     dv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
-        # a slot is ready on the TMA's byte count, or on the producer warp's 32 cp.async arrivals (GATHER)
-        mbarrier.init(dk_ready.index(i), count=32 if GATHER else 1)
-        mbarrier.init(dv_ready.index(i), count=32 if GATHER else 1)
+        # a slot is ready on the TMA's byte count, or on the producer warps' cp.async arrivals, one a lane (GATHER)
+        mbarrier.init(dk_ready.index(i), count=32 * GATHER if GATHER else 1)
+        mbarrier.init(dv_ready.index(i), count=32 * GATHER if GATHER else 1)
         mbarrier.init(dk_empty.index(i), count=1)
         mbarrier.init(dv_empty.index(i), count=1)
     _cta_barrier()
@@ -513,4 +518,4 @@ def attention_decode_hopper_kernel(
         (_split_producer, (kv_descriptors, decode_buffers, sequences, output, partials, CAUSAL, BOTTOM_RIGHT,
                            HAS_Q_START, HAS_KV_START, PAGE_SIZE, GROUP_SIZE, WRITE_PARTIAL, FUSED_MERGE, SPLITS_BLOCK,
                            MERGE_ROWS, GATHER)),
-    ], [1], [GATHER_PRODUCER_REGISTERS if GATHER else 24])
+    ], [GATHER if GATHER else 1], [GATHER_PRODUCER_REGISTERS if GATHER else 24])

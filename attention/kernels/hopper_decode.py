@@ -30,12 +30,21 @@ DECODE_HOPPER_ENV = "ATTN_FUSED_HOPPER_DECODE"
 can run."""
 
 DECODE_HOPPER_GATHER_ENV = "ATTN_FUSED_HOPPER_DECODE_GATHER"
-"""``0``: decode calls over pages of fewer than 16 tokens go to the general kernel; unset or ``1``: to
-attention_decode_hopper_kernel, whose producer gathers their rows by cp.async (GATHER) where TMA cannot slice
-them into the swizzled tile."""
+"""Decode calls over pages of fewer than 16 tokens (GATHER_PAGE_SIZES): unset or ``0``, the general kernel's; ``1``,
+attention_decode_hopper_kernel's, its producer gathering their rows by cp.async (TMA cannot slice such pages into
+the swizzled tile) with DECODE_HOPPER_GATHER_TILE; three integers, with that tile instead (A/B measurements).
+
+Off: H200, 2026-12-02, graph replays, settled, against the general kernel in the same process
+(docs/results/2026-12-02-h200-c78faaa/gather/): one producer warp, page ids read a tile ahead, 64x4k at page 1
+397.2 against 249.2-250.3 us (cuDNN contiguous 240.0), page 8 272.6 against 248.7-250.0, 32x2k page 1 106.5 against
+73.6; 1x8k page 1 18.7-20.0 against 22.1 (cuDNN 18.9). Without the ids read ahead, pages 1-8 at 64x4k 407-418 us."""
 
 GATHER_PAGE_SIZES = (1, 2, 4, 8)
-"""Page sizes the decode kernel gathers (GATHER); 16 and more it reads by TMA."""
+"""Page sizes the decode kernel can gather (DECODE_HOPPER_GATHER_ENV); 16 and more it reads by TMA."""
+
+DECODE_HOPPER_GATHER_TILE = (64, 3, 1)
+"""(BLOCK_N, STAGES, producer warps) when the decode kernel gathers pages; programs per SM and maxnreg as
+DECODE_HOPPER_TILE's. Shared memory at d128 and 6 stages: the ring 6 x 2 x 16 KiB, Q and P^T at most 18 KiB."""
 
 DECODE_HOPPER_TILE = (64, 3, 1, 168)
 """(BLOCK_N, STAGES, programs per SM, maxnreg). Shared memory at d128 with 16 rows: the ring 3 x 2 x 16 KiB, Q and
@@ -169,6 +178,8 @@ class DecodeHopperPlan(PersistentLaunch):
     """> 0: the decode kernel merges its splits, this many rows at a time (FUSED_MERGE, MERGE_ROWS)."""
     total_q: int = 0
     head_dim: int = 128
+    gather_warps: int = 0
+    """> 0: the producer warps that gather small pages (GATHER), with no TMA descriptors."""
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor, q_start: torch.Tensor | None,
@@ -207,7 +218,7 @@ class DecodeHopperPlan(PersistentLaunch):
                 "HAS_Q_START": self.has_q_start, "HAS_KV_START": self.has_kv_start,
                 "WRITE_PARTIAL": self.partial_shape is not None, "FUSED_MERGE": self.merge_rows > 0,
                 "SPLITS_BLOCK": next_power_of_2(self.num_splits), "MERGE_ROWS": max(1, self.merge_rows),
-                "GATHER": not self.kv_descriptors, "HEAD_DIM": self.head_dim,
+                "GATHER": self.gather_warps, "HEAD_DIM": self.head_dim,
             },
             options={"num_warps": 4, "maxnreg": maxnreg}, descriptors=self.kv_descriptors,
         )
@@ -225,8 +236,7 @@ def decode_hopper_unsupported_reason(head_dim: int, group_size: int, max_seqlen_
         return f"needs at most {MAX_DECODE_ROWS} query rows (queries x query heads of a KV head) per sequence"
     block_n = _tile()[0]
     if page_size in GATHER_PAGE_SIZES:
-        return f"{DECODE_HOPPER_GATHER_ENV}=0 and pages of {page_size} tokens" if getenv(
-            DECODE_HOPPER_GATHER_ENV, "1") == "0" else None
+        return None if _gather_tile() else f"pages of {page_size} tokens, unless {DECODE_HOPPER_GATHER_ENV} is set"
     if page_size and page_size % block_n and (block_n % page_size or page_size < 16):
         return (f"needs pages of {', '.join(map(str, GATHER_PAGE_SIZES))} or 16 to {block_n} tokens dividing "
                 f"{block_n}, or a multiple of {block_n}")
@@ -249,6 +259,9 @@ def plan_decode_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     if decode_hopper_unsupported_reason(head_dim, group_size, max_seqlen_q, page_size):
         return None
     block_n, stages, programs_per_sm, maxnreg, *fixed_splits = _tile()
+    gather = _gather_tile() if page_size in GATHER_PAGE_SIZES else None
+    if gather:
+        block_n, stages, _ = gather
     walks = num_seqs * heads_kv
     programs = num_sms * programs_per_sm
     if num_splits is None:
@@ -273,7 +286,6 @@ def plan_decode_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
         programs, items)
     from .hopper_forward import RowsDescriptor, _rows_matrix  # (hopper_forward imports this module)
 
-    gather = page_size in GATHER_PAGE_SIZES
     return DecodeHopperPlan(
         kv_descriptors=() if gather else (RowsDescriptor.of(k, block_n, page_size),
                                           RowsDescriptor.of(v, block_n, page_size)),
@@ -283,9 +295,17 @@ def plan_decode_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
         softmax_scale_log2=scale_log2(softmax_scale), page_size=page_size, causal=causal,
         bottom_right=bool(bottom_right), has_q_start=has_q_start, has_kv_start=has_kv_start,
         tile=(block_n, stages, programs_per_sm, maxnreg), rows=rows, partial_shape=partial_shape, combine=combine,
-        merge_rows=merge_rows, total_q=total_q, head_dim=head_dim)
+        merge_rows=merge_rows, total_q=total_q, head_dim=head_dim, gather_warps=gather[2] if gather else 0)
 
 
 def _tile() -> tuple[int, ...]:
     override = getenv(DECODE_HOPPER_TILE_ENV, "")
     return tuple(int(x) for x in override.split(",")) if override else DECODE_HOPPER_TILE
+
+
+def _gather_tile() -> tuple[int, int, int] | None:
+    """DECODE_HOPPER_GATHER_ENV's tile: None when off."""
+    value = getenv(DECODE_HOPPER_GATHER_ENV, "0")
+    if value in ("0", ""):
+        return None
+    return DECODE_HOPPER_GATHER_TILE if value == "1" else tuple(int(x) for x in value.split(","))

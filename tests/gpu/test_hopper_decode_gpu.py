@@ -44,21 +44,22 @@ CASES = [
     C(Q, KV, heads=(16, 2), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="paged", page_size=32, causal=True),
     # sequences with no queries or no keys between the others
     C((1, 0, 1) + Q, (300, 20, 0) + KV, layout="paged", page_size=16, **GQA),
-    # pages of fewer than 16 tokens, gathered by cp.async: every size, d64 fp16, MQA, a verification step, top-left
+]
+GATHER_CASES = [  # pages of fewer than 16 tokens, gathered by cp.async (DECODE_HOPPER_GATHER_ENV)
     *[C(Q, KV, layout="paged", page_size=page_size, **GQA) for page_size in (1, 2, 4, 8)],
     C(Q, KV, heads=(16, 4), d_qk=64, d_v=64, dtype=torch.float16, layout="paged", page_size=1),
     C(Q, KV, heads=(32, 1), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="paged", page_size=4, causal=True,
-      bottom_right=True),
-    C((4, 3, 4, 1, 2, 4), (4096, 77, 4, 33, 1200, 4), layout="paged", page_size=8, **GQA),
+      bottom_right=True),  # MQA
+    C((4, 3, 4, 1, 2, 4), (4096, 77, 4, 33, 1200, 4), layout="paged", page_size=8, **GQA),  # verification
     C(Q, KV, heads=(16, 2), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="paged", page_size=2, causal=True),
     C((1, 0, 1) + Q, (300, 20, 0) + KV, layout="paged", page_size=1, **GQA),
+    C((1,), (8192,), layout="paged", page_size=1, num_splits=None, **GQA),  # split, merged by the kernel
+    C((1, 1, 1, 1), (32768, 5, 4000, 0), layout="paged", page_size=4, num_splits=None, **GQA),
 ]
 SPLIT_CASES = [
     C((1,), (8192,), layout="paged", page_size=16, num_splits=None, **GQA),  # the rule's splits (1 x 8k)
     C((1, 1, 1, 1), (32768, 5, 4000, 0), layout="paged", page_size=16, num_splits=None, **GQA),
     C((4, 1, 2), (3000, 700, 64), layout="cache", num_splits=None, **GQA),
-    C((1,), (8192,), layout="paged", page_size=1, num_splits=None, **GQA),
-    C((1, 1, 1, 1), (32768, 5, 4000, 0), layout="paged", page_size=4, num_splits=None, **GQA),
 ]
 
 
@@ -76,6 +77,17 @@ def test_decode_kernel_matches_the_reference(case: AttentionCase) -> None:
     inputs = build_inputs(case, "cuda")
     _run(inputs, splits=1)
     check_output(case, inputs)
+
+
+@pytest.mark.parametrize("tile", ["1", "64,6,4"], ids=["gather-default", "gather-4-warps-6-stages"])
+@pytest.mark.parametrize("case", GATHER_CASES, ids=str)
+def test_gathered_pages_match_the_reference(monkeypatch: pytest.MonkeyPatch, case: AttentionCase, tile: str) -> None:
+    monkeypatch.setenv(DECODE_HOPPER_GATHER_ENV, tile)
+    inputs = build_inputs(case, "cuda")
+    _run(inputs, splits=None if case.num_splits is None else 1)
+    assert next(iter(launcher._plans.values())).gather_warps == (1 if tile == "1" else 4)
+    check_output(case, inputs)
+    _counters_are_zero()
 
 
 def _counters_are_zero() -> None:
@@ -125,9 +137,8 @@ def test_the_switch_sends_decodes_to_the_general_kernel(monkeypatch: pytest.Monk
     check_output(case, inputs)
 
 
-def test_the_gather_switch_sends_small_pages_to_the_general_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_small_pages_go_to_the_general_kernel_unless_gathering_is_on() -> None:
     case = C(Q, KV, layout="paged", page_size=1, num_splits=None, **GQA)
-    monkeypatch.setenv(DECODE_HOPPER_GATHER_ENV, "0")
     inputs = build_inputs(case, "cuda")
     launcher._plans.clear()
     attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"])
