@@ -7,7 +7,8 @@ once; the tensor cores only have to keep up. Two partitions per program:
   * a producer warp loads the item's K / V tiles of BLOCK_N keys into a ring of STAGES slots by TMA (one load a
     tile, or one a page over pages smaller than a tile), running ahead into the program's next item; over pages
     of fewer than 16 tokens (GATHER: TMA's boxes would slice the swizzled tile off its 8-row pattern) it gathers
-    the tile's rows by cp.async instead, 16 bytes a lane, and its 32 lanes' arrivals complete a slot;
+    the tile's rows by cp.async instead (GATHER warps of them), 16 bytes a lane, each lane's arrival completing a
+    slot once its copies landed;
   * a warp group computes S^T = K Q^T ([keys, rows]: keys are wgmma's M, 64 per instruction; a decode's rows
     its N, as few as 8) and O^T += V^T P^T, P^T through shared memory; the softmax runs down S^T's columns. The
     next tile's S^T is issued while this tile's PV runs; its K slot goes back to the producer a tile before
@@ -157,16 +158,12 @@ def _gather_tile(kv_pointers, ring, stage, phase, rows, kv_col, WARPS: gl.conste
     HEAD_DIM: gl.constexpr = k_smem.type.shape[2]
     dims = kv_col + gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, _gather_layout(HEAD_DIM, WARPS)))
     mbarrier.wait(k_empty.index(stage), phase ^ 1)  # a fresh barrier counts as released
-    _gather_rows_into(k_smem.index(stage).slice(0, HALF), k_ptr, k_row_stride, rows[0], dims,
-                      WARPS)
-    _gather_rows_into(k_smem.index(stage).slice(HALF, HALF), k_ptr, k_row_stride, rows[1], dims,
-                      WARPS)
+    _gather_rows_into(k_smem.index(stage).slice(0, HALF), k_ptr, k_row_stride, rows[0], dims, WARPS)
+    _gather_rows_into(k_smem.index(stage).slice(HALF, HALF), k_ptr, k_row_stride, rows[1], dims, WARPS)
     async_copy.mbarrier_arrive(k_ready.index(stage), increment_count=False)
     mbarrier.wait(v_empty.index(stage), phase ^ 1)
-    _gather_rows_into(v_smem.index(stage).slice(0, HALF), v_ptr, v_row_stride, rows[0], dims,
-                      WARPS)
-    _gather_rows_into(v_smem.index(stage).slice(HALF, HALF), v_ptr, v_row_stride, rows[1], dims,
-                      WARPS)
+    _gather_rows_into(v_smem.index(stage).slice(0, HALF), v_ptr, v_row_stride, rows[0], dims, WARPS)
+    _gather_rows_into(v_smem.index(stage).slice(HALF, HALF), v_ptr, v_row_stride, rows[1], dims, WARPS)
     async_copy.mbarrier_arrive(v_ready.index(stage), increment_count=False)
 
 
@@ -360,7 +357,7 @@ def _split_producer(kv_descriptors, decode_buffers, sequences, output, partials,
                     PAGE_SIZE: gl.constexpr, GROUP_SIZE: gl.constexpr, WRITE_PARTIAL: gl.constexpr,
                     FUSED_MERGE: gl.constexpr, SPLITS_BLOCK: gl.constexpr, MERGE_ROWS: gl.constexpr,
                     GATHER: gl.constexpr):
-    """1 warp: the K / V tiles of the program's split items into the ring. The next item's walk (its lengths) is
+    """1 warp (GATHER > 0: that many): the K / V tiles of the program's split items into the ring. The next item's walk (its lengths) is
     loaded before this item's tiles, so that its round trip to memory does not stall the loads between items."""
     dq_smem, dk_smem = decode_buffers[0], decode_buffers[1]
     page_table_ptr, page_table_stride, num_seqs, heads_kv, num_splits = output[5], output[6], output[7], output[8], \
