@@ -292,7 +292,8 @@ def decode_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
                           FUSED_MERGE=write_partial, SPLITS_BLOCK=16, MERGE_ROWS=4, GATHER=gather, HEAD_DIM=head_dim,
                           maxnreg=maxnreg)
         label = (f"decode d{head_dim} {f'page {page_size}' if page_size else 'non-paged'}{' causal' if causal else ''}"
-                 f"{' partials' if write_partial else ''}{f' gathered by {gather} warps, {ring} stages' if gather else ''}")
+                 f"{' partials' if write_partial else ''}"
+                 f"{f' gathered by {gather} warps, {ring} stages' if gather else ''}")
         launches.append((label, attention_decode_hopper_kernel, args, constexprs, 4, 1))
     return launches
 

@@ -357,8 +357,9 @@ def _split_producer(kv_descriptors, decode_buffers, sequences, output, partials,
                     PAGE_SIZE: gl.constexpr, GROUP_SIZE: gl.constexpr, WRITE_PARTIAL: gl.constexpr,
                     FUSED_MERGE: gl.constexpr, SPLITS_BLOCK: gl.constexpr, MERGE_ROWS: gl.constexpr,
                     GATHER: gl.constexpr):
-    """1 warp (GATHER > 0: that many): the K / V tiles of the program's split items into the ring. The next item's walk (its lengths) is
-    loaded before this item's tiles, so that its round trip to memory does not stall the loads between items."""
+    """1 warp (GATHER > 0: that many): the K / V tiles of the program's split items into the ring. The next item's
+    walk (its lengths) is loaded before this item's tiles, so that its round trip to memory does not stall the loads
+    between items."""
     dq_smem, dk_smem = decode_buffers[0], decode_buffers[1]
     page_table_ptr, page_table_stride, num_seqs, heads_kv, num_splits = output[5], output[6], output[7], output[8], \
         output[9]
@@ -452,7 +453,8 @@ def attention_decode_hopper_kernel(
     cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr,
     num_seqs, heads_kv, num_splits, q_batch_rows, k_batch_rows, v_batch_rows, out_batch_rows, stride_qs, stride_os,
     page_table_stride, qk_scale, stride_part_split, stride_part_token, stride_lse_split, stride_lse_token, tail_rows,
-    k_row_stride, v_row_stride, GROUP_SIZE: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+    k_row_stride, v_row_stride,
+    GROUP_SIZE: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
     PAGE_SIZE: gl.constexpr, CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
     HAS_KV_START: gl.constexpr, WRITE_PARTIAL: gl.constexpr, FUSED_MERGE: gl.constexpr, SPLITS_BLOCK: gl.constexpr,
     MERGE_ROWS: gl.constexpr, GATHER: gl.constexpr, HEAD_DIM: gl.constexpr,

@@ -21,7 +21,8 @@ from .configs import MAX_NUM_SPLITS, next_power_of_2
 from .hopper_mixed import PersistentLaunch, decode_tile_rows
 from .launch import KernelLaunch
 
-__all__ = ["DECODE_HOPPER_ENV", "DECODE_HOPPER_GATHER_ENV", "DECODE_HOPPER_MERGE_ENV", "DECODE_HOPPER_ROUNDS_ENV", "DECODE_HOPPER_TILE",
+__all__ = ["DECODE_HOPPER_ENV", "DECODE_HOPPER_GATHER_ENV", "DECODE_HOPPER_GATHER_TILE", "DECODE_HOPPER_MERGE_ENV",
+           "DECODE_HOPPER_ROUNDS_ENV", "DECODE_HOPPER_TILE", "GATHER_PAGE_SIZES",
            "DECODE_HOPPER_TILE_ENV", "DecodeHopperPlan", "choose_decode_splits", "decode_hopper_unsupported_reason",
            "plan_decode_hopper", "whole_round_programs"]
 
