@@ -260,31 +260,40 @@ def mixed_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
 def decode_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
     """Launches of the Gluon sm90 decode kernel (attention_decode_hopper.py) with DECODE_HOPPER_TILE: 16-token pages
     causal bottom-right at d128 writing split partials and merging them (8 rows), a non-paged cache with start
-    offsets writing the output (32 rows), 256-token pages at d64 without a mask (64 rows)."""
+    offsets writing the output (32 rows), 256-token pages at d64 without a mask (64 rows), and pages it gathers by
+    cp.async (GATHER, DECODE_HOPPER_GATHER_TILE): 1 token at d128 causal with partials (8 rows), 8 tokens at d64
+    (16 rows), and 1 token at d128 with four producer warps and six stages, and with eight (16 rows, partials)."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from attention.kernels.attention_decode_hopper import attention_decode_hopper_kernel
-    from attention.kernels.hopper_decode import DECODE_HOPPER_TILE
+    from attention.kernels.hopper_decode import DECODE_HOPPER_GATHER_TILE, DECODE_HOPPER_TILE
 
     block_n, stages, _, maxnreg = DECODE_HOPPER_TILE
     launches = []
     cu = torch.zeros(3, dtype=torch.int32)
     partial = torch.zeros(16, dtype=torch.float32)
-    for head_dim, page_size, causal, starts, rows, write_partial in ((128, 16, True, False, 8, True),
-                                                                    (128, 0, True, True, 32, False),
-                                                                    (64, 256, False, False, 64, False)):
+    _, gather_stages, gather_warps = DECODE_HOPPER_GATHER_TILE
+    for head_dim, page_size, causal, starts, rows, write_partial, gather, ring in (
+            (128, 16, True, False, 8, True, 0, stages), (128, 0, True, True, 32, False, 0, stages),
+            (64, 256, False, False, 64, False, 0, stages), (128, 1, True, False, 8, True, gather_warps, gather_stages),
+            (64, 8, False, False, 16, False, gather_warps, gather_stages), (128, 1, False, False, 8, False, 4, 6),
+            (128, 1, True, False, 16, True, 8, 6)):
         q = torch.zeros(256, 4 * head_dim, dtype=torch.bfloat16)
         k = torch.zeros(256, 2 * head_dim, dtype=torch.bfloat16)
         block = [min(block_n, page_size) if page_size else block_n, head_dim]
-        descriptor = TensorDescriptor.from_tensor(k, block, gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16))
+        descriptor = k if gather else TensorDescriptor.from_tensor(
+            k, block, gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16))
         args = (descriptor, descriptor, q, torch.zeros(256, 4, head_dim, dtype=torch.bfloat16), partial, partial,
-                cu, cu, cu, cu, cu, cu, 2, 2, 4, 0, 0, 0, 0, 4 * head_dim, 4 * head_dim, 8, 0.18, 4096, 512, 64, 8, 256)
-        constexprs = dict(GROUP_SIZE=2, ROWS=rows, BLOCK_N=block_n, STAGES=stages, PAGE_SIZE=page_size, CAUSAL=causal,
+                cu, cu, cu, cu, cu, cu, 2, 2, 4, 0, 0, 0, 0, 4 * head_dim, 4 * head_dim, 8, 0.18, 4096, 512, 64, 8, 256,
+                2 * head_dim if gather else 0, 2 * head_dim if gather else 0)
+        constexprs = dict(GROUP_SIZE=2, ROWS=rows, BLOCK_N=block_n, STAGES=ring, PAGE_SIZE=page_size, CAUSAL=causal,
                           BOTTOM_RIGHT=causal, HAS_Q_START=starts, HAS_KV_START=starts, WRITE_PARTIAL=write_partial,
-                          FUSED_MERGE=write_partial, SPLITS_BLOCK=16, MERGE_ROWS=4, maxnreg=maxnreg)
+                          FUSED_MERGE=write_partial, SPLITS_BLOCK=16, MERGE_ROWS=4, GATHER=gather, HEAD_DIM=head_dim,
+                          maxnreg=maxnreg)
         label = (f"decode d{head_dim} {f'page {page_size}' if page_size else 'non-paged'}{' causal' if causal else ''}"
-                 f"{' partials' if write_partial else ''}")
+                 f"{' partials' if write_partial else ''}"
+                 f"{f' gathered by {gather} warps, {ring} stages' if gather else ''}")
         launches.append((label, attention_decode_hopper_kernel, args, constexprs, 4, 1))
     return launches
 

@@ -11,6 +11,7 @@ from attention.kernels import hopper_decode, hopper_forward
 from attention.kernels.configs import MAX_NUM_SPLITS
 from attention.kernels.hopper_decode import (
     DECODE_HOPPER_ENV,
+    DECODE_HOPPER_GATHER_ENV,
     DECODE_HOPPER_MERGE_ENV,
     DECODE_HOPPER_ROUNDS_ENV,
     DECODE_HOPPER_TILE_ENV,
@@ -28,8 +29,10 @@ from tests.test_hopper_forward import _RecordedLaunch
     (None, 0, True),
     ("1", 256, True),
     ("0", 16, False),
-    (None, 8, False),  # pages under 16 tokens: a TMA load per page would be tiny
-    (None, 48, False),  # pages that neither divide a tile nor hold whole ones
+    (None, 1, False),  # pages under 16 tokens: only with DECODE_HOPPER_GATHER_ENV
+    (None, 8, False),
+    (None, 12, False),  # pages that neither divide a tile nor hold whole ones
+    (None, 48, False),
 ])
 def test_the_switch_and_the_pages(monkeypatch: pytest.MonkeyPatch, switch: str | None, page_size: int,
                                   taken: bool) -> None:
@@ -37,6 +40,17 @@ def test_the_switch_and_the_pages(monkeypatch: pytest.MonkeyPatch, switch: str |
         monkeypatch.setenv(DECODE_HOPPER_ENV, switch)
     reason = decode_hopper_unsupported_reason(128, 4, 1, page_size)
     assert (reason is None) is taken, reason
+    if page_size in (1, 8):
+        assert reason == f"pages of {page_size} tokens, unless {DECODE_HOPPER_GATHER_ENV} is set"
+    elif page_size in (12, 48):
+        assert "needs pages of 1, 2, 4, 8 or 16 to 64 tokens" in reason
+
+
+@pytest.mark.parametrize("value, taken", [("1", True), ("64,6,4", True), ("0", False)])
+def test_the_gather_switch_takes_small_pages(monkeypatch: pytest.MonkeyPatch, value: str, taken: bool) -> None:
+    monkeypatch.setenv(DECODE_HOPPER_GATHER_ENV, value)
+    assert (decode_hopper_unsupported_reason(128, 4, 1, 1) is None) is taken
+    assert decode_hopper_unsupported_reason(128, 4, 1, 16) is None  # TMA's pages, whatever the switch
 
 
 def test_limits_are_named() -> None:
@@ -128,17 +142,17 @@ def test_the_plan_runs_on_whole_rounds(monkeypatch: pytest.MonkeyPatch, switch: 
     assert (plan.num_splits, plan.programs) == (1, programs)
 
 
-def _paged_decodes(num_seqs: int = 8, queries: int = 1, heads: tuple[int, int] = (32, 8)):
+def _paged_decodes(num_seqs: int = 8, queries: int = 1, heads: tuple[int, int] = (32, 8), page_size: int = 16):
     total = num_seqs * queries
     q = torch.randn(1, total, heads[0], 128, dtype=torch.bfloat16).expand(num_seqs, -1, -1, -1)
-    k = torch.randn(512, 16, heads[1], 128, dtype=torch.bfloat16)
+    k = torch.randn(8192 // page_size, page_size, heads[1], 128, dtype=torch.bfloat16)
     return q, k, total
 
 
 def _plan(q, k, total, *, max_seqlen_q=1, max_seqlen_kv=8192, num_splits=None, num_sms=132):
     return plan_hopper_forward(q, k, k, q, num_seqs=q.shape[0], max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
                                total_q=total, num_splits=num_splits, softmax_scale=0.1, window=(-1, 0),
-                               bottom_right=True, page_size=16, alibi=False, sink=False, has_q_start=True,
+                               bottom_right=True, page_size=k.shape[1], alibi=False, sink=False, has_q_start=True,
                                has_kv_start=False, num_sms=num_sms)
 
 
@@ -187,7 +201,7 @@ def test_a_split_plan_launches_the_kernel_then_the_merge(monkeypatch: pytest.Mon
     assert partial_out.dtype == partial_lse.dtype == torch.float32
     assert (kwargs["WRITE_PARTIAL"], kwargs["ROWS"], kwargs["BLOCK_N"], kwargs["STAGES"]) == (True, 8, 64, 3)
     assert kwargs["maxnreg"] == 128 and kwargs["FUSED_MERGE"] is False  # 32 splits: more than the kernel merges
-    assert args[-1] == 0  # no rows past the last sequence to zero
+    assert args[-3] == 0 and args[-2:] == (0, 0)  # no rows past the last sequence to zero; TMA, no row strides
     (merged,) = merge
     assert merged[0] is partial_out and merged[1] is partial_lse and merged[2] is out
 
@@ -239,4 +253,28 @@ def test_one_split_writes_the_output_and_merges_nothing(monkeypatch: pytest.Monk
     cu = torch.arange(65, dtype=torch.int32)
     plan(q[0], k, k, q[0], cu, cu, cu, None, torch.zeros(64, 512, dtype=torch.int32), zero_tail=True)
     (_, args, kwargs), = kernel.calls
-    assert kwargs["WRITE_PARTIAL"] is False and args[-1] == total  # zero_tail: rows cu_seqlens_q[-1] .. total - 1
+    assert kwargs["WRITE_PARTIAL"] is False and args[-3] == total  # zero_tail: rows cu_seqlens_q[-1] .. total - 1
+
+
+@pytest.mark.parametrize("value, warps, stages", [("1", 1, 3), ("64,6,4", 4, 6)])
+def test_pages_under_16_tokens_launch_with_pointers_and_row_strides(monkeypatch: pytest.MonkeyPatch, value: str,
+                                                                    warps: int, stages: int) -> None:
+    """1-token pages, gathering on: no TMA descriptors (the producer warps gather rows by cp.async from K's and V's
+    pointers, their token rows H_kv x D elements apart); the prefill kernel's page rule does not refuse them for a
+    decode. Off, the general kernel takes them."""
+    monkeypatch.setattr(hopper_forward, "_on_sm90", lambda q: True)
+    q, k, total = _paged_decodes(num_seqs=64, page_size=1)
+    assert _plan(q, k, total, max_seqlen_kv=4096, num_splits=1) is None
+    monkeypatch.setenv(DECODE_HOPPER_GATHER_ENV, value)
+    kernel = _RecordedLaunch()
+    monkeypatch.setattr(hopper_decode, "attention_decode_hopper_kernel", kernel)
+    q, k, total = _paged_decodes(num_seqs=64, page_size=1)
+    plan = _plan(q, k, total, max_seqlen_kv=4096, num_splits=1)
+    assert type(plan) is DecodeHopperPlan and plan.kv_descriptors == () and plan.kv_row_strides == (1024, 1024)
+    cu = torch.arange(65, dtype=torch.int32)
+    plan(q[0], k, k, q[0], cu, cu, cu, None, torch.zeros(64, 4096, dtype=torch.int32))
+    (_, args, kwargs), = kernel.calls
+    assert args[0] is k and args[1] is k and args[-2:] == (1024, 1024)
+    assert (kwargs["GATHER"], kwargs["STAGES"], kwargs["PAGE_SIZE"], kwargs["HEAD_DIM"]) == (warps, stages, 1, 128)
+    # a prefill over the same pages is not the Hopper kernels' (its tiles read whole pages of 16 tokens and more)
+    assert _plan(*_paged_decodes(num_seqs=1, queries=4096, page_size=1), max_seqlen_q=4096) is None

@@ -5,7 +5,10 @@ a decode step, a speculative verification step) against the sequence's whole KV.
 once; the tensor cores only have to keep up. Two partitions per program:
 
   * a producer warp loads the item's K / V tiles of BLOCK_N keys into a ring of STAGES slots by TMA (one load a
-    tile, or one a page over pages smaller than a tile), running ahead into the program's next item;
+    tile, or one a page over pages smaller than a tile), running ahead into the program's next item; over pages
+    of fewer than 16 tokens (GATHER: TMA's boxes would slice the swizzled tile off its 8-row pattern) it gathers
+    the tile's rows by cp.async instead (GATHER warps of them), 16 bytes a lane, each lane's arrival completing a
+    slot once its copies landed;
   * a warp group computes S^T = K Q^T ([keys, rows]: keys are wgmma's M, 64 per instruction; a decode's rows
     its N, as few as 8) and O^T += V^T P^T, P^T through shared memory; the softmax runs down S^T's columns. The
     next tile's S^T is issued while this tile's PV runs; its K slot goes back to the producer a tile before
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
@@ -42,6 +46,9 @@ from .attention_fwd_hopper import (
     _zero_rows_from,
 )
 
+_async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
+"""cp.async into shared memory (Triton 3.9 renamed Triton 3.6's async_copy_global_to_shared)."""
+
 __all__ = ["MAX_DECODE_ROWS", "SMALL_DECODE_ROWS", "attention_decode_hopper_kernel"]
 
 MAX_DECODE_ROWS = 64
@@ -49,6 +56,10 @@ MAX_DECODE_ROWS = 64
 
 SMALL_DECODE_ROWS = 8
 """The fewest rows of a decode tile: wgmma's smallest N for 16-bit operands."""
+
+GATHER_PRODUCER_REGISTERS = gl.constexpr(112)
+"""The producer warps' registers when they gather pages by cp.async (16 row addresses a lane of one warp at a time;
+sm90 ptxas, Triton 3.6: 32 B spilled at 112, 88 at 80); 24 when one warp only issues TMA loads."""
 
 
 @gluon.jit
@@ -74,7 +85,7 @@ def _decode_walk(item, sequences, heads_kv, ROWS: gl.constexpr, DECODE_BLOCK_N: 
 
 @gluon.jit
 def _load_decode_tiles(kv_descriptors, decode_buffers, count, first_tile, num_tiles, k_row0, v_row0, kv_col, pages,
-                       kv_len, PAGE_SIZE: gl.constexpr):
+                       kv_len, PAGE_SIZE: gl.constexpr, GATHER: gl.constexpr):
     """The producer's part of an item: KV tiles first_tile .. first_tile + num_tiles - 1 into the decode ring, from
     its position ``count`` on, each slot once the decode warp group freed it. Over pages smaller than a tile, a
     tile's page ids are read a tile ahead of its loads: a table line missing in L2 (every 8 tiles at 16-token
@@ -83,7 +94,20 @@ def _load_decode_tiles(kv_descriptors, decode_buffers, count, first_tile, num_ti
     DECODE_BLOCK_N: gl.constexpr = dk_smem.type.shape[1]
     DECODE_STAGES: gl.constexpr = dk_smem.type.shape[0]
     ring = (dk_smem, dv_smem, dk_ready, dk_empty, dv_ready, dv_empty)
-    if PAGE_SIZE >= DECODE_BLOCK_N or PAGE_SIZE == 0:
+    if GATHER:  # kv_descriptors: (k, v, their token rows' strides)
+        HALF: gl.constexpr = DECODE_BLOCK_N // 2
+        first_key = first_tile * DECODE_BLOCK_N
+        rows = (_gather_rows(pages, first_key, kv_len, HALF, PAGE_SIZE, GATHER),
+                _gather_rows(pages, first_key + HALF, kv_len, HALF, PAGE_SIZE, GATHER))
+        for i in range(num_tiles):
+            # the next tile's rows (the last tile's again at the end: a hit), a register a lane a half
+            next_key = (first_tile + gl.minimum(i + 1, num_tiles - 1)) * DECODE_BLOCK_N
+            ahead = (_gather_rows(pages, next_key, kv_len, HALF, PAGE_SIZE, GATHER),
+                     _gather_rows(pages, next_key + HALF, kv_len, HALF, PAGE_SIZE, GATHER))
+            _gather_tile(kv_descriptors, ring, (count + i) % DECODE_STAGES, ((count + i) // DECODE_STAGES) & 1,
+                         rows, kv_col, GATHER)
+            rows = ahead
+    elif PAGE_SIZE >= DECODE_BLOCK_N or PAGE_SIZE == 0:
         for i in range(num_tiles):
             _load_kv_tile(kv_descriptors, ring, (count + i) % DECODE_STAGES, ((count + i) // DECODE_STAGES) & 1,
                           first_tile + i, k_row0, v_row0, kv_col, pages, kv_len, DECODE_BLOCK_N, PAGE_SIZE)
@@ -96,6 +120,51 @@ def _load_decode_tiles(kv_descriptors, decode_buffers, count, first_tile, num_ti
             _load_paged_tile(kv_descriptors, ring, (count + i) % DECODE_STAGES, ((count + i) // DECODE_STAGES) & 1,
                              page_rows, kv_col, PAGE_SIZE)
             page_rows = ahead
+
+
+@gluon.jit
+def _gather_rows(pages, first_key, kv_len, KEYS: gl.constexpr, PAGE_SIZE: gl.constexpr, WARPS: gl.constexpr):
+    """Keys first_key .. first_key + KEYS - 1 as rows of the page pool (GATHER), one a lane of each of the WARPS
+    producer warps (KEYS = 32; read a tile ahead, they wait in one register, not in the copies' layout, which holds
+    16 rows a lane of one warp): keys past the sequence repeat its last key (masked and zeroed downstream as any row
+    past it), so no table entry past the sequence is read."""
+    keys = first_key + gl.arange(0, KEYS, layout=gl.BlockedLayout([KEYS // 32], [32], [WARPS], [0]))
+    keys = gl.minimum(keys, gl.maximum(kv_len - 1, 0))
+    return gl.load(pages + keys // PAGE_SIZE) * PAGE_SIZE + keys % PAGE_SIZE
+
+
+@gluon.constexpr_function
+def _gather_layout(head_dim, warps):
+    """``warps`` warps over a [keys, head_dim] tile, 8 elements (16 bytes: one cp.async) a lane a row."""
+    lanes_along = min(32, head_dim // 8)
+    return gl.BlockedLayout([1, 8], [32 // lanes_along, lanes_along], [warps, 1], [1, 0])
+
+
+@gluon.jit
+def _gather_rows_into(tile, base, row_stride, rows, dims, WARPS: gl.constexpr):
+    """cp.async of the [len(rows), D] rows at pool rows ``rows`` (_gather_rows's) from ``base`` into ``tile``."""
+    rows = gl.convert_layout(rows, gl.SliceLayout(1, _gather_layout(tile.type.shape[1], WARPS))).to(gl.int64)
+    _async_load(tile, base + (rows * row_stride)[:, None] + dims[None, :])
+
+
+@gluon.jit
+def _gather_tile(kv_pointers, ring, stage, phase, rows, kv_col, WARPS: gl.constexpr):
+    """K then V of a tile's keys at pool rows ``rows`` (two halves, _gather_rows's) into ring slot ``stage`` by
+    cp.async by WARPS warps, half a tile at a time (16 / WARPS addresses a lane), each once the consumers freed its
+    slot; each lane's arrival on the slot's ready barrier lands with its copies."""
+    k_ptr, v_ptr, k_row_stride, v_row_stride = kv_pointers
+    k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
+    HALF: gl.constexpr = k_smem.type.shape[1] // 2
+    HEAD_DIM: gl.constexpr = k_smem.type.shape[2]
+    dims = kv_col + gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, _gather_layout(HEAD_DIM, WARPS)))
+    mbarrier.wait(k_empty.index(stage), phase ^ 1)  # a fresh barrier counts as released
+    _gather_rows_into(k_smem.index(stage).slice(0, HALF), k_ptr, k_row_stride, rows[0], dims, WARPS)
+    _gather_rows_into(k_smem.index(stage).slice(HALF, HALF), k_ptr, k_row_stride, rows[1], dims, WARPS)
+    async_copy.mbarrier_arrive(k_ready.index(stage), increment_count=False)
+    mbarrier.wait(v_empty.index(stage), phase ^ 1)
+    _gather_rows_into(v_smem.index(stage).slice(0, HALF), v_ptr, v_row_stride, rows[0], dims, WARPS)
+    _gather_rows_into(v_smem.index(stage).slice(HALF, HALF), v_ptr, v_row_stride, rows[1], dims, WARPS)
+    async_copy.mbarrier_arrive(v_ready.index(stage), increment_count=False)
 
 
 @gluon.jit
@@ -129,9 +198,10 @@ def _load_decode_q(dq_smem, q_ptr, stride_qs, q_token0, kv_head, q_len, GROUP_SI
 
 @gluon.jit
 def _decode_tiles(decode_buffers, count, first_tile, num_tiles, first_masked, kv_len, diag, qk_scale,
-                  CAUSAL: gl.constexpr, GROUP_SIZE: gl.constexpr):
+                  CAUSAL: gl.constexpr, GROUP_SIZE: gl.constexpr, GATHER: gl.constexpr):
     """The decode warp group's part of an item whose Q is in dq_smem: KV tiles first_tile .. first_tile + num_tiles
-    - 1 from ring position ``count``. Returns O^T [HEAD_DIM, ROWS] (fp32, not yet divided by the sums), the rows'
+    - 1 from ring position ``count`` (GATHER: written by cp.async, so a proxy fence before a wgmma reads K; V's
+    comes with P^T's). Returns O^T [HEAD_DIM, ROWS] (fp32, not yet divided by the sums), the rows'
     running max (log2 units, -inf for a row that saw no key) and their softmax sums."""
     dq_smem, dk_smem, dv_smem, dk_ready, dk_empty, dv_ready, dv_empty, dp_smem = decode_buffers
     ROWS: gl.constexpr = dq_smem.type.shape[0]
@@ -150,6 +220,8 @@ def _decode_tiles(decode_buffers, count, first_tile, num_tiles, first_masked, kv
     s = gl.zeros([DECODE_BLOCK_N, ROWS], gl.float32, layout=acc_layout)
     if num_tiles > 0:
         mbarrier.wait(dk_ready.index(count % DECODE_STAGES), (count // DECODE_STAGES) & 1)
+        if GATHER:
+            fence_async_shared()
         s = warpgroup_mma(dk_smem.index(count % DECODE_STAGES), dq_smem.permute((1, 0)), s, use_acc=False)
     for i in range(num_tiles):
         t = first_tile + i
@@ -177,6 +249,8 @@ def _decode_tiles(decode_buffers, count, first_tile, num_tiles, first_masked, kv
         # the next tile's scores while PV runs (the last tile's again: one shape for both branches)
         ahead = count + gl.minimum(i + 1, num_tiles - 1)
         mbarrier.wait(dk_ready.index(ahead % DECODE_STAGES), (ahead // DECODE_STAGES) & 1)
+        if GATHER:
+            fence_async_shared()
         s = warpgroup_mma(dk_smem.index(ahead % DECODE_STAGES), dq_smem.permute((1, 0)), s, use_acc=False,
                           is_async=True)
         o, s = warpgroup_mma_wait(num_outstanding=0, deps=(o, s))
@@ -281,9 +355,11 @@ def _split_item(item, num_splits, num_tiles):
 def _split_producer(kv_descriptors, decode_buffers, sequences, output, partials, CAUSAL: gl.constexpr,
                     BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr, HAS_KV_START: gl.constexpr,
                     PAGE_SIZE: gl.constexpr, GROUP_SIZE: gl.constexpr, WRITE_PARTIAL: gl.constexpr,
-                    FUSED_MERGE: gl.constexpr, SPLITS_BLOCK: gl.constexpr, MERGE_ROWS: gl.constexpr):
-    """1 warp: the K / V tiles of the program's split items into the ring. The next item's walk (its lengths) is
-    loaded before this item's tiles, so that its round trip to memory does not stall the loads between items."""
+                    FUSED_MERGE: gl.constexpr, SPLITS_BLOCK: gl.constexpr, MERGE_ROWS: gl.constexpr,
+                    GATHER: gl.constexpr):
+    """1 warp (GATHER > 0: that many): the K / V tiles of the program's split items into the ring. The next item's
+    walk (its lengths) is loaded before this item's tiles, so that its round trip to memory does not stall the loads
+    between items."""
     dq_smem, dk_smem = decode_buffers[0], decode_buffers[1]
     page_table_ptr, page_table_stride, num_seqs, heads_kv, num_splits = output[5], output[6], output[7], output[8], \
         output[9]
@@ -304,7 +380,7 @@ def _split_producer(kv_descriptors, decode_buffers, sequences, output, partials,
         if is_decode:
             pages = page_table_ptr + seq.to(gl.int64) * page_table_stride
             _load_decode_tiles(kv_descriptors, decode_buffers, count, first_tile, num_tiles, k_row0, v_row0,
-                               kv_head * HEAD_DIM, pages, kv_len, PAGE_SIZE)
+                               kv_head * HEAD_DIM, pages, kv_len, PAGE_SIZE, GATHER)
             count += num_tiles
 
 
@@ -312,7 +388,8 @@ def _split_producer(kv_descriptors, decode_buffers, sequences, output, partials,
 def _split_decode(kv_descriptors, decode_buffers, sequences, output, partials, CAUSAL: gl.constexpr,
                   BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr, HAS_KV_START: gl.constexpr,
                   PAGE_SIZE: gl.constexpr, GROUP_SIZE: gl.constexpr, WRITE_PARTIAL: gl.constexpr,
-                  FUSED_MERGE: gl.constexpr, SPLITS_BLOCK: gl.constexpr, MERGE_ROWS: gl.constexpr):
+                  FUSED_MERGE: gl.constexpr, SPLITS_BLOCK: gl.constexpr, MERGE_ROWS: gl.constexpr,
+                  GATHER: gl.constexpr):
     """4 warps: the program's split items through their tiles, then their output rows or partials (with
     FUSED_MERGE, the last split of a walk merges them). The next item's walk (its lengths) and Q rows are loaded
     before this item's tiles: their round trips to memory overlap the tiles instead of stalling the tensor cores
@@ -344,7 +421,7 @@ def _split_decode(kv_descriptors, decode_buffers, sequences, output, partials, C
                              GROUP_SIZE)
         if is_decode:
             o, m_i, l_sum = _decode_tiles(decode_buffers, count, first_tile, num_tiles, first_masked, kv_len, diag,
-                                          qk_scale, CAUSAL, GROUP_SIZE)
+                                          qk_scale, CAUSAL, GROUP_SIZE, GATHER)
             count += num_tiles
             if WRITE_PARTIAL:
                 _decode_rows_partial(o, m_i, l_sum, partials, split, q_begin, kv_head, q_len, GROUP_SIZE)
@@ -376,15 +453,19 @@ def attention_decode_hopper_kernel(
     cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr,
     num_seqs, heads_kv, num_splits, q_batch_rows, k_batch_rows, v_batch_rows, out_batch_rows, stride_qs, stride_os,
     page_table_stride, qk_scale, stride_part_split, stride_part_token, stride_lse_split, stride_lse_token, tail_rows,
+    k_row_stride, v_row_stride,
     GROUP_SIZE: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
     PAGE_SIZE: gl.constexpr, CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
     HAS_KV_START: gl.constexpr, WRITE_PARTIAL: gl.constexpr, FUSED_MERGE: gl.constexpr, SPLITS_BLOCK: gl.constexpr,
-    MERGE_ROWS: gl.constexpr,
+    MERGE_ROWS: gl.constexpr, GATHER: gl.constexpr, HEAD_DIM: gl.constexpr,
 ):
     """Grid (programs,), persistent: program p takes items p, p + programs, ... of num_seqs x heads_kv x num_splits
     (split fastest). k_desc / v_desc: TMA descriptors over 2-D views [token rows, H_kv x D] of K / V with blocks
     [min(BLOCK_N, PAGE_SIZE), D] (PAGE_SIZE 0: not paged, [BLOCK_N, D]); key j of sequence b is row
     b * k_batch_rows + kv_start[b] + j, or with pages row page_table[b, j // PAGE_SIZE] * PAGE_SIZE + j % PAGE_SIZE.
+    GATHER > 0 (pages of fewer than 16 tokens): that many producer warps gather K / V rows by cp.async, k_desc /
+    v_desc being K's and V's pointers instead, their rows k_row_stride / v_row_stride elements apart (ignored
+    otherwise); GATHER 0: one producer warp, TMA.
     q_ptr / out_ptr: token rows stride_qs / stride_os elements apart, query token i of sequence b at row
     b * *_batch_rows + q_start[b] + i, heads packed along the row. Every sequence has at most ROWS / GROUP_SIZE
     queries (ROWS: a power of 2 from 8 to MAX_DECODE_ROWS). WRITE_PARTIAL (num_splits > 1): partial_out fp32
@@ -393,8 +474,7 @@ def attention_decode_hopper_kernel(
     last split of each walk to finish merges them into out, counting arrivals in split_counter_ptr[seq * heads_kv +
     kv_head] (zeros before the launch, zeros after). qk_scale in log2 units. tail_rows > 0 (thd,
     sequences back to back): out's rows cu_seqlens_q[num_seqs] .. tail_rows - 1 are written as zeros."""
-    HEAD_DIM: gl.constexpr = k_desc.block_type.shape[1]
-    dtype: gl.constexpr = k_desc.dtype
+    dtype: gl.constexpr = q_ptr.dtype.element_ty
     if tail_rows > 0:  # (else no load here: the start of every program would wait for its round trip)
         _zero_tail_rows(out_ptr, gl.load(cu_seqlens_q_ptr + num_seqs), tail_rows, stride_os, heads_kv * GROUP_SIZE,
                         HEAD_DIM)
@@ -402,18 +482,27 @@ def attention_decode_hopper_kernel(
                                                                                                        dtype))
     dp_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, ROWS], gl.NVMMASharedLayout.get_default_for([BLOCK_N, ROWS],
                                                                                                       dtype))
-    dk_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
-    dv_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+    if GATHER:
+        kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
+        dk_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_layout)
+        dv_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_layout)
+        kv_descriptors = (k_desc, v_desc, k_row_stride, v_row_stride)
+    else:
+        dk_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
+        dv_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+        kv_descriptors = (k_desc, v_desc)
     dk_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     dk_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     dv_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     dv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
-        for barrier in gl.static_range(4):
-            mbarrier.init((dk_ready, dk_empty, dv_ready, dv_empty)[barrier].index(i), count=1)
+        # a slot is ready on the TMA's byte count, or on the producer warps' cp.async arrivals, one a lane (GATHER)
+        mbarrier.init(dk_ready.index(i), count=32 * GATHER if GATHER else 1)
+        mbarrier.init(dv_ready.index(i), count=32 * GATHER if GATHER else 1)
+        mbarrier.init(dk_empty.index(i), count=1)
+        mbarrier.init(dv_empty.index(i), count=1)
     _cta_barrier()
 
-    kv_descriptors = (k_desc, v_desc)
     decode_buffers = (dq_smem, dk_smem, dv_smem, dk_ready, dk_empty, dv_ready, dv_empty, dp_smem)
     sequences = (cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, q_batch_rows, k_batch_rows,
                  v_batch_rows, out_batch_rows)
@@ -424,8 +513,8 @@ def attention_decode_hopper_kernel(
     gl.warp_specialize([  # (constexprs stay constexprs only as direct members of an argument tuple literal)
         (_split_decode, (kv_descriptors, decode_buffers, sequences, output, partials, CAUSAL, BOTTOM_RIGHT,
                          HAS_Q_START, HAS_KV_START, PAGE_SIZE, GROUP_SIZE, WRITE_PARTIAL, FUSED_MERGE, SPLITS_BLOCK,
-                         MERGE_ROWS)),
+                         MERGE_ROWS, GATHER)),
         (_split_producer, (kv_descriptors, decode_buffers, sequences, output, partials, CAUSAL, BOTTOM_RIGHT,
                            HAS_Q_START, HAS_KV_START, PAGE_SIZE, GROUP_SIZE, WRITE_PARTIAL, FUSED_MERGE, SPLITS_BLOCK,
-                           MERGE_ROWS)),
-    ], [1], [24])
+                           MERGE_ROWS, GATHER)),
+    ], [GATHER if GATHER else 1], [GATHER_PRODUCER_REGISTERS if GATHER else 24])

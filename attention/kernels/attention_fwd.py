@@ -25,6 +25,7 @@ from .configs import (
 )
 from .hopper_decode import (
     DECODE_HOPPER_ENV,
+    DECODE_HOPPER_GATHER_ENV,
     DECODE_HOPPER_MERGE_ENV,
     DECODE_HOPPER_ROUNDS_ENV,
     DECODE_HOPPER_TILE_ENV,
@@ -44,7 +45,7 @@ _NO_PLAN = object()
 _SAME_AS_CU_SEQLENS = "cu_seqlens"
 plan_environment = token_reader(VARIANTS_ENV, HOPPER_ENV, HOPPER_SMALL_PAGES_ENV, MIXED_HOPPER_ENV,
                                  MIXED_HOPPER_TILE_ENV, DECODE_HOPPER_ENV, DECODE_HOPPER_TILE_ENV, DECODE_HOPPER_MERGE_ENV,
-                                 DECODE_HOPPER_ROUNDS_ENV, "TRITON_INTERPRET")
+                                 DECODE_HOPPER_ROUNDS_ENV, DECODE_HOPPER_GATHER_ENV, "TRITON_INTERPRET")
 """The environment a plan depends on (configuration variants, the Hopper kernel switch, the interpreter),
 as key tokens."""
 

@@ -246,7 +246,7 @@ def _decode_producer(descriptors, buffers, decode_buffers, schedule, sequences, 
         if is_decode:
             pages = page_table_ptr + seq.to(gl.int64) * page_table_stride
             _load_decode_tiles((descriptors[3], descriptors[4]), decode_buffers, count, 0, num_tiles, k_row0, v_row0,
-                               kv_head * HEAD_DIM, pages, kv_len, PAGE_SIZE)
+                               kv_head * HEAD_DIM, pages, kv_len, PAGE_SIZE, False)
             count += num_tiles
 
 
@@ -271,7 +271,7 @@ def _decode(descriptors, buffers, decode_buffers, schedule, sequences, output,
         if is_decode:
             _load_decode_q(dq_smem, q_ptr, stride_qs, seq * q_batch_rows + q_first, kv_head, q_len, GROUP_SIZE)
             o, _row_max, l_sum = _decode_tiles(decode_buffers, count, 0, num_tiles, first_masked, kv_len, diag,
-                                               qk_scale, CAUSAL, GROUP_SIZE)
+                                               qk_scale, CAUSAL, GROUP_SIZE, False)
             count += num_tiles
             _decode_rows_out(o, l_sum, out_ptr, stride_os, seq * out_batch_rows + q_first, kv_head, q_len, GROUP_SIZE)
 

@@ -21,13 +21,31 @@ from .configs import MAX_NUM_SPLITS, next_power_of_2
 from .hopper_mixed import PersistentLaunch, decode_tile_rows
 from .launch import KernelLaunch
 
-__all__ = ["DECODE_HOPPER_ENV", "DECODE_HOPPER_MERGE_ENV", "DECODE_HOPPER_ROUNDS_ENV", "DECODE_HOPPER_TILE",
+__all__ = ["DECODE_HOPPER_ENV", "DECODE_HOPPER_GATHER_ENV", "DECODE_HOPPER_GATHER_TILE", "DECODE_HOPPER_MERGE_ENV",
+           "DECODE_HOPPER_ROUNDS_ENV", "DECODE_HOPPER_TILE", "GATHER_PAGE_SIZES",
            "DECODE_HOPPER_TILE_ENV", "DecodeHopperPlan", "choose_decode_splits", "decode_hopper_unsupported_reason",
            "plan_decode_hopper", "whole_round_programs"]
 
 DECODE_HOPPER_ENV = "ATTN_FUSED_HOPPER_DECODE"
 """``0``: decode calls go to the general kernel; unset or ``1``: to attention_decode_hopper_kernel, every one it
 can run."""
+
+DECODE_HOPPER_GATHER_ENV = "ATTN_FUSED_HOPPER_DECODE_GATHER"
+"""Decode calls over pages of fewer than 16 tokens (GATHER_PAGE_SIZES): unset or ``0``, the general kernel's; ``1``,
+attention_decode_hopper_kernel's, its producer gathering their rows by cp.async (TMA cannot slice such pages into
+the swizzled tile) with DECODE_HOPPER_GATHER_TILE; three integers, with that tile instead (A/B measurements).
+
+Off: H200, 2026-12-02, graph replays, settled, against the general kernel in the same process
+(docs/results/2026-12-02-h200-c78faaa/gather/): one producer warp, page ids read a tile ahead, 64x4k at page 1
+397.2 against 249.2-250.3 us (cuDNN contiguous 240.0), page 8 272.6 against 248.7-250.0, 32x2k page 1 106.5 against
+73.6; 1x8k page 1 18.7-20.0 against 22.1 (cuDNN 18.9). Without the ids read ahead, pages 1-8 at 64x4k 407-418 us."""
+
+GATHER_PAGE_SIZES = (1, 2, 4, 8)
+"""Page sizes the decode kernel can gather (DECODE_HOPPER_GATHER_ENV); 16 and more it reads by TMA."""
+
+DECODE_HOPPER_GATHER_TILE = (64, 3, 1)
+"""(BLOCK_N, STAGES, producer warps) when the decode kernel gathers pages; programs per SM and maxnreg as
+DECODE_HOPPER_TILE's. Shared memory at d128 and 6 stages: the ring 6 x 2 x 16 KiB, Q and P^T at most 18 KiB."""
 
 DECODE_HOPPER_TILE = (64, 3, 1, 168)
 """(BLOCK_N, STAGES, programs per SM, maxnreg). Shared memory at d128 with 16 rows: the ring 3 x 2 x 16 KiB, Q and
@@ -143,8 +161,11 @@ def whole_round_programs(items: int, programs: int) -> int:
 class DecodeHopperPlan(PersistentLaunch):
     """One call's launch of attention_decode_hopper_kernel (and the split merge), all but the tensors' addresses."""
 
-    kv_descriptors: tuple[Any, Any]
-    """K's and V's TMA descriptor makers (hopper_forward.RowsDescriptor)."""
+    kv_descriptors: tuple[Any, ...]
+    """K's and V's TMA descriptor makers (hopper_forward.RowsDescriptor); none when the kernel gathers small pages
+    (GATHER: it takes K and V as pointers, with ``kv_row_strides``)."""
+    kv_row_strides: tuple[int, int]
+    """Elements between K's and V's token rows when the kernel gathers pages, else (0, 0)."""
     num_splits: int
     tile: tuple[int, int, int, int]
     """DECODE_HOPPER_TILE (or DECODE_HOPPER_TILE_ENV's first four)."""
@@ -157,6 +178,9 @@ class DecodeHopperPlan(PersistentLaunch):
     merge_rows: int = 0
     """> 0: the decode kernel merges its splits, this many rows at a time (FUSED_MERGE, MERGE_ROWS)."""
     total_q: int = 0
+    head_dim: int = 128
+    gather_warps: int = 0
+    """> 0: the producer warps that gather small pages (GATHER), with no TMA descriptors."""
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor, q_start: torch.Tensor | None,
@@ -188,13 +212,14 @@ class DecodeHopperPlan(PersistentLaunch):
             attention_decode_hopper_kernel, (self.programs,),
             scalars=(self.num_seqs, self.heads_kv, self.num_splits, *self.batch_rows, self.q_token_stride,
                      self.out_token_stride, table_stride, self.softmax_scale_log2, *workspace,
-                     self.total_q if zero_tail else 0),
+                     self.total_q if zero_tail else 0, *self.kv_row_strides),
             constexprs={
                 "GROUP_SIZE": self.group_size, "ROWS": self.rows, "BLOCK_N": block_n, "STAGES": stages,
                 "PAGE_SIZE": self.page_size, "CAUSAL": self.causal, "BOTTOM_RIGHT": self.bottom_right,
                 "HAS_Q_START": self.has_q_start, "HAS_KV_START": self.has_kv_start,
                 "WRITE_PARTIAL": self.partial_shape is not None, "FUSED_MERGE": self.merge_rows > 0,
                 "SPLITS_BLOCK": next_power_of_2(self.num_splits), "MERGE_ROWS": max(1, self.merge_rows),
+                "GATHER": self.gather_warps, "HEAD_DIM": self.head_dim,
             },
             options={"num_warps": 4, "maxnreg": maxnreg}, descriptors=self.kv_descriptors,
         )
@@ -211,8 +236,11 @@ def decode_hopper_unsupported_reason(head_dim: int, group_size: int, max_seqlen_
     if max(1, max_seqlen_q) * group_size > MAX_DECODE_ROWS:
         return f"needs at most {MAX_DECODE_ROWS} query rows (queries x query heads of a KV head) per sequence"
     block_n = _tile()[0]
+    if page_size in GATHER_PAGE_SIZES:
+        return None if _gather_tile() else f"pages of {page_size} tokens, unless {DECODE_HOPPER_GATHER_ENV} is set"
     if page_size and page_size % block_n and (block_n % page_size or page_size < 16):
-        return f"needs pages of 16 to {block_n} tokens dividing {block_n}, or a multiple of {block_n}"
+        return (f"needs pages of {', '.join(map(str, GATHER_PAGE_SIZES))} or 16 to {block_n} tokens dividing "
+                f"{block_n}, or a multiple of {block_n}")
     return None
 
 
@@ -232,6 +260,9 @@ def plan_decode_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     if decode_hopper_unsupported_reason(head_dim, group_size, max_seqlen_q, page_size):
         return None
     block_n, stages, programs_per_sm, maxnreg, *fixed_splits = _tile()
+    gather = _gather_tile() if page_size in GATHER_PAGE_SIZES else None
+    if gather:
+        block_n, stages, _ = gather
     walks = num_seqs * heads_kv
     programs = num_sms * programs_per_sm
     if num_splits is None:
@@ -254,18 +285,28 @@ def plan_decode_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
                 has_sink=False, max_seqlen_q=max_seqlen_q)
     launched = whole_round_programs(items, programs) if getenv(DECODE_HOPPER_ROUNDS_ENV, "1") != "0" else min(
         programs, items)
-    from .hopper_forward import RowsDescriptor  # (hopper_forward imports this module)
+    from .hopper_forward import RowsDescriptor, _rows_matrix  # (hopper_forward imports this module)
 
     return DecodeHopperPlan(
-        kv_descriptors=(RowsDescriptor.of(k, block_n, page_size), RowsDescriptor.of(v, block_n, page_size)),
+        kv_descriptors=() if gather else (RowsDescriptor.of(k, block_n, page_size),
+                                          RowsDescriptor.of(v, block_n, page_size)),
+        kv_row_strides=(_rows_matrix(k)[0].stride(0), _rows_matrix(v)[0].stride(0)) if gather else (0, 0),
         programs=launched, num_splits=num_splits, group_size=group_size, heads_kv=heads_kv,
         num_seqs=num_seqs, batch_rows=batch_rows, q_token_stride=q.stride(-3), out_token_stride=out.stride(-3),
         softmax_scale_log2=scale_log2(softmax_scale), page_size=page_size, causal=causal,
         bottom_right=bool(bottom_right), has_q_start=has_q_start, has_kv_start=has_kv_start,
         tile=(block_n, stages, programs_per_sm, maxnreg), rows=rows, partial_shape=partial_shape, combine=combine,
-        merge_rows=merge_rows, total_q=total_q)
+        merge_rows=merge_rows, total_q=total_q, head_dim=head_dim, gather_warps=gather[2] if gather else 0)
 
 
 def _tile() -> tuple[int, ...]:
     override = getenv(DECODE_HOPPER_TILE_ENV, "")
     return tuple(int(x) for x in override.split(",")) if override else DECODE_HOPPER_TILE
+
+
+def _gather_tile() -> tuple[int, int, int] | None:
+    """DECODE_HOPPER_GATHER_ENV's tile: None when off."""
+    value = getenv(DECODE_HOPPER_GATHER_ENV, "0")
+    if value in ("0", ""):
+        return None
+    return DECODE_HOPPER_GATHER_TILE if value == "1" else tuple(int(x) for x in value.split(","))

@@ -125,9 +125,12 @@ def _shared_layout(block: tuple[int, int], float16: bool) -> Any:
 
 
 def hopper_unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, *,
-                              page_size: int, window: tuple[int, int], alibi: bool, sink: bool) -> str | None:
+                              page_size: int, window: tuple[int, int], alibi: bool, sink: bool,
+                              gathered_pages: bool = False) -> str | None:
     """None when attention_fwd_hopper_kernel can run this call, else why not. ``page_size``: 0 for a
-    non-paged call; ``window``: normalized (left, right), -1 unbounded (a causal mask is right == 0)."""
+    non-paged call; ``window``: normalized (left, right), -1 unbounded (a causal mask is right == 0);
+    ``gathered_pages``: pages of fewer than HOPPER_MIN_PAGE_SIZE tokens pass too (the decode kernel gathers them;
+    its own rule, hopper_decode.decode_hopper_unsupported_reason, decides)."""
     if not _on_sm90(q):
         return "needs an sm90 GPU (Hopper), not the interpreter"
     if getenv(HOPPER_ENV, "1") == "0":
@@ -145,7 +148,7 @@ def hopper_unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     block_n = HOPPER_TILE[head_dim][0]
     if page_size and any(matrix[1] != page_size for matrix in matrices[1:3]):
         return "needs the cache's pages stored one after another"
-    return _page_size_reason(page_size, block_n) if page_size else None
+    return _page_size_reason(page_size, block_n, 1 if gathered_pages else HOPPER_MIN_PAGE_SIZE) if page_size else None
 
 
 def _on_sm90(q: torch.Tensor) -> bool:
@@ -153,15 +156,15 @@ def _on_sm90(q: torch.Tensor) -> bool:
     return not interpreter_enabled() and q.is_cuda and torch.cuda.get_device_capability(q.device) == (9, 0)
 
 
-def _page_size_reason(page_size: int, block_n: int) -> str | None:
+def _page_size_reason(page_size: int, block_n: int, min_page_size: int = HOPPER_MIN_PAGE_SIZE) -> str | None:
     """None when the kernel reads pages of ``page_size`` tokens in place with ``block_n``-key tiles: whole tiles
-    per page, or (unless switched off) whole pages of at least HOPPER_MIN_PAGE_SIZE tokens per tile."""
+    per page, or (unless switched off) whole pages of at least ``min_page_size`` tokens per tile."""
     if page_size % block_n == 0:
         return None
     if getenv(HOPPER_SMALL_PAGES_ENV, "1") == "0":
         return f"{HOPPER_SMALL_PAGES_ENV}=0 and pages of fewer than {block_n} tokens"
-    if block_n % page_size or page_size < HOPPER_MIN_PAGE_SIZE:
-        return (f"needs pages of a multiple of {block_n} tokens, or of {HOPPER_MIN_PAGE_SIZE} to {block_n // 2} "
+    if block_n % page_size or page_size < min_page_size:
+        return (f"needs pages of a multiple of {block_n} tokens, or of {min_page_size} to {block_n // 2} "
                 f"tokens dividing {block_n}")
     return None
 
@@ -227,16 +230,19 @@ def plan_hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
     DecodeHopperPlan when the decode kernel serves it (hopper_decode.py; ``num_splits``: its split count, None to
     choose; ``mean_seqlen_kv``: the sequences' mean KV length, when known, for its split rule); else None.
     Tensors as attention_forward's (4-D views; k / v paged caches [pages, page_size, H_kv, D] when page_size > 0)."""
-    if hopper_unsupported_reason(q, k, v, out, page_size=page_size, window=window, alibi=alibi, sink=sink):
-        return None
     heads_q, heads_kv = q.shape[2], k.shape[2]
+    mixed = mixed_batch(num_seqs, total_q, max_seqlen_q)
+    decode_sized = not mixed and max(1, max_seqlen_q) * (heads_q // heads_kv) <= MAX_DECODE_ROWS
+    if hopper_unsupported_reason(q, k, v, out, page_size=page_size, window=window, alibi=alibi, sink=sink,
+                                 gathered_pages=decode_sized):
+        return None
     batch_rows = tuple(_rows_matrix(x)[1] for x in (q, k, v, out))
-    if mixed_batch(num_seqs, total_q, max_seqlen_q):  # this grid: mostly empty programs, decodes in 128-row tiles
+    if mixed:  # this grid: mostly empty programs, decodes in 128-row tiles
         return plan_mixed_hopper(q, k, v, heads_kv, batch_rows, num_seqs=num_seqs, out_token_stride=out.stride(-3),
                                  softmax_scale=softmax_scale, causal=window[1] == 0, bottom_right=bottom_right,
                                  page_size=page_size, has_q_start=has_q_start, has_kv_start=has_kv_start,
                                  num_sms=num_sms, total_q=total_q, max_seqlen_q=max_seqlen_q)
-    if max(1, max_seqlen_q) * (heads_q // heads_kv) <= MAX_DECODE_ROWS:
+    if decode_sized:
         return plan_decode_hopper(q, k, v, out, heads_kv, batch_rows, num_seqs=num_seqs, max_seqlen_q=max_seqlen_q,
                                   max_seqlen_kv=max_seqlen_kv, total_q=total_q, softmax_scale=softmax_scale,
                                   causal=window[1] == 0, bottom_right=bottom_right, page_size=page_size,

@@ -11,6 +11,7 @@ from attention.kernels import attention_forward, combine
 from attention.kernels import attention_fwd as launcher
 from attention.kernels.hopper_decode import (
     DECODE_HOPPER_ENV,
+    DECODE_HOPPER_GATHER_ENV,
     DECODE_HOPPER_MERGE_ENV,
     DECODE_HOPPER_TILE,
     DECODE_HOPPER_TILE_ENV,
@@ -44,6 +45,17 @@ CASES = [
     # sequences with no queries or no keys between the others
     C((1, 0, 1) + Q, (300, 20, 0) + KV, layout="paged", page_size=16, **GQA),
 ]
+GATHER_CASES = [  # pages of fewer than 16 tokens, gathered by cp.async (DECODE_HOPPER_GATHER_ENV)
+    *[C(Q, KV, layout="paged", page_size=page_size, **GQA) for page_size in (1, 2, 4, 8)],
+    C(Q, KV, heads=(16, 4), d_qk=64, d_v=64, dtype=torch.float16, layout="paged", page_size=1),
+    C(Q, KV, heads=(32, 1), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="paged", page_size=4, causal=True,
+      bottom_right=True),  # MQA
+    C((4, 3, 4, 1, 2, 4), (4096, 77, 4, 33, 1200, 4), layout="paged", page_size=8, **GQA),  # verification
+    C(Q, KV, heads=(16, 2), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="paged", page_size=2, causal=True),
+    C((1, 0, 1) + Q, (300, 20, 0) + KV, layout="paged", page_size=1, **GQA),
+    C((1,), (8192,), layout="paged", page_size=1, num_splits=None, **GQA),  # split, merged by the kernel
+    C((1, 1, 1, 1), (32768, 5, 4000, 0), layout="paged", page_size=4, num_splits=None, **GQA),
+]
 SPLIT_CASES = [
     C((1,), (8192,), layout="paged", page_size=16, num_splits=None, **GQA),  # the rule's splits (1 x 8k)
     C((1, 1, 1, 1), (32768, 5, 4000, 0), layout="paged", page_size=16, num_splits=None, **GQA),
@@ -65,6 +77,17 @@ def test_decode_kernel_matches_the_reference(case: AttentionCase) -> None:
     inputs = build_inputs(case, "cuda")
     _run(inputs, splits=1)
     check_output(case, inputs)
+
+
+@pytest.mark.parametrize("tile", ["1", "64,6,4"], ids=["gather-default", "gather-4-warps-6-stages"])
+@pytest.mark.parametrize("case", GATHER_CASES, ids=str)
+def test_gathered_pages_match_the_reference(monkeypatch: pytest.MonkeyPatch, case: AttentionCase, tile: str) -> None:
+    monkeypatch.setenv(DECODE_HOPPER_GATHER_ENV, tile)
+    inputs = build_inputs(case, "cuda")
+    _run(inputs, splits=None if case.num_splits is None else 1)
+    assert next(iter(launcher._plans.values())).gather_warps == (1 if tile == "1" else 4)
+    check_output(case, inputs)
+    _counters_are_zero()
 
 
 def _counters_are_zero() -> None:
@@ -111,6 +134,15 @@ def test_the_switch_sends_decodes_to_the_general_kernel(monkeypatch: pytest.Monk
     launcher._plans.clear()
     attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"])
     assert {type(plan).__name__ for plan in launcher._plans.values()} == {"ForwardPlan"}
+    check_output(case, inputs)
+
+
+def test_small_pages_go_to_the_general_kernel_unless_gathering_is_on() -> None:
+    case = C(Q, KV, layout="paged", page_size=1, num_splits=None, **GQA)
+    inputs = build_inputs(case, "cuda")
+    launcher._plans.clear()
+    attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"])
+    assert "DecodeHopperPlan" not in {type(plan).__name__ for plan in launcher._plans.values()}
     check_output(case, inputs)
 
 
