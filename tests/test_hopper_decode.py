@@ -12,9 +12,11 @@ from attention.kernels.configs import MAX_NUM_SPLITS
 from attention.kernels.hopper_decode import (
     DECODE_HOPPER_ENV,
     DECODE_HOPPER_GATHER_ENV,
+    DECODE_HOPPER_GATHER_TILE,
     DECODE_HOPPER_MERGE_ENV,
     DECODE_HOPPER_ROUNDS_ENV,
     DECODE_HOPPER_TILE_ENV,
+    GATHER_MAX_KEYS_READ,
     DecodeHopperPlan,
     choose_decode_splits,
     decode_hopper_unsupported_reason,
@@ -29,8 +31,8 @@ from tests.test_hopper_forward import _RecordedLaunch
     (None, 0, True),
     ("1", 256, True),
     ("0", 16, False),
-    (None, 1, False),  # pages under 16 tokens: only with DECODE_HOPPER_GATHER_ENV
-    (None, 8, False),
+    (None, 1, False),  # 1-token pages past GATHER_MAX_KEYS_READ: the general kernel's
+    (None, 8, False),  # 2-8 token pages: gathered only with DECODE_HOPPER_GATHER_ENV
     (None, 12, False),  # pages that neither divide a tile nor hold whole ones
     (None, 48, False),
 ])
@@ -38,18 +40,32 @@ def test_the_switch_and_the_pages(monkeypatch: pytest.MonkeyPatch, switch: str |
                                   taken: bool) -> None:
     if switch is not None:
         monkeypatch.setenv(DECODE_HOPPER_ENV, switch)
-    reason = decode_hopper_unsupported_reason(128, 4, 1, page_size)
+    keys_read = GATHER_MAX_KEYS_READ + 1
+    reason = decode_hopper_unsupported_reason(128, 4, 1, page_size, keys_read)
     assert (reason is None) is taken, reason
     if page_size in (1, 8):
-        assert reason == f"pages of {page_size} tokens, unless {DECODE_HOPPER_GATHER_ENV} is set"
+        assert reason.startswith(f"pages of {page_size} tokens over {keys_read} keys are the general kernel's")
+        assert f"{DECODE_HOPPER_GATHER_ENV}=1" in reason
     elif page_size in (12, 48):
         assert "needs pages of 1, 2, 4, 8 or 16 to 64 tokens" in reason
+
+
+@pytest.mark.parametrize("page_size, keys_read, taken", [
+    (1, 32 * 8 * 4096, True),  # 32x4k, GQA 32/8: 1M keys, the rule's edge
+    (1, 32 * 8 * 4096 + 1, False),
+    (1, 64 * 8 * 4096, False),  # 64x4k: the general kernel measured faster
+    (2, 1 * 8 * 8192, False),  # pages of 2-8 tokens: no small cell measured
+])
+def test_the_gather_rule_by_default(page_size: int, keys_read: int, taken: bool) -> None:
+    assert (decode_hopper_unsupported_reason(128, 4, 1, page_size, keys_read) is None) is taken
+    assert (hopper_decode._gather_tile(page_size, keys_read) == DECODE_HOPPER_GATHER_TILE) is taken
 
 
 @pytest.mark.parametrize("value, taken", [("1", True), ("64,6,4", True), ("0", False)])
 def test_the_gather_switch_takes_small_pages(monkeypatch: pytest.MonkeyPatch, value: str, taken: bool) -> None:
     monkeypatch.setenv(DECODE_HOPPER_GATHER_ENV, value)
-    assert (decode_hopper_unsupported_reason(128, 4, 1, 1) is None) is taken
+    for page_size, keys_read in ((1, 0), (1, 64 * 8 * 4096), (4, 0)):
+        assert (decode_hopper_unsupported_reason(128, 4, 1, page_size, keys_read) is None) is taken
     assert decode_hopper_unsupported_reason(128, 4, 1, 16) is None  # TMA's pages, whatever the switch
 
 
@@ -256,15 +272,16 @@ def test_one_split_writes_the_output_and_merges_nothing(monkeypatch: pytest.Monk
     assert kwargs["WRITE_PARTIAL"] is False and args[-3] == total  # zero_tail: rows cu_seqlens_q[-1] .. total - 1
 
 
-@pytest.mark.parametrize("value, warps, stages", [("1", 1, 3), ("64,6,4", 4, 6)])
+@pytest.mark.parametrize("value, warps, stages", [("1", 4, 4), ("64,3,1", 1, 3), ("64,6,4", 4, 6)])
 def test_pages_under_16_tokens_launch_with_pointers_and_row_strides(monkeypatch: pytest.MonkeyPatch, value: str,
                                                                     warps: int, stages: int) -> None:
-    """1-token pages, gathering on: no TMA descriptors (the producer warps gather rows by cp.async from K's and V's
-    pointers, their token rows H_kv x D elements apart); the prefill kernel's page rule does not refuse them for a
-    decode. Off, the general kernel takes them."""
+    """1-token pages, gathered (by default within GATHER_MAX_KEYS_READ, or switched on): no TMA descriptors (the
+    producer warps gather rows by cp.async from K's and V's pointers, their token rows H_kv x D elements apart); the
+    prefill kernel's page rule does not refuse them for a decode. Past the rule's reach, the general kernel's."""
     monkeypatch.setattr(hopper_forward, "_on_sm90", lambda q: True)
     q, k, total = _paged_decodes(num_seqs=64, page_size=1)
-    assert _plan(q, k, total, max_seqlen_kv=4096, num_splits=1) is None
+    assert _plan(q, k, total, max_seqlen_kv=4096, num_splits=1) is None  # 2M keys: past GATHER_MAX_KEYS_READ
+    assert _plan(*_paged_decodes(num_seqs=32, page_size=1), max_seqlen_kv=4096).gather_warps == 4  # 1M: within
     monkeypatch.setenv(DECODE_HOPPER_GATHER_ENV, value)
     kernel = _RecordedLaunch()
     monkeypatch.setattr(hopper_decode, "attention_decode_hopper_kernel", kernel)

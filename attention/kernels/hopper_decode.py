@@ -22,7 +22,7 @@ from .hopper_mixed import PersistentLaunch, decode_tile_rows
 from .launch import KernelLaunch
 
 __all__ = ["DECODE_HOPPER_ENV", "DECODE_HOPPER_GATHER_ENV", "DECODE_HOPPER_GATHER_TILE", "DECODE_HOPPER_MERGE_ENV",
-           "DECODE_HOPPER_ROUNDS_ENV", "DECODE_HOPPER_TILE", "GATHER_PAGE_SIZES",
+           "DECODE_HOPPER_ROUNDS_ENV", "DECODE_HOPPER_TILE", "GATHER_MAX_KEYS_READ", "GATHER_PAGE_SIZES",
            "DECODE_HOPPER_TILE_ENV", "DecodeHopperPlan", "choose_decode_splits", "decode_hopper_unsupported_reason",
            "plan_decode_hopper", "whole_round_programs"]
 
@@ -31,21 +31,28 @@ DECODE_HOPPER_ENV = "ATTN_FUSED_HOPPER_DECODE"
 can run."""
 
 DECODE_HOPPER_GATHER_ENV = "ATTN_FUSED_HOPPER_DECODE_GATHER"
-"""Decode calls over pages of fewer than 16 tokens (GATHER_PAGE_SIZES): unset or ``0``, the general kernel's; ``1``,
-attention_decode_hopper_kernel's, its producer gathering their rows by cp.async (TMA cannot slice such pages into
-the swizzled tile) with DECODE_HOPPER_GATHER_TILE; three integers, with that tile instead (A/B measurements).
-
-Off: H200, 2026-12-02, graph replays, settled, against the general kernel in the same process
-(docs/results/2026-12-02-h200-c78faaa/gather/): one producer warp, page ids read a tile ahead, 64x4k at page 1
-397.2 against 249.2-250.3 us (cuDNN contiguous 240.0), page 8 272.6 against 248.7-250.0, 32x2k page 1 106.5 against
-73.6; 1x8k page 1 18.7-20.0 against 22.1 (cuDNN 18.9). Without the ids read ahead, pages 1-8 at 64x4k 407-418 us."""
+"""Decode calls over pages of fewer than 16 tokens (GATHER_PAGE_SIZES), which attention_decode_hopper_kernel's
+producer warps gather by cp.async (TMA cannot slice such pages into the swizzled tile): unset, those within
+GATHER_MAX_KEYS_READ over 1-token pages, the others the general kernel's; ``0``, none; ``1``, every one, with
+DECODE_HOPPER_GATHER_TILE; three integers, every one with that tile instead (A/B measurements)."""
 
 GATHER_PAGE_SIZES = (1, 2, 4, 8)
 """Page sizes the decode kernel can gather (DECODE_HOPPER_GATHER_ENV); 16 and more it reads by TMA."""
 
-DECODE_HOPPER_GATHER_TILE = (64, 3, 1)
+GATHER_MAX_KEYS_READ = 1 << 20
+"""The gathered decode's default reach over 1-token pages: calls reading at most this many cached keys (sequences x
+KV heads x max_seqlen_kv). H200, 2026-12-02, main e97c00a + the gather, graph replays, settled, two rounds in one
+process, 4 producer warps and 4 stages against the general kernel (docs/results/2026-12-02-h200-e97c00a/): within
+it, 1x8k 18.0-18.3 against 22.0-22.2 us (cuDNN contiguous 18.8-19.1), 8x4k 41.1-41.4 against 42.9-43.4, 32x2k
+70.4-70.7 against 73.5-73.8, 32x4k verification (4 queries) 131.5-132.5 against 136.7-137.0; past it, slower:
+64x4k 252.5-253.3 against 248.5-251.9, 128x2k 254.3-254.7 against 251.9-252.2. Pages of 2, 4 and 8 tokens at
+64x4k 262.5-265.4 against 248.5-250.5 (two warps 254-258): no small cell measured at those, so none by default."""
+
+DECODE_HOPPER_GATHER_TILE = (64, 4, 4)
 """(BLOCK_N, STAGES, producer warps) when the decode kernel gathers pages; programs per SM and maxnreg as
-DECODE_HOPPER_TILE's. Shared memory at d128 and 6 stages: the ring 6 x 2 x 16 KiB, Q and P^T at most 18 KiB."""
+DECODE_HOPPER_TILE's. Shared memory at d128: the ring 4 x 2 x 16 KiB, Q and P^T at most 18 KiB. Same run as
+GATHER_MAX_KEYS_READ's, at page 1: (64, 4, 4) the fastest or within 0.3 us of it on every cell against (64, 6, 4),
+(64, 5, 4) and (64, 6, 2); one warp and three stages (the first tile, session 30) 397 us at 64x4k, 106.7 at 32x2k."""
 
 DECODE_HOPPER_TILE = (64, 3, 1, 168)
 """(BLOCK_N, STAGES, programs per SM, maxnreg). Shared memory at d128 with 16 rows: the ring 3 x 2 x 16 KiB, Q and
@@ -225,10 +232,11 @@ class DecodeHopperPlan(PersistentLaunch):
         )
 
 
-def decode_hopper_unsupported_reason(head_dim: int, group_size: int, max_seqlen_q: int,
-                                     page_size: int) -> str | None:
+def decode_hopper_unsupported_reason(head_dim: int, group_size: int, max_seqlen_q: int, page_size: int,
+                                     keys_read: int = 0) -> str | None:
     """None when attention_decode_hopper_kernel can run a decode-sized call that the Hopper kernels could (the
-    checks of hopper_unsupported_reason, done by the caller) and is not switched off, else why not."""
+    checks of hopper_unsupported_reason, done by the caller) and is not switched off, else why not. ``keys_read``:
+    sequences x KV heads x max_seqlen_kv (the gathered decode's default reach over 1-token pages)."""
     if getenv(DECODE_HOPPER_ENV, "1") == "0":
         return f"{DECODE_HOPPER_ENV}=0"
     if head_dim not in (64, 128):
@@ -237,7 +245,10 @@ def decode_hopper_unsupported_reason(head_dim: int, group_size: int, max_seqlen_
         return f"needs at most {MAX_DECODE_ROWS} query rows (queries x query heads of a KV head) per sequence"
     block_n = _tile()[0]
     if page_size in GATHER_PAGE_SIZES:
-        return None if _gather_tile() else f"pages of {page_size} tokens, unless {DECODE_HOPPER_GATHER_ENV} is set"
+        if _gather_tile(page_size, keys_read):
+            return None
+        return (f"pages of {page_size} tokens over {keys_read} keys are the general kernel's (gathered by default: "
+                f"1-token pages, at most {GATHER_MAX_KEYS_READ} keys; {DECODE_HOPPER_GATHER_ENV}=1 for all)")
     if page_size and page_size % block_n and (block_n % page_size or page_size < 16):
         return (f"needs pages of {', '.join(map(str, GATHER_PAGE_SIZES))} or 16 to {block_n} tokens dividing "
                 f"{block_n}, or a multiple of {block_n}")
@@ -257,10 +268,11 @@ def plan_decode_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     ``mean_seqlen_kv``: the sequences' mean KV length when the host knows it (the split rule's ``mean_tiles``)."""
     heads_q, head_dim = q.shape[2], q.shape[3]
     group_size = heads_q // heads_kv
-    if decode_hopper_unsupported_reason(head_dim, group_size, max_seqlen_q, page_size):
+    keys_read = num_seqs * heads_kv * max_seqlen_kv
+    if decode_hopper_unsupported_reason(head_dim, group_size, max_seqlen_q, page_size, keys_read):
         return None
     block_n, stages, programs_per_sm, maxnreg, *fixed_splits = _tile()
-    gather = _gather_tile() if page_size in GATHER_PAGE_SIZES else None
+    gather = _gather_tile(page_size, keys_read) if page_size in GATHER_PAGE_SIZES else None
     if gather:
         block_n, stages, _ = gather
     walks = num_seqs * heads_kv
@@ -304,9 +316,12 @@ def _tile() -> tuple[int, ...]:
     return tuple(int(x) for x in override.split(",")) if override else DECODE_HOPPER_TILE
 
 
-def _gather_tile() -> tuple[int, int, int] | None:
-    """DECODE_HOPPER_GATHER_ENV's tile: None when off."""
-    value = getenv(DECODE_HOPPER_GATHER_ENV, "0")
-    if value in ("0", ""):
+def _gather_tile(page_size: int, keys_read: int) -> tuple[int, int, int] | None:
+    """The gather tile for a call over pages of ``page_size`` (< 16) tokens reading ``keys_read`` keys
+    (DECODE_HOPPER_GATHER_ENV's rule): None when the general kernel takes it."""
+    value = getenv(DECODE_HOPPER_GATHER_ENV, "")
+    if value == "":
+        return DECODE_HOPPER_GATHER_TILE if page_size == 1 and keys_read <= GATHER_MAX_KEYS_READ else None
+    if value == "0":
         return None
     return DECODE_HOPPER_GATHER_TILE if value == "1" else tuple(int(x) for x in value.split(","))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attention.kernels import attention_forward, combine
+from attention.kernels import attention_forward, combine, hopper_decode
 from attention.kernels import attention_fwd as launcher
 from attention.kernels.hopper_decode import (
     DECODE_HOPPER_ENV,
@@ -79,13 +79,13 @@ def test_decode_kernel_matches_the_reference(case: AttentionCase) -> None:
     check_output(case, inputs)
 
 
-@pytest.mark.parametrize("tile", ["1", "64,6,4"], ids=["gather-default", "gather-4-warps-6-stages"])
+@pytest.mark.parametrize("tile", ["1", "64,3,1"], ids=["gather-default-tile", "gather-1-warp-3-stages"])
 @pytest.mark.parametrize("case", GATHER_CASES, ids=str)
 def test_gathered_pages_match_the_reference(monkeypatch: pytest.MonkeyPatch, case: AttentionCase, tile: str) -> None:
     monkeypatch.setenv(DECODE_HOPPER_GATHER_ENV, tile)
     inputs = build_inputs(case, "cuda")
     _run(inputs, splits=None if case.num_splits is None else 1)
-    assert next(iter(launcher._plans.values())).gather_warps == (1 if tile == "1" else 4)
+    assert next(iter(launcher._plans.values())).gather_warps == (4 if tile == "1" else 1)
     check_output(case, inputs)
     _counters_are_zero()
 
@@ -137,13 +137,21 @@ def test_the_switch_sends_decodes_to_the_general_kernel(monkeypatch: pytest.Monk
     check_output(case, inputs)
 
 
-def test_small_pages_go_to_the_general_kernel_unless_gathering_is_on() -> None:
-    case = C(Q, KV, layout="paged", page_size=1, num_splits=None, **GQA)
+@pytest.mark.parametrize("page_size, reach, gathered", [(1, None, True), (1, 1000, False), (2, None, False)])
+def test_small_pages_by_default(monkeypatch: pytest.MonkeyPatch, page_size: int, reach: int | None,
+                                gathered: bool) -> None:
+    """With DECODE_HOPPER_GATHER_ENV unset the decode kernel gathers 1-token pages within GATHER_MAX_KEYS_READ
+    (here 12 sequences x 8 KV heads x 4096 keys); past it, and pages of 2-8 tokens, are the general kernel's."""
+    if reach is not None:
+        monkeypatch.setattr(hopper_decode, "GATHER_MAX_KEYS_READ", reach)
+    case = C(Q, KV, layout="paged", page_size=page_size, num_splits=None, **GQA)
     inputs = build_inputs(case, "cuda")
     launcher._plans.clear()
     attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"])
-    assert "DecodeHopperPlan" not in {type(plan).__name__ for plan in launcher._plans.values()}
+    kinds = {type(plan).__name__ for plan in launcher._plans.values()}
+    assert ("DecodeHopperPlan" in kinds) is gathered, kinds
     check_output(case, inputs)
+    _counters_are_zero()
 
 
 @pytest.mark.parametrize("num_splits", [1, None])
