@@ -12,11 +12,10 @@ from attention.kernels.configs import MAX_NUM_SPLITS
 from attention.kernels.hopper_decode import (
     DECODE_HOPPER_ENV,
     DECODE_HOPPER_GATHER_ENV,
-    DECODE_HOPPER_GATHER_TILE,
     DECODE_HOPPER_MERGE_ENV,
     DECODE_HOPPER_ROUNDS_ENV,
     DECODE_HOPPER_TILE_ENV,
-    GATHER_MAX_KEYS_READ,
+    GATHER_RULE,
     DecodeHopperPlan,
     choose_decode_splits,
     decode_hopper_unsupported_reason,
@@ -31,8 +30,8 @@ from tests.test_hopper_forward import _RecordedLaunch
     (None, 0, True),
     ("1", 256, True),
     ("0", 16, False),
-    (None, 1, False),  # 1-token pages past GATHER_MAX_KEYS_READ: the general kernel's
-    (None, 8, False),  # 2-8 token pages: gathered only with DECODE_HOPPER_GATHER_ENV
+    (None, 1, False),  # small pages past GATHER_RULE's reach: the general kernel's
+    (None, 8, False),
     (None, 12, False),  # pages that neither divide a tile nor hold whole ones
     (None, 48, False),
 ])
@@ -40,7 +39,7 @@ def test_the_switch_and_the_pages(monkeypatch: pytest.MonkeyPatch, switch: str |
                                   taken: bool) -> None:
     if switch is not None:
         monkeypatch.setenv(DECODE_HOPPER_ENV, switch)
-    keys_read = GATHER_MAX_KEYS_READ + 1
+    keys_read = (1 << 20) + 1
     reason = decode_hopper_unsupported_reason(128, 4, 1, page_size, keys_read)
     assert (reason is None) is taken, reason
     if page_size in (1, 8):
@@ -50,15 +49,19 @@ def test_the_switch_and_the_pages(monkeypatch: pytest.MonkeyPatch, switch: str |
         assert "needs pages of 1, 2, 4, 8 or 16 to 64 tokens" in reason
 
 
-@pytest.mark.parametrize("page_size, keys_read, taken", [
-    (1, 32 * 8 * 4096, True),  # 32x4k, GQA 32/8: 1M keys, the rule's edge
-    (1, 32 * 8 * 4096 + 1, False),
-    (1, 64 * 8 * 4096, False),  # 64x4k: the general kernel measured faster
-    (2, 1 * 8 * 8192, False),  # pages of 2-8 tokens: no small cell measured
+@pytest.mark.parametrize("page_size, keys_read, tile", [
+    (1, 32 * 8 * 4096, (64, 4, 4)),  # 32x4k, GQA 32/8: 2^20 keys, the reach at 1-token pages
+    (1, 32 * 8 * 4096 + 1, None),
+    (1, 64 * 8 * 4096, None),  # 64x4k: the general kernel measured faster
+    (2, 32 * 8 * 2048, (64, 6, 2)),  # 32x2k: 2^19 keys, the reach at 2-8 token pages
+    (8, 1 * 8 * 8192, (64, 6, 2)),
+    (4, 32 * 8 * 2048 + 1, None),
 ])
-def test_the_gather_rule_by_default(page_size: int, keys_read: int, taken: bool) -> None:
-    assert (decode_hopper_unsupported_reason(128, 4, 1, page_size, keys_read) is None) is taken
-    assert (hopper_decode._gather_tile(page_size, keys_read) == DECODE_HOPPER_GATHER_TILE) is taken
+def test_the_gather_rule_by_default(page_size: int, keys_read: int, tile: tuple[int, int, int] | None) -> None:
+    assert (decode_hopper_unsupported_reason(128, 4, 1, page_size, keys_read) is None) is (tile is not None)
+    assert hopper_decode._gather_tile(page_size, keys_read) == tile
+    assert GATHER_RULE[page_size] == ((1 << 20) if page_size == 1 else (1 << 19), (64, 4, 4) if page_size == 1
+                                      else (64, 6, 2))
 
 
 @pytest.mark.parametrize("value, taken", [("1", True), ("64,6,4", True), ("0", False)])
@@ -272,15 +275,15 @@ def test_one_split_writes_the_output_and_merges_nothing(monkeypatch: pytest.Monk
     assert kwargs["WRITE_PARTIAL"] is False and args[-3] == total  # zero_tail: rows cu_seqlens_q[-1] .. total - 1
 
 
-@pytest.mark.parametrize("value, warps, stages", [("1", 4, 4), ("64,3,1", 1, 3), ("64,6,4", 4, 6)])
+@pytest.mark.parametrize("value, warps, stages", [("1", 4, 4), ("64,3,1", 1, 3), ("64,6,2", 2, 6)])
 def test_pages_under_16_tokens_launch_with_pointers_and_row_strides(monkeypatch: pytest.MonkeyPatch, value: str,
                                                                     warps: int, stages: int) -> None:
-    """1-token pages, gathered (by default within GATHER_MAX_KEYS_READ, or switched on): no TMA descriptors (the
+    """1-token pages, gathered (by default within GATHER_RULE's reach, or switched on): no TMA descriptors (the
     producer warps gather rows by cp.async from K's and V's pointers, their token rows H_kv x D elements apart); the
     prefill kernel's page rule does not refuse them for a decode. Past the rule's reach, the general kernel's."""
     monkeypatch.setattr(hopper_forward, "_on_sm90", lambda q: True)
     q, k, total = _paged_decodes(num_seqs=64, page_size=1)
-    assert _plan(q, k, total, max_seqlen_kv=4096, num_splits=1) is None  # 2M keys: past GATHER_MAX_KEYS_READ
+    assert _plan(q, k, total, max_seqlen_kv=4096, num_splits=1) is None  # 2M keys: past GATHER_RULE's reach
     assert _plan(*_paged_decodes(num_seqs=32, page_size=1), max_seqlen_kv=4096).gather_warps == 4  # 1M: within
     monkeypatch.setenv(DECODE_HOPPER_GATHER_ENV, value)
     kernel = _RecordedLaunch()

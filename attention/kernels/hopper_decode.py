@@ -21,8 +21,8 @@ from .configs import MAX_NUM_SPLITS, next_power_of_2
 from .hopper_mixed import PersistentLaunch, decode_tile_rows
 from .launch import KernelLaunch
 
-__all__ = ["DECODE_HOPPER_ENV", "DECODE_HOPPER_GATHER_ENV", "DECODE_HOPPER_GATHER_TILE", "DECODE_HOPPER_MERGE_ENV",
-           "DECODE_HOPPER_ROUNDS_ENV", "DECODE_HOPPER_TILE", "GATHER_MAX_KEYS_READ", "GATHER_PAGE_SIZES",
+__all__ = ["DECODE_HOPPER_ENV", "DECODE_HOPPER_GATHER_ENV", "DECODE_HOPPER_MERGE_ENV",
+           "DECODE_HOPPER_ROUNDS_ENV", "DECODE_HOPPER_TILE", "GATHER_PAGE_SIZES", "GATHER_RULE",
            "DECODE_HOPPER_TILE_ENV", "DecodeHopperPlan", "choose_decode_splits", "decode_hopper_unsupported_reason",
            "plan_decode_hopper", "whole_round_programs"]
 
@@ -31,28 +31,31 @@ DECODE_HOPPER_ENV = "ATTN_FUSED_HOPPER_DECODE"
 can run."""
 
 DECODE_HOPPER_GATHER_ENV = "ATTN_FUSED_HOPPER_DECODE_GATHER"
-"""Decode calls over pages of fewer than 16 tokens (GATHER_PAGE_SIZES), which attention_decode_hopper_kernel's
-producer warps gather by cp.async (TMA cannot slice such pages into the swizzled tile): unset, those within
-GATHER_MAX_KEYS_READ over 1-token pages, the others the general kernel's; ``0``, none; ``1``, every one, with
-DECODE_HOPPER_GATHER_TILE; three integers, every one with that tile instead (A/B measurements)."""
+"""Decode calls over pages of fewer than 16 tokens (GATHER_RULE's), which attention_decode_hopper_kernel's producer
+warps gather by cp.async (TMA cannot slice such pages into the swizzled tile): unset, those GATHER_RULE reaches,
+the others the general kernel's; ``0``, none; ``1``, every one, with GATHER_RULE's tile; three integers, every one
+with that tile instead (A/B measurements)."""
 
-GATHER_PAGE_SIZES = (1, 2, 4, 8)
-"""Page sizes the decode kernel can gather (DECODE_HOPPER_GATHER_ENV); 16 and more it reads by TMA."""
+GATHER_RULE: dict[int, tuple[int, tuple[int, int, int]]] = {
+    1: (1 << 20, (64, 4, 4)),
+    **{page_size: (1 << 19, (64, 6, 2)) for page_size in (2, 4, 8)},
+}
+"""Page size -> (the most keys a call may read, sequences x KV heads x max_seqlen_kv, for the decode kernel to gather
+its pages by default; the gather tile (BLOCK_N, STAGES, producer warps), programs per SM and maxnreg as
+DECODE_HOPPER_TILE's). H200, 2026-12-02, graph replays, settled, in one process against the general kernel
+(docs/results/2026-12-02-h200-e97c00a/), GQA 32/8, d128:
 
-GATHER_MAX_KEYS_READ = 1 << 20
-"""The gathered decode's default reach over 1-token pages: calls reading at most this many cached keys (sequences x
-KV heads x max_seqlen_kv). H200, 2026-12-02, main e97c00a + the gather, graph replays, settled, two rounds in one
-process, 4 producer warps and 4 stages against the general kernel (docs/results/2026-12-02-h200-e97c00a/): within
-it, 1x8k 18.0-18.3 against 22.0-22.2 us (cuDNN contiguous 18.8-19.1), 8x4k 41.1-41.4 against 42.9-43.4, 32x2k
-70.4-70.7 against 73.5-73.8, 32x4k verification (4 queries) 131.5-132.5 against 136.7-137.0; past it, slower:
-64x4k 252.5-253.3 against 248.5-251.9, 128x2k 254.3-254.7 against 251.9-252.2. Pages of 2, 4 and 8 tokens at
-64x4k 262.5-265.4 against 248.5-250.5 (two warps 254-258): no small cell measured at those, so none by default."""
+  * 1-token pages, (64, 4, 4), the fastest or within 0.3 us of it on every cell against (64, 6, 4), (64, 5, 4) and
+    (64, 6, 2): within 2^20 keys faster, 1x8k 18.0-19.5 against 21.9-22.2 us (cuDNN contiguous 18.7-19.1), 8x4k
+    40.9-42.5 against 42.7-43.4, 32x2k 70.1-70.7 against 73.4-73.8, 32x4k verification (4 queries) 131.4-132.5
+    against 136.3-137.0; past it slower, 64x4k 252.5-253.3 against 248.5-251.9, 128x2k 254.3-254.7 against
+    251.9-252.2. One warp and three stages (session 30's tile): 397 us at 64x4k, 106.7 at 32x2k.
+  * 2, 4 and 8-token pages, (64, 6, 2): 1x8k 18.4-18.8 against 21.6-22.2, 8x4k 42.4-42.8 against 42.7-43.3, 32x2k
+    71.3-71.9 against 73.2-74.0 (2^19 keys); 64x4k 254-258 against 248.5-250.5 (four warps 262-265), so none past
+    the largest cell measured faster."""
 
-DECODE_HOPPER_GATHER_TILE = (64, 4, 4)
-"""(BLOCK_N, STAGES, producer warps) when the decode kernel gathers pages; programs per SM and maxnreg as
-DECODE_HOPPER_TILE's. Shared memory at d128: the ring 4 x 2 x 16 KiB, Q and P^T at most 18 KiB. Same run as
-GATHER_MAX_KEYS_READ's, at page 1: (64, 4, 4) the fastest or within 0.3 us of it on every cell against (64, 6, 4),
-(64, 5, 4) and (64, 6, 2); one warp and three stages (the first tile, session 30) 397 us at 64x4k, 106.7 at 32x2k."""
+GATHER_PAGE_SIZES = tuple(GATHER_RULE)
+"""Page sizes the decode kernel can gather; 16 and more it reads by TMA."""
 
 DECODE_HOPPER_TILE = (64, 3, 1, 168)
 """(BLOCK_N, STAGES, programs per SM, maxnreg). Shared memory at d128 with 16 rows: the ring 3 x 2 x 16 KiB, Q and
@@ -236,7 +239,7 @@ def decode_hopper_unsupported_reason(head_dim: int, group_size: int, max_seqlen_
                                      keys_read: int = 0) -> str | None:
     """None when attention_decode_hopper_kernel can run a decode-sized call that the Hopper kernels could (the
     checks of hopper_unsupported_reason, done by the caller) and is not switched off, else why not. ``keys_read``:
-    sequences x KV heads x max_seqlen_kv (the gathered decode's default reach over 1-token pages)."""
+    sequences x KV heads x max_seqlen_kv (GATHER_RULE's reach over small pages)."""
     if getenv(DECODE_HOPPER_ENV, "1") == "0":
         return f"{DECODE_HOPPER_ENV}=0"
     if head_dim not in (64, 128):
@@ -247,8 +250,8 @@ def decode_hopper_unsupported_reason(head_dim: int, group_size: int, max_seqlen_
     if page_size in GATHER_PAGE_SIZES:
         if _gather_tile(page_size, keys_read):
             return None
-        return (f"pages of {page_size} tokens over {keys_read} keys are the general kernel's (gathered by default: "
-                f"1-token pages, at most {GATHER_MAX_KEYS_READ} keys; {DECODE_HOPPER_GATHER_ENV}=1 for all)")
+        return (f"pages of {page_size} tokens over {keys_read} keys are the general kernel's (gathered by default up "
+                f"to {GATHER_RULE[page_size][0]} keys; {DECODE_HOPPER_GATHER_ENV}=1 for all)")
     if page_size and page_size % block_n and (block_n % page_size or page_size < 16):
         return (f"needs pages of {', '.join(map(str, GATHER_PAGE_SIZES))} or 16 to {block_n} tokens dividing "
                 f"{block_n}, or a multiple of {block_n}")
@@ -317,11 +320,12 @@ def _tile() -> tuple[int, ...]:
 
 
 def _gather_tile(page_size: int, keys_read: int) -> tuple[int, int, int] | None:
-    """The gather tile for a call over pages of ``page_size`` (< 16) tokens reading ``keys_read`` keys
-    (DECODE_HOPPER_GATHER_ENV's rule): None when the general kernel takes it."""
+    """The gather tile for a call over pages of ``page_size`` tokens reading ``keys_read`` keys (GATHER_RULE, or
+    DECODE_HOPPER_GATHER_ENV's override): None when the general kernel takes it."""
     value = getenv(DECODE_HOPPER_GATHER_ENV, "")
-    if value == "":
-        return DECODE_HOPPER_GATHER_TILE if page_size == 1 and keys_read <= GATHER_MAX_KEYS_READ else None
-    if value == "0":
+    if value == "0" or page_size not in GATHER_RULE:
         return None
-    return DECODE_HOPPER_GATHER_TILE if value == "1" else tuple(int(x) for x in value.split(","))
+    reach, tile = GATHER_RULE[page_size]
+    if value == "":
+        return tile if keys_read <= reach else None
+    return tile if value == "1" else tuple(int(x) for x in value.split(","))

@@ -79,13 +79,14 @@ def test_decode_kernel_matches_the_reference(case: AttentionCase) -> None:
     check_output(case, inputs)
 
 
-@pytest.mark.parametrize("tile", ["1", "64,3,1"], ids=["gather-default-tile", "gather-1-warp-3-stages"])
+@pytest.mark.parametrize("tile", ["1", "64,3,1"], ids=["gather-rule-tile", "gather-1-warp-3-stages"])
 @pytest.mark.parametrize("case", GATHER_CASES, ids=str)
 def test_gathered_pages_match_the_reference(monkeypatch: pytest.MonkeyPatch, case: AttentionCase, tile: str) -> None:
     monkeypatch.setenv(DECODE_HOPPER_GATHER_ENV, tile)
     inputs = build_inputs(case, "cuda")
     _run(inputs, splits=None if case.num_splits is None else 1)
-    assert next(iter(launcher._plans.values())).gather_warps == (4 if tile == "1" else 1)
+    warps = hopper_decode.GATHER_RULE[case.page_size][1][2] if tile == "1" else 1
+    assert next(iter(launcher._plans.values())).gather_warps == warps
     check_output(case, inputs)
     _counters_are_zero()
 
@@ -137,13 +138,14 @@ def test_the_switch_sends_decodes_to_the_general_kernel(monkeypatch: pytest.Monk
     check_output(case, inputs)
 
 
-@pytest.mark.parametrize("page_size, reach, gathered", [(1, None, True), (1, 1000, False), (2, None, False)])
+@pytest.mark.parametrize("page_size, reach, gathered", [(1, None, True), (1, 1000, False), (4, None, True),
+                                                        (8, 1000, False)])
 def test_small_pages_by_default(monkeypatch: pytest.MonkeyPatch, page_size: int, reach: int | None,
                                 gathered: bool) -> None:
-    """With DECODE_HOPPER_GATHER_ENV unset the decode kernel gathers 1-token pages within GATHER_MAX_KEYS_READ
-    (here 12 sequences x 8 KV heads x 4096 keys); past it, and pages of 2-8 tokens, are the general kernel's."""
+    """With DECODE_HOPPER_GATHER_ENV unset the decode kernel gathers small pages within GATHER_RULE's reach (here
+    12 sequences x 8 KV heads x 4096 keys); past it (lowered to 1000 keys), the general kernel takes them."""
     if reach is not None:
-        monkeypatch.setattr(hopper_decode, "GATHER_MAX_KEYS_READ", reach)
+        monkeypatch.setitem(hopper_decode.GATHER_RULE, page_size, (reach, hopper_decode.GATHER_RULE[page_size][1]))
     case = C(Q, KV, layout="paged", page_size=page_size, num_splits=None, **GQA)
     inputs = build_inputs(case, "cuda")
     launcher._plans.clear()
