@@ -4,6 +4,8 @@ compiles for sm90 in tests/sm90_compile.py)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -70,6 +72,20 @@ def test_the_gather_switch_takes_small_pages(monkeypatch: pytest.MonkeyPatch, va
     for page_size, keys_read in ((1, 0), (1, 64 * 8 * 4096), (4, 0)):
         assert (decode_hopper_unsupported_reason(128, 4, 1, page_size, keys_read) is None) is taken
     assert decode_hopper_unsupported_reason(128, 4, 1, 16) is None  # TMA's pages, whatever the switch
+
+
+@pytest.mark.parametrize("name, value, message", [
+    (DECODE_HOPPER_TILE_ENV, "64,3", "must be 4 or 5 comma-separated integers, got '64,3'"),
+    (DECODE_HOPPER_TILE_ENV, "64,3,one,168", "must be 4 or 5 comma-separated integers"),
+    (DECODE_HOPPER_TILE_ENV, "128,3,1,168", "BLOCK_N (its first integer) must be 64, got 128"),
+    (DECODE_HOPPER_GATHER_ENV, "128,3,4", "BLOCK_N (its first integer) must be 64, got 128"),
+    (DECODE_HOPPER_GATHER_ENV, "64,4", "must be 3 comma-separated integers"),
+])
+def test_tile_overrides_are_checked(monkeypatch: pytest.MonkeyPatch, name: str, value: str, message: str) -> None:
+    """A tile override the kernel cannot run is refused by name before any launch (128-key tiles faulted)."""
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=re.escape(f"{name}") + ".*" + re.escape(message)):
+        decode_hopper_unsupported_reason(128, 4, 1, 1 if name == DECODE_HOPPER_GATHER_ENV else 16)
 
 
 def test_limits_are_named() -> None:

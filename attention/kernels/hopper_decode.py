@@ -316,7 +316,23 @@ def plan_decode_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
 
 def _tile() -> tuple[int, ...]:
     override = getenv(DECODE_HOPPER_TILE_ENV, "")
-    return tuple(int(x) for x in override.split(",")) if override else DECODE_HOPPER_TILE
+    return _tile_override(DECODE_HOPPER_TILE_ENV, override, (4, 5)) if override else DECODE_HOPPER_TILE
+
+
+def _tile_override(name: str, value: str, lengths: tuple[int, ...]) -> tuple[int, ...]:
+    """An A/B tile from environment variable ``name``: ``lengths`` integers, BLOCK_N first. 128-key tiles are
+    refused: on the H200 at e97c00a they hit an illegal address, TMA-loaded (page 16) and gathered (page 1) alike
+    (docs/results/2026-12-02-h200-e97c00a/out/run87/), where the twenty-first session's sweep had run them."""
+    try:
+        tile = tuple(int(x) for x in value.split(","))
+    except ValueError:
+        tile = ()
+    if len(tile) not in lengths:
+        raise ValueError(f"{name} must be {' or '.join(map(str, lengths))} comma-separated integers, got {value!r}")
+    if tile[0] != 64:
+        raise ValueError(f"{name}: BLOCK_N (its first integer) must be 64, got {tile[0]}; 128-key decode tiles fault "
+                         "on the H200 (an illegal address) until the kernel is mended")
+    return tile
 
 
 def _gather_tile(page_size: int, keys_read: int) -> tuple[int, int, int] | None:
@@ -328,4 +344,4 @@ def _gather_tile(page_size: int, keys_read: int) -> tuple[int, int, int] | None:
     reach, tile = GATHER_RULE[page_size]
     if value == "":
         return tile if keys_read <= reach else None
-    return tile if value == "1" else tuple(int(x) for x in value.split(","))
+    return tile if value == "1" else _tile_override(DECODE_HOPPER_GATHER_ENV, value, (3,))
