@@ -4,7 +4,8 @@ Cells (bf16, d=128, GQA 32/8 unless named, paged with 16-token pages unless name
 batch x context 1x8k, 1x32k, 8x4k, 32x2k, 64x4k, 128x2k, 32x32k; MHA 32/32 and MQA 32/1 at
 64x4k; a ragged batch of 64 heavy-tailed lengths (mean ~4k, max 32k); speculative verification
 (4 query tokens per sequence, causal inside the draft) at 32x4k; a page-size sweep 1/64/256 and
-non-paged at 64x4k (page 16 is the 64x4k cell itself); page order: 64x4k and 128x2k with their pages where a
+non-paged at 64x4k (page 16 is the 64x4k cell itself); small pages on latency-bound cells (1x8k and 32x2k at page
+1, 1x8k at page 4); page order: 64x4k and 128x2k with their pages where a
 serving run puts them (``cells.served_page_table``: TransformerEngine's FIFO free list, or InferenceParams' page
 runs), and 8x4k, 32x2k, 32x32k and MHA 32/32 at 64x4k through the page runs; every other paged cell's pages lie in
 random order. Every paged cell also has a ``fused_dense``
@@ -92,6 +93,9 @@ def cells(cfg: BenchConfig) -> list[Cell]:
     result.append(_decode("32x4k verify q4 p16", "verify", 32, 4096, dtype, q_len=4))
     result += [_decode(f"64x4k p{page}", "page-sweep", 64, 4096, dtype, page=page) for page in (1, 64, 256)]
     result.append(_decode("64x4k non-paged", "page-sweep", 64, 4096, dtype, page=None))
+    # pages under 16 tokens on the latency-bound cells, where the Hopper decode kernel gathers them by cp.async
+    result += [_decode(f"{b}x{_k(s)} p{page}", "small-pages", b, s, dtype, page=page)
+               for b, s, page in ((1, 8192, 1), (32, 2048, 1), (1, 8192, 4))]
     result += [_decode(f"{b}x{_k(s)} p16 served, {'FIFO pages' if order == 'fifo' else 'page runs'}", "page-order", b,
                        s, dtype, page_order=order)
                for b, s in ((64, 4096), (128, 2048)) for order in ("fifo", "runs")]
