@@ -21,10 +21,21 @@ from .configs import MAX_NUM_SPLITS, next_power_of_2
 from .hopper_mixed import PersistentLaunch, decode_tile_rows
 from .launch import KernelLaunch
 
-__all__ = ["DECODE_HOPPER_ENV", "DECODE_HOPPER_GATHER_ENV", "DECODE_HOPPER_MERGE_ENV",
-           "DECODE_HOPPER_ROUNDS_ENV", "DECODE_HOPPER_TILE", "GATHER_PAGE_SIZES", "GATHER_RULE",
-           "DECODE_HOPPER_TILE_ENV", "DecodeHopperPlan", "choose_decode_splits", "decode_hopper_unsupported_reason",
-           "plan_decode_hopper", "whole_round_programs"]
+__all__ = [
+    "DECODE_HOPPER_ENV",
+    "DECODE_HOPPER_GATHER_ENV",
+    "DECODE_HOPPER_MERGE_ENV",
+    "DECODE_HOPPER_ROUNDS_ENV",
+    "DECODE_HOPPER_TILE",
+    "DECODE_HOPPER_TILE_ENV",
+    "GATHER_PAGE_SIZES",
+    "GATHER_RULE",
+    "DecodeHopperPlan",
+    "choose_decode_splits",
+    "decode_hopper_unsupported_reason",
+    "plan_decode_hopper",
+    "whole_round_programs",
+]
 
 DECODE_HOPPER_ENV = "ATTN_FUSED_HOPPER_DECODE"
 """``0``: decode calls go to the general kernel; unset or ``1``: to attention_decode_hopper_kernel, every one it
