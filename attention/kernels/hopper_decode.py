@@ -189,7 +189,8 @@ class DecodeHopperPlan(PersistentLaunch):
     """Elements between K's and V's token rows when the kernel gathers pages, else (0, 0)."""
     num_splits: int
     tile: tuple[int, int, int, int]
-    """DECODE_HOPPER_TILE (or DECODE_HOPPER_TILE_ENV's first four)."""
+    """(BLOCK_N, STAGES, programs per SM, maxnreg): DECODE_HOPPER_TILE's (or DECODE_HOPPER_TILE_ENV's first four), or
+    the gather tile's where the kernel gathers pages."""
     rows: int
     """Packed rows of a decode tile (hopper_mixed.decode_tile_rows of the longest sequence's queries x the group)."""
     partial_shape: tuple[int, int, int, int] | None
