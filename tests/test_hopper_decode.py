@@ -14,10 +14,10 @@ from attention.kernels.configs import MAX_NUM_SPLITS
 from attention.kernels.hopper_decode import (
     DECODE_HOPPER_ENV,
     DECODE_HOPPER_GATHER_ENV,
+    DECODE_HOPPER_GATHER_TILE,
     DECODE_HOPPER_MERGE_ENV,
     DECODE_HOPPER_ROUNDS_ENV,
     DECODE_HOPPER_TILE_ENV,
-    DECODE_HOPPER_GATHER_TILE,
     DecodeHopperPlan,
     choose_decode_splits,
     decode_hopper_unsupported_reason,
@@ -53,6 +53,8 @@ def test_the_gather_switch(monkeypatch: pytest.MonkeyPatch, value: str | None, t
     if value is not None:
         monkeypatch.setenv(DECODE_HOPPER_GATHER_ENV, value)
     assert hopper_decode._gather_tile() == tile
+    wide = hopper_decode.DECODE_HOPPER_GATHER_WIDE_TILE if value in (None, "1") else tile
+    assert hopper_decode._gather_tile(64) == wide  # 64-row tiles: one program an SM (two do not fit)
     for page_size in (1, 2, 4, 8):
         reason = decode_hopper_unsupported_reason(128, 4, 1, page_size)
         assert reason == (None if tile else f"pages of {page_size} tokens with {DECODE_HOPPER_GATHER_ENV}=0")

@@ -15,7 +15,7 @@ import torch
 from attention.environment import getenv
 
 from .arguments import scale_log2
-from .attention_decode_hopper import MAX_DECODE_ROWS, attention_decode_hopper_kernel
+from .attention_decode_hopper import MAX_DECODE_ROWS, SMALL_DECODE_ROWS, attention_decode_hopper_kernel
 from .combine import combine_launch, split_counter_buffer
 from .configs import MAX_NUM_SPLITS, next_power_of_2
 from .hopper_mixed import PersistentLaunch, decode_tile_rows
@@ -25,11 +25,13 @@ __all__ = [
     "DECODE_HOPPER_ENV",
     "DECODE_HOPPER_GATHER_ENV",
     "DECODE_HOPPER_GATHER_TILE",
+    "DECODE_HOPPER_GATHER_WIDE_TILE",
     "DECODE_HOPPER_MERGE_ENV",
     "DECODE_HOPPER_ROUNDS_ENV",
     "DECODE_HOPPER_TILE",
     "DECODE_HOPPER_TILE_ENV",
     "GATHER_PAGE_SIZES",
+    "GATHER_TWO_AN_SM_MAX_ROWS",
     "DecodeHopperPlan",
     "choose_decode_splits",
     "decode_hopper_unsupported_reason",
@@ -62,6 +64,15 @@ page 1 41.2-42.2 against 42.8-43.1, 32x4k verification (4 queries) page 1 130.0 
 as fast on 1x8k and 8x4k; it lost to the general kernel on the large cells, 1-6 %, in the earlier runs there, where
 the small cells at pages 2 and 4 gathered as fast as at pages 1 and 8 (18.2-18.8 us at 1x8k against 21.6-22.2).
 One producer warp and three stages (the thirtieth session's tile): 397 us at 64x4k page 1."""
+
+GATHER_TWO_AN_SM_MAX_ROWS = 32
+"""The most rows of a decode tile gathered two programs an SM: at 64 rows (16 query heads a KV head x 4 queries) a
+program takes 124 KB of shared memory (two do not fit an SM's 227) and Triton 3.6 spills 1,216 B at maxnreg 128
+(312 at 32 rows, 132 at 16)."""
+
+DECODE_HOPPER_GATHER_WIDE_TILE = (64, 4, 4, 1, 168)
+"""The gather tile past GATHER_TWO_AN_SM_MAX_ROWS: one program an SM (the tile the thirty-second session's GPU suite
+passed with as the default at pages of 1 token)."""
 
 DECODE_HOPPER_TILE = (64, 3, 1, 168)
 """(BLOCK_N, STAGES, programs per SM, maxnreg). Shared memory at d128 with 16 rows: the ring 3 x 2 x 16 KiB, Q and
@@ -277,7 +288,8 @@ def plan_decode_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     if decode_hopper_unsupported_reason(head_dim, group_size, max_seqlen_q, page_size):
         return None
     block_n, stages, programs_per_sm, maxnreg, *fixed_splits = _tile()
-    gather = _gather_tile() if page_size in GATHER_PAGE_SIZES else None
+    rows = decode_tile_rows(group_size * max(1, max_seqlen_q))
+    gather = _gather_tile(rows) if page_size in GATHER_PAGE_SIZES else None
     if gather:
         block_n, stages, _, programs_per_sm, maxnreg = gather
     walks = num_seqs * heads_kv
@@ -287,7 +299,6 @@ def plan_decode_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
             walks=walks, max_tiles=-(-max_seqlen_kv // block_n), programs=programs,
             mean_tiles=None if mean_seqlen_kv is None else -(-mean_seqlen_kv // block_n))
     items = walks * num_splits
-    rows = decode_tile_rows(group_size * max(1, max_seqlen_q))
     partial_shape = combine = None
     merge_rows = 0
     if num_splits > 1:
@@ -337,9 +348,12 @@ def _tile_override(name: str, value: str, lengths: tuple[int, ...]) -> tuple[int
     return tile
 
 
-def _gather_tile() -> tuple[int, int, int, int, int] | None:
-    """The gather tile (DECODE_HOPPER_GATHER_TILE, or DECODE_HOPPER_GATHER_ENV's): None when switched off."""
+def _gather_tile(rows: int = SMALL_DECODE_ROWS) -> tuple[int, int, int, int, int] | None:
+    """The gather tile for decode tiles of ``rows`` rows (DECODE_HOPPER_GATHER_TILE, DECODE_HOPPER_GATHER_WIDE_TILE
+    past GATHER_TWO_AN_SM_MAX_ROWS, or DECODE_HOPPER_GATHER_ENV's): None when switched off."""
     value = getenv(DECODE_HOPPER_GATHER_ENV, "1")
     if value == "0":
         return None
-    return DECODE_HOPPER_GATHER_TILE if value in ("", "1") else _tile_override(DECODE_HOPPER_GATHER_ENV, value, (5,))
+    if value in ("", "1"):
+        return DECODE_HOPPER_GATHER_TILE if rows <= GATHER_TWO_AN_SM_MAX_ROWS else DECODE_HOPPER_GATHER_WIDE_TILE
+    return _tile_override(DECODE_HOPPER_GATHER_ENV, value, (5,))

@@ -51,6 +51,8 @@ GATHER_CASES = [  # pages of fewer than 16 tokens, gathered by cp.async (DECODE_
     C(Q, KV, heads=(32, 1), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="paged", page_size=4, causal=True,
       bottom_right=True),  # MQA
     C((4, 3, 4, 1, 2, 4), (4096, 77, 4, 33, 1200, 4), layout="paged", page_size=8, **GQA),  # verification
+    C((4, 3, 4, 1), (4096, 77, 4, 2000), heads=(16, 1), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="paged",
+      page_size=1, causal=True, bottom_right=True),  # 64-row tiles: the wide gather tile, one program an SM
     C(Q, KV, heads=(16, 2), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="paged", page_size=2, causal=True),
     C((1, 0, 1) + Q, (300, 20, 0) + KV, layout="paged", page_size=1, **GQA),
     C((1,), (8192,), layout="paged", page_size=1, num_splits=None, **GQA),  # split, merged by the kernel
@@ -85,8 +87,11 @@ def test_gathered_pages_match_the_reference(monkeypatch: pytest.MonkeyPatch, cas
     monkeypatch.setenv(DECODE_HOPPER_GATHER_ENV, tile)
     inputs = build_inputs(case, "cuda")
     _run(inputs, splits=None if case.num_splits is None else 1)
-    warps = hopper_decode.DECODE_HOPPER_GATHER_TILE[2] if tile == "1" else 1
-    assert next(iter(launcher._plans.values())).gather_warps == warps
+    plan = next(iter(launcher._plans.values()))
+    wide = plan.rows > hopper_decode.GATHER_TWO_AN_SM_MAX_ROWS
+    expected = (hopper_decode.DECODE_HOPPER_GATHER_WIDE_TILE if wide else hopper_decode.DECODE_HOPPER_GATHER_TILE) \
+        if tile == "1" else (64, 3, 1, 1, 168)
+    assert (plan.gather_warps, *plan.tile[2:]) == (expected[2], *expected[3:])
     check_output(case, inputs)
     _counters_are_zero()
 
