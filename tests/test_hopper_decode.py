@@ -14,10 +14,10 @@ from attention.kernels.configs import MAX_NUM_SPLITS
 from attention.kernels.hopper_decode import (
     DECODE_HOPPER_ENV,
     DECODE_HOPPER_GATHER_ENV,
+    DECODE_HOPPER_GATHER_TILE,
     DECODE_HOPPER_MERGE_ENV,
     DECODE_HOPPER_ROUNDS_ENV,
     DECODE_HOPPER_TILE_ENV,
-    GATHER_RULE,
     DecodeHopperPlan,
     choose_decode_splits,
     decode_hopper_unsupported_reason,
@@ -32,8 +32,8 @@ from tests.test_hopper_forward import _RecordedLaunch
     (None, 0, True),
     ("1", 256, True),
     ("0", 16, False),
-    (None, 1, False),  # small pages past GATHER_RULE's reach: the general kernel's
-    (None, 8, False),
+    (None, 1, True),  # pages under 16 tokens: gathered by cp.async
+    (None, 8, True),
     (None, 12, False),  # pages that neither divide a tile nor hold whole ones
     (None, 48, False),
 ])
@@ -41,36 +41,23 @@ def test_the_switch_and_the_pages(monkeypatch: pytest.MonkeyPatch, switch: str |
                                   taken: bool) -> None:
     if switch is not None:
         monkeypatch.setenv(DECODE_HOPPER_ENV, switch)
-    keys_read = (1 << 20) + 1
-    reason = decode_hopper_unsupported_reason(128, 4, 1, page_size, keys_read)
+    reason = decode_hopper_unsupported_reason(128, 4, 1, page_size)
     assert (reason is None) is taken, reason
-    if page_size in (1, 8):
-        assert reason.startswith(f"pages of {page_size} tokens over {keys_read} keys are the general kernel's")
-        assert f"{DECODE_HOPPER_GATHER_ENV}=1" in reason
-    elif page_size in (12, 48):
+    if page_size in (12, 48):
         assert "needs pages of 1, 2, 4, 8 or 16 to 64 tokens" in reason
 
 
-@pytest.mark.parametrize("page_size, keys_read, tile", [
-    (1, 32 * 8 * 4096, (64, 4, 4)),  # 32x4k, GQA 32/8: 2^20 keys, the reach at 1-token pages
-    (1, 32 * 8 * 4096 + 1, None),
-    (1, 64 * 8 * 4096, None),  # 64x4k: the general kernel measured faster
-    (2, 32 * 8 * 2048, (64, 6, 2)),  # 32x2k: 2^19 keys, the reach at 2-8 token pages
-    (8, 1 * 8 * 8192, (64, 6, 2)),
-    (4, 32 * 8 * 2048 + 1, None),
-])
-def test_the_gather_rule_by_default(page_size: int, keys_read: int, tile: tuple[int, int, int] | None) -> None:
-    assert (decode_hopper_unsupported_reason(128, 4, 1, page_size, keys_read) is None) is (tile is not None)
-    assert hopper_decode._gather_tile(page_size, keys_read) == tile
-    assert GATHER_RULE[page_size] == ((1 << 20) if page_size == 1 else (1 << 19), (64, 4, 4) if page_size == 1
-                                      else (64, 6, 2))
-
-
-@pytest.mark.parametrize("value, taken", [("1", True), ("64,6,4", True), ("0", False)])
-def test_the_gather_switch_takes_small_pages(monkeypatch: pytest.MonkeyPatch, value: str, taken: bool) -> None:
-    monkeypatch.setenv(DECODE_HOPPER_GATHER_ENV, value)
-    for page_size, keys_read in ((1, 0), (1, 64 * 8 * 4096), (4, 0)):
-        assert (decode_hopper_unsupported_reason(128, 4, 1, page_size, keys_read) is None) is taken
+@pytest.mark.parametrize("value, tile", [(None, DECODE_HOPPER_GATHER_TILE), ("1", DECODE_HOPPER_GATHER_TILE),
+                                         ("64,6,2,1,168", (64, 6, 2, 1, 168)), ("0", None)])
+def test_the_gather_switch(monkeypatch: pytest.MonkeyPatch, value: str | None, tile: tuple | None) -> None:
+    if value is not None:
+        monkeypatch.setenv(DECODE_HOPPER_GATHER_ENV, value)
+    assert hopper_decode._gather_tile() == tile
+    wide = hopper_decode.DECODE_HOPPER_GATHER_WIDE_TILE if value in (None, "1") else tile
+    assert hopper_decode._gather_tile(64) == wide  # 64-row tiles: one program an SM (two do not fit)
+    for page_size in (1, 2, 4, 8):
+        reason = decode_hopper_unsupported_reason(128, 4, 1, page_size)
+        assert reason == (None if tile else f"pages of {page_size} tokens with {DECODE_HOPPER_GATHER_ENV}=0")
     assert decode_hopper_unsupported_reason(128, 4, 1, 16) is None  # TMA's pages, whatever the switch
 
 
@@ -78,8 +65,8 @@ def test_the_gather_switch_takes_small_pages(monkeypatch: pytest.MonkeyPatch, va
     (DECODE_HOPPER_TILE_ENV, "64,3", "must be 4 or 5 comma-separated integers, got '64,3'"),
     (DECODE_HOPPER_TILE_ENV, "64,3,one,168", "must be 4 or 5 comma-separated integers"),
     (DECODE_HOPPER_TILE_ENV, "128,3,1,168", "BLOCK_N (its first integer) must be 64, got 128"),
-    (DECODE_HOPPER_GATHER_ENV, "128,3,4", "BLOCK_N (its first integer) must be 64, got 128"),
-    (DECODE_HOPPER_GATHER_ENV, "64,4", "must be 3 comma-separated integers"),
+    (DECODE_HOPPER_GATHER_ENV, "128,3,4,2,128", "BLOCK_N (its first integer) must be 64, got 128"),
+    (DECODE_HOPPER_GATHER_ENV, "64,4,4", "must be 5 comma-separated integers"),
 ])
 def test_tile_overrides_are_checked(monkeypatch: pytest.MonkeyPatch, name: str, value: str, message: str) -> None:
     """A tile override the kernel cannot run is refused by name before any launch (128-key tiles faulted)."""
@@ -291,22 +278,26 @@ def test_one_split_writes_the_output_and_merges_nothing(monkeypatch: pytest.Monk
     assert kwargs["WRITE_PARTIAL"] is False and args[-3] == total  # zero_tail: rows cu_seqlens_q[-1] .. total - 1
 
 
-@pytest.mark.parametrize("value, warps, stages", [("1", 4, 4), ("64,3,1", 1, 3), ("64,6,2", 2, 6)])
-def test_pages_under_16_tokens_launch_with_pointers_and_row_strides(monkeypatch: pytest.MonkeyPatch, value: str,
-                                                                    warps: int, stages: int) -> None:
-    """1-token pages, gathered (by default within GATHER_RULE's reach, or switched on): no TMA descriptors (the
-    producer warps gather rows by cp.async from K's and V's pointers, their token rows H_kv x D elements apart); the
-    prefill kernel's page rule does not refuse them for a decode. Past the rule's reach, the general kernel's."""
+@pytest.mark.parametrize("value, warps, stages, per_sm", [(None, 4, 3, 2), ("64,3,1,1,168", 1, 3, 1),
+                                                          ("64,6,2,1,168", 2, 6, 1)])
+def test_pages_under_16_tokens_launch_with_pointers_and_row_strides(monkeypatch: pytest.MonkeyPatch,
+                                                                    value: str | None, warps: int, stages: int,
+                                                                    per_sm: int) -> None:
+    """1-token pages: no TMA descriptors (the producer warps gather rows by cp.async from K's and V's pointers,
+    their token rows H_kv x D elements apart), on the gather tile's programs an SM and registers; the prefill
+    kernel's page rule does not refuse them for a decode. Switched off, the general kernel's."""
     monkeypatch.setattr(hopper_forward, "_on_sm90", lambda q: True)
-    q, k, total = _paged_decodes(num_seqs=64, page_size=1)
-    assert _plan(q, k, total, max_seqlen_kv=4096, num_splits=1) is None  # 2M keys: past GATHER_RULE's reach
-    assert _plan(*_paged_decodes(num_seqs=32, page_size=1), max_seqlen_kv=4096).gather_warps == 4  # 1M: within
-    monkeypatch.setenv(DECODE_HOPPER_GATHER_ENV, value)
+    monkeypatch.setenv(DECODE_HOPPER_GATHER_ENV, "0")
+    assert _plan(*_paged_decodes(num_seqs=64, page_size=1), max_seqlen_kv=4096, num_splits=1) is None
+    monkeypatch.delenv(DECODE_HOPPER_GATHER_ENV)
+    if value is not None:
+        monkeypatch.setenv(DECODE_HOPPER_GATHER_ENV, value)
     kernel = _RecordedLaunch()
     monkeypatch.setattr(hopper_decode, "attention_decode_hopper_kernel", kernel)
     q, k, total = _paged_decodes(num_seqs=64, page_size=1)
     plan = _plan(q, k, total, max_seqlen_kv=4096, num_splits=1)
     assert type(plan) is DecodeHopperPlan and plan.kv_descriptors == () and plan.kv_row_strides == (1024, 1024)
+    assert plan.tile[2:] == ((2, 128) if per_sm == 2 else (1, 168)) and plan.programs <= 132 * per_sm
     cu = torch.arange(65, dtype=torch.int32)
     plan(q[0], k, k, q[0], cu, cu, cu, None, torch.zeros(64, 4096, dtype=torch.int32))
     (_, args, kwargs), = kernel.calls

@@ -15,7 +15,7 @@ import torch
 from attention.environment import getenv
 
 from .arguments import scale_log2
-from .attention_decode_hopper import MAX_DECODE_ROWS, attention_decode_hopper_kernel
+from .attention_decode_hopper import MAX_DECODE_ROWS, SMALL_DECODE_ROWS, attention_decode_hopper_kernel
 from .combine import combine_launch, split_counter_buffer
 from .configs import MAX_NUM_SPLITS, next_power_of_2
 from .hopper_mixed import PersistentLaunch, decode_tile_rows
@@ -24,12 +24,14 @@ from .launch import KernelLaunch
 __all__ = [
     "DECODE_HOPPER_ENV",
     "DECODE_HOPPER_GATHER_ENV",
+    "DECODE_HOPPER_GATHER_TILE",
+    "DECODE_HOPPER_GATHER_WIDE_TILE",
     "DECODE_HOPPER_MERGE_ENV",
     "DECODE_HOPPER_ROUNDS_ENV",
     "DECODE_HOPPER_TILE",
     "DECODE_HOPPER_TILE_ENV",
     "GATHER_PAGE_SIZES",
-    "GATHER_RULE",
+    "GATHER_TWO_AN_SM_MAX_ROWS",
     "DecodeHopperPlan",
     "choose_decode_splits",
     "decode_hopper_unsupported_reason",
@@ -42,31 +44,35 @@ DECODE_HOPPER_ENV = "ATTN_FUSED_HOPPER_DECODE"
 can run."""
 
 DECODE_HOPPER_GATHER_ENV = "ATTN_FUSED_HOPPER_DECODE_GATHER"
-"""Decode calls over pages of fewer than 16 tokens (GATHER_RULE's), which attention_decode_hopper_kernel's producer
-warps gather by cp.async (TMA cannot slice such pages into the swizzled tile): unset, those GATHER_RULE reaches,
-the others the general kernel's; ``0``, none; ``1``, every one, with GATHER_RULE's tile; three integers, every one
-with that tile instead (A/B measurements)."""
+"""Decode calls over pages of fewer than 16 tokens (GATHER_PAGE_SIZES), which attention_decode_hopper_kernel's
+producer warps gather by cp.async (TMA cannot slice such pages into the swizzled tile): unset or ``1``, every one,
+with DECODE_HOPPER_GATHER_TILE; ``0``, none (the general kernel's); five integers, every one with that tile instead
+(A/B measurements)."""
 
-GATHER_RULE: dict[int, tuple[int, tuple[int, int, int]]] = {
-    1: (1 << 20, (64, 4, 4)),
-    **{page_size: (1 << 19, (64, 6, 2)) for page_size in (2, 4, 8)},
-}
-"""Page size -> (the most keys a call may read, sequences x KV heads x max_seqlen_kv, for the decode kernel to gather
-its pages by default; the gather tile (BLOCK_N, STAGES, producer warps), programs per SM and maxnreg as
-DECODE_HOPPER_TILE's). H200, 2026-12-02, graph replays, settled, in one process against the general kernel
-(docs/results/2026-12-02-h200-e97c00a/), GQA 32/8, d128:
+GATHER_PAGE_SIZES = (1, 2, 4, 8)
+"""Page sizes the decode kernel gathers; 16 and more it reads by TMA."""
 
-  * 1-token pages, (64, 4, 4), the fastest or within 0.3 us of it on every cell against (64, 6, 4), (64, 5, 4) and
-    (64, 6, 2): within 2^20 keys faster, 1x8k 18.0-19.5 against 21.9-22.2 us (cuDNN contiguous 18.7-19.1), 8x4k
-    40.9-42.5 against 42.7-43.4, 32x2k 70.1-70.7 against 73.4-73.8, 32x4k verification (4 queries) 131.4-132.5
-    against 136.3-137.0; past it slower, 64x4k 252.5-253.3 against 248.5-251.9, 128x2k 254.3-254.7 against
-    251.9-252.2. One warp and three stages (session 30's tile): 397 us at 64x4k, 106.7 at 32x2k.
-  * 2, 4 and 8-token pages, (64, 6, 2): 1x8k 18.4-18.8 against 21.6-22.2, 8x4k 42.4-42.8 against 42.7-43.3, 32x2k
-    71.3-71.9 against 73.2-74.0 (2^19 keys); 64x4k 254-258 against 248.5-250.5 (four warps 262-265), so none past
-    the largest cell measured faster."""
+DECODE_HOPPER_GATHER_TILE = (64, 3, 4, 2, 128)
+"""(BLOCK_N, STAGES, producer warps, programs per SM, maxnreg) when the decode kernel gathers pages: two programs an
+SM of 101.8 KB of shared memory each (the ring 3 x 2 x 16 KiB at d128; Triton 3.6 spills 120 B at maxnreg 128).
+H200, 2026-12-02, graph replays, settled, against the general kernel in the same process, GQA 32/8 d128
+(docs/results/2026-12-02-h200-e97c00a/out/run88/): 64x4k page 1 250.2-250.8 against 253.3-254.2 us (cuDNN
+contiguous 245.1-245.3), page 8 247.2-247.3 against 253.0-253.9, 128x2k page 1 251.3-252.4 against 257.4-257.5,
+32x2k page 1 68.8-69.7 against 74.9 (cuDNN 67.6-67.7), 1x8k page 1 18.8-18.9 against 22.0 (cuDNN 18.9), 8x4k
+page 1 41.2-42.2 against 42.8-43.1, 32x4k verification (4 queries) page 1 130.0 against 138.5. One program an SM
+(64, 4, 4, 1, 168) in the same call: 257.7-258.2 at 64x4k page 1, 268.8 at page 8, 134.8-134.9 on the verification,
+as fast on 1x8k and 8x4k; it lost to the general kernel on the large cells, 1-6 %, in the earlier runs there, where
+the small cells at pages 2 and 4 gathered as fast as at pages 1 and 8 (18.2-18.8 us at 1x8k against 21.6-22.2).
+One producer warp and three stages (the thirtieth session's tile): 397 us at 64x4k page 1."""
 
-GATHER_PAGE_SIZES = tuple(GATHER_RULE)
-"""Page sizes the decode kernel can gather; 16 and more it reads by TMA."""
+GATHER_TWO_AN_SM_MAX_ROWS = 32
+"""The most rows of a decode tile gathered two programs an SM: at 64 rows (16 query heads a KV head x 4 queries) a
+program takes 124 KB of shared memory (two do not fit an SM's 227) and Triton 3.6 spills 1,216 B at maxnreg 128
+(312 at 32 rows, 132 at 16)."""
+
+DECODE_HOPPER_GATHER_WIDE_TILE = (64, 4, 4, 1, 168)
+"""The gather tile past GATHER_TWO_AN_SM_MAX_ROWS: one program an SM (the tile the thirty-second session's GPU suite
+passed with as the default at pages of 1 token)."""
 
 DECODE_HOPPER_TILE = (64, 3, 1, 168)
 """(BLOCK_N, STAGES, programs per SM, maxnreg). Shared memory at d128 with 16 rows: the ring 3 x 2 x 16 KiB, Q and
@@ -247,11 +253,10 @@ class DecodeHopperPlan(PersistentLaunch):
         )
 
 
-def decode_hopper_unsupported_reason(head_dim: int, group_size: int, max_seqlen_q: int, page_size: int,
-                                     keys_read: int = 0) -> str | None:
+def decode_hopper_unsupported_reason(head_dim: int, group_size: int, max_seqlen_q: int,
+                                     page_size: int) -> str | None:
     """None when attention_decode_hopper_kernel can run a decode-sized call that the Hopper kernels could (the
-    checks of hopper_unsupported_reason, done by the caller) and is not switched off, else why not. ``keys_read``:
-    sequences x KV heads x max_seqlen_kv (GATHER_RULE's reach over small pages)."""
+    checks of hopper_unsupported_reason, done by the caller) and is not switched off, else why not."""
     if getenv(DECODE_HOPPER_ENV, "1") == "0":
         return f"{DECODE_HOPPER_ENV}=0"
     if head_dim not in (64, 128):
@@ -260,10 +265,7 @@ def decode_hopper_unsupported_reason(head_dim: int, group_size: int, max_seqlen_
         return f"needs at most {MAX_DECODE_ROWS} query rows (queries x query heads of a KV head) per sequence"
     block_n = _tile()[0]
     if page_size in GATHER_PAGE_SIZES:
-        if _gather_tile(page_size, keys_read):
-            return None
-        return (f"pages of {page_size} tokens over {keys_read} keys are the general kernel's (gathered by default up "
-                f"to {GATHER_RULE[page_size][0]} keys; {DECODE_HOPPER_GATHER_ENV}=1 for all)")
+        return None if _gather_tile() else f"pages of {page_size} tokens with {DECODE_HOPPER_GATHER_ENV}=0"
     if page_size and page_size % block_n and (block_n % page_size or page_size < 16):
         return (f"needs pages of {', '.join(map(str, GATHER_PAGE_SIZES))} or 16 to {block_n} tokens dividing "
                 f"{block_n}, or a multiple of {block_n}")
@@ -283,13 +285,13 @@ def plan_decode_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     ``mean_seqlen_kv``: the sequences' mean KV length when the host knows it (the split rule's ``mean_tiles``)."""
     heads_q, head_dim = q.shape[2], q.shape[3]
     group_size = heads_q // heads_kv
-    keys_read = num_seqs * heads_kv * max_seqlen_kv
-    if decode_hopper_unsupported_reason(head_dim, group_size, max_seqlen_q, page_size, keys_read):
+    if decode_hopper_unsupported_reason(head_dim, group_size, max_seqlen_q, page_size):
         return None
     block_n, stages, programs_per_sm, maxnreg, *fixed_splits = _tile()
-    gather = _gather_tile(page_size, keys_read) if page_size in GATHER_PAGE_SIZES else None
+    rows = decode_tile_rows(group_size * max(1, max_seqlen_q))
+    gather = _gather_tile(rows) if page_size in GATHER_PAGE_SIZES else None
     if gather:
-        block_n, stages, _ = gather
+        block_n, stages, _, programs_per_sm, maxnreg = gather
     walks = num_seqs * heads_kv
     programs = num_sms * programs_per_sm
     if num_splits is None:
@@ -297,7 +299,6 @@ def plan_decode_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
             walks=walks, max_tiles=-(-max_seqlen_kv // block_n), programs=programs,
             mean_tiles=None if mean_seqlen_kv is None else -(-mean_seqlen_kv // block_n))
     items = walks * num_splits
-    rows = decode_tile_rows(group_size * max(1, max_seqlen_q))
     partial_shape = combine = None
     merge_rows = 0
     if num_splits > 1:
@@ -347,13 +348,12 @@ def _tile_override(name: str, value: str, lengths: tuple[int, ...]) -> tuple[int
     return tile
 
 
-def _gather_tile(page_size: int, keys_read: int) -> tuple[int, int, int] | None:
-    """The gather tile for a call over pages of ``page_size`` tokens reading ``keys_read`` keys (GATHER_RULE, or
-    DECODE_HOPPER_GATHER_ENV's override): None when the general kernel takes it."""
-    value = getenv(DECODE_HOPPER_GATHER_ENV, "")
-    if value == "0" or page_size not in GATHER_RULE:
+def _gather_tile(rows: int = SMALL_DECODE_ROWS) -> tuple[int, int, int, int, int] | None:
+    """The gather tile for decode tiles of ``rows`` rows (DECODE_HOPPER_GATHER_TILE, DECODE_HOPPER_GATHER_WIDE_TILE
+    past GATHER_TWO_AN_SM_MAX_ROWS, or DECODE_HOPPER_GATHER_ENV's): None when switched off."""
+    value = getenv(DECODE_HOPPER_GATHER_ENV, "1")
+    if value == "0":
         return None
-    reach, tile = GATHER_RULE[page_size]
-    if value == "":
-        return tile if keys_read <= reach else None
-    return tile if value == "1" else _tile_override(DECODE_HOPPER_GATHER_ENV, value, (3,))
+    if value in ("", "1"):
+        return DECODE_HOPPER_GATHER_TILE if rows <= GATHER_TWO_AN_SM_MAX_ROWS else DECODE_HOPPER_GATHER_WIDE_TILE
+    return _tile_override(DECODE_HOPPER_GATHER_ENV, value, (5,))

@@ -51,6 +51,8 @@ GATHER_CASES = [  # pages of fewer than 16 tokens, gathered by cp.async (DECODE_
     C(Q, KV, heads=(32, 1), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="paged", page_size=4, causal=True,
       bottom_right=True),  # MQA
     C((4, 3, 4, 1, 2, 4), (4096, 77, 4, 33, 1200, 4), layout="paged", page_size=8, **GQA),  # verification
+    C((4, 3, 4, 1), (4096, 77, 4, 2000), heads=(16, 1), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="paged",
+      page_size=1, causal=True, bottom_right=True),  # 64-row tiles: the wide gather tile, one program an SM
     C(Q, KV, heads=(16, 2), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="paged", page_size=2, causal=True),
     C((1, 0, 1) + Q, (300, 20, 0) + KV, layout="paged", page_size=1, **GQA),
     C((1,), (8192,), layout="paged", page_size=1, num_splits=None, **GQA),  # split, merged by the kernel
@@ -79,14 +81,17 @@ def test_decode_kernel_matches_the_reference(case: AttentionCase) -> None:
     check_output(case, inputs)
 
 
-@pytest.mark.parametrize("tile", ["1", "64,3,1"], ids=["gather-rule-tile", "gather-1-warp-3-stages"])
+@pytest.mark.parametrize("tile", ["1", "64,3,1,1,168"], ids=["gather-tile", "gather-1-warp-1-program-an-sm"])
 @pytest.mark.parametrize("case", GATHER_CASES, ids=str)
 def test_gathered_pages_match_the_reference(monkeypatch: pytest.MonkeyPatch, case: AttentionCase, tile: str) -> None:
     monkeypatch.setenv(DECODE_HOPPER_GATHER_ENV, tile)
     inputs = build_inputs(case, "cuda")
     _run(inputs, splits=None if case.num_splits is None else 1)
-    warps = hopper_decode.GATHER_RULE[case.page_size][1][2] if tile == "1" else 1
-    assert next(iter(launcher._plans.values())).gather_warps == warps
+    plan = next(iter(launcher._plans.values()))
+    wide = plan.rows > hopper_decode.GATHER_TWO_AN_SM_MAX_ROWS
+    expected = (hopper_decode.DECODE_HOPPER_GATHER_WIDE_TILE if wide else hopper_decode.DECODE_HOPPER_GATHER_TILE) \
+        if tile == "1" else (64, 3, 1, 1, 168)
+    assert (plan.gather_warps, *plan.tile[2:]) == (expected[2], *expected[3:])
     check_output(case, inputs)
     _counters_are_zero()
 
@@ -138,15 +143,14 @@ def test_the_switch_sends_decodes_to_the_general_kernel(monkeypatch: pytest.Monk
     check_output(case, inputs)
 
 
-@pytest.mark.parametrize("page_size, reach, gathered", [(1, None, True), (1, 1000, False), (4, None, True),
-                                                        (8, 1000, False)])
-def test_small_pages_by_default(monkeypatch: pytest.MonkeyPatch, page_size: int, reach: int | None,
-                                gathered: bool) -> None:
-    """With DECODE_HOPPER_GATHER_ENV unset the decode kernel gathers small pages within GATHER_RULE's reach (here
-    12 sequences x 8 KV heads x 4096 keys); past it (lowered to 1000 keys), the general kernel takes them."""
-    if reach is not None:
-        monkeypatch.setitem(hopper_decode.GATHER_RULE, page_size, (reach, hopper_decode.GATHER_RULE[page_size][1]))
-    case = C(Q, KV, layout="paged", page_size=page_size, num_splits=None, **GQA)
+@pytest.mark.parametrize("switch, gathered", [(None, True), ("0", False)])
+def test_small_pages_are_gathered_unless_switched_off(monkeypatch: pytest.MonkeyPatch, switch: str | None,
+                                                       gathered: bool) -> None:
+    """Pages of 1-8 tokens go to the decode kernel's gather by default (DECODE_HOPPER_GATHER_TILE: two programs an
+    SM), to the general kernel with DECODE_HOPPER_GATHER_ENV=0."""
+    if switch is not None:
+        monkeypatch.setenv(DECODE_HOPPER_GATHER_ENV, switch)
+    case = C(Q, KV, layout="paged", page_size=1, num_splits=None, **GQA)
     inputs = build_inputs(case, "cuda")
     launcher._plans.clear()
     attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"])
