@@ -241,11 +241,11 @@ def _decode_tiles(decode_buffers, count, first_tile, num_tiles, first_masked, kv
         mbarrier.wait(dv_ready.index(stage), ((count + i) // DECODE_STAGES) & 1)
         if (t + 1) * DECODE_BLOCK_N > kv_len:
             _zero_rows_from(dv_smem.index(stage), kv_len - t * DECODE_BLOCK_N)
-        dp_smem.store(p.to(dtype))
+        dp_smem.store(gl.permute(p.to(dtype), (1, 0)))
         fence_async_shared()
-        _cta_barrier()  # all of P^T in place for the wgmma
+        _cta_barrier()  # all of P in place for the wgmma
         o = o * alpha[None, :]
-        o = warpgroup_mma(dv_smem.index(stage).permute((1, 0)), dp_smem, o, is_async=True)
+        o = warpgroup_mma(dv_smem.index(stage).permute((1, 0)), dp_smem.permute((1, 0)), o, is_async=True)
         # the next tile's scores while PV runs (the last tile's again: one shape for both branches)
         ahead = count + gl.minimum(i + 1, num_tiles - 1)
         mbarrier.wait(dk_ready.index(ahead % DECODE_STAGES), (ahead // DECODE_STAGES) & 1)
@@ -480,7 +480,7 @@ def attention_decode_hopper_kernel(
                         HEAD_DIM)
     dq_smem = gl.allocate_shared_memory(dtype, [ROWS, HEAD_DIM], gl.NVMMASharedLayout.get_default_for([ROWS, HEAD_DIM],
                                                                                                        dtype))
-    dp_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, ROWS], gl.NVMMASharedLayout.get_default_for([BLOCK_N, ROWS],
+    dp_smem = gl.allocate_shared_memory(dtype, [ROWS, BLOCK_N], gl.NVMMASharedLayout.get_default_for([ROWS, BLOCK_N],
                                                                                                       dtype))
     if GATHER:
         kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
