@@ -333,18 +333,16 @@ def _tile() -> tuple[int, ...]:
 
 
 def _tile_override(name: str, value: str, lengths: tuple[int, ...]) -> tuple[int, ...]:
-    """An A/B tile from environment variable ``name``: ``lengths`` integers, BLOCK_N first. 128-key tiles are
-    refused: on the H200 at e97c00a they hit an illegal address, TMA-loaded (page 16) and gathered (page 1) alike
-    (docs/results/2026-12-02-h200-e97c00a/out/run87/), where the twenty-first session's sweep had run them."""
+    """An A/B tile from environment variable ``name``: ``lengths`` integers, BLOCK_N (64 or 128: wgmma's M is a
+    multiple of 64, and 256-key rings do not fit shared memory) first."""
     try:
         tile = tuple(int(x) for x in value.split(","))
     except ValueError:
         tile = ()
     if len(tile) not in lengths:
         raise ValueError(f"{name} must be {' or '.join(map(str, lengths))} comma-separated integers, got {value!r}")
-    if tile[0] != 64:
-        raise ValueError(f"{name}: BLOCK_N (its first integer) must be 64, got {tile[0]}; 128-key decode tiles fault "
-                         "on the H200 (an illegal address) until the kernel is mended")
+    if tile[0] not in (64, 128):
+        raise ValueError(f"{name}: BLOCK_N (its first integer) must be 64 or 128, got {tile[0]}")
     return tile
 
 
