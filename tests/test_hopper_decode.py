@@ -64,12 +64,12 @@ def test_the_gather_switch(monkeypatch: pytest.MonkeyPatch, value: str | None, t
 @pytest.mark.parametrize("name, value, message", [
     (DECODE_HOPPER_TILE_ENV, "64,3", "must be 4 or 5 comma-separated integers, got '64,3'"),
     (DECODE_HOPPER_TILE_ENV, "64,3,one,168", "must be 4 or 5 comma-separated integers"),
-    (DECODE_HOPPER_TILE_ENV, "128,3,1,168", "BLOCK_N (its first integer) must be 64, got 128"),
-    (DECODE_HOPPER_GATHER_ENV, "128,3,4,2,128", "BLOCK_N (its first integer) must be 64, got 128"),
+    (DECODE_HOPPER_TILE_ENV, "32,3,1,168", "BLOCK_N (its first integer) must be 64 or 128, got 32"),
+    (DECODE_HOPPER_GATHER_ENV, "256,3,4,2,128", "BLOCK_N (its first integer) must be 64 or 128, got 256"),
     (DECODE_HOPPER_GATHER_ENV, "64,4,4", "must be 5 comma-separated integers"),
 ])
 def test_tile_overrides_are_checked(monkeypatch: pytest.MonkeyPatch, name: str, value: str, message: str) -> None:
-    """A tile override the kernel cannot run is refused by name before any launch (128-key tiles faulted)."""
+    """A tile override the kernel cannot run is refused by name before any launch."""
     monkeypatch.setenv(name, value)
     with pytest.raises(ValueError, match=re.escape(f"{name}") + ".*" + re.escape(message)):
         decode_hopper_unsupported_reason(128, 4, 1, 1 if name == DECODE_HOPPER_GATHER_ENV else 16)

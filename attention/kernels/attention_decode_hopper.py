@@ -10,9 +10,10 @@ once; the tensor cores only have to keep up. Two partitions per program:
     the tile's rows by cp.async instead (GATHER warps of them), 16 bytes a lane, each lane's arrival completing a
     slot once its copies landed;
   * a warp group computes S^T = K Q^T ([keys, rows]: keys are wgmma's M, 64 per instruction; a decode's rows
-    its N, as few as 8) and O^T += V^T P^T, P^T through shared memory; the softmax runs down S^T's columns. The
-    next tile's S^T is issued while this tile's PV runs; its K slot goes back to the producer a tile before
-    its V's.
+    its N, as few as 8) and O^T += V^T P^T, P through shared memory as [rows, keys] (keys contiguous: the
+    transposed [keys, rows] layout, 16 bytes a row at 8 rows, gave wrong sums over 128-key tiles with Triton 3.6
+    on the H200); the softmax runs down S^T's columns. The next tile's S^T is issued while this tile's PV runs;
+    its K slot goes back to the producer a tile before its V's.
 
 attention_mixed_hopper.py runs the same two partitions beside its prefill ones (``_decode_producer`` and
 ``_decode`` there), one whole item at a time. attention_decode_hopper_kernel runs them alone, persistent (a
@@ -201,7 +202,7 @@ def _decode_tiles(decode_buffers, count, first_tile, num_tiles, first_masked, kv
                   CAUSAL: gl.constexpr, GROUP_SIZE: gl.constexpr, GATHER: gl.constexpr):
     """The decode warp group's part of an item whose Q is in dq_smem: KV tiles first_tile .. first_tile + num_tiles
     - 1 from ring position ``count`` (GATHER: written by cp.async, so a proxy fence before a wgmma reads K; V's
-    comes with P^T's). Returns O^T [HEAD_DIM, ROWS] (fp32, not yet divided by the sums), the rows'
+    comes with P's). Returns O^T [HEAD_DIM, ROWS] (fp32, not yet divided by the sums), the rows'
     running max (log2 units, -inf for a row that saw no key) and their softmax sums."""
     dq_smem, dk_smem, dv_smem, dk_ready, dk_empty, dv_ready, dv_empty, dp_smem = decode_buffers
     ROWS: gl.constexpr = dq_smem.type.shape[0]
@@ -241,11 +242,11 @@ def _decode_tiles(decode_buffers, count, first_tile, num_tiles, first_masked, kv
         mbarrier.wait(dv_ready.index(stage), ((count + i) // DECODE_STAGES) & 1)
         if (t + 1) * DECODE_BLOCK_N > kv_len:
             _zero_rows_from(dv_smem.index(stage), kv_len - t * DECODE_BLOCK_N)
-        dp_smem.store(p.to(dtype))
+        dp_smem.store(gl.permute(p.to(dtype), (1, 0)))
         fence_async_shared()
-        _cta_barrier()  # all of P^T in place for the wgmma
+        _cta_barrier()  # all of P in place for the wgmma
         o = o * alpha[None, :]
-        o = warpgroup_mma(dv_smem.index(stage).permute((1, 0)), dp_smem, o, is_async=True)
+        o = warpgroup_mma(dv_smem.index(stage).permute((1, 0)), dp_smem.permute((1, 0)), o, is_async=True)
         # the next tile's scores while PV runs (the last tile's again: one shape for both branches)
         ahead = count + gl.minimum(i + 1, num_tiles - 1)
         mbarrier.wait(dk_ready.index(ahead % DECODE_STAGES), (ahead // DECODE_STAGES) & 1)
@@ -254,7 +255,7 @@ def _decode_tiles(decode_buffers, count, first_tile, num_tiles, first_masked, kv
         s = warpgroup_mma(dk_smem.index(ahead % DECODE_STAGES), dq_smem.permute((1, 0)), s, use_acc=False,
                           is_async=True)
         o, s = warpgroup_mma_wait(num_outstanding=0, deps=(o, s))
-        _cta_barrier()  # every warp is done with V_t, K_t+1 (and P^T) before they are written again
+        _cta_barrier()  # every warp is done with V_t, K_t+1 (and P) before they are written again
         # K_t+1's slot goes back now, a tile before its V's (its scores are in); K_0 goes with tile 0,
         # the last K after its repeated scores
         ahead_stage = (count + i + 1) % DECODE_STAGES
@@ -480,7 +481,7 @@ def attention_decode_hopper_kernel(
                         HEAD_DIM)
     dq_smem = gl.allocate_shared_memory(dtype, [ROWS, HEAD_DIM], gl.NVMMASharedLayout.get_default_for([ROWS, HEAD_DIM],
                                                                                                        dtype))
-    dp_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, ROWS], gl.NVMMASharedLayout.get_default_for([BLOCK_N, ROWS],
+    dp_smem = gl.allocate_shared_memory(dtype, [ROWS, BLOCK_N], gl.NVMMASharedLayout.get_default_for([ROWS, BLOCK_N],
                                                                                                       dtype))
     if GATHER:
         kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)

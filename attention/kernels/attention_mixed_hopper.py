@@ -338,8 +338,8 @@ def attention_mixed_hopper_kernel(
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
     dq_smem = gl.allocate_shared_memory(q_desc.dtype, [DECODE_ROWS, HEAD_DIM],
                                         gl.NVMMASharedLayout.get_default_for([DECODE_ROWS, HEAD_DIM], q_desc.dtype))
-    dp_smem = gl.allocate_shared_memory(q_desc.dtype, [DECODE_BLOCK_N, DECODE_ROWS],
-                                        gl.NVMMASharedLayout.get_default_for([DECODE_BLOCK_N, DECODE_ROWS],
+    dp_smem = gl.allocate_shared_memory(q_desc.dtype, [DECODE_ROWS, DECODE_BLOCK_N],
+                                        gl.NVMMASharedLayout.get_default_for([DECODE_ROWS, DECODE_BLOCK_N],
                                                                              q_desc.dtype))
     dk_smem = gl.allocate_shared_memory(k_decode_desc.dtype, [DECODE_STAGES, DECODE_BLOCK_N, HEAD_DIM],
                                         k_decode_desc.layout)

@@ -76,12 +76,13 @@ passed with as the default at pages of 1 token)."""
 
 DECODE_HOPPER_TILE = (64, 3, 1, 168)
 """(BLOCK_N, STAGES, programs per SM, maxnreg). Shared memory at d128 with 16 rows: the ring 3 x 2 x 16 KiB, Q and
-P^T 6 KiB. The two partitions take two warp groups' registers: at maxnreg 168 one program fits an SM, at 128 two.
+P 6 KiB. The two partitions take two warp groups' registers: at maxnreg 168 one program fits an SM, at 128 two.
 H200, 2026-12-01, graph replays, paged p16 GQA 32/8 d128 (docs/results/2026-12-01-h200-aaa7744/sweep.txt and
 scripts/decode_kernel_ab.py there), against the general kernel in the same process: 1x8k 22.7 against 24.8 us,
 1x32k 50.2 / 52.7, 8x4k 50.1 / 51.8 (the split rule's counts); 64x4k 258.4 / 259.1, 128x2k 261.7 / 263.9, 64x4k MHA
 982.7 / 989.1. Two programs an SM (maxnreg 128) were within 1 % either way; 2 stages lost 4 % at one program an SM,
-4 and 6 stages 1-3 %."""
+4 and 6 stages 1-3 %. 128-key tiles (H200, 2026-12-02, docs/results/2026-12-02-h200-652e0ab/out/run94/): 64x4k 248.2
+/ 249.2 against 246.1 / 246.1 us, MHA 971.2 / 968.0 against 959.2 / 961.9, 1x8k and 32x2k within 0.5 %."""
 
 DECODE_HOPPER_TILE_ENV = "ATTN_FUSED_HOPPER_DECODE_TILE"
 """Override of DECODE_HOPPER_TILE (A/B measurements): four integers, and a fifth for a fixed split count, e.g.
@@ -333,18 +334,16 @@ def _tile() -> tuple[int, ...]:
 
 
 def _tile_override(name: str, value: str, lengths: tuple[int, ...]) -> tuple[int, ...]:
-    """An A/B tile from environment variable ``name``: ``lengths`` integers, BLOCK_N first. 128-key tiles are
-    refused: on the H200 at e97c00a they hit an illegal address, TMA-loaded (page 16) and gathered (page 1) alike
-    (docs/results/2026-12-02-h200-e97c00a/out/run87/), where the twenty-first session's sweep had run them."""
+    """An A/B tile from environment variable ``name``: ``lengths`` integers, BLOCK_N (64 or 128: wgmma's M is a
+    multiple of 64, and 256-key rings do not fit shared memory) first."""
     try:
         tile = tuple(int(x) for x in value.split(","))
     except ValueError:
         tile = ()
     if len(tile) not in lengths:
         raise ValueError(f"{name} must be {' or '.join(map(str, lengths))} comma-separated integers, got {value!r}")
-    if tile[0] != 64:
-        raise ValueError(f"{name}: BLOCK_N (its first integer) must be 64, got {tile[0]}; 128-key decode tiles fault "
-                         "on the H200 (an illegal address) until the kernel is mended")
+    if tile[0] not in (64, 128):
+        raise ValueError(f"{name}: BLOCK_N (its first integer) must be 64 or 128, got {tile[0]}")
     return tile
 
 

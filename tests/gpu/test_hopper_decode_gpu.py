@@ -96,6 +96,31 @@ def test_gathered_pages_match_the_reference(monkeypatch: pytest.MonkeyPatch, cas
     _counters_are_zero()
 
 
+WIDE_KEY_CASES = [  # 8 / 16 / 32-row decode tiles over 128-key tiles (P's layout for PV: 8 rows went wrong at 128)
+    (DECODE_HOPPER_TILE_ENV, "128,3,1,168", C(Q, KV, layout="paged", page_size=16, **GQA)),
+    (DECODE_HOPPER_TILE_ENV, "128,2,1,168", C(Q, KV, layout="cache", **GQA)),
+    (DECODE_HOPPER_TILE_ENV, "128,3,1,168", C(Q, KV, heads=(16, 1), d_qk=128, d_v=128, dtype=torch.bfloat16,
+                                             layout="paged", page_size=128, causal=True, bottom_right=True)),
+    (DECODE_HOPPER_TILE_ENV, "128,3,1,168", C((1, 1, 1, 1), (32768, 5, 4000, 0), layout="paged", page_size=16,
+                                             num_splits=None, **GQA)),  # split, merged by the kernel
+    (DECODE_HOPPER_GATHER_ENV, "128,3,4,1,168", C(Q, KV, layout="paged", page_size=1, **GQA)),
+    (DECODE_HOPPER_GATHER_ENV, "128,3,4,1,168", C(Q, KV, heads=(32, 1), d_qk=128, d_v=128, dtype=torch.bfloat16,
+                                                  layout="paged", page_size=4, causal=True, bottom_right=True)),
+]
+
+
+@pytest.mark.parametrize("name, tile, case", WIDE_KEY_CASES, ids=lambda x: str(x))
+def test_128_key_tiles_match_the_reference(monkeypatch: pytest.MonkeyPatch, name: str, tile: str,
+                                           case: AttentionCase) -> None:
+    """The tile overrides' 128-key tiles (A/B measurements; 64 keys are the default), TMA-loaded and gathered."""
+    monkeypatch.setenv(name, tile)
+    inputs = build_inputs(case, "cuda")
+    _run(inputs, splits=None if case.num_splits is None else 1)
+    assert next(iter(launcher._plans.values())).tile[0] == 128
+    check_output(case, inputs)
+    _counters_are_zero()
+
+
 def _counters_are_zero() -> None:
     assert all(not counters.any() for counters in combine._split_counters.values())
 
