@@ -263,23 +263,27 @@ def decode_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
     offsets writing the output (32 rows), 256-token pages at d64 without a mask (64 rows), and pages it gathers by
     cp.async (GATHER, DECODE_HOPPER_GATHER_TILE): 1 token at d128 causal with partials (8 rows), 8 tokens at d64
     (16 rows), and 1 token at d128 with one producer warp and three stages, and with eight warps and six stages (16
-    rows, partials)."""
+    rows, partials); and 128-key tiles (the tile overrides'), 16-token pages and gathered, 8 rows with partials."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from attention.kernels.attention_decode_hopper import attention_decode_hopper_kernel
     from attention.kernels.hopper_decode import DECODE_HOPPER_GATHER_TILE, DECODE_HOPPER_TILE
 
-    block_n, stages, _, maxnreg = DECODE_HOPPER_TILE
+    default_block_n, stages, _, maxnreg = DECODE_HOPPER_TILE
     launches = []
     cu = torch.zeros(3, dtype=torch.int32)
     partial = torch.zeros(16, dtype=torch.float32)
     _, gather_stages, gather_warps, _, gather_maxnreg = DECODE_HOPPER_GATHER_TILE
-    for head_dim, page_size, causal, starts, rows, write_partial, gather, ring in (
-            (128, 16, True, False, 8, True, 0, stages), (128, 0, True, True, 32, False, 0, stages),
-            (64, 256, False, False, 64, False, 0, stages), (128, 1, True, False, 8, True, gather_warps, gather_stages),
-            (64, 8, False, False, 16, False, gather_warps, gather_stages), (128, 1, False, False, 8, False, 1, 3),
-            (128, 1, True, False, 16, True, 8, 6)):
+    for head_dim, page_size, causal, starts, rows, write_partial, gather, ring, block_n in (
+            (128, 16, True, False, 8, True, 0, stages, default_block_n),
+            (128, 0, True, True, 32, False, 0, stages, default_block_n),
+            (64, 256, False, False, 64, False, 0, stages, default_block_n),
+            (128, 1, True, False, 8, True, gather_warps, gather_stages, default_block_n),
+            (64, 8, False, False, 16, False, gather_warps, gather_stages, default_block_n),
+            (128, 1, False, False, 8, False, 1, 3, default_block_n),
+            (128, 1, True, False, 16, True, 8, 6, default_block_n),
+            (128, 16, True, False, 8, True, 0, 3, 128), (128, 1, True, False, 8, True, 4, 3, 128)):
         q = torch.zeros(256, 4 * head_dim, dtype=torch.bfloat16)
         k = torch.zeros(256, 2 * head_dim, dtype=torch.bfloat16)
         block = [min(block_n, page_size) if page_size else block_n, head_dim]
@@ -294,7 +298,8 @@ def decode_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
                           maxnreg=gather_maxnreg if (gather, ring) == (gather_warps, gather_stages) else maxnreg)
         label = (f"decode d{head_dim} {f'page {page_size}' if page_size else 'non-paged'}{' causal' if causal else ''}"
                  f"{' partials' if write_partial else ''}"
-                 f"{f' gathered by {gather} warps, {ring} stages' if gather else ''}")
+                 f"{f' gathered by {gather} warps, {ring} stages' if gather else ''}"
+                 f"{f', {block_n}-key tiles' if block_n != default_block_n else ''}")
         launches.append((label, attention_decode_hopper_kernel, args, constexprs, 4, 1))
     return launches
 
