@@ -96,7 +96,7 @@ def test_gathered_pages_match_the_reference(monkeypatch: pytest.MonkeyPatch, cas
     _counters_are_zero()
 
 
-WIDE_KEY_CASES = [  # 8 / 16 / 32-row decode tiles over 128-key tiles (P's layout for PV: 8 rows went wrong at 128)
+CASES_128_KEYS = [  # 8 / 16 / 32-row decode tiles over 128-key tiles (P's layout for PV: 8 rows went wrong at 128)
     (DECODE_HOPPER_TILE_ENV, "128,3,1,168", C(Q, KV, layout="paged", page_size=16, **GQA)),
     (DECODE_HOPPER_TILE_ENV, "128,2,1,168", C(Q, KV, layout="cache", **GQA)),
     (DECODE_HOPPER_TILE_ENV, "128,3,1,168", C(Q, KV, heads=(16, 1), d_qk=128, d_v=128, dtype=torch.bfloat16,
@@ -109,7 +109,7 @@ WIDE_KEY_CASES = [  # 8 / 16 / 32-row decode tiles over 128-key tiles (P's layou
 ]
 
 
-@pytest.mark.parametrize("name, tile, case", WIDE_KEY_CASES, ids=lambda x: str(x))
+@pytest.mark.parametrize("name, tile, case", CASES_128_KEYS, ids=str)
 def test_128_key_tiles_match_the_reference(monkeypatch: pytest.MonkeyPatch, name: str, tile: str,
                                            case: AttentionCase) -> None:
     """The tile overrides' 128-key tiles (A/B measurements; 64 keys are the default), TMA-loaded and gathered."""
