@@ -2,7 +2,9 @@
 
     python -m benchmarks.targets RUN.csv [RUN.csv ...]          # a suite's CSV or run_all's results.csv
     python -m benchmarks.targets b=runs/b/prefill.csv c=runs/c/prefill.csv   # label=path names a column
+    python -m benchmarks.targets runs/a/decode.csv runs/a/mixed.csv runs/b/decode.csv   # one column per label
 
+CSVs with one label (their folder's name, or label=) are one run: their suites' rows go in one column.
 Prints a markdown table (a target per row, a run per column: the worst value, its cell, and whether every
 cell of the target holds; with two runs or more, a last column of each cell's median over the runs) and then
 each miss. A target is checked in a run only on cells where the
@@ -212,11 +214,20 @@ def report(runs: dict[str, dict[str, Cells]], only_readable: bool = False) -> st
     return "\n".join(lines + ([""] + missed if missed else []))
 
 
+def load_runs(arguments: Iterable[str]) -> dict[str, dict[str, Cells]]:
+    """label -> suite -> Cells: the CSVs of one label (a run's per-suite files) merged into one run."""
+    runs: dict[str, dict[str, Cells]] = {}
+    for label, path in map(_label, arguments):
+        for suite, cells in load(path).items():
+            runs.setdefault(label, {}).setdefault(suite, {}).update(cells)
+    return runs
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", help="CSV files, each optionally as label=path")
     args = parser.parse_args(argv)
-    print(report({label: load(path) for label, path in map(_label, args.runs)}))
+    print(report(load_runs(args.runs)))
 
 
 if __name__ == "__main__":

@@ -61,6 +61,21 @@ def test_a_column_is_labelled_by_its_folder_or_by_label_equals_path() -> None:
     assert targets._label("x/run-7.csv") == ("run-7", "x/run-7.csv")
 
 
+def test_the_csvs_of_one_label_are_one_run(tmp_path) -> None:
+    """A run's per-suite CSVs (one folder, or one label=) make one column; before, the last file of a label won."""
+    for run, fused in (("a", 25.0), ("b", 19.0)):
+        (tmp_path / run).mkdir()
+        write_csv(_rows("decode", "1x8k p16", fused=fused, sdpa_cudnn=22.0), str(tmp_path / run / "decode.csv"))
+        write_csv(_rows("mixed", "M1", fused=280.0, **{"best competitors (separately)": 320.0}),
+                  str(tmp_path / run / "mixed.csv"))
+    runs = targets.load_runs([str(tmp_path / run / f"{suite}.csv") for run in "ab" for suite in ("decode", "mixed")])
+    assert sorted(runs) == ["a", "b"] and sorted(runs["a"]) == ["decode", "mixed"]
+    text = targets.report(runs)
+    assert "| 1x8k p16 <= 20 µs (#6) | 25.00 µs (1x8k p16); **1 of 1 miss** | 19.00 µs (1x8k p16); holds |" in text
+    assert "0.875x (M1); holds | 0.875x (M1); holds |" in text
+    assert targets.load_runs([f"x={tmp_path / 'a' / 'decode.csv'}", f"x={tmp_path / 'b' / 'mixed.csv'}"]).keys() == {"x"}
+
+
 def test_a_suite_report_checks_the_targets_it_can(tmp_path) -> None:
     from benchmarks.report import markdown_report, read_csv
 
