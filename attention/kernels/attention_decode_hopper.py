@@ -125,10 +125,10 @@ def _load_decode_tiles(kv_descriptors, decode_buffers, count, first_tile, num_ti
 
 @gluon.jit
 def _gather_rows(pages, first_key, kv_len, KEYS: gl.constexpr, PAGE_SIZE: gl.constexpr, WARPS: gl.constexpr):
-    """Keys first_key .. first_key + KEYS - 1 as rows of the page pool (GATHER), one a lane of each of the WARPS
-    producer warps (KEYS = 32; read a tile ahead, they wait in one register, not in the copies' layout, which holds
-    16 rows a lane of one warp): keys past the sequence repeat its last key (masked and zeroed downstream as any row
-    past it), so no table entry past the sequence is read."""
+    """Keys first_key .. first_key + KEYS - 1 as rows of the page pool (GATHER), KEYS / 32 a lane of each of the
+    WARPS producer warps (KEYS: half a tile, 32 at 64-key tiles, 64 at 128; read a tile ahead, they wait in one or two
+    registers, not in the copies' layout, which holds KEYS / 2 rows a lane of one warp): keys past the sequence repeat
+    its last key (masked and zeroed downstream as any row past it), so no table entry past the sequence is read."""
     keys = first_key + gl.arange(0, KEYS, layout=gl.BlockedLayout([KEYS // 32], [32], [WARPS], [0]))
     keys = gl.minimum(keys, gl.maximum(kv_len - 1, 0))
     return gl.load(pages + keys // PAGE_SIZE) * PAGE_SIZE + keys % PAGE_SIZE
@@ -151,8 +151,8 @@ def _gather_rows_into(tile, base, row_stride, rows, dims, WARPS: gl.constexpr):
 @gluon.jit
 def _gather_tile(kv_pointers, ring, stage, phase, rows, kv_col, WARPS: gl.constexpr):
     """K then V of a tile's keys at pool rows ``rows`` (two halves, _gather_rows's) into ring slot ``stage`` by
-    cp.async by WARPS warps, half a tile at a time (16 / WARPS addresses a lane), each once the consumers freed its
-    slot; each lane's arrival on the slot's ready barrier lands with its copies."""
+    cp.async by WARPS warps, half a tile at a time (BLOCK_N / 4 / WARPS addresses a lane at d128), each once the
+    consumers freed its slot; each lane's arrival on the slot's ready barrier lands with its copies."""
     k_ptr, v_ptr, k_row_stride, v_row_stride = kv_pointers
     k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
     HALF: gl.constexpr = k_smem.type.shape[1] // 2
