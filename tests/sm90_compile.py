@@ -257,6 +257,44 @@ def mixed_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
     return launches
 
 
+def mixed_roles_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
+    """Launches of the Gluon sm90 mixed-batch kernel with one role a program (attention_mixed_roles_hopper.py):
+    16-token pages causal bottom-right at d128 with three prefill splits (decode tiles of 8 rows), a non-paged cache
+    with start offsets and one split (16 rows), 256-token pages at d64 without a mask, two splits (64 rows)."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from attention.kernels.attention_mixed_roles_hopper import attention_mixed_roles_hopper_kernel
+    from attention.kernels.hopper_mixed_roles import MIXED_ROLES_TILE
+
+    launches = []
+    cu = torch.zeros(3, dtype=torch.int32)
+    partial = torch.zeros(16, dtype=torch.float32)
+    for head_dim, page_size, causal, starts, decode_rows, splits in ((128, 16, True, False, 8, 3),
+                                                                     (128, 0, True, True, 16, 1),
+                                                                     (64, 256, False, False, 64, 2)):
+        block_n, stages, registers, maxnreg, merge_rows = MIXED_ROLES_TILE[head_dim]
+        q = torch.zeros(256, 4 * head_dim, dtype=torch.bfloat16)
+        k = torch.zeros(256, 2 * head_dim, dtype=torch.bfloat16)
+
+        def descriptor(x: torch.Tensor, rows: int, head_dim: int = head_dim, page_size: int = page_size) -> Any:
+            block = [min(rows, page_size) if page_size else rows, head_dim]
+            return TensorDescriptor.from_tensor(x, block, gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16))
+
+        args = (descriptor(q, 64, page_size=0), descriptor(k, block_n), descriptor(k, block_n),
+                descriptor(k, block_n // 2), descriptor(k, block_n // 2), q, torch.zeros(256, 4, head_dim), partial,
+                partial, torch.zeros(16, dtype=torch.int32), cu, cu, cu, cu, cu, 2, 2, 0, 0, 0, 0, 4 * head_dim,
+                4 * head_dim, 8, 0.18, 256, 1024, 4096, 512, 64, 8)
+        constexprs = dict(GROUP_SIZE=2, BLOCK_N=block_n, STAGES=stages, PAGE_SIZE=page_size, CAUSAL=causal,
+                          BOTTOM_RIGHT=causal, HAS_Q_START=starts, HAS_KV_START=starts, LOG2_MAX_SEQS=8,
+                          DECODE_ROWS=decode_rows, PREFILL_SPLITS=splits, SPLITS_BLOCK=max(2, 1 << (splits - 1).bit_length()),
+                          MERGE_ROWS=merge_rows, CONSUMER_REGISTERS=registers, maxnreg=maxnreg)
+        label = (f"mixed roles d{head_dim} {f'page {page_size}' if page_size else 'non-paged'}"
+                 f"{' causal' if causal else ''}, {splits} splits")
+        launches.append((label, attention_mixed_roles_hopper_kernel, args, constexprs, 4, 1))
+    return launches
+
+
 def decode_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
     """Launches of the Gluon sm90 decode kernel (attention_decode_hopper.py) with DECODE_HOPPER_TILE: 16-token pages
     causal bottom-right at d128 writing split partials and merging them (8 rows), a non-paged cache with start
@@ -338,7 +376,7 @@ def main() -> int:
     registers = "--registers" in sys.argv
     failures = 0
     launches = (recorded_launches(configurations()) + hopper_launches() + mixed_hopper_launches()
-                + decode_hopper_launches())
+                + mixed_roles_hopper_launches() + decode_hopper_launches())
     for label, fn, args, constexprs, warps, stages in launches:
         try:
             kernel = compile_for_sm90(fn, args, constexprs, warps, stages)

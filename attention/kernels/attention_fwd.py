@@ -33,6 +33,7 @@ from .hopper_decode import (
 )
 from .hopper_forward import HOPPER_ENV, HOPPER_SMALL_PAGES_ENV, HopperPlan, plan_hopper_forward
 from .hopper_mixed import MIXED_HOPPER_ENV, MIXED_HOPPER_TILE_ENV, MixedHopperPlan
+from .hopper_mixed_roles import MixedRolesPlan
 from .launch import KernelLaunch, tensor_key
 from .page_gather import gather_pages, gathered_page_count
 
@@ -348,7 +349,7 @@ def launch_plan(plan: ForwardPlan | HopperPlan | MixedHopperPlan | DecodeHopperP
     the plan was made for, as ``packed_attention_forward`` or ``attention_forward`` took them. ``zero_tail``: the Gluon
     prefill kernel leaves out's tail rows to a memset first; the mixed and decode kernels and a ForwardPlan planned
     with it zero them themselves."""
-    if type(plan) is MixedHopperPlan or type(plan) is DecodeHopperPlan:
+    if type(plan) in (MixedHopperPlan, MixedRolesPlan, DecodeHopperPlan):
         plan(q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, zero_tail)
         return
     if type(plan) is HopperPlan:

@@ -166,6 +166,15 @@ def plan_mixed_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads_k
         return None
     from .hopper_forward import RowsDescriptor  # (hopper_forward imports this module)
 
+    decode_rows = mixed_decode_rows(group_size, num_seqs, total_q, max_seqlen_q)
+    from .hopper_mixed_roles import plan_mixed_roles  # (it imports this module)
+
+    roles = plan_mixed_roles(q, k, v, heads_kv, batch_rows, num_seqs=num_seqs, out_token_stride=out_token_stride,
+                             softmax_scale=softmax_scale, causal=causal, bottom_right=bottom_right,
+                             page_size=page_size, has_q_start=has_q_start, has_kv_start=has_kv_start,
+                             num_sms=num_sms, total_q=total_q, decode_rows=decode_rows)
+    if roles is not None:
+        return roles
     tile = _tile(q.shape[3])
     block_n, decode_block_n = tile[0], tile[2]
     return MixedHopperPlan(
@@ -176,7 +185,7 @@ def plan_mixed_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads_k
         q_token_stride=q.stride(-3), out_token_stride=out_token_stride,
         softmax_scale_log2=scale_log2(softmax_scale), page_size=page_size, causal=causal,
         bottom_right=bool(bottom_right), has_q_start=has_q_start, has_kv_start=has_kv_start,
-        tile=tile, decode_rows=mixed_decode_rows(group_size, num_seqs, total_q, max_seqlen_q), total_q=total_q)
+        tile=tile, decode_rows=decode_rows, total_q=total_q)
 
 
 def decode_tile_rows(rows: int) -> int:

@@ -1,0 +1,538 @@
+"""Mixed batches on Hopper (sm90) in one launch, one role a program at a time, items from a queue (Gluon).
+
+attention_mixed_hopper.py runs a prefill pipeline and a decode pipeline side by side in every program; its prefill
+then gets 64-key tiles and 176 registers, and a 2k chunk on a 14k prefix runs ~15 % slower in it than in the prefill
+kernel. This kernel keeps the prefill kernel's shape whole (a TMA producer warp, two consumer warp groups of 64 query
+rows, a ring of two 128-key K / V stages, consumers at 240 registers) and gives a program one kind of item at a time:
+
+  * a prefill item is a key split: 1 / PREFILL_SPLITS of a q tile's KV walk (128 queries of one head), run as the
+    prefill kernel runs a tile. With more than one split each consumer group writes its rows' partial output and
+    log-sum-exp and the last split of the rows to arrive merges them (attention_decode_hopper's _merge_if_last).
+    Splits make items short enough (~70 µs for a 2k chunk on 14k at 3 splits, against 213 unsplit) that the
+    queue's tail stays short.
+  * a decode item is a (sequence, KV head) walk, its KV tiles halved between the two consumer groups: each stage of
+    the ring holds a 64-key tile of each half (a group's view is its 64 rows of every stage), each group runs the
+    decode kernel's _decode_tiles on its half, and group 0 merges group 1's rows through shared memory. Two decode
+    streams an SM read ~120 GB/s an SM on the H200, one ~60.
+
+Items come from one queue, prefill splits heaviest first with the decode walks spread evenly among them (at any time
+a few SMs stream decodes while the rest compute prefill, so the decodes' HBM traffic hides under the prefill's
+tensor-core time). Program p's first item is p; the producer warp takes every next one with an atomic on a counter
+in global memory (read ahead: while the consumers finish an item the producer loads the next one's tiles) and hands
+it to the consumers through shared memory. The last program to finish sets the counters back to zero.
+
+Finding prefill items needs per-sequence query lengths, which the host does not have: each program counts each
+sequence's q tiles into running sums in shared memory first (attention_mixed_hopper.py's schedule).
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    mbarrier,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from .attention_decode_hopper import (
+    _decode_rows_out,
+    _decode_tiles,
+    _decode_walk,
+    _load_decode_q,
+    _merge_if_last,
+    _split_item,
+    _zero_tail_rows,
+)
+from .attention_fwd_hopper import (
+    _cta_barrier,
+    _load_kv_tile,
+    _softmax_tile,
+    _tile_page_rows,
+    _tma_load,
+    _zero_rows_from,
+)
+from .attention_mixed_hopper import _prefill_item, _prefill_walk, _store_running_sums
+
+__all__ = ["attention_mixed_roles_hopper_kernel"]
+
+
+@gluon.jit
+def _queue_item(ticket, prefill_work, decode_work):
+    """Queue position ``ticket`` -> (a decode walk?, its decode walk index, its prefill split index): the decode
+    walks spread evenly over the queue (position t is one when t * decode_work // total steps up at t + 1)."""
+    total = prefill_work + decode_work
+    before = ticket * decode_work // total
+    is_decode = (ticket + 1) * decode_work // total > before
+    return is_decode, before, ticket - before
+
+
+@gluon.jit
+def _publish_ticket(tickets, ready, empty, handed, ticket):
+    """The producer's: queue position ``ticket`` into ticket slot handed % 2 for both consumer groups."""
+    slot = handed % 2
+    mbarrier.wait(empty.index(slot), ((handed // 2) & 1) ^ 1)  # a fresh barrier counts as released
+    value = gl.full([1], ticket, gl.int32, layout=gl.BlockedLayout([1], [32], [1], [0]))
+    if slot == 0:  # (a shared-memory slice starts at a constant)
+        tickets.slice(0, 1).store(value)
+    else:
+        tickets.slice(1, 1).store(value)
+    mbarrier.arrive(ready.index(slot), count=1)
+
+
+@gluon.jit
+def _read_ticket(tickets, ready, empty, taken):
+    """A consumer group's: the queue position in ticket slot taken % 2."""
+    slot = taken % 2
+    mbarrier.wait(ready.index(slot), (taken // 2) & 1)
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    both = tickets.load(layout)
+    ticket = gl.sum(gl.where(gl.arange(0, 2, layout=layout) == slot, both, 0), axis=0)
+    _cta_barrier()  # every warp has read the slot before it goes back
+    mbarrier.arrive(empty.index(slot), count=1)
+    return ticket
+
+
+@gluon.jit
+def _load_half(desc, half_tile, ready, tile, row0, pages, kv_len, kv_col, PAGE_SIZE: gl.constexpr):
+    """TMA loads of decode tile ``tile`` (HALF keys: half_tile's rows) of a walk whose first row is row0 (not paged)
+    or whose page ids are at ``pages``, into half_tile, completing on ``ready`` (its bytes expected by the caller)."""
+    HALF: gl.constexpr = half_tile.type.shape[0]
+    if PAGE_SIZE >= HALF or PAGE_SIZE == 0:
+        row = row0 + tile * HALF
+        if PAGE_SIZE > 0:
+            key = tile * HALF
+            row = gl.load(pages + key // PAGE_SIZE) * PAGE_SIZE + key % PAGE_SIZE
+        _tma_load(desc, [row, kv_col], ready, half_tile)
+    else:
+        page_rows = _tile_page_rows(pages, tile, kv_len, HALF, PAGE_SIZE)
+        lanes = gl.arange(0, HALF // PAGE_SIZE, layout=page_rows.type.layout)
+        for p in gl.static_range(HALF // PAGE_SIZE):
+            row = gl.sum(gl.where(lanes == p, page_rows, 0), axis=0)
+            _tma_load(desc, [row, kv_col], ready, half_tile.slice(p * PAGE_SIZE, PAGE_SIZE))
+
+
+@gluon.jit
+def _load_decode_halves(desc, tile, ready, empty, phase, tiles, row0, pages, kv_len, kv_col, PAGE_SIZE: gl.constexpr):
+    """Decode tile tiles[0] into the first HALF rows of ``tile`` (a ring slot) and, when tiles[1] >= 0, tiles[1] into
+    its second, once both consumer groups freed the slot (``empty``'s ``phase``)."""
+    HALF: gl.constexpr = tile.type.shape[0] // 2
+    HALF_BYTES: gl.constexpr = (1 if PAGE_SIZE >= HALF or PAGE_SIZE == 0 else HALF // PAGE_SIZE) * \
+        desc.block_type.nbytes
+    mbarrier.wait(empty, phase ^ 1)
+    if tiles[1] >= 0:  # (an expect takes a constant byte count)
+        mbarrier.expect(ready, 2 * HALF_BYTES)
+        _load_half(desc, tile.slice(HALF, HALF), ready, tiles[1], row0, pages, kv_len, kv_col, PAGE_SIZE)
+    else:
+        mbarrier.expect(ready, HALF_BYTES)
+    _load_half(desc, tile.slice(0, HALF), ready, tiles[0], row0, pages, kv_len, kv_col, PAGE_SIZE)
+
+
+@gluon.jit
+def _load_decode_stage(half_descriptors, ring, stage, phase, tiles, walk_rows, pages, kv_len, kv_col,
+                       PAGE_SIZE: gl.constexpr):
+    """One ring stage of a decode item: K then V of decode tile tiles[0] into the stage's first HALF rows and, when
+    tiles[1] >= 0, of tiles[1] into its second."""
+    k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
+    _load_decode_halves(half_descriptors[0], k_smem.index(stage), k_ready.index(stage), k_empty.index(stage), phase,
+                        tiles, walk_rows[0], pages, kv_len, kv_col, PAGE_SIZE)
+    _load_decode_halves(half_descriptors[1], v_smem.index(stage), v_ready.index(stage), v_empty.index(stage), phase,
+                        tiles, walk_rows[1], pages, kv_len, kv_col, PAGE_SIZE)
+
+
+@gluon.jit
+def _producer(descriptors, buffers, decode_buffers, queue, sequences, output,
+              CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
+              HAS_KV_START: gl.constexpr, STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr, GROUP_SIZE: gl.constexpr,
+              PREFILL_SPLITS: gl.constexpr, SPLITS_BLOCK: gl.constexpr, MERGE_ROWS: gl.constexpr):
+    """1 warp: takes the program's items from the queue, hands each to the consumers, and loads it: a prefill split's
+    Q halves (once the consumers released the previous split's) and its K / V tiles, or a decode walk's two halves
+    of 64-key tiles, stage by stage."""
+    q_desc, k_desc, v_desc, k_half_desc, v_half_desc = descriptors
+    q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty = buffers
+    tile_ends, heads_q, prefill_work, decode_work, tickets, ticket_ready, ticket_empty, counters_ptr, queue_index = \
+        queue
+    page_table_ptr, page_table_stride, heads_kv = output[5], output[6], output[8]
+    dq_smem = decode_buffers[0]
+    ROWS: gl.constexpr = q_desc.block_type.shape[0]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = k_smem.type.shape[1]
+    HALF: gl.constexpr = BLOCK_N // 2
+    DECODE_ROWS: gl.constexpr = dq_smem.type.shape[0]
+    ring = (k_smem, v_smem, k_ready, k_empty, v_ready, v_empty)
+    total = prefill_work + decode_work
+    count = 0  # ring stages loaded so far
+    prefills = 0  # prefill splits so far (the Q buffer's phase)
+    handed = 0  # tickets handed to the consumers
+    ticket = gl.program_id(0)
+    _publish_ticket(tickets, ticket_ready, ticket_empty, handed, ticket)
+    handed += 1
+    while ticket < total:
+        is_decode, decode_index, prefill_index = _queue_item(ticket, prefill_work, decode_work)
+        if is_decode:
+            is_walk, seq, kv_head, _, kv_len, _, _, num_tiles, _, k_row0, v_row0, _ = _decode_walk(
+                decode_index, sequences, heads_kv, DECODE_ROWS, HALF, CAUSAL, BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START,
+                GROUP_SIZE)
+            if is_walk:
+                pages = page_table_ptr + seq.to(gl.int64) * page_table_stride
+                first_half = (num_tiles + 1) // 2
+                for j in range(first_half):
+                    second = gl.where(first_half + j < num_tiles, first_half + j, -1)
+                    _load_decode_stage((k_half_desc, v_half_desc), ring, count % STAGES, (count // STAGES) & 1,
+                                       (j, second), (k_row0, v_row0), pages, kv_len, kv_head * HEAD_DIM, PAGE_SIZE)
+                    count += 1
+        else:
+            seq, local_tile, q_head = _prefill_item(prefill_index // PREFILL_SPLITS, tile_ends, heads_q, 1)
+            prefill = _prefill_walk(seq, local_tile, q_head, sequences, ROWS, BLOCK_N, CAUSAL, BOTTOM_RIGHT,
+                                    HAS_Q_START, HAS_KV_START)
+            kv_len, walk_tiles, q_row0, k_row0, v_row0 = prefill[2], prefill[4], prefill[6], prefill[7], prefill[8]
+            _, first_tile, num_tiles = _split_item(prefill_index, PREFILL_SPLITS, walk_tiles)
+            pages = page_table_ptr + seq.to(gl.int64) * page_table_stride
+            mbarrier.wait(q_empty, (prefills & 1) ^ 1)
+            mbarrier.expect(q_ready, 2 * q_desc.block_type.nbytes)
+            _tma_load(q_desc, [q_row0, q_head * HEAD_DIM], q_ready, q_smem.index(0))
+            _tma_load(q_desc, [q_row0 + ROWS, q_head * HEAD_DIM], q_ready, q_smem.index(1))
+            kv_col = (q_head // GROUP_SIZE) * HEAD_DIM
+            for t in range(num_tiles):
+                _load_kv_tile((k_desc, v_desc), ring, count % STAGES, (count // STAGES) & 1, first_tile + t, k_row0,
+                              v_row0, kv_col, pages, kv_len, BLOCK_N, PAGE_SIZE)
+                count += 1
+            prefills += 1
+        ticket = gl.num_programs(0) + gl.atomic_add(counters_ptr + queue_index, 1, sem="relaxed", scope="gpu")
+        _publish_ticket(tickets, ticket_ready, ticket_empty, handed, ticket)
+        handed += 1
+    # every program has taken its last ticket once all have counted in here: the last sets the queue back
+    finished = gl.atomic_add(counters_ptr + queue_index + 1, 1, sem="acq_rel", scope="gpu")
+    if finished == gl.num_programs(0) - 1:
+        gl.atomic_xchg(counters_ptr + queue_index, 0)
+        gl.atomic_xchg(counters_ptr + queue_index + 1, 0)
+
+
+@gluon.jit
+def _prefill_tiles(buffers, count, first_tile, num_tiles, first_masked, rows, kv_len, diag, qk_scale,
+                   GROUP: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr):
+    """A consumer group's part of a prefill split whose Q is ready: KV tiles first_tile .. first_tile + num_tiles - 1
+    from ring position ``count``, as attention_fwd_hopper's _consume runs them. Returns O [ROWS, D] (fp32, not yet
+    divided by the sums), the rows' running max (log2 units) and their softmax sums."""
+    q_smem, k_smem, v_smem, _, _, k_ready, k_empty, v_ready, v_empty = buffers
+    ROWS: gl.constexpr = q_smem.type.shape[1]
+    HEAD_DIM: gl.constexpr = q_smem.type.shape[2]
+    BLOCK_N: gl.constexpr = k_smem.type.shape[1]
+    dtype: gl.constexpr = q_smem.dtype
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    q = q_smem.index(GROUP)
+    m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=row_s)
+    l_i = gl.zeros([ROWS], gl.float32, layout=row_s)
+    o = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
+    s = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
+    p16 = gl.zeros([ROWS, BLOCK_N], dtype, layout=p_layout)
+    if num_tiles > 0:
+        stage = count % STAGES
+        mbarrier.wait(k_ready.index(stage), (count // STAGES) & 1)
+        s = warpgroup_mma(q, k_smem.index(stage).permute((1, 0)), s, use_acc=False, is_async=True)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+        mbarrier.arrive(k_empty.index(stage), count=1)
+        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, first_tile, first_tile >= first_masked, rows, kv_len, diag,
+                                           qk_scale, CAUSAL, BLOCK_N, col_s)
+        p16 = gl.convert_layout(p.to(dtype), p_layout)
+        for i in range(1, num_tiles):
+            stage = (count + i) % STAGES
+            prev = (count + i - 1) % STAGES
+            mbarrier.wait(k_ready.index(stage), ((count + i) // STAGES) & 1)
+            s = warpgroup_mma(q, k_smem.index(stage).permute((1, 0)), s, use_acc=False, is_async=True)
+            mbarrier.wait(v_ready.index(prev), ((count + i - 1) // STAGES) & 1)
+            o = warpgroup_mma(p16, v_smem.index(prev), o, is_async=True)
+            s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))  # S_t done, PV_{t-1} may still run
+            mbarrier.arrive(k_empty.index(stage), count=1)
+            t = first_tile + i
+            p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, t, t >= first_masked, rows, kv_len, diag, qk_scale,
+                                               CAUSAL, BLOCK_N, col_s)
+            o, p16 = warpgroup_mma_wait(num_outstanding=0, deps=(o, p16))
+            mbarrier.arrive(v_empty.index(prev), count=1)
+            o = o * gl.convert_layout(alpha, row_o)[:, None]
+            p16 = gl.convert_layout(p.to(dtype), p_layout)
+        last = (count + num_tiles - 1) % STAGES
+        last_tile = first_tile + num_tiles - 1
+        mbarrier.wait(v_ready.index(last), ((count + num_tiles - 1) // STAGES) & 1)
+        if (last_tile + 1) * BLOCK_N > kv_len:  # V rows past the sequence: P is 0 there, but 0 * NaN is not
+            _zero_rows_from(v_smem.index(last), kv_len - last_tile * BLOCK_N)
+        o = warpgroup_mma(p16, v_smem.index(last), o, is_async=True)
+        o, p16 = warpgroup_mma_wait(num_outstanding=0, deps=(o, p16))
+        mbarrier.arrive(v_empty.index(last), count=1)
+    return o, m_i, l_i
+
+
+@gluon.jit
+def _prefill_rows_out(o, m_i, l_i, split, group_rows, q_head, token0, out_row0, output, partials,
+                      PREFILL_SPLITS: gl.constexpr, SPLITS_BLOCK: gl.constexpr, MERGE_ROWS: gl.constexpr):
+    """A consumer group's rows of a prefill split (``group_rows`` of its 64 are the sequence's): normalized into out
+    (one split), or as a partial (O / sums and log2-sum-exp at packed token rows token0 ..) that the split of these
+    rows arriving last merges into out."""
+    out_ptr, stride_os, heads_q = output[0], output[1], output[9]
+    ROWS: gl.constexpr = o.type.shape[0]
+    HEAD_DIM: gl.constexpr = o.type.shape[1]
+    o_layout: gl.constexpr = o.type.layout
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    rows = gl.arange(0, ROWS, layout=row_o)
+    dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+    l_o = gl.convert_layout(l_i, row_o)
+    o = o / gl.where(l_o == 0.0, 1.0, l_o)[:, None]
+    keep = rows < group_rows
+    if PREFILL_SPLITS == 1:
+        offsets = (out_row0 + rows.to(gl.int64))[:, None] * stride_os + (q_head * HEAD_DIM + dims)[None, :]
+        gl.store(out_ptr + offsets, o.to(out_ptr.dtype.element_ty), mask=keep[:, None])
+    else:
+        partial_out_ptr, partial_lse_ptr, stride_split, stride_token, stride_lse_split, stride_lse_token = \
+            partials[:6]
+        token = (token0 + rows).to(gl.int64)
+        offsets = split * stride_split + token[:, None] * stride_token + (q_head * HEAD_DIM + dims)[None, :]
+        gl.store(partial_out_ptr + offsets, o, mask=keep[:, None])
+        m_o = gl.convert_layout(m_i, row_o)
+        lse = gl.where(l_o == 0.0, float("-inf"), m_o + gl.log2(l_o))
+        gl.store(partial_lse_ptr + split * stride_lse_split + token * stride_lse_token + q_head, lse, mask=keep)
+        # one counter per (first packed row of the group, query head)
+        _merge_if_last(partials, token0 * heads_q + q_head, PREFILL_SPLITS, token0, q_head, group_rows, out_ptr,
+                       stride_os, out_row0, 1, HEAD_DIM, SPLITS_BLOCK, MERGE_ROWS)
+
+
+@gluon.jit
+def _merge_decode_halves(o, m_i, l_sum, merge_buffers, decodes, GROUP: gl.constexpr):
+    """Group 1 hands its half of a decode walk (O^T, running max, sums) to group 0 through shared memory; group 0
+    returns both halves merged (group 1 gets its own back, unused)."""
+    merge_o, merge_m, merge_l, merge_ready, merge_empty = merge_buffers
+    across: gl.constexpr = gl.SliceLayout(0, o.type.layout)
+    if GROUP == 1:
+        mbarrier.wait(merge_empty, (decodes & 1) ^ 1)
+        merge_o.store(o)
+        merge_m.store(m_i)
+        merge_l.store(l_sum)
+        _cta_barrier()
+        mbarrier.arrive(merge_ready, count=1)
+    else:
+        mbarrier.wait(merge_ready, decodes & 1)
+        o_other = merge_o.load(o.type.layout)
+        m_other = merge_m.load(across)
+        l_other = merge_l.load(across)
+        _cta_barrier()
+        mbarrier.arrive(merge_empty, count=1)
+        m_new = gl.maximum(m_i, m_other)
+        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = gl.exp2(m_i - m_use)
+        beta = gl.exp2(m_other - m_use)
+        o = o * alpha[None, :] + o_other * beta[None, :]
+        l_sum = l_sum * alpha + l_other * beta
+    return o, l_sum
+
+
+@gluon.jit
+def _consumer(descriptors, buffers, decode_buffers, queue, sequences, output, partials, GROUP: gl.constexpr,
+              CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
+              HAS_KV_START: gl.constexpr, STAGES: gl.constexpr, GROUP_SIZE: gl.constexpr,
+              PREFILL_SPLITS: gl.constexpr, SPLITS_BLOCK: gl.constexpr, MERGE_ROWS: gl.constexpr):
+    """4 warps (one warp group): the program's items as the producer hands them over; of a prefill split, query rows
+    64 * GROUP .. of its tile; of a decode walk, half GROUP of its KV tiles."""
+    q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty = buffers
+    tile_ends, heads_q, prefill_work, decode_work, tickets, ticket_ready, ticket_empty = queue[:7]
+    out_ptr, stride_os, qk_scale, q_ptr, stride_qs, heads_kv = output[0], output[1], output[2], output[3], \
+        output[4], output[8]
+    cu_seqlens_q_ptr, q_batch_rows, out_batch_rows = sequences[0], sequences[4], sequences[7]
+    dq_smem, dp_smem = decode_buffers[0].index(GROUP), decode_buffers[1].index(GROUP)
+    merge_buffers = decode_buffers[2:]
+    ROWS: gl.constexpr = q_smem.type.shape[1]
+    BLOCK_N: gl.constexpr = k_smem.type.shape[1]
+    HALF: gl.constexpr = BLOCK_N // 2
+    DECODE_ROWS: gl.constexpr = dq_smem.type.shape[0]
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    rows = GROUP * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))  # of the q tile
+    # a decode's tiles: this group's 64 rows of each ring stage (_decode_tiles' PART)
+    half_ring = (dq_smem, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, dp_smem)
+    count = 0
+    prefills = 0
+    decodes = 0
+    taken = 0
+    ticket = _read_ticket(tickets, ticket_ready, ticket_empty, taken)
+    taken += 1
+    while ticket < prefill_work + decode_work:
+        is_decode, decode_index, prefill_index = _queue_item(ticket, prefill_work, decode_work)
+        if is_decode:
+            is_walk, seq, kv_head, q_len, kv_len, q_first, diag, num_tiles, first_masked, _, _, _ = _decode_walk(
+                decode_index, sequences, heads_kv, DECODE_ROWS, HALF, CAUSAL, BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START,
+                GROUP_SIZE)
+            if is_walk:
+                stages = (num_tiles + 1) // 2
+                first_tile = GROUP * stages
+                my_tiles = stages if GROUP == 0 else num_tiles - stages
+                _load_decode_q(dq_smem, q_ptr, stride_qs, seq * q_batch_rows + q_first, kv_head, q_len, GROUP_SIZE)
+                o, m_i, l_sum = _decode_tiles(half_ring, count, first_tile, my_tiles, first_masked, kv_len, diag,
+                                              qk_scale, CAUSAL, GROUP_SIZE, False, GROUP)
+                for j in range(my_tiles, stages):  # group 1's stage without a tile of its own (an odd count)
+                    mbarrier.wait(k_ready.index((count + j) % STAGES), ((count + j) // STAGES) & 1)
+                    mbarrier.wait(v_ready.index((count + j) % STAGES), ((count + j) // STAGES) & 1)
+                    mbarrier.arrive(k_empty.index((count + j) % STAGES), count=1)
+                    mbarrier.arrive(v_empty.index((count + j) % STAGES), count=1)
+                count += stages
+                o, l_sum = _merge_decode_halves(o, m_i, l_sum, merge_buffers, decodes, GROUP)
+                decodes += 1
+                if GROUP == 0:
+                    _decode_rows_out(o, l_sum, out_ptr, stride_os, seq * out_batch_rows + q_first, kv_head, q_len,
+                                     GROUP_SIZE)
+        else:
+            seq, local_tile, q_head = _prefill_item(prefill_index // PREFILL_SPLITS, tile_ends, heads_q, 4)
+            prefill = _prefill_walk(seq, local_tile, q_head, sequences, ROWS, BLOCK_N, CAUSAL, BOTTOM_RIGHT,
+                                    HAS_Q_START, HAS_KV_START)
+            first_query, q_len, kv_len, diag, walk_tiles, first_masked = prefill[0], prefill[1], prefill[2], \
+                prefill[3], prefill[4], prefill[5]
+            split, first_tile, num_tiles = _split_item(prefill_index, PREFILL_SPLITS, walk_tiles)
+            mbarrier.wait(q_ready, prefills & 1)
+            o, m_i, l_i = _prefill_tiles(buffers, count, first_tile, num_tiles, first_masked, rows, kv_len,
+                                         diag + first_query, qk_scale, GROUP, CAUSAL, STAGES)
+            _cta_barrier()  # every warp's last wgmma on Q is done before Q goes back
+            mbarrier.arrive(q_empty, count=1)
+            count += num_tiles
+            prefills += 1
+            group_rows = gl.minimum(gl.maximum(q_len - first_query - GROUP * ROWS, 0), ROWS)
+            token0 = gl.load(cu_seqlens_q_ptr + seq) + first_query + GROUP * ROWS
+            _prefill_rows_out(o, m_i, l_i, split, group_rows, q_head, token0, prefill[9] + GROUP * ROWS, output,
+                              partials, PREFILL_SPLITS, SPLITS_BLOCK, MERGE_ROWS)
+        ticket = _read_ticket(tickets, ticket_ready, ticket_empty, taken)
+        taken += 1
+
+
+@gluon.jit
+def _first_consumer(descriptors, buffers, decode_buffers, queue, sequences, output, partials,
+                    CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
+                    HAS_KV_START: gl.constexpr, STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
+                    GROUP_SIZE: gl.constexpr, PREFILL_SPLITS: gl.constexpr, SPLITS_BLOCK: gl.constexpr,
+                    MERGE_ROWS: gl.constexpr):
+    _consumer(descriptors, buffers, decode_buffers, queue, sequences, output, partials, 0, CAUSAL, BOTTOM_RIGHT,
+              HAS_Q_START, HAS_KV_START, STAGES, GROUP_SIZE, PREFILL_SPLITS, SPLITS_BLOCK, MERGE_ROWS)
+
+
+@gluon.jit
+def _second_consumer(descriptors, buffers, decode_buffers, queue, sequences, output, partials,
+                     CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
+                     HAS_KV_START: gl.constexpr, STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
+                     GROUP_SIZE: gl.constexpr, PREFILL_SPLITS: gl.constexpr, SPLITS_BLOCK: gl.constexpr,
+                     MERGE_ROWS: gl.constexpr):
+    """A worker partition: the same signature as the others (Gluon's rule for workers)."""
+    _consumer(descriptors, buffers, decode_buffers, queue, sequences, output, partials, 1, CAUSAL, BOTTOM_RIGHT,
+              HAS_Q_START, HAS_KV_START, STAGES, GROUP_SIZE, PREFILL_SPLITS, SPLITS_BLOCK, MERGE_ROWS)
+
+
+@gluon.jit
+def _queue_producer(descriptors, buffers, decode_buffers, queue, sequences, output, partials,
+                    CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
+                    HAS_KV_START: gl.constexpr, STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
+                    GROUP_SIZE: gl.constexpr, PREFILL_SPLITS: gl.constexpr, SPLITS_BLOCK: gl.constexpr,
+                    MERGE_ROWS: gl.constexpr):
+    _producer(descriptors, buffers, decode_buffers, queue, sequences, output, CAUSAL, BOTTOM_RIGHT, HAS_Q_START,
+              HAS_KV_START, STAGES, PAGE_SIZE, GROUP_SIZE, PREFILL_SPLITS, SPLITS_BLOCK, MERGE_ROWS)
+
+
+@gluon.jit
+def attention_mixed_roles_hopper_kernel(
+    q_desc, k_desc, v_desc, k_half_desc, v_half_desc, q_ptr, out_ptr, partial_out_ptr, partial_lse_ptr, counters_ptr,
+    cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr,
+    num_seqs, heads_kv, q_batch_rows, k_batch_rows, v_batch_rows, out_batch_rows, stride_qs, stride_os,
+    page_table_stride, qk_scale, tail_rows, queue_index, stride_part_split, stride_part_token, stride_lse_split,
+    stride_lse_token,
+    GROUP_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
+    CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr, HAS_KV_START: gl.constexpr, LOG2_MAX_SEQS: gl.constexpr,
+    DECODE_ROWS: gl.constexpr, PREFILL_SPLITS: gl.constexpr, SPLITS_BLOCK: gl.constexpr, MERGE_ROWS: gl.constexpr,
+    CONSUMER_REGISTERS: gl.constexpr,
+):
+    """Grid (programs,): persistent, one per SM. q_desc / k_desc / v_desc as attention_mixed_hopper_kernel's (blocks
+    [64, D] / [min(BLOCK_N, PAGE_SIZE), D]), k_half_desc / v_half_desc over the same K / V with blocks
+    [min(BLOCK_N / 2, PAGE_SIZE), D] (PAGE_SIZE 0: [BLOCK_N / 2, D]); q_ptr: Q, token rows stride_qs elements apart.
+    DECODE_ROWS: packed rows of a decode tile (sequences with more are prefill). PREFILL_SPLITS > 1: partial_out fp32
+    [splits, total_q, H_q, D] and partial_lse fp32 [splits, total_q, H_q] (strides given, head strides D and 1), the
+    merges' arrival counters at counters_ptr[token * H_q + head] (token < total_q); the queue's two counters at
+    counters_ptr[queue_index], [queue_index + 1]. Every counter is 0 before the launch and after it. qk_scale in
+    log2 units. tail_rows > 0 (thd): out's rows cu_seqlens_q[num_seqs] .. tail_rows - 1 are written as zeros."""
+    ROWS: gl.constexpr = q_desc.block_type.shape[0]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+    HALF: gl.constexpr = BLOCK_N // 2
+    MAX_SEQS: gl.constexpr = 1 << LOG2_MAX_SEQS
+    heads_q = heads_kv * GROUP_SIZE
+
+    # The schedule: each sequence's prefill q tiles (sequences of more than DECODE_ROWS packed rows), summed.
+    sum_layout: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [4, 1], [1, 0])
+    seqs = gl.arange(0, MAX_SEQS, layout=gl.SliceLayout(0, sum_layout))
+    q_begin = gl.load(cu_seqlens_q_ptr + seqs, mask=seqs < num_seqs, other=0)
+    q_lens = gl.load(cu_seqlens_q_ptr + seqs + 1, mask=seqs < num_seqs, other=0) - q_begin
+    tail_first = gl.load(cu_seqlens_q_ptr + num_seqs)
+    tiles = gl.where(q_lens * GROUP_SIZE > DECODE_ROWS, (q_lens + 2 * ROWS - 1) // (2 * ROWS), 0)
+    tile_ends = gl.allocate_shared_memory(gl.int32, [MAX_SEQS], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    _store_running_sums(tiles, tile_ends, MAX_SEQS, sum_layout)
+    _zero_tail_rows(out_ptr, tail_first, tail_rows, stride_os, heads_q, HEAD_DIM)
+    prefill_work = gl.sum(tiles, 0) * heads_q * PREFILL_SPLITS
+    decode_work = num_seqs * heads_kv
+
+    dtype: gl.constexpr = q_desc.dtype
+    q_smem = gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_DIM], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+    dq_smem = gl.allocate_shared_memory(dtype, [2, DECODE_ROWS, HEAD_DIM],
+                                        gl.NVMMASharedLayout.get_default_for([DECODE_ROWS, HEAD_DIM], dtype))
+    dp_smem = gl.allocate_shared_memory(dtype, [2, DECODE_ROWS, HALF],
+                                        gl.NVMMASharedLayout.get_default_for([DECODE_ROWS, HALF], dtype))
+    plain: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+    merge_o = gl.allocate_shared_memory(gl.float32, [HEAD_DIM, DECODE_ROWS], plain)
+    merge_m = gl.allocate_shared_memory(gl.float32, [DECODE_ROWS], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    merge_l = gl.allocate_shared_memory(gl.float32, [DECODE_ROWS], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    tickets = gl.allocate_shared_memory(gl.int32, [2], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    bar: gl.constexpr = mbarrier.MBarrierLayout()
+    q_ready = gl.allocate_shared_memory(gl.int64, [1], bar)
+    q_empty = gl.allocate_shared_memory(gl.int64, [1], bar)
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar)
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar)
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar)
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar)
+    merge_ready = gl.allocate_shared_memory(gl.int64, [1], bar)
+    merge_empty = gl.allocate_shared_memory(gl.int64, [1], bar)
+    ticket_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar)
+    ticket_empty = gl.allocate_shared_memory(gl.int64, [2, 1], bar)
+    mbarrier.init(q_ready, count=1)
+    mbarrier.init(q_empty, count=2)  # both consumer groups release Q
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=2)  # and each stage, prefill or decode
+        mbarrier.init(v_empty.index(i), count=2)
+    mbarrier.init(merge_ready, count=1)
+    mbarrier.init(merge_empty, count=1)
+    for i in gl.static_range(2):
+        mbarrier.init(ticket_ready.index(i), count=1)
+        mbarrier.init(ticket_empty.index(i), count=2)
+    _cta_barrier()  # the schedule is in shared memory before any partition reads it
+
+    descriptors = (q_desc, k_desc, v_desc, k_half_desc, v_half_desc)
+    buffers = (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty)
+    decode_buffers = (dq_smem, dp_smem, merge_o, merge_m, merge_l, merge_ready, merge_empty)
+    queue = (tile_ends, heads_q, prefill_work, decode_work, tickets, ticket_ready, ticket_empty, counters_ptr,
+             queue_index)
+    sequences = (cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, q_batch_rows, k_batch_rows,
+                 v_batch_rows, out_batch_rows)
+    output = (out_ptr, stride_os, qk_scale, q_ptr, stride_qs, page_table_ptr, page_table_stride, num_seqs, heads_kv,
+              heads_q)
+    partials = (partial_out_ptr, partial_lse_ptr, stride_part_split, stride_part_token, stride_lse_split,
+                stride_lse_token, counters_ptr)
+    gl.warp_specialize([  # (constexprs stay constexprs only as direct members of an argument tuple literal)
+        (_first_consumer, (descriptors, buffers, decode_buffers, queue, sequences, output, partials, CAUSAL,
+                           BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START, STAGES, PAGE_SIZE, GROUP_SIZE, PREFILL_SPLITS,
+                           SPLITS_BLOCK, MERGE_ROWS)),
+        (_second_consumer, (descriptors, buffers, decode_buffers, queue, sequences, output, partials, CAUSAL,
+                            BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START, STAGES, PAGE_SIZE, GROUP_SIZE, PREFILL_SPLITS,
+                            SPLITS_BLOCK, MERGE_ROWS)),
+        (_queue_producer, (descriptors, buffers, decode_buffers, queue, sequences, output, partials, CAUSAL,
+                           BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START, STAGES, PAGE_SIZE, GROUP_SIZE, PREFILL_SPLITS,
+                           SPLITS_BLOCK, MERGE_ROWS)),
+    ], [4, 1], [CONSUMER_REGISTERS, 24])
