@@ -284,7 +284,7 @@ def mixed_roles_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]
         args = (descriptor(q, 64, page_size=0), descriptor(k, block_n), descriptor(k, block_n),
                 descriptor(k, block_n // 2), descriptor(k, block_n // 2), q, torch.zeros(256, 4, head_dim), partial,
                 partial, torch.zeros(16, dtype=torch.int32), cu, cu, cu, cu, cu, 2, 2, 0, 0, 0, 0, 4 * head_dim,
-                4 * head_dim, 8, 0.18, 256, 1024, 4096, 512, 64, 8)
+                4 * head_dim, 8, 0.18, 256, 4096, 512, 64, 8)
         constexprs = dict(GROUP_SIZE=2, BLOCK_N=block_n, STAGES=stages, PAGE_SIZE=page_size, CAUSAL=causal,
                           BOTTOM_RIGHT=causal, HAS_Q_START=starts, HAS_KV_START=starts, LOG2_MAX_SEQS=8,
                           DECODE_ROWS=decode_rows, PREFILL_SPLITS=splits, SPLITS_BLOCK=max(2, 1 << (splits - 1).bit_length()),

@@ -1,4 +1,4 @@
-"""Mixed batches on Hopper (sm90) in one launch, one role a program at a time, items from a queue (Gluon).
+"""Mixed batches on Hopper (sm90) in one launch, one role a program at a time, prefill split by keys (Gluon).
 
 attention_mixed_hopper.py runs a prefill pipeline and a decode pipeline side by side in every program; its prefill
 then gets 64-key tiles and 176 registers, and a 2k chunk on a 14k prefix runs ~15 % slower in it than in the prefill
@@ -9,17 +9,17 @@ rows, a ring of two 128-key K / V stages, consumers at 240 registers) and gives 
     prefill kernel runs a tile. With more than one split each consumer group writes its rows' partial output and
     log-sum-exp and the last split of the rows to arrive merges them (attention_decode_hopper's _merge_if_last).
     Splits make items short enough (~70 µs for a 2k chunk on 14k at 3 splits, against 213 unsplit) that the
-    queue's tail stays short.
+    launch's tail stays short.
   * a decode item is a (sequence, KV head) walk, its KV tiles halved between the two consumer groups: each stage of
     the ring holds a 64-key tile of each half (a group's view is its 64 rows of every stage), each group runs the
     decode kernel's _decode_tiles on its half, and group 0 merges group 1's rows through shared memory. Two decode
     streams an SM read ~120 GB/s an SM on the H200, one ~60.
 
-Items come from one queue, prefill splits heaviest first with the decode walks spread evenly among them (at any time
-a few SMs stream decodes while the rest compute prefill, so the decodes' HBM traffic hides under the prefill's
-tensor-core time). Program p's first item is p; the producer warp takes every next one with an atomic on a counter
-in global memory (read ahead: while the consumers finish an item the producer loads the next one's tiles) and hands
-it to the consumers through shared memory. The last program to finish sets the counters back to zero.
+The items form one list, prefill splits heaviest first with the decode walks spread evenly among them (at any
+time a few SMs stream decodes while the rest compute prefill, so the decodes' HBM traffic hides under the
+prefill's tensor-core time), dealt to the programs round by round in alternating directions (attention_mixed_hopper's
+_prefill_first_step): every partition walks its program's items on its own, the producer running ahead into the
+next item's tiles while the consumers finish one.
 
 Finding prefill items needs per-sequence query lengths, which the host does not have: each program counts each
 sequence's q tiles into running sums in shared memory first (attention_mixed_hopper.py's schedule).
@@ -52,45 +52,19 @@ from .attention_fwd_hopper import (
     _tma_load,
     _zero_rows_from,
 )
-from .attention_mixed_hopper import _prefill_item, _prefill_walk, _store_running_sums
+from .attention_mixed_hopper import _prefill_first_step, _prefill_item, _prefill_walk, _store_running_sums
 
 __all__ = ["attention_mixed_roles_hopper_kernel"]
 
 
 @gluon.jit
-def _queue_item(ticket, prefill_work, decode_work):
-    """Queue position ``ticket`` -> (a decode walk?, its decode walk index, its prefill split index): the decode
-    walks spread evenly over the queue (position t is one when t * decode_work // total steps up at t + 1)."""
+def _queue_item(item, prefill_work, decode_work):
+    """Item ``item`` -> (a decode walk?, its decode walk index, its prefill split index): the decode walks spread
+    evenly among the prefill splits (item t is one when t * decode_work // total steps up at t + 1)."""
     total = prefill_work + decode_work
-    before = ticket * decode_work // total
-    is_decode = (ticket + 1) * decode_work // total > before
-    return is_decode, before, ticket - before
-
-
-@gluon.jit
-def _publish_ticket(tickets, ready, empty, handed, ticket):
-    """The producer's: queue position ``ticket`` into ticket slot handed % 2 for both consumer groups."""
-    slot = handed % 2
-    mbarrier.wait(empty.index(slot), ((handed // 2) & 1) ^ 1)  # a fresh barrier counts as released
-    value = gl.full([1], ticket, gl.int32, layout=gl.BlockedLayout([1], [32], [1], [0]))
-    if slot == 0:  # (a shared-memory slice starts at a constant)
-        tickets.slice(0, 1).store(value)
-    else:
-        tickets.slice(1, 1).store(value)
-    mbarrier.arrive(ready.index(slot), count=1)
-
-
-@gluon.jit
-def _read_ticket(tickets, ready, empty, taken):
-    """A consumer group's: the queue position in ticket slot taken % 2."""
-    slot = taken % 2
-    mbarrier.wait(ready.index(slot), (taken // 2) & 1)
-    layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    both = tickets.load(layout)
-    ticket = gl.sum(gl.where(gl.arange(0, 2, layout=layout) == slot, both, 0), axis=0)
-    _cta_barrier()  # every warp has read the slot before it goes back
-    mbarrier.arrive(empty.index(slot), count=1)
-    return ticket
+    before = item * decode_work // total
+    is_decode = (item + 1) * decode_work // total > before
+    return is_decode, before, item - before
 
 
 @gluon.jit
@@ -145,13 +119,12 @@ def _producer(descriptors, buffers, decode_buffers, queue, sequences, output,
               CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
               HAS_KV_START: gl.constexpr, STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr, GROUP_SIZE: gl.constexpr,
               PREFILL_SPLITS: gl.constexpr, SPLITS_BLOCK: gl.constexpr, MERGE_ROWS: gl.constexpr):
-    """1 warp: takes the program's items from the queue, hands each to the consumers, and loads it: a prefill split's
+    """1 warp: the program's items' loads: a prefill split's
     Q halves (once the consumers released the previous split's) and its K / V tiles, or a decode walk's two halves
     of 64-key tiles, stage by stage."""
     q_desc, k_desc, v_desc, k_half_desc, v_half_desc = descriptors
     q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty = buffers
-    tile_ends, heads_q, prefill_work, decode_work, tickets, ticket_ready, ticket_empty, counters_ptr, queue_index = \
-        queue
+    tile_ends, heads_q, prefill_work, decode_work = queue
     page_table_ptr, page_table_stride, heads_kv = output[5], output[6], output[8]
     dq_smem = decode_buffers[0]
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
@@ -160,15 +133,11 @@ def _producer(descriptors, buffers, decode_buffers, queue, sequences, output,
     HALF: gl.constexpr = BLOCK_N // 2
     DECODE_ROWS: gl.constexpr = dq_smem.type.shape[0]
     ring = (k_smem, v_smem, k_ready, k_empty, v_ready, v_empty)
-    total = prefill_work + decode_work
     count = 0  # ring stages loaded so far
     prefills = 0  # prefill splits so far (the Q buffer's phase)
-    handed = 0  # tickets handed to the consumers
-    ticket = gl.program_id(0)
-    _publish_ticket(tickets, ticket_ready, ticket_empty, handed, ticket)
-    handed += 1
-    while ticket < total:
-        is_decode, decode_index, prefill_index = _queue_item(ticket, prefill_work, decode_work)
+    item, step = gl.program_id(0), _prefill_first_step()
+    while item < prefill_work + decode_work:
+        is_decode, decode_index, prefill_index = _queue_item(item, prefill_work, decode_work)
         if is_decode:
             is_walk, seq, kv_head, _, kv_len, _, _, num_tiles, _, k_row0, v_row0, _ = _decode_walk(
                 decode_index, sequences, heads_kv, DECODE_ROWS, HALF, CAUSAL, BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START,
@@ -198,14 +167,7 @@ def _producer(descriptors, buffers, decode_buffers, queue, sequences, output,
                               v_row0, kv_col, pages, kv_len, BLOCK_N, PAGE_SIZE)
                 count += 1
             prefills += 1
-        ticket = gl.num_programs(0) + gl.atomic_add(counters_ptr + queue_index, 1, sem="relaxed", scope="gpu")
-        _publish_ticket(tickets, ticket_ready, ticket_empty, handed, ticket)
-        handed += 1
-    # every program has taken its last ticket once all have counted in here: the last sets the queue back
-    finished = gl.atomic_add(counters_ptr + queue_index + 1, 1, sem="acq_rel", scope="gpu")
-    if finished == gl.num_programs(0) - 1:
-        gl.atomic_xchg(counters_ptr + queue_index, 0)
-        gl.atomic_xchg(counters_ptr + queue_index + 1, 0)
+        item, step = item + step, 2 * gl.num_programs(0) - step
 
 
 @gluon.jit
@@ -336,10 +298,10 @@ def _consumer(descriptors, buffers, decode_buffers, queue, sequences, output, pa
               CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
               HAS_KV_START: gl.constexpr, STAGES: gl.constexpr, GROUP_SIZE: gl.constexpr,
               PREFILL_SPLITS: gl.constexpr, SPLITS_BLOCK: gl.constexpr, MERGE_ROWS: gl.constexpr):
-    """4 warps (one warp group): the program's items as the producer hands them over; of a prefill split, query rows
+    """4 warps (one warp group): the program's items; of a prefill split, query rows
     64 * GROUP .. of its tile; of a decode walk, half GROUP of its KV tiles."""
     q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty = buffers
-    tile_ends, heads_q, prefill_work, decode_work, tickets, ticket_ready, ticket_empty = queue[:7]
+    tile_ends, heads_q, prefill_work, decode_work = queue
     out_ptr, stride_os, qk_scale, q_ptr, stride_qs, heads_kv = output[0], output[1], output[2], output[3], \
         output[4], output[8]
     cu_seqlens_q_ptr, q_batch_rows, out_batch_rows = sequences[0], sequences[4], sequences[7]
@@ -357,11 +319,9 @@ def _consumer(descriptors, buffers, decode_buffers, queue, sequences, output, pa
     count = 0
     prefills = 0
     decodes = 0
-    taken = 0
-    ticket = _read_ticket(tickets, ticket_ready, ticket_empty, taken)
-    taken += 1
-    while ticket < prefill_work + decode_work:
-        is_decode, decode_index, prefill_index = _queue_item(ticket, prefill_work, decode_work)
+    item, step = gl.program_id(0), _prefill_first_step()
+    while item < prefill_work + decode_work:
+        is_decode, decode_index, prefill_index = _queue_item(item, prefill_work, decode_work)
         if is_decode:
             is_walk, seq, kv_head, q_len, kv_len, q_first, diag, num_tiles, first_masked, _, _, _ = _decode_walk(
                 decode_index, sequences, heads_kv, DECODE_ROWS, HALF, CAUSAL, BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START,
@@ -402,8 +362,7 @@ def _consumer(descriptors, buffers, decode_buffers, queue, sequences, output, pa
             token0 = gl.load(cu_seqlens_q_ptr + seq) + first_query + GROUP * ROWS
             _prefill_rows_out(o, m_i, l_i, split, group_rows, q_head, token0, prefill[9] + GROUP * ROWS, output,
                               partials, PREFILL_SPLITS, SPLITS_BLOCK, MERGE_ROWS)
-        ticket = _read_ticket(tickets, ticket_ready, ticket_empty, taken)
-        taken += 1
+        item, step = item + step, 2 * gl.num_programs(0) - step
 
 
 @gluon.jit
@@ -442,7 +401,7 @@ def attention_mixed_roles_hopper_kernel(
     q_desc, k_desc, v_desc, k_half_desc, v_half_desc, q_ptr, out_ptr, partial_out_ptr, partial_lse_ptr, counters_ptr,
     cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr,
     num_seqs, heads_kv, q_batch_rows, k_batch_rows, v_batch_rows, out_batch_rows, stride_qs, stride_os,
-    page_table_stride, qk_scale, tail_rows, queue_index, stride_part_split, stride_part_token, stride_lse_split,
+    page_table_stride, qk_scale, tail_rows, stride_part_split, stride_part_token, stride_lse_split,
     stride_lse_token,
     GROUP_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
     CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr, HAS_KV_START: gl.constexpr, LOG2_MAX_SEQS: gl.constexpr,
@@ -454,8 +413,8 @@ def attention_mixed_roles_hopper_kernel(
     [min(BLOCK_N / 2, PAGE_SIZE), D] (PAGE_SIZE 0: [BLOCK_N / 2, D]); q_ptr: Q, token rows stride_qs elements apart.
     DECODE_ROWS: packed rows of a decode tile (sequences with more are prefill). PREFILL_SPLITS > 1: partial_out fp32
     [splits, total_q, H_q, D] and partial_lse fp32 [splits, total_q, H_q] (strides given, head strides D and 1), the
-    merges' arrival counters at counters_ptr[token * H_q + head] (token < total_q); the queue's two counters at
-    counters_ptr[queue_index], [queue_index + 1]. Every counter is 0 before the launch and after it. qk_scale in
+    merges' arrival counters at counters_ptr[token * H_q + head] (token < total_q), each 0 before the launch and
+    after it. Program p takes items p, then dealt round by round in alternating directions. qk_scale in
     log2 units. tail_rows > 0 (thd): out's rows cu_seqlens_q[num_seqs] .. tail_rows - 1 are written as zeros."""
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
@@ -488,7 +447,6 @@ def attention_mixed_roles_hopper_kernel(
     merge_o = gl.allocate_shared_memory(gl.float32, [HEAD_DIM, DECODE_ROWS], plain)
     merge_m = gl.allocate_shared_memory(gl.float32, [DECODE_ROWS], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     merge_l = gl.allocate_shared_memory(gl.float32, [DECODE_ROWS], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-    tickets = gl.allocate_shared_memory(gl.int32, [2], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     bar: gl.constexpr = mbarrier.MBarrierLayout()
     q_ready = gl.allocate_shared_memory(gl.int64, [1], bar)
     q_empty = gl.allocate_shared_memory(gl.int64, [1], bar)
@@ -498,8 +456,6 @@ def attention_mixed_roles_hopper_kernel(
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar)
     merge_ready = gl.allocate_shared_memory(gl.int64, [1], bar)
     merge_empty = gl.allocate_shared_memory(gl.int64, [1], bar)
-    ticket_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar)
-    ticket_empty = gl.allocate_shared_memory(gl.int64, [2, 1], bar)
     mbarrier.init(q_ready, count=1)
     mbarrier.init(q_empty, count=2)  # both consumer groups release Q
     for i in gl.static_range(STAGES):
@@ -509,16 +465,12 @@ def attention_mixed_roles_hopper_kernel(
         mbarrier.init(v_empty.index(i), count=2)
     mbarrier.init(merge_ready, count=1)
     mbarrier.init(merge_empty, count=1)
-    for i in gl.static_range(2):
-        mbarrier.init(ticket_ready.index(i), count=1)
-        mbarrier.init(ticket_empty.index(i), count=2)
     _cta_barrier()  # the schedule is in shared memory before any partition reads it
 
     descriptors = (q_desc, k_desc, v_desc, k_half_desc, v_half_desc)
     buffers = (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty)
     decode_buffers = (dq_smem, dp_smem, merge_o, merge_m, merge_l, merge_ready, merge_empty)
-    queue = (tile_ends, heads_q, prefill_work, decode_work, tickets, ticket_ready, ticket_empty, counters_ptr,
-             queue_index)
+    queue = (tile_ends, heads_q, prefill_work, decode_work)
     sequences = (cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, q_batch_rows, k_batch_rows,
                  v_batch_rows, out_batch_rows)
     output = (out_ptr, stride_os, qk_scale, q_ptr, stride_qs, page_table_ptr, page_table_stride, num_seqs, heads_kv,

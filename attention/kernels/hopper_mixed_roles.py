@@ -62,7 +62,7 @@ class MixedRolesPlan(MixedHopperPlan):
             partial_lse = torch.empty(*shape, dtype=torch.float32, device=q.device)
         else:
             partial_out = partial_lse = out  # unused
-        counters = split_counter_buffer(q.device, self.total_q * self.heads_q + 2)
+        counters = split_counter_buffer(q.device, self.total_q * self.heads_q)
         self._launch_for(zero_tail, page_table)(
             q, k, v, k, v, q, out, partial_out, partial_lse, counters, cu_seqlens_q, cu_seqlens_kv,
             cu_seqlens_q if q_start is None else q_start, cu_seqlens_kv if kv_start is None else kv_start,
@@ -75,7 +75,7 @@ class MixedRolesPlan(MixedHopperPlan):
         return KernelLaunch(
             attention_mixed_roles_hopper_kernel, (self.programs,),
             scalars=(self.num_seqs, self.heads_kv, *self.batch_rows, self.q_token_stride, self.out_token_stride,
-                     table_stride, self.softmax_scale_log2, self.total_q if zero_tail else 0, tokens * heads,
+                     table_stride, self.softmax_scale_log2, self.total_q if zero_tail else 0,
                      tokens * heads * head_dim, heads * head_dim, tokens * heads, heads),
             constexprs={
                 "GROUP_SIZE": self.group_size, "BLOCK_N": block_n, "STAGES": stages, "PAGE_SIZE": self.page_size,
