@@ -126,12 +126,11 @@ def _producer(descriptors, buffers, decode_buffers, queue, sequences, output,
     q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty = buffers
     tile_ends, heads_q, prefill_work, decode_work = queue
     page_table_ptr, page_table_stride, heads_kv = output[5], output[6], output[8]
-    dq_smem = decode_buffers[0]
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_smem.type.shape[1]
     HALF: gl.constexpr = BLOCK_N // 2
-    DECODE_ROWS: gl.constexpr = dq_smem.type.shape[0]
+    DECODE_ROWS: gl.constexpr = decode_buffers[0].type.shape[1]  # (the decode Q buffers: [2 groups, rows, D])
     ring = (k_smem, v_smem, k_ready, k_empty, v_ready, v_empty)
     count = 0  # ring stages loaded so far
     prefills = 0  # prefill splits so far (the Q buffer's phase)
