@@ -24,7 +24,7 @@ def use(name: str) -> None:
     launcher._plans.clear()
 
 
-def timing(rounds: int, names: list[str], with_parts: bool) -> None:
+def timing(rounds: int, names: list[str], with_parts: bool, only: str) -> None:
     from benchmarks import bench_mixed
     from benchmarks.cells import Inputs
     from benchmarks.config import BenchConfig
@@ -35,11 +35,12 @@ def timing(rounds: int, names: list[str], with_parts: bool) -> None:
     cells = [c for mixed in bench_mixed.cells(cfg) for c in (mixed.whole, mixed.prefill_in_launch)]
     if with_parts:
         cells += [mixed.parts[0] for mixed in bench_mixed.cells(cfg)]
+    cells = sorted((c for c in cells if only in c.name), key=lambda c: not c.name.startswith("M2"))
     for _ in range(rounds):
         for cell in cells:
             inputs = Inputs(cell.problem, cfg.device)
             outs = {}
-            for name in (names if cell in cells[:4] else ["main"]):
+            for name in (["main"] if " part: " in cell.name else names):  # a part alone: the prefill kernel
                 use(name)
                 fn = make_fused(cell, inputs)[0].fn
                 outs[name] = fn().float().clone()
@@ -58,5 +59,6 @@ if __name__ == "__main__":
     parser.add_argument("--variants", default="main,r1,r2,r3,r4")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--parts", action="store_true", help="also the prefill part alone (the prefill kernel)")
+    parser.add_argument("--only", default="", help="cells whose name holds this (M2 first)")
     args = parser.parse_args()
-    timing(args.rounds, args.variants.split(","), args.parts)
+    timing(args.rounds, args.variants.split(","), args.parts, args.only)

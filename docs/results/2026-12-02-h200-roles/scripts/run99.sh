@@ -33,4 +33,4 @@ for n in 1 2 3; do  # one process a split count: the compiles are CPU-bound
     tests/gpu/test_hopper_mixed_roles_gpu.py > $OUT/roles-tests-$n.txt 2>&1; echo "rc=$?" >> $OUT/roles-tests-$n.txt ) &
 done; wait
 for n in 1 2 3; do tail -2 $OUT/roles-tests-$n.txt; grep -E "^FAILED" $OUT/roles-tests-$n.txt | head -4; done
-timeout 170 python3 $D/roles_ab.py --rounds 1 --variants main,r1,r2,r3 2>&1 | grep -v Warn | tee $OUT/roles-ab.txt
+timeout 200 python3 $D/roles_ab.py --rounds 1 --variants main,r1,r3 2>&1 | grep -v Warn | tee $OUT/roles-ab.txt
