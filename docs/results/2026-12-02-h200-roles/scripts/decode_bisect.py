@@ -19,8 +19,12 @@ DECODE = """                o, m_i, l_sum = _decode_tiles(half_ring, count, firs
 MERGE = "                o, l_sum = _merge_decode_halves(o, m_i, l_sum, merge_buffers, decodes, GROUP)"
 OUT = """                if GROUP == 0:
                     _decode_rows_out("""
+CONSUMER_DECODE_START = "            is_walk, seq, kv_head, q_len, kv_len, q_first, diag, num_tiles, first_masked, _, _, _ = _decode_walk("
 VARIANTS = {
     "full": [],
+    # the consumers without their decode branch (right only for batches without decode queries): the prefill
+    # path's registers as the prefill kernel's
+    "prefill-only": [("CONSUMER_DECODE", "")],
     "nomerge": [(MERGE, "")],
     "g1idle": [("my_tiles = stages if GROUP == 0 else num_tiles - stages", "my_tiles = stages if GROUP == 0 else 0")],
     "idle": [(DECODE, "                my_tiles = 0"), (MERGE, ""), (OUT, "                if GROUP == 7:\n"
@@ -31,6 +35,11 @@ VARIANTS = {
 def load(variant: str):
     text = open(SOURCE).read().replace("from .", "from attention.kernels.")
     for old, new in VARIANTS[variant]:
+        if old == "CONSUMER_DECODE":
+            start = text.index(CONSUMER_DECODE_START)
+            end = text.index("        else:", start)
+            text = text[:start] + "            pass\n" + text[end:]
+            continue
         assert old in text, old
         text = text.replace(old, new)
     path = f"/tmp/roles_{variant}.py"

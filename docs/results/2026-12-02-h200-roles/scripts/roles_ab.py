@@ -60,5 +60,13 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--parts", action="store_true", help="also the prefill part alone (the prefill kernel)")
     parser.add_argument("--only", default="", help="cells whose name holds this (M2 first)")
+    parser.add_argument("--kernel-variant", default="", help="rN runs decode_bisect.py's variant of the kernel")
     args = parser.parse_args()
+    if args.kernel_variant:
+        import sys
+
+        from attention.kernels import hopper_mixed_roles
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from decode_bisect import load
+        hopper_mixed_roles.attention_mixed_roles_hopper_kernel = load(args.kernel_variant)
     timing(args.rounds, args.variants.split(","), args.parts, args.only)
