@@ -68,6 +68,16 @@ def _queue_item(item, prefill_work, decode_work):
 
 
 @gluon.jit
+def _prefill_item_of(index, tile_ends, per_kv_head, GROUP_SIZE: gl.constexpr, WARPS: gl.constexpr):
+    """Prefill item ``index`` -> (sequence, local q tile, query head): KV head by KV head (per_kv_head items each),
+    within one q tile by q tile, heaviest first, a tile's query heads side by side (the prefill kernel's order:
+    the items in flight share a few KV heads' K / V in L2; all heads of a q tile at once read the whole cache from
+    HBM, 1.7x slower on M2's prefill, H200 2026-12-02)."""
+    seq, local_tile, head_in_group = _prefill_item(index % per_kv_head, tile_ends, GROUP_SIZE, WARPS)
+    return seq, local_tile, (index // per_kv_head) * GROUP_SIZE + head_in_group
+
+
+@gluon.jit
 def _load_half(desc, half_tile, ready, tile, row0, pages, kv_len, kv_col, PAGE_SIZE: gl.constexpr):
     """TMA loads of decode tile ``tile`` (HALF keys: half_tile's rows) of a walk whose first row is row0 (not paged)
     or whose page ids are at ``pages``, into half_tile, completing on ``ready`` (its bytes expected by the caller)."""
@@ -124,7 +134,7 @@ def _producer(descriptors, buffers, decode_buffers, queue, sequences, output,
     of 64-key tiles, stage by stage."""
     q_desc, k_desc, v_desc, k_half_desc, v_half_desc = descriptors
     q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty = buffers
-    tile_ends, heads_q, prefill_work, decode_work = queue
+    tile_ends, per_kv_head, prefill_work, decode_work = queue
     page_table_ptr, page_table_stride, heads_kv = output[5], output[6], output[8]
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
@@ -150,7 +160,8 @@ def _producer(descriptors, buffers, decode_buffers, queue, sequences, output,
                                        (j, second), (k_row0, v_row0), pages, kv_len, kv_head * HEAD_DIM, PAGE_SIZE)
                     count += 1
         else:
-            seq, local_tile, q_head = _prefill_item(prefill_index // PREFILL_SPLITS, tile_ends, heads_q, 1)
+            seq, local_tile, q_head = _prefill_item_of(prefill_index // PREFILL_SPLITS, tile_ends, per_kv_head,
+                                                       GROUP_SIZE, 1)
             prefill = _prefill_walk(seq, local_tile, q_head, sequences, ROWS, BLOCK_N, CAUSAL, BOTTOM_RIGHT,
                                     HAS_Q_START, HAS_KV_START)
             kv_len, walk_tiles, q_row0, k_row0, v_row0 = prefill[2], prefill[4], prefill[6], prefill[7], prefill[8]
@@ -300,7 +311,7 @@ def _consumer(descriptors, buffers, decode_buffers, queue, sequences, output, pa
     """4 warps (one warp group): the program's items; of a prefill split, query rows
     64 * GROUP .. of its tile; of a decode walk, half GROUP of its KV tiles."""
     q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty = buffers
-    tile_ends, heads_q, prefill_work, decode_work = queue
+    tile_ends, per_kv_head, prefill_work, decode_work = queue
     out_ptr, stride_os, qk_scale, q_ptr, stride_qs, heads_kv = output[0], output[1], output[2], output[3], \
         output[4], output[8]
     cu_seqlens_q_ptr, q_batch_rows, out_batch_rows = sequences[0], sequences[4], sequences[7]
@@ -344,7 +355,8 @@ def _consumer(descriptors, buffers, decode_buffers, queue, sequences, output, pa
                     _decode_rows_out(o, l_sum, out_ptr, stride_os, seq * out_batch_rows + q_first, kv_head, q_len,
                                      GROUP_SIZE)
         else:
-            seq, local_tile, q_head = _prefill_item(prefill_index // PREFILL_SPLITS, tile_ends, heads_q, 4)
+            seq, local_tile, q_head = _prefill_item_of(prefill_index // PREFILL_SPLITS, tile_ends, per_kv_head,
+                                                       GROUP_SIZE, 4)
             prefill = _prefill_walk(seq, local_tile, q_head, sequences, ROWS, BLOCK_N, CAUSAL, BOTTOM_RIGHT,
                                     HAS_Q_START, HAS_KV_START)
             first_query, q_len, kv_len, diag, walk_tiles, first_masked = prefill[0], prefill[1], prefill[2], \
@@ -431,7 +443,8 @@ def attention_mixed_roles_hopper_kernel(
     tile_ends = gl.allocate_shared_memory(gl.int32, [MAX_SEQS], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     _store_running_sums(tiles, tile_ends, MAX_SEQS, sum_layout)
     _zero_tail_rows(out_ptr, tail_first, tail_rows, stride_os, heads_q, HEAD_DIM)
-    prefill_work = gl.sum(tiles, 0) * heads_q * PREFILL_SPLITS
+    prefill_tiles = gl.sum(tiles, 0)
+    prefill_work = prefill_tiles * heads_q * PREFILL_SPLITS
     decode_work = num_seqs * heads_kv
 
     dtype: gl.constexpr = q_desc.dtype
@@ -469,7 +482,7 @@ def attention_mixed_roles_hopper_kernel(
     descriptors = (q_desc, k_desc, v_desc, k_half_desc, v_half_desc)
     buffers = (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty)
     decode_buffers = (dq_smem, dp_smem, merge_o, merge_m, merge_l, merge_ready, merge_empty)
-    queue = (tile_ends, heads_q, prefill_work, decode_work)
+    queue = (tile_ends, prefill_tiles * GROUP_SIZE, prefill_work, decode_work)
     sequences = (cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, q_batch_rows, k_batch_rows,
                  v_batch_rows, out_batch_rows)
     output = (out_ptr, stride_os, qk_scale, q_ptr, stride_qs, page_table_ptr, page_table_stride, num_seqs, heads_kv,
