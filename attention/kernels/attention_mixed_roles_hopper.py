@@ -15,11 +15,12 @@ rows, a ring of two 128-key K / V stages, consumers at 240 registers) and gives 
     decode kernel's _decode_tiles on its half, and group 0 merges group 1's rows through shared memory. Two decode
     streams an SM read ~120 GB/s an SM on the H200, one ~60.
 
-The items form one list, prefill splits heaviest first with the decode walks spread evenly among them (at any
-time a few SMs stream decodes while the rest compute prefill, so the decodes' HBM traffic hides under the
-prefill's tensor-core time), dealt to the programs round by round in alternating directions (attention_mixed_hopper's
-_prefill_first_step): every partition walks its program's items on its own, the producer running ahead into the
-next item's tiles while the consumers finish one.
+Each program is dealt its share of the prefill splits (KV head by KV head, heaviest q tiles first) and of the decode
+walks, each list round by round in alternating directions, and runs its decodes spread evenly among its splits: at
+any time a few SMs stream decodes while the rest compute prefill, so the decodes' HBM traffic hides under the
+prefill's tensor-core time. (One list of both, dealt alike, gave some programs all-prefill shares: 8 splits where
+the mean was 3.9.) Every partition walks its program's items on its own, the producer running ahead into the next
+item's tiles while the consumers finish one.
 
 Finding prefill items needs per-sequence query lengths, which the host does not have: each program counts each
 sequence's q tiles into running sums in shared memory first (attention_mixed_hopper.py's schedule).
@@ -52,19 +53,34 @@ from .attention_fwd_hopper import (
     _tma_load,
     _zero_rows_from,
 )
-from .attention_mixed_hopper import _prefill_first_step, _prefill_item, _prefill_walk, _store_running_sums
+from .attention_mixed_hopper import _prefill_item, _prefill_walk, _store_running_sums
 
 __all__ = ["attention_mixed_roles_hopper_kernel"]
 
 
 @gluon.jit
-def _queue_item(item, prefill_work, decode_work):
-    """Item ``item`` -> (a decode walk?, its decode walk index, its prefill split index): the decode walks spread
-    evenly among the prefill splits (item t is one when t * decode_work // total steps up at t + 1)."""
-    total = prefill_work + decode_work
-    before = item * decode_work // total
-    is_decode = (item + 1) * decode_work // total > before
-    return is_decode, before, item - before
+def _dealt(work):
+    """How many of ``work`` items this program is dealt, round by round in alternating directions (program p takes
+    item p of the first round, the (programs - 1 - p)-th of the second, ...)."""
+    rounds = work // gl.num_programs(0)
+    last = gl.where(rounds % 2 == 0, gl.program_id(0), gl.num_programs(0) - 1 - gl.program_id(0))
+    return rounds + (last < work % gl.num_programs(0)).to(gl.int32)
+
+
+@gluon.jit
+def _dealt_item(j):
+    """This program's j-th item of a list dealt as _dealt deals it."""
+    return j * gl.num_programs(0) + gl.where(j % 2 == 0, gl.program_id(0), gl.num_programs(0) - 1 - gl.program_id(0))
+
+
+@gluon.jit
+def _program_item(k, prefills, decodes):
+    """This program's k-th item: (a decode walk?, its index in the decode list, or in the prefill list). The program
+    is dealt ``prefills`` prefill splits and ``decodes`` decode walks (each list dealt on its own, so every program
+    gets its share of both) and runs its decodes spread evenly among its prefill splits."""
+    decodes_before = k * decodes // (prefills + decodes)
+    is_decode = (k + 1) * decodes // (prefills + decodes) > decodes_before
+    return is_decode, _dealt_item(gl.where(is_decode, decodes_before, k - decodes_before))
 
 
 @gluon.jit
@@ -144,12 +160,12 @@ def _producer(descriptors, buffers, decode_buffers, queue, sequences, output,
     ring = (k_smem, v_smem, k_ready, k_empty, v_ready, v_empty)
     count = 0  # ring stages loaded so far
     prefills = 0  # prefill splits so far (the Q buffer's phase)
-    item, step = gl.program_id(0), _prefill_first_step()
-    while item < prefill_work + decode_work:
-        is_decode, decode_index, prefill_index = _queue_item(item, prefill_work, decode_work)
+    prefills_dealt, decodes_dealt = _dealt(prefill_work), _dealt(decode_work)
+    for k in range(prefills_dealt + decodes_dealt):
+        is_decode, index = _program_item(k, prefills_dealt, decodes_dealt)
         if is_decode:
             is_walk, seq, kv_head, _, kv_len, _, _, num_tiles, _, k_row0, v_row0, _ = _decode_walk(
-                decode_index, sequences, heads_kv, DECODE_ROWS, HALF, CAUSAL, BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START,
+                index, sequences, heads_kv, DECODE_ROWS, HALF, CAUSAL, BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START,
                 GROUP_SIZE)
             if is_walk:
                 pages = page_table_ptr + seq.to(gl.int64) * page_table_stride
@@ -160,12 +176,12 @@ def _producer(descriptors, buffers, decode_buffers, queue, sequences, output,
                                        (j, second), (k_row0, v_row0), pages, kv_len, kv_head * HEAD_DIM, PAGE_SIZE)
                     count += 1
         else:
-            seq, local_tile, q_head = _prefill_item_of(prefill_index // PREFILL_SPLITS, tile_ends, per_kv_head,
+            seq, local_tile, q_head = _prefill_item_of(index // PREFILL_SPLITS, tile_ends, per_kv_head,
                                                        GROUP_SIZE, 1)
             prefill = _prefill_walk(seq, local_tile, q_head, sequences, ROWS, BLOCK_N, CAUSAL, BOTTOM_RIGHT,
                                     HAS_Q_START, HAS_KV_START)
             kv_len, walk_tiles, q_row0, k_row0, v_row0 = prefill[2], prefill[4], prefill[6], prefill[7], prefill[8]
-            _, first_tile, num_tiles = _split_item(prefill_index, PREFILL_SPLITS, walk_tiles)
+            _, first_tile, num_tiles = _split_item(index, PREFILL_SPLITS, walk_tiles)
             pages = page_table_ptr + seq.to(gl.int64) * page_table_stride
             mbarrier.wait(q_empty, (prefills & 1) ^ 1)
             mbarrier.expect(q_ready, 2 * q_desc.block_type.nbytes)
@@ -177,7 +193,6 @@ def _producer(descriptors, buffers, decode_buffers, queue, sequences, output,
                               v_row0, kv_col, pages, kv_len, BLOCK_N, PAGE_SIZE)
                 count += 1
             prefills += 1
-        item, step = item + step, 2 * gl.num_programs(0) - step
 
 
 @gluon.jit
@@ -329,12 +344,12 @@ def _consumer(descriptors, buffers, decode_buffers, queue, sequences, output, pa
     count = 0
     prefills = 0
     decodes = 0
-    item, step = gl.program_id(0), _prefill_first_step()
-    while item < prefill_work + decode_work:
-        is_decode, decode_index, prefill_index = _queue_item(item, prefill_work, decode_work)
+    prefills_dealt, decodes_dealt = _dealt(prefill_work), _dealt(decode_work)
+    for k in range(prefills_dealt + decodes_dealt):
+        is_decode, index = _program_item(k, prefills_dealt, decodes_dealt)
         if is_decode:
             is_walk, seq, kv_head, q_len, kv_len, q_first, diag, num_tiles, first_masked, _, _, _ = _decode_walk(
-                decode_index, sequences, heads_kv, DECODE_ROWS, HALF, CAUSAL, BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START,
+                index, sequences, heads_kv, DECODE_ROWS, HALF, CAUSAL, BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START,
                 GROUP_SIZE)
             if is_walk:
                 stages = (num_tiles + 1) // 2
@@ -355,13 +370,13 @@ def _consumer(descriptors, buffers, decode_buffers, queue, sequences, output, pa
                     _decode_rows_out(o, l_sum, out_ptr, stride_os, seq * out_batch_rows + q_first, kv_head, q_len,
                                      GROUP_SIZE)
         else:
-            seq, local_tile, q_head = _prefill_item_of(prefill_index // PREFILL_SPLITS, tile_ends, per_kv_head,
+            seq, local_tile, q_head = _prefill_item_of(index // PREFILL_SPLITS, tile_ends, per_kv_head,
                                                        GROUP_SIZE, 4)
             prefill = _prefill_walk(seq, local_tile, q_head, sequences, ROWS, BLOCK_N, CAUSAL, BOTTOM_RIGHT,
                                     HAS_Q_START, HAS_KV_START)
             first_query, q_len, kv_len, diag, walk_tiles, first_masked = prefill[0], prefill[1], prefill[2], \
                 prefill[3], prefill[4], prefill[5]
-            split, first_tile, num_tiles = _split_item(prefill_index, PREFILL_SPLITS, walk_tiles)
+            split, first_tile, num_tiles = _split_item(index, PREFILL_SPLITS, walk_tiles)
             mbarrier.wait(q_ready, prefills & 1)
             o, m_i, l_i = _prefill_tiles(buffers, count, first_tile, num_tiles, first_masked, rows, kv_len,
                                          diag + first_query, qk_scale, GROUP, CAUSAL, STAGES)
@@ -373,7 +388,6 @@ def _consumer(descriptors, buffers, decode_buffers, queue, sequences, output, pa
             token0 = gl.load(cu_seqlens_q_ptr + seq) + first_query + GROUP * ROWS
             _prefill_rows_out(o, m_i, l_i, split, group_rows, q_head, token0, prefill[9] + GROUP * ROWS, output,
                               partials, PREFILL_SPLITS, SPLITS_BLOCK, MERGE_ROWS)
-        item, step = item + step, 2 * gl.num_programs(0) - step
 
 
 @gluon.jit
