@@ -7,9 +7,10 @@ of different shapes under a constexpr `if`. This script records every launch tha
 ``attention_forward`` and the KV append make for a set of configurations (``KernelLaunch`` is
 patched to record, not launch) and compiles each with Triton's CUDA back end, which needs no driver
 (Triton ships ptxas), checking the shared memory it asks for against sm90's limit, then the Gluon sm90
-kernel (attention_fwd_hopper.py), its mixed-batch kernel (attention_mixed_hopper.py) and its decode kernel
-(attention_decode_hopper.py) on a set of their launches (hopper_launches, mixed_hopper_launches,
-decode_hopper_launches: on CPU, attention_forward never plans them).
+kernel (attention_fwd_hopper.py), its mixed-batch kernels (attention_mixed_hopper.py,
+attention_mixed_roles_hopper.py) and its decode kernel (attention_decode_hopper.py) on a set of their launches
+(hopper_launches, mixed_hopper_launches, mixed_roles_hopper_launches, decode_hopper_launches: on CPU,
+attention_forward never plans them).
 
 Run without TRITON_INTERPRET (tests/test_kernel_compile.py starts it in a subprocess; ~30 s on 2 cores):
     python -m tests.sm90_compile [--registers]   # one line per launch (with ptxas's register and

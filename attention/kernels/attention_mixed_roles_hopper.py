@@ -8,8 +8,8 @@ rows, a ring of two 128-key K / V stages, consumers at 240 registers) and gives 
   * a prefill item is a key split: 1 / PREFILL_SPLITS of a q tile's KV walk (128 queries of one head), run as the
     prefill kernel runs a tile. With more than one split each consumer group writes its rows' partial output and
     log-sum-exp and the last split of the rows to arrive merges them (attention_decode_hopper's _merge_if_last).
-    Splits make items short enough (~70 µs for a 2k chunk on 14k at 3 splits, against 213 unsplit) that the
-    launch's tail stays short.
+    Splits make items shorter (~70 µs for a 2k chunk on 14k at 3 splits, against 213 unsplit) for a shorter tail,
+    at the price of the partials and their merges (hopper_mixed_roles.MIXED_ROLES_SPLITS has what that measured).
   * a decode item is a (sequence, KV head) walk, its KV tiles halved between the two consumer groups: each stage of
     the ring holds a 64-key tile of each half (a group's view is its 64 rows of every stage), each group runs the
     decode kernel's _decode_tiles on its half, and group 0 merges group 1's rows through shared memory. Two decode

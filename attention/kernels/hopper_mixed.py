@@ -158,8 +158,8 @@ def plan_mixed_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads_k
                       softmax_scale: float, causal: bool,
                       bottom_right: bool, page_size: int, has_q_start: bool, has_kv_start: bool,
                       num_sms: int, total_q: int, max_seqlen_q: int) -> MixedHopperPlan | None:
-    """A MixedHopperPlan for a mixed batch the Hopper kernel serves (plan_hopper_forward checked the tensors),
-    else None. q: a 4-D view [B, S, H_q, D]; k / v: as attention_forward's (their geometry sizes the TMA
+    """A MixedHopperPlan for a mixed batch the Hopper kernel serves (plan_hopper_forward checked the tensors), or a
+    MixedRolesPlan when the one-role-a-program kernel is switched on (hopper_mixed_roles.py), else None. q: a 4-D view [B, S, H_q, D]; k / v: as attention_forward's (their geometry sizes the TMA
     descriptors); batch_rows as HopperPlan's."""
     group_size = q.shape[2] // heads_kv
     if mixed_hopper_unsupported_reason(q.shape[3], group_size, num_seqs, page_size):

@@ -1,8 +1,7 @@
 """Host side of the Hopper mixed-batch kernel with one role a program (attention_mixed_roles_hopper.py).
 
-plan_mixed_hopper (hopper_mixed.py) hands it the mixed batches whose prefill part is most of the work (a chunk on a
-long prefix beside decodes), where the prefill kernel's own tiles matter more than running decodes on every SM at
-once; MIXED_ROLES_ENV has the rule and its measurements.
+plan_mixed_hopper (hopper_mixed.py) offers it every mixed batch it plans; it takes them only when switched on
+(MIXED_ROLES_ENV has the measurements: not yet faster than the mixed kernel on M2 or M1).
 """
 
 from __future__ import annotations
@@ -24,8 +23,15 @@ __all__ = ["MIXED_ROLES_ENV", "MIXED_ROLES_SPLITS_ENV", "MIXED_ROLES_TILE", "Mix
            "mixed_roles_unsupported_reason", "plan_mixed_roles", "use_mixed_roles"]
 
 MIXED_ROLES_ENV = "ATTN_FUSED_HOPPER_MIXED_ROLES"
-"""``1``: every mixed batch the mixed kernels serve runs attention_mixed_roles_hopper_kernel; ``0``: none (the
-mixed kernel of hopper_mixed.py, decodes beside the prefill on every SM); unset: use_mixed_roles's rule."""
+"""``1``: every mixed batch the mixed kernel would run (and whose pages this kernel reads) runs
+attention_mixed_roles_hopper_kernel; unset or ``0``: none (hopper_mixed.py's kernel, decodes beside the prefill on
+every SM). H200, 2026-12-02, graph replays, settled, against that kernel in the same process
+(docs/results/2026-12-02-h200-roles/, at a055f49), M2 (a 2k chunk on a 14k prefix + 64 decodes at 4k, page 16):
+one split 1,159.8 / 1,160.0 us against 1,116.5 / 1,161.7, three splits 1,437.5-1,440.7; its prefill alone in the
+launch (decodes without queries) one split 927.7 / 929.1 against 1,000.5 / 1,004.5 (the prefill kernel alone:
+851.6-857.4), three splits 1,160.0-1,162.6. Its decodes, spread evenly among each program's splits, ran on every
+SM at once (every program's k-th item has the same role) and added 232 us to the prefill: not hidden. M1 was last
+measured before the deal was mended (392 against 279 us)."""
 
 MIXED_ROLES_SPLITS_ENV = "ATTN_FUSED_HOPPER_MIXED_ROLES_SPLITS"
 """Override of the prefill key splits (A/B measurements): a positive integer."""
@@ -34,12 +40,14 @@ MIXED_ROLES_TILE = {64: (128, 2, 240, 168, 8), 128: (128, 2, 240, 168, 8)}
 """Head dim -> (BLOCK_N, STAGES, consumer registers, maxnreg, merge rows): the prefill kernel's tile
 (hopper_forward.HOPPER_TILE), and the rows a split merge reads at a time."""
 
-MIXED_ROLES_SPLITS = 3
-"""Key splits of a prefill q tile: items of a third of a walk keep the queue's tail short."""
+MIXED_ROLES_SPLITS = 1
+"""Key splits of a prefill q tile. Three (items of ~70 us on M2 instead of ~213, a shorter tail) measured slower:
+M2's prefill in the launch 1,160.0-1,162.6 us against 927.7-929.1 at one (the partial rows' writes and merges, 12
+items a program instead of 4, and ~750 B of register spills in the consumers, sm90 ptxas, Triton 3.6)."""
 
 
 def use_mixed_roles() -> bool:
-    """Whether a mixed batch goes to the one-role-a-program kernel (MIXED_ROLES_ENV; unset: not yet)."""
+    """Whether mixed batches go to the one-role-a-program kernel (MIXED_ROLES_ENV, off unless set to 1)."""
     return getenv(MIXED_ROLES_ENV, "") == "1"
 
 
