@@ -141,7 +141,7 @@ def _load_decode_stage(half_descriptors, ring, stage, phase, tiles, walk_rows, p
 
 
 @gluon.jit
-def _producer(descriptors, buffers, decode_buffers, queue, sequences, output,
+def _producer(descriptors, buffers, decode_buffers, schedule, sequences, output,
               CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
               HAS_KV_START: gl.constexpr, STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr, GROUP_SIZE: gl.constexpr,
               PREFILL_SPLITS: gl.constexpr, SPLITS_BLOCK: gl.constexpr, MERGE_ROWS: gl.constexpr):
@@ -150,7 +150,7 @@ def _producer(descriptors, buffers, decode_buffers, queue, sequences, output,
     of 64-key tiles, stage by stage."""
     q_desc, k_desc, v_desc, k_half_desc, v_half_desc = descriptors
     q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty = buffers
-    tile_ends, per_kv_head, prefill_work, decode_work = queue
+    tile_ends, per_kv_head, prefill_work, decode_work = schedule
     page_table_ptr, page_table_stride, heads_kv = output[5], output[6], output[8]
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
@@ -319,14 +319,14 @@ def _merge_decode_halves(o, m_i, l_sum, merge_buffers, decodes, GROUP: gl.conste
 
 
 @gluon.jit
-def _consumer(descriptors, buffers, decode_buffers, queue, sequences, output, partials, GROUP: gl.constexpr,
+def _consumer(descriptors, buffers, decode_buffers, schedule, sequences, output, partials, GROUP: gl.constexpr,
               CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
               HAS_KV_START: gl.constexpr, STAGES: gl.constexpr, GROUP_SIZE: gl.constexpr,
               PREFILL_SPLITS: gl.constexpr, SPLITS_BLOCK: gl.constexpr, MERGE_ROWS: gl.constexpr):
     """4 warps (one warp group): the program's items; of a prefill split, query rows
     64 * GROUP .. of its tile; of a decode walk, half GROUP of its KV tiles."""
     q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty = buffers
-    tile_ends, per_kv_head, prefill_work, decode_work = queue
+    tile_ends, per_kv_head, prefill_work, decode_work = schedule
     out_ptr, stride_os, qk_scale, q_ptr, stride_qs, heads_kv = output[0], output[1], output[2], output[3], \
         output[4], output[8]
     cu_seqlens_q_ptr, q_batch_rows, out_batch_rows = sequences[0], sequences[4], sequences[7]
@@ -391,33 +391,33 @@ def _consumer(descriptors, buffers, decode_buffers, queue, sequences, output, pa
 
 
 @gluon.jit
-def _first_consumer(descriptors, buffers, decode_buffers, queue, sequences, output, partials,
+def _first_consumer(descriptors, buffers, decode_buffers, schedule, sequences, output, partials,
                     CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
                     HAS_KV_START: gl.constexpr, STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
                     GROUP_SIZE: gl.constexpr, PREFILL_SPLITS: gl.constexpr, SPLITS_BLOCK: gl.constexpr,
                     MERGE_ROWS: gl.constexpr):
-    _consumer(descriptors, buffers, decode_buffers, queue, sequences, output, partials, 0, CAUSAL, BOTTOM_RIGHT,
+    _consumer(descriptors, buffers, decode_buffers, schedule, sequences, output, partials, 0, CAUSAL, BOTTOM_RIGHT,
               HAS_Q_START, HAS_KV_START, STAGES, GROUP_SIZE, PREFILL_SPLITS, SPLITS_BLOCK, MERGE_ROWS)
 
 
 @gluon.jit
-def _second_consumer(descriptors, buffers, decode_buffers, queue, sequences, output, partials,
+def _second_consumer(descriptors, buffers, decode_buffers, schedule, sequences, output, partials,
                      CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
                      HAS_KV_START: gl.constexpr, STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
                      GROUP_SIZE: gl.constexpr, PREFILL_SPLITS: gl.constexpr, SPLITS_BLOCK: gl.constexpr,
                      MERGE_ROWS: gl.constexpr):
     """A worker partition: the same signature as the others (Gluon's rule for workers)."""
-    _consumer(descriptors, buffers, decode_buffers, queue, sequences, output, partials, 1, CAUSAL, BOTTOM_RIGHT,
+    _consumer(descriptors, buffers, decode_buffers, schedule, sequences, output, partials, 1, CAUSAL, BOTTOM_RIGHT,
               HAS_Q_START, HAS_KV_START, STAGES, GROUP_SIZE, PREFILL_SPLITS, SPLITS_BLOCK, MERGE_ROWS)
 
 
 @gluon.jit
-def _queue_producer(descriptors, buffers, decode_buffers, queue, sequences, output, partials,
+def _producer_partition(descriptors, buffers, decode_buffers, schedule, sequences, output, partials,
                     CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
                     HAS_KV_START: gl.constexpr, STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
                     GROUP_SIZE: gl.constexpr, PREFILL_SPLITS: gl.constexpr, SPLITS_BLOCK: gl.constexpr,
                     MERGE_ROWS: gl.constexpr):
-    _producer(descriptors, buffers, decode_buffers, queue, sequences, output, CAUSAL, BOTTOM_RIGHT, HAS_Q_START,
+    _producer(descriptors, buffers, decode_buffers, schedule, sequences, output, CAUSAL, BOTTOM_RIGHT, HAS_Q_START,
               HAS_KV_START, STAGES, PAGE_SIZE, GROUP_SIZE, PREFILL_SPLITS, SPLITS_BLOCK, MERGE_ROWS)
 
 
@@ -496,7 +496,7 @@ def attention_mixed_roles_hopper_kernel(
     descriptors = (q_desc, k_desc, v_desc, k_half_desc, v_half_desc)
     buffers = (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty)
     decode_buffers = (dq_smem, dp_smem, merge_o, merge_m, merge_l, merge_ready, merge_empty)
-    queue = (tile_ends, prefill_tiles * GROUP_SIZE, prefill_work, decode_work)
+    schedule = (tile_ends, prefill_tiles * GROUP_SIZE, prefill_work, decode_work)
     sequences = (cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, q_batch_rows, k_batch_rows,
                  v_batch_rows, out_batch_rows)
     output = (out_ptr, stride_os, qk_scale, q_ptr, stride_qs, page_table_ptr, page_table_stride, num_seqs, heads_kv,
@@ -504,13 +504,13 @@ def attention_mixed_roles_hopper_kernel(
     partials = (partial_out_ptr, partial_lse_ptr, stride_part_split, stride_part_token, stride_lse_split,
                 stride_lse_token, counters_ptr)
     gl.warp_specialize([  # (constexprs stay constexprs only as direct members of an argument tuple literal)
-        (_first_consumer, (descriptors, buffers, decode_buffers, queue, sequences, output, partials, CAUSAL,
+        (_first_consumer, (descriptors, buffers, decode_buffers, schedule, sequences, output, partials, CAUSAL,
                            BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START, STAGES, PAGE_SIZE, GROUP_SIZE, PREFILL_SPLITS,
                            SPLITS_BLOCK, MERGE_ROWS)),
-        (_second_consumer, (descriptors, buffers, decode_buffers, queue, sequences, output, partials, CAUSAL,
+        (_second_consumer, (descriptors, buffers, decode_buffers, schedule, sequences, output, partials, CAUSAL,
                             BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START, STAGES, PAGE_SIZE, GROUP_SIZE, PREFILL_SPLITS,
                             SPLITS_BLOCK, MERGE_ROWS)),
-        (_queue_producer, (descriptors, buffers, decode_buffers, queue, sequences, output, partials, CAUSAL,
+        (_producer_partition, (descriptors, buffers, decode_buffers, schedule, sequences, output, partials, CAUSAL,
                            BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START, STAGES, PAGE_SIZE, GROUP_SIZE, PREFILL_SPLITS,
                            SPLITS_BLOCK, MERGE_ROWS)),
     ], [4, 1], [CONSUMER_REGISTERS, 24])

@@ -1,7 +1,7 @@
 """The Gluon sm90 mixed-batch kernel with one role a program (attention/kernels/attention_mixed_roles_hopper.py)
 against the fp32 reference, on an H100 / H200: the mixed kernel's cases (tests/gpu/test_hopper_mixed_gpu.py) with
 one, two and three prefill key splits, each checking that it ran (a MixedRolesPlan), the rows against the
-reference and that padding rows of out were not written; then launches that reuse the queue's counters."""
+reference and that padding rows of out were not written; then launches that reuse the merges' counters."""
 
 from __future__ import annotations
 
@@ -50,8 +50,8 @@ def test_mixed_roles_kernel_matches_the_reference(case: AttentionCase, roles: in
     check_output(case, inputs)
 
 
-def test_launches_in_a_row_reuse_the_queue(roles: int) -> None:
-    """Every launch leaves the queue's and the merges' counters at zero: three launches in a row, and a CUDA graph
+def test_launches_in_a_row_leave_the_counters_at_zero(roles: int) -> None:
+    """Every launch leaves the merges' arrival counters at zero: three launches in a row, and a CUDA graph
     replayed on a batch whose prefill moved to another sequence, all match the reference."""
     inputs = build_inputs(CHUNK, "cuda")
     _run(inputs)
