@@ -68,9 +68,9 @@ class MixedRolesPlan(MixedHopperPlan):
             shape = (self.prefill_splits, self.total_q, self.heads_q)
             partial_out = torch.empty(*shape, self.head_dim, dtype=torch.float32, device=q.device)
             partial_lse = torch.empty(*shape, dtype=torch.float32, device=q.device)
+            counters = split_counter_buffer(q.device, self.total_q * self.heads_q)
         else:
-            partial_out = partial_lse = out  # unused
-        counters = split_counter_buffer(q.device, self.total_q * self.heads_q)
+            partial_out = partial_lse = counters = out  # unused
         self._launch_for(zero_tail, page_table)(
             q, k, v, k, v, q, out, partial_out, partial_lse, counters, cu_seqlens_q, cu_seqlens_kv,
             cu_seqlens_q if q_start is None else q_start, cu_seqlens_kv if kv_start is None else kv_start,
