@@ -56,6 +56,8 @@ class MixedRolesPlan(MixedHopperPlan):
     """One call's launch of attention_mixed_roles_hopper_kernel, all but the tensors' addresses (the descriptors:
     Q's, K's and V's prefill tiles, K's and V's half tiles)."""
 
+    tile: tuple[int, int, int, int, int]
+    """MIXED_ROLES_TILE's entry (the parent's field, a tile of this kernel's)."""
     prefill_splits: int = 1
     heads_q: int = 0
     head_dim: int = 128
