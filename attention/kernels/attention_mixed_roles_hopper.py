@@ -87,8 +87,8 @@ def _program_item(k, prefills, decodes):
 def _prefill_item_of(index, tile_ends, per_kv_head, GROUP_SIZE: gl.constexpr, WARPS: gl.constexpr):
     """Prefill item ``index`` -> (sequence, local q tile, query head): KV head by KV head (per_kv_head items each),
     within one q tile by q tile, heaviest first, a tile's query heads side by side (the prefill kernel's order:
-    the items in flight share a few KV heads' K / V in L2; all heads of a q tile at once read the whole cache from
-    HBM, 1.7x slower on M2's prefill, H200 2026-12-02)."""
+    the items in flight share a few KV heads' K / V in L2; all heads of a q tile at once, 4 % slower on M2's prefill
+    in the launch, H200 2026-12-02)."""
     seq, local_tile, head_in_group = _prefill_item(index % per_kv_head, tile_ends, GROUP_SIZE, WARPS)
     return seq, local_tile, (index // per_kv_head) * GROUP_SIZE + head_in_group
 
