@@ -61,6 +61,26 @@ def _store_running_sums(tiles, sums, MAX_SEQS: gl.constexpr, layout: gl.constexp
 
 
 @gluon.jit
+def _prefill_schedule(cu_seqlens_q_ptr, num_seqs, out_ptr, tail_rows, stride_os, heads_q, ROWS: gl.constexpr,
+                      HEAD_DIM: gl.constexpr, GROUP_SIZE: gl.constexpr, DECODE_ROWS: gl.constexpr,
+                      MAX_SEQS: gl.constexpr):
+    """A persistent mixed launch's prologue (4 warps): each sequence's prefill q tiles of 2 * ROWS queries (sequences
+    of more than DECODE_ROWS packed rows) counted and their running sums stored in shared memory (the tile_ends that
+    _prefill_item reads), and out's rows past the last sequence zeroed (_zero_tail_rows). Returns (tile_ends, the
+    batch's prefill q tiles)."""
+    sum_layout: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [4, 1], [1, 0])
+    seqs = gl.arange(0, MAX_SEQS, layout=gl.SliceLayout(0, sum_layout))
+    q_begin = gl.load(cu_seqlens_q_ptr + seqs, mask=seqs < num_seqs, other=0)
+    q_lens = gl.load(cu_seqlens_q_ptr + seqs + 1, mask=seqs < num_seqs, other=0) - q_begin
+    tail_first = gl.load(cu_seqlens_q_ptr + num_seqs)  # (issued with the lengths: no wait of its own)
+    tiles = gl.where(q_lens * GROUP_SIZE > DECODE_ROWS, (q_lens + 2 * ROWS - 1) // (2 * ROWS), 0)
+    tile_ends = gl.allocate_shared_memory(gl.int32, [MAX_SEQS], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    _store_running_sums(tiles, tile_ends, MAX_SEQS, sum_layout)
+    _zero_tail_rows(out_ptr, tail_first, tail_rows, stride_os, heads_q, HEAD_DIM)
+    return tile_ends, gl.sum(tiles, 0)
+
+
+@gluon.jit
 def _prefill_first_step():
     """The step from this program's first prefill item to its second. The items are dealt round by round, each
     round's num_programs items in alternating directions: program p takes item p of the first round, the
@@ -89,7 +109,7 @@ def _prefill_walk(seq, local_tile, q_head, sequences, ROWS: gl.constexpr, BLOCK_
                   CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
                   HAS_KV_START: gl.constexpr):
     """What the partitions need of one prefill item: (first query, q_len, kv_len, diag, KV tiles, first masked
-    tile, first Q row, first K / V rows, output row)."""
+    tile, first Q row, first K / V rows, output row, the sequence's first packed query token)."""
     cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr = sequences[0], sequences[1], sequences[2], \
         sequences[3]
     q_batch_rows, k_batch_rows, v_batch_rows, out_batch_rows = sequences[4], sequences[5], sequences[6], sequences[7]
@@ -101,7 +121,7 @@ def _prefill_walk(seq, local_tile, q_head, sequences, ROWS: gl.constexpr, BLOCK_
         BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START)
     return (first_query, q_len, kv_len, diag, num_tiles, first_masked,
             seq * q_batch_rows + q_first + first_query, seq * k_batch_rows + kv_first, seq * v_batch_rows + kv_first,
-            (seq * out_batch_rows + q_first + first_query).to(gl.int64))
+            (seq * out_batch_rows + q_first + first_query).to(gl.int64), q_begin)
 
 
 @gluon.jit
@@ -321,17 +341,9 @@ def attention_mixed_hopper_kernel(
     MAX_SEQS: gl.constexpr = 1 << LOG2_MAX_SEQS
     heads_q = heads_kv * GROUP_SIZE
 
-    # The schedule: each sequence's prefill q tiles (sequences of more than DECODE_ROWS packed rows), summed.
-    sum_layout: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [4, 1], [1, 0])
-    seqs = gl.arange(0, MAX_SEQS, layout=gl.SliceLayout(0, sum_layout))
-    q_begin = gl.load(cu_seqlens_q_ptr + seqs, mask=seqs < num_seqs, other=0)
-    q_lens = gl.load(cu_seqlens_q_ptr + seqs + 1, mask=seqs < num_seqs, other=0) - q_begin
-    tail_first = gl.load(cu_seqlens_q_ptr + num_seqs)  # (issued with the lengths: no wait of its own)
-    tiles = gl.where(q_lens * GROUP_SIZE > DECODE_ROWS, (q_lens + 2 * ROWS - 1) // (2 * ROWS), 0)
-    tile_ends = gl.allocate_shared_memory(gl.int32, [MAX_SEQS], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-    _store_running_sums(tiles, tile_ends, MAX_SEQS, sum_layout)
-    _zero_tail_rows(out_ptr, tail_first, tail_rows, stride_os, heads_q, HEAD_DIM)
-    prefill_items = gl.sum(tiles, 0) * heads_q
+    tile_ends, prefill_tiles = _prefill_schedule(cu_seqlens_q_ptr, num_seqs, out_ptr, tail_rows, stride_os, heads_q,
+                                                 ROWS, HEAD_DIM, GROUP_SIZE, DECODE_ROWS, MAX_SEQS)
+    prefill_items = prefill_tiles * heads_q
 
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [2, ROWS, HEAD_DIM], q_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)

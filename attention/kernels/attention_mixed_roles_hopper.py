@@ -43,7 +43,6 @@ from .attention_decode_hopper import (
     _load_decode_q,
     _merge_if_last,
     _split_item,
-    _zero_tail_rows,
 )
 from .attention_fwd_hopper import (
     _cta_barrier,
@@ -53,7 +52,7 @@ from .attention_fwd_hopper import (
     _tma_load,
     _zero_rows_from,
 )
-from .attention_mixed_hopper import _prefill_item, _prefill_walk, _store_running_sums
+from .attention_mixed_hopper import _prefill_item, _prefill_schedule, _prefill_walk
 
 __all__ = ["attention_mixed_roles_hopper_kernel"]
 
@@ -329,7 +328,7 @@ def _consumer(descriptors, buffers, decode_buffers, schedule, sequences, output,
     tile_ends, per_kv_head, prefill_work, decode_work = schedule
     out_ptr, stride_os, qk_scale, q_ptr, stride_qs, heads_kv = output[0], output[1], output[2], output[3], \
         output[4], output[8]
-    cu_seqlens_q_ptr, q_batch_rows, out_batch_rows = sequences[0], sequences[4], sequences[7]
+    q_batch_rows, out_batch_rows = sequences[4], sequences[7]
     dq_smem, dp_smem = decode_buffers[0].index(GROUP), decode_buffers[1].index(GROUP)
     merge_buffers = decode_buffers[2:]
     ROWS: gl.constexpr = q_smem.type.shape[1]
@@ -385,7 +384,7 @@ def _consumer(descriptors, buffers, decode_buffers, schedule, sequences, output,
             count += num_tiles
             prefills += 1
             group_rows = gl.minimum(gl.maximum(q_len - first_query - GROUP * ROWS, 0), ROWS)
-            token0 = gl.load(cu_seqlens_q_ptr + seq) + first_query + GROUP * ROWS
+            token0 = prefill[10] + first_query + GROUP * ROWS  # its first row's packed token
             _prefill_rows_out(o, m_i, l_i, split, group_rows, q_head, token0, prefill[9] + GROUP * ROWS, output,
                               partials, PREFILL_SPLITS, SPLITS_BLOCK, MERGE_ROWS)
 
@@ -447,17 +446,8 @@ def attention_mixed_roles_hopper_kernel(
     MAX_SEQS: gl.constexpr = 1 << LOG2_MAX_SEQS
     heads_q = heads_kv * GROUP_SIZE
 
-    # The schedule: each sequence's prefill q tiles (sequences of more than DECODE_ROWS packed rows), summed.
-    sum_layout: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [4, 1], [1, 0])
-    seqs = gl.arange(0, MAX_SEQS, layout=gl.SliceLayout(0, sum_layout))
-    q_begin = gl.load(cu_seqlens_q_ptr + seqs, mask=seqs < num_seqs, other=0)
-    q_lens = gl.load(cu_seqlens_q_ptr + seqs + 1, mask=seqs < num_seqs, other=0) - q_begin
-    tail_first = gl.load(cu_seqlens_q_ptr + num_seqs)
-    tiles = gl.where(q_lens * GROUP_SIZE > DECODE_ROWS, (q_lens + 2 * ROWS - 1) // (2 * ROWS), 0)
-    tile_ends = gl.allocate_shared_memory(gl.int32, [MAX_SEQS], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-    _store_running_sums(tiles, tile_ends, MAX_SEQS, sum_layout)
-    _zero_tail_rows(out_ptr, tail_first, tail_rows, stride_os, heads_q, HEAD_DIM)
-    prefill_tiles = gl.sum(tiles, 0)
+    tile_ends, prefill_tiles = _prefill_schedule(cu_seqlens_q_ptr, num_seqs, out_ptr, tail_rows, stride_os, heads_q,
+                                                 ROWS, HEAD_DIM, GROUP_SIZE, DECODE_ROWS, MAX_SEQS)
     prefill_work = prefill_tiles * heads_q * PREFILL_SPLITS
     decode_work = num_seqs * heads_kv
 
