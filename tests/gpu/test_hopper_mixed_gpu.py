@@ -4,6 +4,8 @@ against the reference and that padding rows of out were not written."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 
@@ -85,13 +87,13 @@ def test_the_switch_sends_mixed_batches_to_the_general_kernel(monkeypatch: pytes
         check_output(case, inputs)
 
 
-def test_cuda_graph_replay_with_new_lengths() -> None:
-    """The schedule is built on the device from cu_seqlens_q: a graph captured once replays a batch whose prefill
-    moved to another sequence."""
+def replay_with_new_lengths(run: Callable[[dict], None], replays: int = 1) -> None:
+    """A graph captured on a mixed batch (``run`` plans and checks it first) replayed ``replays`` times on a batch
+    whose prefill moved to another sequence; every replay matches the reference."""
     first = C((1, 1, 600) + DECODES_Q, (900, 40, 700) + DECODES_KV, heads=(32, 8), d_qk=128, d_v=128,
               dtype=torch.bfloat16, layout="paged", page_size=16, causal=True, bottom_right=True)
     inputs = build_inputs(first, "cuda")
-    _run(inputs)
+    run(inputs)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -99,8 +101,15 @@ def test_cuda_graph_replay_with_new_lengths() -> None:
     second = C((600, 1, 1) + DECODES_Q, (700, 900, 40) + DECODES_KV, heads=(32, 8), d_qk=128, d_v=128,
                dtype=torch.bfloat16, layout="paged", page_size=16, causal=True, bottom_right=True)
     moved = build_inputs(second, "cuda")
-    load_inputs_into(inputs, moved)
-    graph.replay()
-    torch.cuda.synchronize()
-    moved["out_base"].copy_(inputs["out_base"])
-    check_output(second, moved)
+    for _ in range(replays):
+        load_inputs_into(inputs, moved)
+        graph.replay()
+        torch.cuda.synchronize()
+        moved["out_base"].copy_(inputs["out_base"])
+        check_output(second, moved)
+
+
+def test_cuda_graph_replay_with_new_lengths() -> None:
+    """The schedule is built on the device from cu_seqlens_q: a graph captured once replays a batch whose prefill
+    moved to another sequence."""
+    replay_with_new_lengths(_run)

@@ -11,8 +11,8 @@ import torch
 from attention.kernels import attention_forward
 from attention.kernels import attention_fwd as launcher
 from attention.kernels.hopper_mixed_roles import MIXED_ROLES_ENV, MIXED_ROLES_SPLITS_ENV
-from tests.gpu.test_hopper_mixed_gpu import CASES, DECODES_KV, DECODES_Q
-from tests.test_kernels import SENTINEL, AttentionCase, build_inputs, check_output, load_inputs_into
+from tests.gpu.test_hopper_mixed_gpu import CASES, replay_with_new_lengths
+from tests.test_kernels import SENTINEL, AttentionCase, build_inputs, check_output
 
 pytestmark = [
     pytest.mark.gpu,
@@ -60,20 +60,4 @@ def test_launches_in_a_row_leave_the_counters_at_zero(roles: int) -> None:
         inputs["out_base"].fill_(SENTINEL)
         attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"])
     check_output(CHUNK, inputs)
-    first = C((1, 1, 600) + DECODES_Q, (900, 40, 700) + DECODES_KV, heads=(32, 8), d_qk=128, d_v=128,
-              dtype=torch.bfloat16, layout="paged", page_size=16, causal=True, bottom_right=True)
-    inputs = build_inputs(first, "cuda")
-    _run(inputs)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"])
-    second = C((600, 1, 1) + DECODES_Q, (700, 900, 40) + DECODES_KV, heads=(32, 8), d_qk=128, d_v=128,
-               dtype=torch.bfloat16, layout="paged", page_size=16, causal=True, bottom_right=True)
-    moved = build_inputs(second, "cuda")
-    for _ in range(3):
-        load_inputs_into(inputs, moved)
-        graph.replay()
-        torch.cuda.synchronize()
-        moved["out_base"].copy_(inputs["out_base"])
-        check_output(second, moved)
+    replay_with_new_lengths(_run, replays=3)
