@@ -173,15 +173,18 @@ def _zero_rows_from(tile, first_row):
 
 
 @gluon.jit
-def _consume(buffers, walk, output,
-             GROUP: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    """4 warps (one warp group): 64 query rows through every KV tile, then the normalized output."""
-    q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty = buffers
-    num_tiles, first_masked, kv_len, diag, qk_scale = walk
-    out_ptr, out_row0, stride_os, out_col, rows_left = output
-    ROWS: gl.constexpr = q_smem.type.shape[1]
-    HEAD_DIM: gl.constexpr = q_smem.type.shape[2]
-    dtype: gl.constexpr = q_smem.dtype
+def _prefill_tiles(q, ring, count, first_tile, num_tiles, first_masked, rows, kv_len, diag, qk_scale,
+                   CAUSAL: gl.constexpr, STAGES: gl.constexpr):
+    """A consumer warp group's 64 query rows (``q``, ready in shared memory; ``rows``: their query indices) through
+    KV tiles first_tile .. first_tile + num_tiles - 1 of the K / V ring (k_smem, v_smem, k_ready, k_empty, v_ready,
+    v_empty), from ring position ``count``. In step t it issues S_t = Q K_t^T and O += P_{t-1} V_{t-1} (both async),
+    waits for S_t only, runs the online softmax of tile t while the PV wgmma runs, then waits for PV and rescales O.
+    Returns O [ROWS, D] (fp32, not yet divided by the sums), the rows' running max (log2 units) and their sums."""
+    k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
+    ROWS: gl.constexpr = q.type.shape[0]
+    HEAD_DIM: gl.constexpr = q.type.shape[1]
+    BLOCK_N: gl.constexpr = k_smem.type.shape[1]
+    dtype: gl.constexpr = q.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -190,47 +193,69 @@ def _consume(buffers, walk, output,
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-    col_o: gl.constexpr = gl.SliceLayout(0, o_layout)
-
-    first_row = GROUP * ROWS  # of the program's 128
-    rows = first_row + gl.arange(0, ROWS, layout=row_s)  # query index within the tile
-    q = q_smem.index(GROUP)
     m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=row_s)
     l_i = gl.zeros([ROWS], gl.float32, layout=row_s)
     o = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
     s = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
     p16 = gl.zeros([ROWS, BLOCK_N], dtype, layout=p_layout)
-    mbarrier.wait(q_bar, 0)
     if num_tiles > 0:
-        mbarrier.wait(k_ready.index(0), 0)
-        s = warpgroup_mma(q, k_smem.index(0).permute((1, 0)), s, use_acc=False, is_async=True)
+        stage = count % STAGES
+        mbarrier.wait(k_ready.index(stage), (count // STAGES) & 1)
+        s = warpgroup_mma(q, k_smem.index(stage).permute((1, 0)), s, use_acc=False, is_async=True)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-        mbarrier.arrive(k_empty.index(0), count=1)
-        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, 0, 0 >= first_masked, rows, kv_len, diag,
+        mbarrier.arrive(k_empty.index(stage), count=1)
+        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, first_tile, first_tile >= first_masked, rows, kv_len, diag,
                                            qk_scale, CAUSAL, BLOCK_N, col_s)
         p16 = gl.convert_layout(p.to(dtype), p_layout)
-        for t in range(1, num_tiles):
-            stage = t % STAGES
-            prev = (t - 1) % STAGES
-            mbarrier.wait(k_ready.index(stage), (t // STAGES) & 1)
+        for i in range(1, num_tiles):
+            stage = (count + i) % STAGES
+            prev = (count + i - 1) % STAGES
+            mbarrier.wait(k_ready.index(stage), ((count + i) // STAGES) & 1)
             s = warpgroup_mma(q, k_smem.index(stage).permute((1, 0)), s, use_acc=False, is_async=True)
-            mbarrier.wait(v_ready.index(prev), ((t - 1) // STAGES) & 1)
+            mbarrier.wait(v_ready.index(prev), ((count + i - 1) // STAGES) & 1)
             o = warpgroup_mma(p16, v_smem.index(prev), o, is_async=True)
             s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))  # S_t done, PV_{t-1} may still run
             mbarrier.arrive(k_empty.index(stage), count=1)
-            p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, t, t >= first_masked, rows, kv_len, diag,
-                                               qk_scale, CAUSAL, BLOCK_N, col_s)
+            t = first_tile + i
+            p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, t, t >= first_masked, rows, kv_len, diag, qk_scale,
+                                               CAUSAL, BLOCK_N, col_s)
             o, p16 = warpgroup_mma_wait(num_outstanding=0, deps=(o, p16))
             mbarrier.arrive(v_empty.index(prev), count=1)
             o = o * gl.convert_layout(alpha, row_o)[:, None]
             p16 = gl.convert_layout(p.to(dtype), p_layout)
-        last = (num_tiles - 1) % STAGES
-        mbarrier.wait(v_ready.index(last), ((num_tiles - 1) // STAGES) & 1)
-        if num_tiles * BLOCK_N > kv_len:  # V rows past the sequence: P is 0 there, but 0 * NaN is not
-            _zero_rows_from(v_smem.index(last), kv_len - (num_tiles - 1) * BLOCK_N)
+        last = (count + num_tiles - 1) % STAGES
+        last_tile = first_tile + num_tiles - 1
+        mbarrier.wait(v_ready.index(last), ((count + num_tiles - 1) // STAGES) & 1)
+        if (last_tile + 1) * BLOCK_N > kv_len:  # V rows past the sequence: P is 0 there, but 0 * NaN is not
+            _zero_rows_from(v_smem.index(last), kv_len - last_tile * BLOCK_N)
         o = warpgroup_mma(p16, v_smem.index(last), o, is_async=True)
         o, p16 = warpgroup_mma_wait(num_outstanding=0, deps=(o, p16))
         mbarrier.arrive(v_empty.index(last), count=1)
+    return o, m_i, l_i
+
+
+@gluon.jit
+def _consume(buffers, walk, output,
+             GROUP: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """4 warps (one warp group): 64 query rows through every KV tile, then the normalized output."""
+    q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty = buffers
+    num_tiles, first_masked, kv_len, diag, qk_scale = walk
+    out_ptr, out_row0, stride_os, out_col, rows_left = output
+    ROWS: gl.constexpr = q_smem.type.shape[1]
+    HEAD_DIM: gl.constexpr = q_smem.type.shape[2]
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    col_o: gl.constexpr = gl.SliceLayout(0, o_layout)
+
+    first_row = GROUP * ROWS  # of the program's 128
+    rows = first_row + gl.arange(0, ROWS, layout=row_s)  # query index within the tile
+    mbarrier.wait(q_bar, 0)
+    o, _, l_i = _prefill_tiles(q_smem.index(GROUP), (k_smem, v_smem, k_ready, k_empty, v_ready, v_empty), 0, 0,
+                                 num_tiles, first_masked, rows, kv_len, diag, qk_scale, CAUSAL, STAGES)
 
     l_o = gl.convert_layout(l_i, row_o)
     o = o / gl.where(l_o == 0.0, 1.0, l_o)[:, None]

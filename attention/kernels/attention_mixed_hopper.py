@@ -28,11 +28,7 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (
-    mbarrier,
-    warpgroup_mma,
-    warpgroup_mma_wait,
-)
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from .attention_decode_hopper import (
     MAX_DECODE_ROWS,
@@ -43,7 +39,7 @@ from .attention_decode_hopper import (
     _load_decode_tiles,
     _zero_tail_rows,
 )
-from .attention_fwd_hopper import _cta_barrier, _load_kv_tile, _softmax_tile, _tile_walk, _tma_load, _zero_rows_from
+from .attention_fwd_hopper import _cta_barrier, _load_kv_tile, _prefill_tiles, _tile_walk, _tma_load
 
 __all__ = ["MAX_DECODE_ROWS", "attention_mixed_hopper_kernel"]
 
@@ -168,14 +164,11 @@ def _prefill_consumer(buffers, schedule, sequences, output, GROUP: gl.constexpr,
     out_ptr, stride_os, qk_scale, prefill_items = output[0], output[1], output[2], output[7]
     ROWS: gl.constexpr = q_smem.type.shape[1]
     HEAD_DIM: gl.constexpr = q_smem.type.shape[2]
-    dtype: gl.constexpr = q_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, HEAD_DIM, 16])
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-    col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
     col_o: gl.constexpr = gl.SliceLayout(0, o_layout)
     first_row = GROUP * ROWS
@@ -193,43 +186,9 @@ def _prefill_consumer(buffers, schedule, sequences, output, GROUP: gl.constexpr,
         first_query, q_len, kv_len, diag, num_tiles, first_masked = walk[0], walk[1], walk[2], walk[3], walk[4], walk[5]
         out_row0 = walk[9]
         diag = diag + first_query  # rows count from the tile's first query
-        m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=row_s)
-        l_i = gl.zeros([ROWS], gl.float32, layout=row_s)
-        o = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
-        s = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
-        p16 = gl.zeros([ROWS, BLOCK_N], dtype, layout=p_layout)
         mbarrier.wait(q_ready, done & 1)
-        if num_tiles > 0:
-            stage = count % STAGES
-            mbarrier.wait(k_ready.index(stage), (count // STAGES) & 1)
-            s = warpgroup_mma(q, k_smem.index(stage).permute((1, 0)), s, use_acc=False, is_async=True)
-            s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-            mbarrier.arrive(k_empty.index(stage), count=1)
-            p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, 0, 0 >= first_masked, rows, kv_len, diag,
-                                               qk_scale, CAUSAL, BLOCK_N, col_s)
-            p16 = gl.convert_layout(p.to(dtype), p_layout)
-            for t in range(1, num_tiles):
-                stage = (count + t) % STAGES
-                prev = (count + t - 1) % STAGES
-                mbarrier.wait(k_ready.index(stage), ((count + t) // STAGES) & 1)
-                s = warpgroup_mma(q, k_smem.index(stage).permute((1, 0)), s, use_acc=False, is_async=True)
-                mbarrier.wait(v_ready.index(prev), ((count + t - 1) // STAGES) & 1)
-                o = warpgroup_mma(p16, v_smem.index(prev), o, is_async=True)
-                s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
-                mbarrier.arrive(k_empty.index(stage), count=1)
-                p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, t, t >= first_masked, rows, kv_len, diag,
-                                                   qk_scale, CAUSAL, BLOCK_N, col_s)
-                o, p16 = warpgroup_mma_wait(num_outstanding=0, deps=(o, p16))
-                mbarrier.arrive(v_empty.index(prev), count=1)
-                o = o * gl.convert_layout(alpha, row_o)[:, None]
-                p16 = gl.convert_layout(p.to(dtype), p_layout)
-            last = (count + num_tiles - 1) % STAGES
-            mbarrier.wait(v_ready.index(last), ((count + num_tiles - 1) // STAGES) & 1)
-            if num_tiles * BLOCK_N > kv_len:
-                _zero_rows_from(v_smem.index(last), kv_len - (num_tiles - 1) * BLOCK_N)
-            o = warpgroup_mma(p16, v_smem.index(last), o, is_async=True)
-            o, p16 = warpgroup_mma_wait(num_outstanding=0, deps=(o, p16))
-            mbarrier.arrive(v_empty.index(last), count=1)
+        o, _, l_i = _prefill_tiles(q, (k_smem, v_smem, k_ready, k_empty, v_ready, v_empty), count, 0, num_tiles,
+                                     first_masked, rows, kv_len, diag, qk_scale, CAUSAL, STAGES)
         mbarrier.arrive(q_empty, count=1)
         count += num_tiles
         done += 1

@@ -30,11 +30,7 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (
-    mbarrier,
-    warpgroup_mma,
-    warpgroup_mma_wait,
-)
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from .attention_decode_hopper import (
     _decode_rows_out,
@@ -47,10 +43,9 @@ from .attention_decode_hopper import (
 from .attention_fwd_hopper import (
     _cta_barrier,
     _load_kv_tile,
-    _softmax_tile,
+    _prefill_tiles,
     _tile_page_rows,
     _tma_load,
-    _zero_rows_from,
 )
 from .attention_mixed_hopper import _prefill_item, _prefill_schedule, _prefill_walk
 
@@ -195,67 +190,6 @@ def _producer(descriptors, buffers, decode_buffers, schedule, sequences, output,
 
 
 @gluon.jit
-def _prefill_tiles(buffers, count, first_tile, num_tiles, first_masked, rows, kv_len, diag, qk_scale,
-                   GROUP: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr):
-    """A consumer group's part of a prefill split whose Q is ready: KV tiles first_tile .. first_tile + num_tiles - 1
-    from ring position ``count``, as attention_fwd_hopper's _consume runs them. Returns O [ROWS, D] (fp32, not yet
-    divided by the sums), the rows' running max (log2 units) and their softmax sums."""
-    q_smem, k_smem, v_smem, _, _, k_ready, k_empty, v_ready, v_empty = buffers
-    ROWS: gl.constexpr = q_smem.type.shape[1]
-    HEAD_DIM: gl.constexpr = q_smem.type.shape[2]
-    BLOCK_N: gl.constexpr = k_smem.type.shape[1]
-    dtype: gl.constexpr = q_smem.dtype
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_N, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, HEAD_DIM, 16])
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-    col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
-    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-    q = q_smem.index(GROUP)
-    m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=row_s)
-    l_i = gl.zeros([ROWS], gl.float32, layout=row_s)
-    o = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
-    s = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
-    p16 = gl.zeros([ROWS, BLOCK_N], dtype, layout=p_layout)
-    if num_tiles > 0:
-        stage = count % STAGES
-        mbarrier.wait(k_ready.index(stage), (count // STAGES) & 1)
-        s = warpgroup_mma(q, k_smem.index(stage).permute((1, 0)), s, use_acc=False, is_async=True)
-        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-        mbarrier.arrive(k_empty.index(stage), count=1)
-        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, first_tile, first_tile >= first_masked, rows, kv_len, diag,
-                                           qk_scale, CAUSAL, BLOCK_N, col_s)
-        p16 = gl.convert_layout(p.to(dtype), p_layout)
-        for i in range(1, num_tiles):
-            stage = (count + i) % STAGES
-            prev = (count + i - 1) % STAGES
-            mbarrier.wait(k_ready.index(stage), ((count + i) // STAGES) & 1)
-            s = warpgroup_mma(q, k_smem.index(stage).permute((1, 0)), s, use_acc=False, is_async=True)
-            mbarrier.wait(v_ready.index(prev), ((count + i - 1) // STAGES) & 1)
-            o = warpgroup_mma(p16, v_smem.index(prev), o, is_async=True)
-            s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))  # S_t done, PV_{t-1} may still run
-            mbarrier.arrive(k_empty.index(stage), count=1)
-            t = first_tile + i
-            p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, t, t >= first_masked, rows, kv_len, diag, qk_scale,
-                                               CAUSAL, BLOCK_N, col_s)
-            o, p16 = warpgroup_mma_wait(num_outstanding=0, deps=(o, p16))
-            mbarrier.arrive(v_empty.index(prev), count=1)
-            o = o * gl.convert_layout(alpha, row_o)[:, None]
-            p16 = gl.convert_layout(p.to(dtype), p_layout)
-        last = (count + num_tiles - 1) % STAGES
-        last_tile = first_tile + num_tiles - 1
-        mbarrier.wait(v_ready.index(last), ((count + num_tiles - 1) // STAGES) & 1)
-        if (last_tile + 1) * BLOCK_N > kv_len:  # V rows past the sequence: P is 0 there, but 0 * NaN is not
-            _zero_rows_from(v_smem.index(last), kv_len - last_tile * BLOCK_N)
-        o = warpgroup_mma(p16, v_smem.index(last), o, is_async=True)
-        o, p16 = warpgroup_mma_wait(num_outstanding=0, deps=(o, p16))
-        mbarrier.arrive(v_empty.index(last), count=1)
-    return o, m_i, l_i
-
-
-@gluon.jit
 def _prefill_rows_out(o, m_i, l_i, split, group_rows, q_head, token0, out_row0, output, partials,
                       PREFILL_SPLITS: gl.constexpr, SPLITS_BLOCK: gl.constexpr, MERGE_ROWS: gl.constexpr):
     """A consumer group's rows of a prefill split (``group_rows`` of its 64 are the sequence's): normalized into out
@@ -377,8 +311,9 @@ def _consumer(descriptors, buffers, decode_buffers, schedule, sequences, output,
                 prefill[3], prefill[4], prefill[5]
             split, first_tile, num_tiles = _split_item(index, PREFILL_SPLITS, walk_tiles)
             mbarrier.wait(q_ready, prefills & 1)
-            o, m_i, l_i = _prefill_tiles(buffers, count, first_tile, num_tiles, first_masked, rows, kv_len,
-                                         diag + first_query, qk_scale, GROUP, CAUSAL, STAGES)
+            o, m_i, l_i = _prefill_tiles(q_smem.index(GROUP), (k_smem, v_smem, k_ready, k_empty, v_ready, v_empty),
+                                         count, first_tile, num_tiles, first_masked, rows, kv_len, diag + first_query,
+                                         qk_scale, CAUSAL, STAGES)
             _cta_barrier()  # every warp's last wgmma on Q is done before Q goes back
             mbarrier.arrive(q_empty, count=1)
             count += num_tiles
