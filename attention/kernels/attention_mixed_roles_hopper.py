@@ -15,12 +15,13 @@ rows, a ring of two 128-key K / V stages, consumers at 240 registers) and gives 
     decode kernel's _decode_tiles on its half, and group 0 merges group 1's rows through shared memory. Two decode
     streams an SM read ~120 GB/s an SM on the H200, one ~60.
 
-Each program is dealt its share of the prefill splits (KV head by KV head, heaviest q tiles first) and of the decode
-walks, each list round by round in alternating directions, and runs its decodes spread evenly among its splits: at
-any time a few SMs stream decodes while the rest compute prefill, so the decodes' HBM traffic hides under the
-prefill's tensor-core time. (One list of both, dealt alike, gave some programs all-prefill shares: 8 splits where
-the mean was 3.9.) Every partition walks its program's items on its own, the producer running ahead into the next
-item's tiles while the consumers finish one.
+One list is dealt to the programs, round by round in alternating directions: the prefill splits (KV head by KV
+head, a query head's q tiles heaviest first), then the decode walks. A program runs its decodes in one block placed
+among its splits by its program id, so at any time a few SMs stream decodes while the rest compute prefill and the
+decodes' HBM traffic hides under the prefill's tensor-core time. (Decodes spread evenly among each program's splits
+ran on every SM at once, every program's k-th item having the same role: 232 µs on M2's prefill, not hidden.) Every
+partition walks its program's items on its own, the producer running ahead into the next item's tiles while the
+consumers finish one.
 
 Finding prefill items needs per-sequence query lengths, which the host does not have: each program counts each
 sequence's q tiles into running sums in shared memory first (attention_mixed_hopper.py's schedule).
@@ -54,8 +55,8 @@ __all__ = ["attention_mixed_roles_hopper_kernel"]
 
 @gluon.jit
 def _dealt(work):
-    """How many of ``work`` items this program is dealt, round by round in alternating directions (program p takes
-    item p of the first round, the (programs - 1 - p)-th of the second, ...)."""
+    """How many of the first ``work`` items of a list this program is dealt, round by round in alternating
+    directions (program p takes item p of the first round, the (programs - 1 - p)-th of the second, ...)."""
     rounds = work // gl.num_programs(0)
     last = gl.where(rounds % 2 == 0, gl.program_id(0), gl.num_programs(0) - 1 - gl.program_id(0))
     return rounds + (last < work % gl.num_programs(0)).to(gl.int32)
@@ -68,70 +69,95 @@ def _dealt_item(j):
 
 
 @gluon.jit
-def _program_item(k, prefills, decodes):
+def _program_items(prefill_work, decode_work):
+    """(this program's prefill splits, its decode walks). One list is dealt: the prefill splits, then the decode
+    walks, so a program dealt one split fewer than others is dealt the next round's decode walks first."""
+    prefills = _dealt(prefill_work)
+    return prefills, _dealt(prefill_work + decode_work) - prefills
+
+
+@gluon.jit
+def _program_item(k, prefills, decodes, prefill_work):
     """This program's k-th item: (a decode walk?, its index in the decode list, or in the prefill list). The program
-    is dealt ``prefills`` prefill splits and ``decodes`` decode walks (each list dealt on its own, so every program
-    gets its share of both) and runs its decodes spread evenly among its prefill splits."""
-    decodes_before = k * decodes // (prefills + decodes)
-    is_decode = (k + 1) * decodes // (prefills + decodes) > decodes_before
-    return is_decode, _dealt_item(gl.where(is_decode, decodes_before, k - decodes_before))
+    runs its ``decodes`` walks in one block placed among its ``prefills`` splits by its program id (after none of
+    them for program 0, after all of them for the last), so at any time about 1 / (prefills + 1) of the SMs stream
+    decodes and the rest compute prefill splits."""
+    first_decode = gl.program_id(0) * (prefills + 1) // gl.num_programs(0)
+    is_decode = (k >= first_decode) & (k < first_decode + decodes)
+    prefill = gl.where(k < first_decode, k, k - decodes)
+    decode = _dealt_item(prefills + k - first_decode) - prefill_work
+    return is_decode, gl.where(is_decode, decode, _dealt_item(prefill))
 
 
 @gluon.jit
 def _prefill_item_of(index, tile_ends, per_kv_head, GROUP_SIZE: gl.constexpr, WARPS: gl.constexpr):
-    """Prefill item ``index`` -> (sequence, local q tile, query head): KV head by KV head (per_kv_head items each),
-    within one q tile by q tile, heaviest first, a tile's query heads side by side (the prefill kernel's order:
-    the items in flight share a few KV heads' K / V in L2; all heads of a q tile at once, 4 % slower on M2's prefill
-    in the launch, H200 2026-12-02)."""
-    seq, local_tile, head_in_group = _prefill_item(index % per_kv_head, tile_ends, GROUP_SIZE, WARPS)
-    return seq, local_tile, (index // per_kv_head) * GROUP_SIZE + head_in_group
+    """Prefill item ``index`` -> (sequence, local q tile, query head): KV head by KV head (per_kv_head items each,
+    the items in flight share a few KV heads' K / V in L2), within one query head's q tiles, heaviest first, then the
+    next's. (A q tile's query heads side by side left whole heads' worth of keys to the deal's last round: its
+    heaviest program carried 1.08x the mean on M2's prefill, 1.03x so, a CPU model.)"""
+    tiles = per_kv_head // GROUP_SIZE
+    within = index % per_kv_head
+    seq, local_tile, _ = _prefill_item(within % tiles, tile_ends, 1, WARPS)
+    return seq, local_tile, (index // per_kv_head) * GROUP_SIZE + within // tiles
 
 
 @gluon.jit
-def _load_half(desc, half_tile, ready, tile, row0, pages, kv_len, kv_col, PAGE_SIZE: gl.constexpr):
-    """TMA loads of decode tile ``tile`` (HALF keys: half_tile's rows) of a walk whose first row is row0 (not paged)
-    or whose page ids are at ``pages``, into half_tile, completing on ``ready`` (its bytes expected by the caller)."""
-    HALF: gl.constexpr = half_tile.type.shape[0]
-    if PAGE_SIZE >= HALF or PAGE_SIZE == 0:
-        row = row0 + tile * HALF
-        if PAGE_SIZE > 0:
-            key = tile * HALF
-            row = gl.load(pages + key // PAGE_SIZE) * PAGE_SIZE + key % PAGE_SIZE
-        _tma_load(desc, [row, kv_col], ready, half_tile)
+def _half_rows(pages, tile, kv_len, HALF: gl.constexpr, PAGE_SIZE: gl.constexpr):
+    """Where decode tile ``tile`` (HALF keys) of a walk lies: its first key (not paged: K's and V's rows follow their
+    walk's first row), its first pool row (pages of HALF keys or more), or its pages' first pool rows, one lane a
+    page (smaller pages). One page-table read serves K and V (both pools have the same page rows)."""
+    key = tile * HALF
+    if PAGE_SIZE == 0:
+        rows = key
+    elif PAGE_SIZE >= HALF:
+        rows = gl.load(pages + key // PAGE_SIZE) * PAGE_SIZE + key % PAGE_SIZE
     else:
-        page_rows = _tile_page_rows(pages, tile, kv_len, HALF, PAGE_SIZE)
-        lanes = gl.arange(0, HALF // PAGE_SIZE, layout=page_rows.type.layout)
+        rows = _tile_page_rows(pages, tile, kv_len, HALF, PAGE_SIZE)
+    return rows
+
+
+@gluon.jit
+def _load_half(desc, half_tile, ready, rows, row0, kv_col, PAGE_SIZE: gl.constexpr):
+    """TMA loads of a decode tile (HALF keys, where _half_rows put them; row0: the walk's first row, not paged) into
+    half_tile, completing on ``ready`` (its bytes expected by the caller)."""
+    HALF: gl.constexpr = half_tile.type.shape[0]
+    if PAGE_SIZE == 0:
+        _tma_load(desc, [row0 + rows, kv_col], ready, half_tile)
+    elif PAGE_SIZE >= HALF:
+        _tma_load(desc, [rows, kv_col], ready, half_tile)
+    else:
+        lanes = gl.arange(0, HALF // PAGE_SIZE, layout=rows.type.layout)
         for p in gl.static_range(HALF // PAGE_SIZE):
-            row = gl.sum(gl.where(lanes == p, page_rows, 0), axis=0)
+            row = gl.sum(gl.where(lanes == p, rows, 0), axis=0)
             _tma_load(desc, [row, kv_col], ready, half_tile.slice(p * PAGE_SIZE, PAGE_SIZE))
 
 
 @gluon.jit
-def _load_decode_halves(desc, tile, ready, empty, phase, tiles, row0, pages, kv_len, kv_col, PAGE_SIZE: gl.constexpr):
-    """Decode tile tiles[0] into the first HALF rows of ``tile`` (a ring slot) and, when tiles[1] >= 0, tiles[1] into
-    its second, once both consumer groups freed the slot (``empty``'s ``phase``)."""
+def _load_decode_halves(desc, tile, ready, empty, phase, has_second, rows, row0, kv_col, PAGE_SIZE: gl.constexpr):
+    """A decode tile into the first HALF rows of ``tile`` (a ring slot) and, when has_second, another into its
+    second (``rows``: both tiles' _half_rows), once both consumer groups freed the slot (``empty``'s ``phase``)."""
     HALF: gl.constexpr = tile.type.shape[0] // 2
     HALF_BYTES: gl.constexpr = (1 if PAGE_SIZE >= HALF or PAGE_SIZE == 0 else HALF // PAGE_SIZE) * \
         desc.block_type.nbytes
     mbarrier.wait(empty, phase ^ 1)
-    if tiles[1] >= 0:  # (an expect takes a constant byte count)
+    if has_second:  # (an expect takes a constant byte count)
         mbarrier.expect(ready, 2 * HALF_BYTES)
-        _load_half(desc, tile.slice(HALF, HALF), ready, tiles[1], row0, pages, kv_len, kv_col, PAGE_SIZE)
+        _load_half(desc, tile.slice(HALF, HALF), ready, rows[1], row0, kv_col, PAGE_SIZE)
     else:
         mbarrier.expect(ready, HALF_BYTES)
-    _load_half(desc, tile.slice(0, HALF), ready, tiles[0], row0, pages, kv_len, kv_col, PAGE_SIZE)
+    _load_half(desc, tile.slice(0, HALF), ready, rows[0], row0, kv_col, PAGE_SIZE)
 
 
 @gluon.jit
-def _load_decode_stage(half_descriptors, ring, stage, phase, tiles, walk_rows, pages, kv_len, kv_col,
+def _load_decode_stage(half_descriptors, ring, stage, phase, has_second, rows, walk_rows, kv_col,
                        PAGE_SIZE: gl.constexpr):
-    """One ring stage of a decode item: K then V of decode tile tiles[0] into the stage's first HALF rows and, when
-    tiles[1] >= 0, of tiles[1] into its second."""
+    """One ring stage of a decode item: K then V of a decode tile into the stage's first HALF rows and, when
+    has_second, of another into its second (``rows``: both tiles' _half_rows)."""
     k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
     _load_decode_halves(half_descriptors[0], k_smem.index(stage), k_ready.index(stage), k_empty.index(stage), phase,
-                        tiles, walk_rows[0], pages, kv_len, kv_col, PAGE_SIZE)
+                        has_second, rows, walk_rows[0], kv_col, PAGE_SIZE)
     _load_decode_halves(half_descriptors[1], v_smem.index(stage), v_ready.index(stage), v_empty.index(stage), phase,
-                        tiles, walk_rows[1], pages, kv_len, kv_col, PAGE_SIZE)
+                        has_second, rows, walk_rows[1], kv_col, PAGE_SIZE)
 
 
 @gluon.jit
@@ -154,9 +180,9 @@ def _producer(descriptors, buffers, decode_buffers, schedule, sequences, output,
     ring = (k_smem, v_smem, k_ready, k_empty, v_ready, v_empty)
     count = 0  # ring stages loaded so far
     prefills = 0  # prefill splits so far (the Q buffer's phase)
-    prefills_dealt, decodes_dealt = _dealt(prefill_work), _dealt(decode_work)
+    prefills_dealt, decodes_dealt = _program_items(prefill_work, decode_work)
     for k in range(prefills_dealt + decodes_dealt):
-        is_decode, index = _program_item(k, prefills_dealt, decodes_dealt)
+        is_decode, index = _program_item(k, prefills_dealt, decodes_dealt, prefill_work)
         if is_decode:
             is_walk, seq, kv_head, _, kv_len, _, _, num_tiles, _, k_row0, v_row0, _ = _decode_walk(
                 index, sequences, heads_kv, DECODE_ROWS, HALF, CAUSAL, BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START,
@@ -164,10 +190,19 @@ def _producer(descriptors, buffers, decode_buffers, schedule, sequences, output,
             if is_walk:
                 pages = page_table_ptr + seq.to(gl.int64) * page_table_stride
                 first_half = (num_tiles + 1) // 2
+                # A stage's page rows are read a stage ahead, where the read's latency hides behind the wait for a
+                # free slot: read after it, four in a row (K's and V's of both tiles), they held the ring idle.
+                last = gl.maximum(num_tiles - 1, 0)
+                first_rows = _half_rows(pages, 0, kv_len, HALF, PAGE_SIZE)
+                second_rows = _half_rows(pages, gl.minimum(first_half, last), kv_len, HALF, PAGE_SIZE)
                 for j in range(first_half):
-                    second = gl.where(first_half + j < num_tiles, first_half + j, -1)
+                    rows = (first_rows, second_rows)
+                    ahead = gl.minimum(j + 1, first_half - 1)
+                    first_rows = _half_rows(pages, ahead, kv_len, HALF, PAGE_SIZE)
+                    second_rows = _half_rows(pages, gl.minimum(first_half + ahead, last), kv_len, HALF, PAGE_SIZE)
                     _load_decode_stage((k_half_desc, v_half_desc), ring, count % STAGES, (count // STAGES) & 1,
-                                       (j, second), (k_row0, v_row0), pages, kv_len, kv_head * HEAD_DIM, PAGE_SIZE)
+                                       first_half + j < num_tiles, rows, (k_row0, v_row0), kv_head * HEAD_DIM,
+                                       PAGE_SIZE)
                     count += 1
         else:
             seq, local_tile, q_head = _prefill_item_of(index // PREFILL_SPLITS, tile_ends, per_kv_head,
@@ -277,9 +312,9 @@ def _consumer(descriptors, buffers, decode_buffers, schedule, sequences, output,
     count = 0
     prefills = 0
     decodes = 0
-    prefills_dealt, decodes_dealt = _dealt(prefill_work), _dealt(decode_work)
+    prefills_dealt, decodes_dealt = _program_items(prefill_work, decode_work)
     for k in range(prefills_dealt + decodes_dealt):
-        is_decode, index = _program_item(k, prefills_dealt, decodes_dealt)
+        is_decode, index = _program_item(k, prefills_dealt, decodes_dealt, prefill_work)
         if is_decode:
             is_walk, seq, kv_head, q_len, kv_len, q_first, diag, num_tiles, first_masked, _, _, _ = _decode_walk(
                 index, sequences, heads_kv, DECODE_ROWS, HALF, CAUSAL, BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START,
