@@ -19,8 +19,8 @@ shard kernels-b -m gpu tests/gpu/test_kernels_gpu.py -k "not (paged or ragged or
 shard variants -m gpu tests/gpu/test_variants_gpu.py
 shard hopper -m gpu tests/gpu/test_hopper_gpu.py
 shard hopper-decode-mixed -m gpu tests/gpu/test_hopper_decode_gpu.py tests/gpu/test_hopper_mixed_gpu.py \
-  tests/gpu/test_hopper_mixed_roles_gpu.py \
   tests/gpu/test_hopper_direct_launch_gpu.py
+shard hopper-mixed-roles -m gpu tests/gpu/test_hopper_mixed_roles_gpu.py  # (with the shard above: 317 s of 330)
 shard grid-a -m gpu "$grid" -k "fused and (masks_heads or padding_masks or automatic)"
 shard grid-b -m gpu "$grid" -k "fused and (head_dims or softmax)"
 shard grid-c -m gpu "$grid" -k "fused and (sliding or alibi)"

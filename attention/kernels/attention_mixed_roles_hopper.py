@@ -12,14 +12,16 @@ rows, a ring of two 128-key K / V stages, consumers at 240 registers) and gives 
     at the price of the partials and their merges (hopper_mixed_roles.MIXED_ROLES_SPLITS has what that measured).
   * a decode item is a (sequence, KV head) walk, its KV tiles halved between the two consumer groups: each stage of
     the ring holds a 64-key tile of each half (a group's view is its 64 rows of every stage), each group runs the
-    decode kernel's _decode_tiles on its half, and group 0 merges group 1's rows through shared memory. Two decode
-    streams an SM read ~120 GB/s an SM on the H200, one ~60.
+    decode kernel's _decode_tiles on its half, and group 0 merges group 1's rows through shared memory. A walk alone
+    on its SM reads ~30 GB/s (H200, 2026-12-02: one stage in flight a group, 64 KB an SM; the decode kernel's own
+    ring reads ~120 GB/s an SM with two programs).
 
 One list is dealt to the programs, round by round in alternating directions: the prefill splits (KV head by KV
 head, a query head's q tiles heaviest first), then the decode walks. A program runs its decodes in one block placed
-among its splits by its program id, so at any time a few SMs stream decodes while the rest compute prefill and the
-decodes' HBM traffic hides under the prefill's tensor-core time. (Decodes spread evenly among each program's splits
-ran on every SM at once, every program's k-th item having the same role: 232 µs on M2's prefill, not hidden.) Every
+among its splits by its program id, so at any time a fifth or so of the SMs stream decodes while the rest compute
+prefill. (Decodes spread evenly among each program's splits ran on every SM at once, every program's k-th item
+having the same role.) Either way the decodes cost their bytes at one SM's decode rate, spread over the SMs: ~160 µs
+a GB on M2, which hides nothing (hopper_mixed_roles.MIXED_ROLES_ENV has the figures). Every
 partition walks its program's items on its own, the producer running ahead into the next item's tiles while the
 consumers finish one.
 

@@ -25,13 +25,12 @@ __all__ = ["MIXED_ROLES_ENV", "MIXED_ROLES_SPLITS_ENV", "MIXED_ROLES_TILE", "Mix
 MIXED_ROLES_ENV = "ATTN_FUSED_HOPPER_MIXED_ROLES"
 """``1``: every mixed batch the mixed kernel would run (and whose pages this kernel reads) runs
 attention_mixed_roles_hopper_kernel; unset or ``0``: none (hopper_mixed.py's kernel, decodes beside the prefill on
-every SM). H200, 2026-12-02, graph replays, settled, against that kernel in the same process
-(docs/results/2026-12-02-h200-roles/, at a055f49), M2 (a 2k chunk on a 14k prefix + 64 decodes at 4k, page 16):
-one split 1,159.8 / 1,160.0 us against 1,116.5 / 1,161.7, three splits 1,437.5-1,440.7; its prefill alone in the
-launch (decodes without queries) one split 927.7 / 929.1 against 1,000.5 / 1,004.5 (the prefill kernel alone:
-851.6-857.4), three splits 1,160.0-1,162.6. Its decodes, spread evenly among each program's splits, ran on every
-SM at once (every program's k-th item has the same role) and added 232 us to the prefill: not hidden. M1 was last
-measured before the deal was mended (392 against 279 us)."""
+every SM). H200, graph replays, settled, against that kernel in the same process (docs/results/
+2026-12-02-h200-dephase/, at 377cec9): M2 (a 2k chunk on a 14k prefix + 64 decodes at 4k, page 16) 1,094.9-1,125.1 us
+against 1,115.9-1,150.3, its prefill in the launch (decodes without queries) 885-892 against 997-1,033 (the prefill
+kernel alone: 852-857); M1 (a 2k prefill + 128 decodes at 2k) 361-370 against 275-281. Its prefill is the faster,
+its decodes the slower: ~160 us a GB of K / V on M2 against the mixed kernel's ~105, since a decode walk here reads
+~30 GB/s on its SM (8 decodes at 32k alone on 64 SMs: 553-567 us) and the decodes' SM time is theirs alone."""
 
 MIXED_ROLES_SPLITS_ENV = "ATTN_FUSED_HOPPER_MIXED_ROLES_SPLITS"
 """Override of the prefill key splits (A/B measurements): a positive integer."""
