@@ -77,7 +77,7 @@ def test_a_plan_launches_one_program_per_sm_with_half_tile_boxes(monkeypatch: py
     q_desc, k_desc, v_desc, k_half_desc, v_half_desc = args[:5]
     assert list(q_desc.block_shape) == [64, 128]
     assert list(k_desc.block_shape) == list(v_desc.block_shape) == [128, 128]  # the prefill kernel's tiles
-    assert list(k_half_desc.block_shape) == list(v_half_desc.block_shape) == [64, 128]  # a decode half of a stage
+    assert list(k_half_desc.block_shape) == list(v_half_desc.block_shape) == [64, 128]  # a decode tile: half a stage
     partial_out, partial_lse, counters = args[7:10]
     if splits > 1:  # each split's rows and log-sum-exp, merged by the last split to arrive
         assert partial_out.shape == (splits, total, 32, 128) and partial_lse.shape == (splits, total, 32)

@@ -198,28 +198,17 @@ def _load_decode_q(dq_smem, q_ptr, stride_qs, q_token0, kv_head, q_len, GROUP_SI
 
 
 @gluon.jit
-def _ring_slot(ring, stage, PART: gl.constexpr):
-    """Slot ``stage`` of a [stages, rows, D] ring, or with PART >= 0 that slot's PART-th half of the rows (two
-    decode streams sharing one ring's stages: attention_mixed_roles_hopper.py)."""
-    if PART < 0:
-        slot = ring.index(stage)
-    else:
-        slot = ring.index(stage).slice(PART * (ring.type.shape[1] // 2), ring.type.shape[1] // 2)
-    return slot
-
-
-@gluon.jit
 def _decode_tiles(decode_buffers, count, first_tile, num_tiles, first_masked, kv_len, diag, qk_scale,
-                  CAUSAL: gl.constexpr, GROUP_SIZE: gl.constexpr, GATHER: gl.constexpr, PART: gl.constexpr):
+                  CAUSAL: gl.constexpr, GROUP_SIZE: gl.constexpr, GATHER: gl.constexpr):
     """The decode warp group's part of an item whose Q is in dq_smem: KV tiles first_tile .. first_tile + num_tiles
     - 1 from ring position ``count`` (GATHER: written by cp.async, so a proxy fence before a wgmma reads K; V's
-    comes with P's). PART >= 0: the tiles are that half of each ring slot's rows (_ring_slot). Returns O^T [HEAD_DIM, ROWS] (fp32, not yet divided by the sums), the rows'
+    comes with P's). Returns O^T [HEAD_DIM, ROWS] (fp32, not yet divided by the sums), the rows'
     running max (log2 units, -inf for a row that saw no key) and their softmax sums."""
     dq_smem, dk_smem, dv_smem, dk_ready, dk_empty, dv_ready, dv_empty, dp_smem = decode_buffers
     ROWS: gl.constexpr = dq_smem.type.shape[0]
     HEAD_DIM: gl.constexpr = dq_smem.type.shape[1]
     DECODE_STAGES: gl.constexpr = dk_smem.type.shape[0]
-    DECODE_BLOCK_N: gl.constexpr = dk_smem.type.shape[1] if PART < 0 else dk_smem.type.shape[1] // 2
+    DECODE_BLOCK_N: gl.constexpr = dk_smem.type.shape[1]
     dtype: gl.constexpr = dq_smem.dtype
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, ROWS, 16])
@@ -234,8 +223,7 @@ def _decode_tiles(decode_buffers, count, first_tile, num_tiles, first_masked, kv
         mbarrier.wait(dk_ready.index(count % DECODE_STAGES), (count // DECODE_STAGES) & 1)
         if GATHER:
             fence_async_shared()
-        s = warpgroup_mma(_ring_slot(dk_smem, count % DECODE_STAGES, PART), dq_smem.permute((1, 0)), s,
-                          use_acc=False)
+        s = warpgroup_mma(dk_smem.index(count % DECODE_STAGES), dq_smem.permute((1, 0)), s, use_acc=False)
     for i in range(num_tiles):
         t = first_tile + i
         stage = (count + i) % DECODE_STAGES
@@ -253,19 +241,18 @@ def _decode_tiles(decode_buffers, count, first_tile, num_tiles, first_masked, kv
         l_i = l_i * alpha[None, :] + p
         mbarrier.wait(dv_ready.index(stage), ((count + i) // DECODE_STAGES) & 1)
         if (t + 1) * DECODE_BLOCK_N > kv_len:
-            _zero_rows_from(_ring_slot(dv_smem, stage, PART), kv_len - t * DECODE_BLOCK_N)
+            _zero_rows_from(dv_smem.index(stage), kv_len - t * DECODE_BLOCK_N)
         dp_smem.store(gl.permute(p.to(dtype), (1, 0)))
         fence_async_shared()
         _cta_barrier()  # all of P in place for the wgmma
         o = o * alpha[None, :]
-        o = warpgroup_mma(_ring_slot(dv_smem, stage, PART).permute((1, 0)), dp_smem.permute((1, 0)), o,
-                         is_async=True)
+        o = warpgroup_mma(dv_smem.index(stage).permute((1, 0)), dp_smem.permute((1, 0)), o, is_async=True)
         # the next tile's scores while PV runs (the last tile's again: one shape for both branches)
         ahead = count + gl.minimum(i + 1, num_tiles - 1)
         mbarrier.wait(dk_ready.index(ahead % DECODE_STAGES), (ahead // DECODE_STAGES) & 1)
         if GATHER:
             fence_async_shared()
-        s = warpgroup_mma(_ring_slot(dk_smem, ahead % DECODE_STAGES, PART), dq_smem.permute((1, 0)), s, use_acc=False,
+        s = warpgroup_mma(dk_smem.index(ahead % DECODE_STAGES), dq_smem.permute((1, 0)), s, use_acc=False,
                           is_async=True)
         o, s = warpgroup_mma_wait(num_outstanding=0, deps=(o, s))
         _cta_barrier()  # every warp is done with V_t, K_t+1 (and P) before they are written again
@@ -435,7 +422,7 @@ def _split_decode(kv_descriptors, decode_buffers, sequences, output, partials, C
                              GROUP_SIZE)
         if is_decode:
             o, m_i, l_sum = _decode_tiles(decode_buffers, count, first_tile, num_tiles, first_masked, kv_len, diag,
-                                          qk_scale, CAUSAL, GROUP_SIZE, GATHER, -1)
+                                          qk_scale, CAUSAL, GROUP_SIZE, GATHER)
             count += num_tiles
             if WRITE_PARTIAL:
                 _decode_rows_partial(o, m_i, l_sum, partials, split, q_begin, kv_head, q_len, GROUP_SIZE)

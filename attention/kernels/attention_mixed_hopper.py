@@ -250,7 +250,7 @@ def _decode(descriptors, buffers, decode_buffers, schedule, sequences, output,
         if is_decode:
             _load_decode_q(dq_smem, q_ptr, stride_qs, seq * q_batch_rows + q_first, kv_head, q_len, GROUP_SIZE)
             o, _row_max, l_sum = _decode_tiles(decode_buffers, count, 0, num_tiles, first_masked, kv_len, diag,
-                                               qk_scale, CAUSAL, GROUP_SIZE, False, -1)
+                                               qk_scale, CAUSAL, GROUP_SIZE, False)
             count += num_tiles
             _decode_rows_out(o, l_sum, out_ptr, stride_os, seq * out_batch_rows + q_first, kv_head, q_len, GROUP_SIZE)
 

@@ -10,11 +10,12 @@ rows, a ring of two 128-key K / V stages, consumers at 240 registers) and gives 
     log-sum-exp and the last split of the rows to arrive merges them (attention_decode_hopper's _merge_if_last).
     Splits make items shorter (~70 µs for a 2k chunk on 14k at 3 splits, against 213 unsplit) for a shorter tail,
     at the price of the partials and their merges (hopper_mixed_roles.MIXED_ROLES_SPLITS has what that measured).
-  * a decode item is a (sequence, KV head) walk, its KV tiles halved between the two consumer groups: each stage of
-    the ring holds a 64-key tile of each half (a group's view is its 64 rows of every stage), each group runs the
-    decode kernel's _decode_tiles on its half, and group 0 merges group 1's rows through shared memory. A walk alone
-    on its SM reads ~30 GB/s (H200, 2026-12-02: one stage in flight a group, 64 KB an SM; the decode kernel's own
-    ring reads ~120 GB/s an SM with two programs).
+  * a decode item is a (sequence, KV head) walk, run by consumer group 0 alone as the decode kernel runs one
+    (_load_decode_tiles, _decode_tiles): the item takes the ring's two slots whole and sees them as four stages of
+    64 keys (_decode_ring); group 1 waits for the next item. A program's walks read ~60 GB/s (H200, 2026-12-02), as
+    the decode kernel's do with one program an SM and as they did here halved between the two groups over the slots'
+    halves (two stages each, and a merge of the halves through shared memory): this layout is the simpler, with the
+    same speed, 8-14 KB less shared memory and fewer spills. Two decode programs an SM read ~120 GB/s.
 
 One list is dealt to the programs, round by round in alternating directions: the prefill splits (KV head by KV
 head, a query head's q tiles heaviest first), then the decode walks. A program runs its decodes in one block placed
@@ -40,6 +41,7 @@ from .attention_decode_hopper import (
     _decode_tiles,
     _decode_walk,
     _load_decode_q,
+    _load_decode_tiles,
     _merge_if_last,
     _split_item,
 )
@@ -47,12 +49,14 @@ from .attention_fwd_hopper import (
     _cta_barrier,
     _load_kv_tile,
     _prefill_tiles,
-    _tile_page_rows,
     _tma_load,
 )
 from .attention_mixed_hopper import _prefill_item, _prefill_schedule, _prefill_walk
 
 __all__ = ["attention_mixed_roles_hopper_kernel"]
+
+_smem_reinterpret = getattr(gl.shared_memory_descriptor, "reinterpret", None) or \
+    gl.shared_memory_descriptor._reinterpret  # (Triton 3.6's name, the H200's; 3.9: reinterpret)
 
 
 @gluon.jit
@@ -104,62 +108,37 @@ def _prefill_item_of(index, tile_ends, per_kv_head, GROUP_SIZE: gl.constexpr, WA
 
 
 @gluon.jit
-def _half_rows(pages, tile, kv_len, HALF: gl.constexpr, PAGE_SIZE: gl.constexpr):
-    """Where decode tile ``tile`` (HALF keys) of a walk lies: its first key (not paged: K's and V's rows follow their
-    walk's first row), its first pool row (pages of HALF keys or more), or its pages' first pool rows, one lane a
-    page (smaller pages). One page-table read serves K and V (both pools have the same page rows)."""
-    key = tile * HALF
-    if PAGE_SIZE == 0:
-        rows = key
-    elif PAGE_SIZE >= HALF:
-        rows = gl.load(pages + key // PAGE_SIZE) * PAGE_SIZE + key % PAGE_SIZE
-    else:
-        rows = _tile_page_rows(pages, tile, kv_len, HALF, PAGE_SIZE)
-    return rows
+def _take_ring(ring, count, STAGES: gl.constexpr):
+    """The producer's side of a decode item, which takes ring positions count .. count + STAGES - 1 whole (their
+    slots become the decode ring): each slot once both consumer groups freed it, then its ready barriers' phase
+    completed without bytes, so the positions count like any other on both sides."""
+    _, _, k_ready, k_empty, v_ready, v_empty = ring
+    for s in gl.static_range(STAGES):
+        stage = (count + s) % STAGES
+        phase = ((count + s) // STAGES) & 1
+        mbarrier.wait(k_empty.index(stage), phase ^ 1)
+        mbarrier.wait(v_empty.index(stage), phase ^ 1)
+        mbarrier.arrive(k_ready.index(stage), count=1)
+        mbarrier.arrive(v_ready.index(stage), count=1)
 
 
 @gluon.jit
-def _load_half(desc, half_tile, ready, rows, row0, kv_col, PAGE_SIZE: gl.constexpr):
-    """TMA loads of a decode tile (HALF keys, where _half_rows put them; row0: the walk's first row, not paged) into
-    half_tile, completing on ``ready`` (its bytes expected by the caller)."""
-    HALF: gl.constexpr = half_tile.type.shape[0]
-    if PAGE_SIZE == 0:
-        _tma_load(desc, [row0 + rows, kv_col], ready, half_tile)
-    elif PAGE_SIZE >= HALF:
-        _tma_load(desc, [rows, kv_col], ready, half_tile)
-    else:
-        lanes = gl.arange(0, HALF // PAGE_SIZE, layout=rows.type.layout)
-        for p in gl.static_range(HALF // PAGE_SIZE):
-            row = gl.sum(gl.where(lanes == p, rows, 0), axis=0)
-            _tma_load(desc, [row, kv_col], ready, half_tile.slice(p * PAGE_SIZE, PAGE_SIZE))
+def _hold_ring(ring, count, STAGES: gl.constexpr):
+    """A consumer group's side of _take_ring, before it uses or releases the positions (group 1, with nothing to
+    do, would otherwise release a slot for this item while group 0 still holds it for an earlier one)."""
+    k_ready, v_ready = ring[2], ring[4]
+    for s in gl.static_range(STAGES):
+        mbarrier.wait(k_ready.index((count + s) % STAGES), ((count + s) // STAGES) & 1)
+        mbarrier.wait(v_ready.index((count + s) % STAGES), ((count + s) // STAGES) & 1)
 
 
 @gluon.jit
-def _load_decode_halves(desc, tile, ready, empty, phase, has_second, rows, row0, kv_col, PAGE_SIZE: gl.constexpr):
-    """A decode tile into the first HALF rows of ``tile`` (a ring slot) and, when has_second, another into its
-    second (``rows``: both tiles' _half_rows), once both consumer groups freed the slot (``empty``'s ``phase``)."""
-    HALF: gl.constexpr = tile.type.shape[0] // 2
-    HALF_BYTES: gl.constexpr = (1 if PAGE_SIZE >= HALF or PAGE_SIZE == 0 else HALF // PAGE_SIZE) * \
-        desc.block_type.nbytes
-    mbarrier.wait(empty, phase ^ 1)
-    if has_second:  # (an expect takes a constant byte count)
-        mbarrier.expect(ready, 2 * HALF_BYTES)
-        _load_half(desc, tile.slice(HALF, HALF), ready, rows[1], row0, kv_col, PAGE_SIZE)
-    else:
-        mbarrier.expect(ready, HALF_BYTES)
-    _load_half(desc, tile.slice(0, HALF), ready, rows[0], row0, kv_col, PAGE_SIZE)
-
-
-@gluon.jit
-def _load_decode_stage(half_descriptors, ring, stage, phase, has_second, rows, walk_rows, kv_col,
-                       PAGE_SIZE: gl.constexpr):
-    """One ring stage of a decode item: K then V of a decode tile into the stage's first HALF rows and, when
-    has_second, of another into its second (``rows``: both tiles' _half_rows)."""
-    k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
-    _load_decode_halves(half_descriptors[0], k_smem.index(stage), k_ready.index(stage), k_empty.index(stage), phase,
-                        has_second, rows, walk_rows[0], kv_col, PAGE_SIZE)
-    _load_decode_halves(half_descriptors[1], v_smem.index(stage), v_ready.index(stage), v_empty.index(stage), phase,
-                        has_second, rows, walk_rows[1], kv_col, PAGE_SIZE)
+def _release_ring(ring, count, STAGES: gl.constexpr):
+    """A consumer group's release of the positions a decode item took."""
+    k_empty, v_empty = ring[3], ring[5]
+    for s in gl.static_range(STAGES):
+        mbarrier.arrive(k_empty.index((count + s) % STAGES), count=1)
+        mbarrier.arrive(v_empty.index((count + s) % STAGES), count=1)
 
 
 @gluon.jit
@@ -167,9 +146,9 @@ def _producer(descriptors, buffers, decode_buffers, schedule, sequences, output,
               CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
               HAS_KV_START: gl.constexpr, STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr, GROUP_SIZE: gl.constexpr,
               PREFILL_SPLITS: gl.constexpr, SPLITS_BLOCK: gl.constexpr, MERGE_ROWS: gl.constexpr):
-    """1 warp: the program's items' loads: a prefill split's
-    Q halves (once the consumers released the previous split's) and its K / V tiles, or a decode walk's two halves
-    of 64-key tiles, stage by stage."""
+    """1 warp: the program's items' loads: a prefill split's Q halves (once the consumers released the previous
+    split's) and its K / V tiles, or a decode walk's 64-key tiles into the decode ring (the prefill ring's slots, taken
+    whole for the walk)."""
     q_desc, k_desc, v_desc, k_half_desc, v_half_desc = descriptors
     q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty = buffers
     tile_ends, per_kv_head, prefill_work, decode_work = schedule
@@ -177,35 +156,27 @@ def _producer(descriptors, buffers, decode_buffers, schedule, sequences, output,
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_smem.type.shape[1]
-    HALF: gl.constexpr = BLOCK_N // 2
-    DECODE_ROWS: gl.constexpr = decode_buffers[0].type.shape[1]  # (the decode Q buffers: [2 groups, rows, D])
+    DECODE_BLOCK_N: gl.constexpr = BLOCK_N // 2  # a decode tile: half a ring slot
+    DECODE_ROWS: gl.constexpr = decode_buffers[0].type.shape[0]
     ring = (k_smem, v_smem, k_ready, k_empty, v_ready, v_empty)
+    decode_ring = (decode_buffers[0],) + _decode_ring(k_smem, v_smem, decode_buffers)
     count = 0  # ring stages loaded so far
+    decode_tiles = 0  # decode tiles loaded so far
     prefills = 0  # prefill splits so far (the Q buffer's phase)
     prefills_dealt, decodes_dealt = _program_items(prefill_work, decode_work)
     for k in range(prefills_dealt + decodes_dealt):
         is_decode, index = _program_item(k, prefills_dealt, decodes_dealt, prefill_work)
         if is_decode:
             is_walk, seq, kv_head, _, kv_len, _, _, num_tiles, _, k_row0, v_row0, _ = _decode_walk(
-                index, sequences, heads_kv, DECODE_ROWS, HALF, CAUSAL, BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START,
-                GROUP_SIZE)
+                index, sequences, heads_kv, DECODE_ROWS, DECODE_BLOCK_N, CAUSAL, BOTTOM_RIGHT, HAS_Q_START,
+                HAS_KV_START, GROUP_SIZE)
             if is_walk:
+                _take_ring(ring, count, STAGES)
+                count += STAGES
                 pages = page_table_ptr + seq.to(gl.int64) * page_table_stride
-                first_half = (num_tiles + 1) // 2
-                # A stage's page rows are read a stage ahead, where the read's latency hides behind the wait for a
-                # free slot: read after it, four in a row (K's and V's of both tiles), they held the ring idle.
-                last = gl.maximum(num_tiles - 1, 0)
-                first_rows = _half_rows(pages, 0, kv_len, HALF, PAGE_SIZE)
-                second_rows = _half_rows(pages, gl.minimum(first_half, last), kv_len, HALF, PAGE_SIZE)
-                for j in range(first_half):
-                    rows = (first_rows, second_rows)
-                    ahead = gl.minimum(j + 1, first_half - 1)
-                    first_rows = _half_rows(pages, ahead, kv_len, HALF, PAGE_SIZE)
-                    second_rows = _half_rows(pages, gl.minimum(first_half + ahead, last), kv_len, HALF, PAGE_SIZE)
-                    _load_decode_stage((k_half_desc, v_half_desc), ring, count % STAGES, (count // STAGES) & 1,
-                                       first_half + j < num_tiles, rows, (k_row0, v_row0), kv_head * HEAD_DIM,
-                                       PAGE_SIZE)
-                    count += 1
+                _load_decode_tiles((k_half_desc, v_half_desc), decode_ring, decode_tiles, 0, num_tiles, k_row0, v_row0,
+                                   kv_head * HEAD_DIM, pages, kv_len, PAGE_SIZE, False)
+                decode_tiles += num_tiles
         else:
             seq, local_tile, q_head = _prefill_item_of(index // PREFILL_SPLITS, tile_ends, per_kv_head,
                                                        GROUP_SIZE, 1)
@@ -260,32 +231,15 @@ def _prefill_rows_out(o, m_i, l_i, split, group_rows, q_head, token0, out_row0, 
 
 
 @gluon.jit
-def _merge_decode_halves(o, m_i, l_sum, merge_buffers, decodes, GROUP: gl.constexpr):
-    """Group 1 hands its half of a decode walk (O^T, running max, sums) to group 0 through shared memory; group 0
-    returns both halves merged (group 1 gets its own back, unused)."""
-    merge_o, merge_m, merge_l, merge_ready, merge_empty = merge_buffers
-    across: gl.constexpr = gl.SliceLayout(0, o.type.layout)
-    if GROUP == 1:
-        mbarrier.wait(merge_empty, (decodes & 1) ^ 1)
-        merge_o.store(o)
-        merge_m.store(m_i)
-        merge_l.store(l_sum)
-        _cta_barrier()
-        mbarrier.arrive(merge_ready, count=1)
-    else:
-        mbarrier.wait(merge_ready, decodes & 1)
-        o_other = merge_o.load(o.type.layout)
-        m_other = merge_m.load(across)
-        l_other = merge_l.load(across)
-        _cta_barrier()
-        mbarrier.arrive(merge_empty, count=1)
-        m_new = gl.maximum(m_i, m_other)
-        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = gl.exp2(m_i - m_use)
-        beta = gl.exp2(m_other - m_use)
-        o = o * alpha[None, :] + o_other * beta[None, :]
-        l_sum = l_sum * alpha + l_other * beta
-    return o, l_sum
+def _decode_ring(k_smem, v_smem, decode_buffers):
+    """The decode ring: the prefill ring's K / V slots seen as 2 * STAGES stages of BLOCK_N / 2 keys (each a run of
+    the slots' bytes, in the slots' layout: only the decode ring's loads and reads see them so), and its barriers."""
+    STAGES: gl.constexpr = k_smem.type.shape[0]
+    BLOCK_N: gl.constexpr = k_smem.type.shape[1]
+    HEAD_DIM: gl.constexpr = k_smem.type.shape[2]
+    return (_smem_reinterpret(k_smem, k_smem.dtype, [2 * STAGES, BLOCK_N // 2, HEAD_DIM], k_smem.type.layout),
+            _smem_reinterpret(v_smem, v_smem.dtype, [2 * STAGES, BLOCK_N // 2, HEAD_DIM], v_smem.type.layout)) + \
+        decode_buffers[2:]
 
 
 @gluon.jit
@@ -293,52 +247,45 @@ def _consumer(descriptors, buffers, decode_buffers, schedule, sequences, output,
               CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
               HAS_KV_START: gl.constexpr, STAGES: gl.constexpr, GROUP_SIZE: gl.constexpr,
               PREFILL_SPLITS: gl.constexpr, SPLITS_BLOCK: gl.constexpr, MERGE_ROWS: gl.constexpr):
-    """4 warps (one warp group): the program's items; of a prefill split, query rows
-    64 * GROUP .. of its tile; of a decode walk, half GROUP of its KV tiles."""
+    """4 warps (one warp group): the program's items; of a prefill split, query rows 64 * GROUP .. of its tile; a
+    decode walk, group 0 alone (group 1 waits for the next item)."""
     q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty = buffers
     tile_ends, per_kv_head, prefill_work, decode_work = schedule
     out_ptr, stride_os, qk_scale, q_ptr, stride_qs, heads_kv = output[0], output[1], output[2], output[3], \
         output[4], output[8]
     q_batch_rows, out_batch_rows = sequences[4], sequences[7]
-    dq_smem, dp_smem = decode_buffers[0].index(GROUP), decode_buffers[1].index(GROUP)
-    merge_buffers = decode_buffers[2:]
+    dq_smem, dp_smem = decode_buffers[0], decode_buffers[1]
     ROWS: gl.constexpr = q_smem.type.shape[1]
     BLOCK_N: gl.constexpr = k_smem.type.shape[1]
-    HALF: gl.constexpr = BLOCK_N // 2
+    DECODE_BLOCK_N: gl.constexpr = BLOCK_N // 2  # a decode tile: half a ring slot
     DECODE_ROWS: gl.constexpr = dq_smem.type.shape[0]
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     rows = GROUP * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))  # of the q tile
-    # a decode's tiles: this group's 64 rows of each ring stage (_decode_tiles' PART)
-    half_ring = (dq_smem, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, dp_smem)
+    ring = (k_smem, v_smem, k_ready, k_empty, v_ready, v_empty)
+    decode_ring = (dq_smem,) + _decode_ring(k_smem, v_smem, decode_buffers) + (dp_smem,)
     count = 0
     prefills = 0
-    decodes = 0
+    decode_tiles = 0
     prefills_dealt, decodes_dealt = _program_items(prefill_work, decode_work)
     for k in range(prefills_dealt + decodes_dealt):
         is_decode, index = _program_item(k, prefills_dealt, decodes_dealt, prefill_work)
         if is_decode:
             is_walk, seq, kv_head, q_len, kv_len, q_first, diag, num_tiles, first_masked, _, _, _ = _decode_walk(
-                index, sequences, heads_kv, DECODE_ROWS, HALF, CAUSAL, BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START,
-                GROUP_SIZE)
+                index, sequences, heads_kv, DECODE_ROWS, DECODE_BLOCK_N, CAUSAL, BOTTOM_RIGHT, HAS_Q_START,
+                HAS_KV_START, GROUP_SIZE)
             if is_walk:
-                stages = (num_tiles + 1) // 2
-                first_tile = GROUP * stages
-                my_tiles = stages if GROUP == 0 else num_tiles - stages
-                _load_decode_q(dq_smem, q_ptr, stride_qs, seq * q_batch_rows + q_first, kv_head, q_len, GROUP_SIZE)
-                o, m_i, l_sum = _decode_tiles(half_ring, count, first_tile, my_tiles, first_masked, kv_len, diag,
-                                              qk_scale, CAUSAL, GROUP_SIZE, False, GROUP)
-                for j in range(my_tiles, stages):  # group 1's stage without a tile of its own (an odd count)
-                    mbarrier.wait(k_ready.index((count + j) % STAGES), ((count + j) // STAGES) & 1)
-                    mbarrier.wait(v_ready.index((count + j) % STAGES), ((count + j) // STAGES) & 1)
-                    mbarrier.arrive(k_empty.index((count + j) % STAGES), count=1)
-                    mbarrier.arrive(v_empty.index((count + j) % STAGES), count=1)
-                count += stages
-                o, l_sum = _merge_decode_halves(o, m_i, l_sum, merge_buffers, decodes, GROUP)
-                decodes += 1
+                _hold_ring(ring, count, STAGES)
                 if GROUP == 0:
+                    _load_decode_q(dq_smem, q_ptr, stride_qs, seq * q_batch_rows + q_first, kv_head, q_len,
+                                   GROUP_SIZE)
+                    o, m_i, l_sum = _decode_tiles(decode_ring, decode_tiles, 0, num_tiles, first_masked, kv_len, diag,
+                                                  qk_scale, CAUSAL, GROUP_SIZE, False)
+                    decode_tiles += num_tiles
                     _decode_rows_out(o, l_sum, out_ptr, stride_os, seq * out_batch_rows + q_first, kv_head, q_len,
                                      GROUP_SIZE)
+                _release_ring(ring, count, STAGES)
+                count += STAGES
         else:
             seq, local_tile, q_head = _prefill_item_of(index // PREFILL_SPLITS, tile_ends, per_kv_head,
                                                        GROUP_SIZE, 4)
@@ -414,7 +361,7 @@ def attention_mixed_roles_hopper_kernel(
     log2 units. tail_rows > 0 (thd): out's rows cu_seqlens_q[num_seqs] .. tail_rows - 1 are written as zeros."""
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
-    HALF: gl.constexpr = BLOCK_N // 2
+    DECODE_BLOCK_N: gl.constexpr = BLOCK_N // 2  # a decode tile: half a ring slot
     MAX_SEQS: gl.constexpr = 1 << LOG2_MAX_SEQS
     heads_q = heads_kv * GROUP_SIZE
 
@@ -427,14 +374,10 @@ def attention_mixed_roles_hopper_kernel(
     q_smem = gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_DIM], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
-    dq_smem = gl.allocate_shared_memory(dtype, [2, DECODE_ROWS, HEAD_DIM],
+    dq_smem = gl.allocate_shared_memory(dtype, [DECODE_ROWS, HEAD_DIM],
                                         gl.NVMMASharedLayout.get_default_for([DECODE_ROWS, HEAD_DIM], dtype))
-    dp_smem = gl.allocate_shared_memory(dtype, [2, DECODE_ROWS, HALF],
-                                        gl.NVMMASharedLayout.get_default_for([DECODE_ROWS, HALF], dtype))
-    plain: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
-    merge_o = gl.allocate_shared_memory(gl.float32, [HEAD_DIM, DECODE_ROWS], plain)
-    merge_m = gl.allocate_shared_memory(gl.float32, [DECODE_ROWS], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-    merge_l = gl.allocate_shared_memory(gl.float32, [DECODE_ROWS], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    dp_smem = gl.allocate_shared_memory(dtype, [DECODE_ROWS, DECODE_BLOCK_N],
+                                        gl.NVMMASharedLayout.get_default_for([DECODE_ROWS, DECODE_BLOCK_N], dtype))
     bar: gl.constexpr = mbarrier.MBarrierLayout()
     q_ready = gl.allocate_shared_memory(gl.int64, [1], bar)
     q_empty = gl.allocate_shared_memory(gl.int64, [1], bar)
@@ -442,8 +385,10 @@ def attention_mixed_roles_hopper_kernel(
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar)
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar)
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar)
-    merge_ready = gl.allocate_shared_memory(gl.int64, [1], bar)
-    merge_empty = gl.allocate_shared_memory(gl.int64, [1], bar)
+    dk_ready = gl.allocate_shared_memory(gl.int64, [2 * STAGES, 1], bar)
+    dk_empty = gl.allocate_shared_memory(gl.int64, [2 * STAGES, 1], bar)
+    dv_ready = gl.allocate_shared_memory(gl.int64, [2 * STAGES, 1], bar)
+    dv_empty = gl.allocate_shared_memory(gl.int64, [2 * STAGES, 1], bar)
     mbarrier.init(q_ready, count=1)
     mbarrier.init(q_empty, count=2)  # both consumer groups release Q
     for i in gl.static_range(STAGES):
@@ -451,13 +396,16 @@ def attention_mixed_roles_hopper_kernel(
         mbarrier.init(v_ready.index(i), count=1)
         mbarrier.init(k_empty.index(i), count=2)  # and each stage, prefill or decode
         mbarrier.init(v_empty.index(i), count=2)
-    mbarrier.init(merge_ready, count=1)
-    mbarrier.init(merge_empty, count=1)
+    for i in gl.static_range(2 * STAGES):  # the decode ring: group 0 alone
+        mbarrier.init(dk_ready.index(i), count=1)
+        mbarrier.init(dv_ready.index(i), count=1)
+        mbarrier.init(dk_empty.index(i), count=1)
+        mbarrier.init(dv_empty.index(i), count=1)
     _cta_barrier()  # the schedule is in shared memory before any partition reads it
 
     descriptors = (q_desc, k_desc, v_desc, k_half_desc, v_half_desc)
     buffers = (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty)
-    decode_buffers = (dq_smem, dp_smem, merge_o, merge_m, merge_l, merge_ready, merge_empty)
+    decode_buffers = (dq_smem, dp_smem, dk_ready, dk_empty, dv_ready, dv_empty)
     schedule = (tile_ends, prefill_tiles * GROUP_SIZE, prefill_work, decode_work)
     sequences = (cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, q_batch_rows, k_batch_rows,
                  v_batch_rows, out_batch_rows)

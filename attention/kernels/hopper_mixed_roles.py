@@ -25,19 +25,21 @@ __all__ = ["MIXED_ROLES_ENV", "MIXED_ROLES_SPLITS_ENV", "MIXED_ROLES_TILE", "Mix
 MIXED_ROLES_ENV = "ATTN_FUSED_HOPPER_MIXED_ROLES"
 """``1``: every mixed batch the mixed kernel would run (and whose pages this kernel reads) runs
 attention_mixed_roles_hopper_kernel; unset or ``0``: none (hopper_mixed.py's kernel, decodes beside the prefill on
-every SM). H200, graph replays, settled, against that kernel in the same process (docs/results/
-2026-12-02-h200-dephase/, at 377cec9): M2 (a 2k chunk on a 14k prefix + 64 decodes at 4k, page 16) 1,094.9-1,125.1 us
-against 1,115.9-1,150.3, its prefill in the launch (decodes without queries) 885-892 against 997-1,033 (the prefill
-kernel alone: 852-857); M1 (a 2k prefill + 128 decodes at 2k) 361-370 against 275-281. Its prefill is the faster,
-its decodes the slower: ~160 us a GB of K / V on M2 against the mixed kernel's ~105, since a decode walk here reads
-~30 GB/s on its SM (8 decodes at 32k alone on 64 SMs: 553-567 us) and the decodes' SM time is theirs alone."""
+every SM). H200, 2026-12-02, graph replays, settled, against that kernel in the same process
+(docs/results/2026-12-02-h200-dephase/): M2 (a 2k chunk on a 14k prefix + 64 decodes at 4k, page 16) 1,083-1,102 us
+against 1,107-1,123, its prefill in the launch (decodes without queries) 890-893 against 994-1,008 (the prefill kernel
+alone: 852-857); M1 (a 2k prefill + 128 decodes at 2k) 354-355 against 279-281. Its prefill is the faster, its
+decodes the slower: ~160 us a GB of K / V on M2 against the mixed kernel's ~105, since a program's decode walks read
+~60 GB/s (8 decodes at 32k, two walks on the busiest programs: 553-601 us) and the decodes' SM time is theirs
+alone."""
 
 MIXED_ROLES_SPLITS_ENV = "ATTN_FUSED_HOPPER_MIXED_ROLES_SPLITS"
 """Override of the prefill key splits (A/B measurements): a positive integer."""
 
 MIXED_ROLES_TILE = {64: (128, 2, 240, 168, 8), 128: (128, 2, 240, 168, 8)}
 """Head dim -> (BLOCK_N, STAGES, consumer registers, maxnreg, merge rows): the prefill kernel's tile
-(hopper_forward.HOPPER_TILE), and the rows a split merge reads at a time."""
+(hopper_forward.HOPPER_TILE; a decode walk sees its stages as 2 * STAGES of BLOCK_N / 2 keys), and the rows a split
+merge reads at a time."""
 
 MIXED_ROLES_SPLITS = 1
 """Key splits of a prefill q tile. Three (items of ~70 us on M2 instead of ~213, a shorter tail) measured slower:

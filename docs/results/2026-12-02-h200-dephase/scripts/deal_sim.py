@@ -11,8 +11,8 @@ PROGRAMS = 132
 PREFILL_US_PER_KEY = 852.0 * PROGRAMS / (512 * 15424)  # M2's prefill kernel: 852 us, 512 tiles of ~15.4k keys
 HBM_GBS = 4400.0
 DECODE_SM_GBS = float(__import__("os").environ.get("DECODE_SM_GBS", 120.0))
-"""One SM's rate on a decode walk: 120 GB/s was the plan (session 34); the kernel measured 28-30 (out3/, a walk of
-16.8 MB alone on its SM: 566-614 us), so DECODE_SM_GBS=30 models what ran."""
+"""One SM's rate on a decode walk: 120 GB/s was the plan (session 34); the kernel measured ~60 (out4/: two walks of
+16.8 MB a program in 553-567 us), so DECODE_SM_GBS=60 models what ran."""
 ITEM_US = 1.5  # a walk's start (Q load, first tiles' latency)
 
 

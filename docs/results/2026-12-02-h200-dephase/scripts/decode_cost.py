@@ -3,8 +3,9 @@ process, graph replays settled (us):
 
   * M2's prefill (a 2k chunk on a 14k prefix) with 64 decodes at 0 (no queries) / 1k / 2k / 4k / 8k keys: whether
     the decodes' cost follows their bytes, and at what rate;
-  * lone walks: a 256-query prefill with N decodes at 32k keys (8N walks of 16.8 MB on 132 SMs): with few, one SM's
-    decode rate (one walk a program); with 16 or more, HBM's.
+  * lone walks: a 256-query prefill with N decodes at 32k keys (8N walks of 16.8 MB on 132 SMs): one SM's decode
+    rate (the roles kernel's deal gives some programs two walks at N = 8 or 16: the README counts them); with more,
+    HBM's.
 
     timeout 300 python3 docs/results/2026-12-02-h200-dephase/scripts/decode_cost.py [--lone 2,4,16,64] [--no-m2]
 """
@@ -17,13 +18,13 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../2026-12-02-h200-roles/scripts"))
-from roles_ab import use  # noqa: E402
+from roles_ab import use
 
-from attention.kernels import attention_fwd as launcher  # noqa: E402
-from benchmarks.cells import Cell, Inputs, Problem  # noqa: E402
-from benchmarks.config import BenchConfig  # noqa: E402
-from benchmarks.providers import make_fused  # noqa: E402
-from benchmarks.timing import time_fn  # noqa: E402
+from attention.kernels import attention_fwd as launcher
+from benchmarks.cells import Cell, Inputs, Problem
+from benchmarks.config import BenchConfig
+from benchmarks.providers import make_fused
+from benchmarks.timing import time_fn
 
 
 def problem(prefill: tuple[int, int], decodes: int, context: int) -> Problem:
