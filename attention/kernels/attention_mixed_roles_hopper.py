@@ -159,7 +159,7 @@ def _producer(descriptors, buffers, decode_buffers, schedule, sequences, output,
     DECODE_BLOCK_N: gl.constexpr = BLOCK_N // 2  # a decode tile: half a ring slot
     DECODE_ROWS: gl.constexpr = decode_buffers[0].type.shape[0]
     ring = (k_smem, v_smem, k_ready, k_empty, v_ready, v_empty)
-    decode_ring = (decode_buffers[0],) + _decode_ring(k_smem, v_smem, decode_buffers)
+    decode_ring = _decode_ring(k_smem, v_smem, decode_buffers)
     count = 0  # ring stages loaded so far
     decode_tiles = 0  # decode tiles loaded so far
     prefills = 0  # prefill splits so far (the Q buffer's phase)
@@ -232,14 +232,16 @@ def _prefill_rows_out(o, m_i, l_i, split, group_rows, q_head, token0, out_row0, 
 
 @gluon.jit
 def _decode_ring(k_smem, v_smem, decode_buffers):
-    """The decode ring: the prefill ring's K / V slots seen as 2 * STAGES stages of BLOCK_N / 2 keys (each a run of
-    the slots' bytes, in the slots' layout: only the decode ring's loads and reads see them so), and its barriers."""
+    """The decode kernel's buffers (attention_decode_hopper's decode_buffers: dq, K, V, their four barriers, dp) over
+    the prefill ring: its K / V slots seen as 2 * STAGES stages of BLOCK_N / 2 keys (each a run of the slots' bytes,
+    in the slots' layout: only the decode ring's loads and reads see them so)."""
+    dq_smem, dp_smem, dk_ready, dk_empty, dv_ready, dv_empty = decode_buffers
     STAGES: gl.constexpr = k_smem.type.shape[0]
     BLOCK_N: gl.constexpr = k_smem.type.shape[1]
     HEAD_DIM: gl.constexpr = k_smem.type.shape[2]
-    return (_smem_reinterpret(k_smem, k_smem.dtype, [2 * STAGES, BLOCK_N // 2, HEAD_DIM], k_smem.type.layout),
-            _smem_reinterpret(v_smem, v_smem.dtype, [2 * STAGES, BLOCK_N // 2, HEAD_DIM], v_smem.type.layout)) + \
-        decode_buffers[2:]
+    dk_smem = _smem_reinterpret(k_smem, k_smem.dtype, [2 * STAGES, BLOCK_N // 2, HEAD_DIM], k_smem.type.layout)
+    dv_smem = _smem_reinterpret(v_smem, v_smem.dtype, [2 * STAGES, BLOCK_N // 2, HEAD_DIM], v_smem.type.layout)
+    return (dq_smem, dk_smem, dv_smem, dk_ready, dk_empty, dv_ready, dv_empty, dp_smem)
 
 
 @gluon.jit
@@ -254,7 +256,7 @@ def _consumer(descriptors, buffers, decode_buffers, schedule, sequences, output,
     out_ptr, stride_os, qk_scale, q_ptr, stride_qs, heads_kv = output[0], output[1], output[2], output[3], \
         output[4], output[8]
     q_batch_rows, out_batch_rows = sequences[4], sequences[7]
-    dq_smem, dp_smem = decode_buffers[0], decode_buffers[1]
+    dq_smem = decode_buffers[0]
     ROWS: gl.constexpr = q_smem.type.shape[1]
     BLOCK_N: gl.constexpr = k_smem.type.shape[1]
     DECODE_BLOCK_N: gl.constexpr = BLOCK_N // 2  # a decode tile: half a ring slot
@@ -263,7 +265,7 @@ def _consumer(descriptors, buffers, decode_buffers, schedule, sequences, output,
                                                        instr_shape=[16, BLOCK_N, 16])
     rows = GROUP * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))  # of the q tile
     ring = (k_smem, v_smem, k_ready, k_empty, v_ready, v_empty)
-    decode_ring = (dq_smem,) + _decode_ring(k_smem, v_smem, decode_buffers) + (dp_smem,)
+    decode_ring = _decode_ring(k_smem, v_smem, decode_buffers)
     count = 0
     prefills = 0
     decode_tiles = 0
