@@ -1,5 +1,5 @@
 #!/bin/bash
-# Call 4 (2026-12-03), carry [".device/fa4-b", ".device/fa4-c", ".device/flash_attn.sh"] on the machine call 3
+# Call 6 (2026-12-03), carry [".device/fa4-b", ".device/fa4-c", ".device/flash_attn.sh"] on the machine call 5
 # left warm: flash-attn-4 installed, then the decode and mixed suites twice (session 33's next_targets.sh: each
 # verdict with its run-to-run spread) and benchmarks.targets over both. Outputs tarred (8 files come back).
 export PYTHONUNBUFFERED=1 PYTHONPATH=. BENCH_COMMIT=${BENCH_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}

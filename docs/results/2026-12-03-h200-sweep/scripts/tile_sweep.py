@@ -4,19 +4,20 @@ each variant's output checked against the default's.
 
     python tile_sweep.py --cells "32x2k p16|32x2k p1" --variants "t4=ATTN_FUSED_HOPPER_DECODE_TILE=64,4,1,168" ...
 
-A variant is NAME=VAR=VALUE[;VAR=VALUE...]; ``default`` (no variables) always runs first.
+A variant is NAME=VAR=VALUE[;VAR=VALUE...]; ``default`` (no variables) always runs first. A cell bench_decode lacks\nmay be named ``BxSk pP`` (GQA 32/8, d128, page P).
 """
 from __future__ import annotations
 
 import argparse
 import os
+import re
 
 import torch
 
 from attention.kernels import attention_fwd
 from benchmarks import bench_decode
-from benchmarks.cells import Inputs
-from benchmarks.config import BenchConfig
+from benchmarks.cells import Cell, Inputs
+from benchmarks.config import BenchConfig, bench_dtype
 from benchmarks.providers import make_fused, make_sdpa_cudnn
 from benchmarks.timing import time_fn
 
@@ -25,6 +26,15 @@ def _variant(text: str) -> tuple[str, dict[str, str]]:
     name, _, rest = text.partition("=")
     env = dict(item.split("=", 1) for item in rest.split(";") if item)
     return name, env
+
+
+def _plain_cell(name: str, cfg: BenchConfig) -> Cell:
+    """A GQA 32/8 decode cell that bench_decode lacks, named as its cells are: ``BxSk pP`` (e.g. ``8x4k p1``)."""
+    match = re.fullmatch(r"(\d+)x(\d+)k p(\d+)", name)
+    if not match:
+        raise SystemExit(f"no decode cell {name!r}, and not of the form BxSk pP")
+    batch, context, page = (int(g) for g in match.groups())
+    return bench_decode._decode(name, "small-pages", batch, context * 1024, bench_dtype(cfg), page=page)
 
 
 def main() -> None:
@@ -38,7 +48,7 @@ def main() -> None:
     names = [c for c in args.cells.split("|") if c]
     cells = {c.name: c for c in bench_decode.cells(cfg)}
     for name in names:
-        cell = cells[name]
+        cell = cells.get(name) or _plain_cell(name, cfg)
         inputs = Inputs(cell.problem, cfg.device)
         sdpa = make_sdpa_cudnn(cell, inputs)[0]
         times: dict[str, list[float]] = {v: [] for v, _ in [("cudnn", {})] + variants}
