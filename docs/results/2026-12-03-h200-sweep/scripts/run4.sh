@@ -1,12 +1,12 @@
 #!/bin/bash
-# Call 3 (2026-12-03): small-page decodes (gathered) on latency-bound cells: split counts the kernel merges itself
-# (16) against the split rule's 32 with its merge launch, and one program an SM with deeper rings; cuDNN beside them.
+# Call 3 (2026-12-03): small-page decodes (gathered) on latency-bound cells: fixed split counts (the kernel merges up
+# to 16 itself, more take the merge launch) and one program an SM with deeper rings; cuDNN beside them (1x8k p16: TMA).
 # Then the host cost of an eager decode call, pinned to one core, four rounds (benchmarks/host_ab.py).
 export PYTHONUNBUFFERED=1 PYTHONPATH=.
 S=docs/results/2026-12-03-h200-sweep/scripts
 T=ATTN_FUSED_HOPPER_DECODE_TILE G=ATTN_FUSED_HOPPER_DECODE_GATHER
 timeout 300 python3 $S/tile_sweep.py --rounds 2 --cells "1x8k p1|1x8k p4|1x32k p1|8x4k p1|32x2k p1|1x8k p16" \
-  --variants "split16=$T=64,3,1,168,16" "one3=$G=64,3,4,1,168" "one4=$G=64,4,4,1,168" "one6=$G=64,6,4,1,168" \
-  "one6s8=$G=64,6,4,1,168;$T=64,3,1,168,8" 2>&1 | grep -v Warn | tee $OUT/sweep-small.txt
+  --variants "split2=$T=64,3,1,168,2" "split4=$T=64,3,1,168,4" "split16=$T=64,3,1,168,16" \
+  "split32=$T=64,3,1,168,32" "one4=$G=64,4,4,1,168" "one6=$G=64,6,4,1,168" 2>&1 | grep -v Warn | tee $OUT/sweep-small.txt
 for i in 1 2 3 4; do timeout 40 taskset -c 5 python3 benchmarks/host_ab.py --label pinned; done 2>&1 | grep -v Warn \
   | tee $OUT/host-ab-pinned.txt
