@@ -63,7 +63,10 @@ page 1 41.2-42.2 against 42.8-43.1, 32x4k verification (4 queries) page 1 130.0 
 (64, 4, 4, 1, 168) in the same call: 257.7-258.2 at 64x4k page 1, 268.8 at page 8, 134.8-134.9 on the verification,
 as fast on 1x8k and 8x4k; it lost to the general kernel on the large cells, 1-6 %, in the earlier runs there, where
 the small cells at pages 2 and 4 gathered as fast as at pages 1 and 8 (18.2-18.8 us at 1x8k against 21.6-22.2).
-One producer warp and three stages (the thirtieth session's tile): 397 us at 64x4k page 1."""
+One producer warp and three stages (the thirtieth session's tile): 397 us at 64x4k page 1. The split rule sizes these
+calls on the program slots (two an SM): 1x8k and 1x32k take 32 splits and the merge launch; 16 merged in the kernel
+(sized on the SMs) tied at 1x8k page 1 and lost 5 % at 1x32k page 1 (43.5-43.7 against 41.4-41.8 us; H200, 2026-12-03,
+docs/results/2026-12-03-h200-sweep/out/sweep-small.txt)."""
 
 GATHER_TWO_AN_SM_MAX_ROWS = 32
 """The most rows of a decode tile gathered two programs an SM: at 64 rows (16 query heads a KV head x 4 queries) a
@@ -82,7 +85,9 @@ scripts/decode_kernel_ab.py there), against the general kernel in the same proce
 1x32k 50.2 / 52.7, 8x4k 50.1 / 51.8 (the split rule's counts); 64x4k 258.4 / 259.1, 128x2k 261.7 / 263.9, 64x4k MHA
 982.7 / 989.1. Two programs an SM (maxnreg 128) were within 1 % either way; 2 stages lost 4 % at one program an SM,
 4 and 6 stages 1-3 %. 128-key tiles (H200, 2026-12-02, docs/results/2026-12-02-h200-652e0ab/out/run94/): 64x4k 248.2
-/ 249.2 against 246.1 / 246.1 us, MHA 971.2 / 968.0 against 959.2 / 961.9, 1x8k and 32x2k within 0.5 %."""
+/ 249.2 against 246.1 / 246.1 us, MHA 971.2 / 968.0 against 959.2 / 961.9, 1x8k and 32x2k within 0.5 %. Swept again (H200, 2026-12-03, docs/results/2026-12-03-h200-sweep/, cuDNN in the same
+process): 2 stages 3-4 % slower on the large cells, 4 stages ~1 %, 5-6 stages 1-4 %; two programs an SM at 2 stages
+within 0.5 % of this tile on the large cells, 0.9 % faster on 32x2k (67.7 against 68.4 us), slower on 1x8k and MQA."""
 
 DECODE_HOPPER_TILE_ENV = "ATTN_FUSED_HOPPER_DECODE_TILE"
 """Override of DECODE_HOPPER_TILE (A/B measurements): four integers, and a fifth for a fixed split count, e.g.
