@@ -85,9 +85,10 @@ scripts/decode_kernel_ab.py there), against the general kernel in the same proce
 1x32k 50.2 / 52.7, 8x4k 50.1 / 51.8 (the split rule's counts); 64x4k 258.4 / 259.1, 128x2k 261.7 / 263.9, 64x4k MHA
 982.7 / 989.1. Two programs an SM (maxnreg 128) were within 1 % either way; 2 stages lost 4 % at one program an SM,
 4 and 6 stages 1-3 %. 128-key tiles (H200, 2026-12-02, docs/results/2026-12-02-h200-652e0ab/out/run94/): 64x4k 248.2
-/ 249.2 against 246.1 / 246.1 us, MHA 971.2 / 968.0 against 959.2 / 961.9, 1x8k and 32x2k within 0.5 %. Swept again (H200, 2026-12-03, docs/results/2026-12-03-h200-sweep/, cuDNN in the same
-process): 2 stages 3-4 % slower on the large cells, 4 stages ~1 %, 5-6 stages 1-4 %; two programs an SM at 2 stages
-within 0.5 % of this tile on the large cells, 0.9 % faster on 32x2k (67.7 against 68.4 us), slower on 1x8k and MQA."""
+/ 249.2 against 246.1 / 246.1 us, MHA 971.2 / 968.0 against 959.2 / 961.9, 1x8k and 32x2k within 0.5 %. Swept again
+(H200, 2026-12-03, docs/results/2026-12-03-h200-sweep/, cuDNN in the same process): 2 stages 3-4 % slower on the large
+cells, 4 stages ~1 %, 5-6 stages 1-4 %; two programs an SM at 2 stages within 0.5 % of this tile on the large cells,
+0.9 % faster on 32x2k (67.7 against 68.4 us), slower on 1x8k and MQA."""
 
 DECODE_HOPPER_TILE_ENV = "ATTN_FUSED_HOPPER_DECODE_TILE"
 """Override of DECODE_HOPPER_TILE (A/B measurements): four integers, and a fifth for a fixed split count, e.g.
