@@ -256,7 +256,9 @@ def _consumer(descriptors, buffers, decode_buffers, schedule, sequences, output,
     out_ptr, stride_os, qk_scale, q_ptr, stride_qs, heads_kv = output[0], output[1], output[2], output[3], \
         output[4], output[8]
     q_batch_rows, out_batch_rows = sequences[4], sequences[7]
-    dq_smem = decode_buffers[0]
+    ring = (k_smem, v_smem, k_ready, k_empty, v_ready, v_empty)
+    decode_ring = _decode_ring(k_smem, v_smem, decode_buffers)
+    dq_smem = decode_ring[0]
     ROWS: gl.constexpr = q_smem.type.shape[1]
     BLOCK_N: gl.constexpr = k_smem.type.shape[1]
     DECODE_BLOCK_N: gl.constexpr = BLOCK_N // 2  # a decode tile: half a ring slot
@@ -264,8 +266,6 @@ def _consumer(descriptors, buffers, decode_buffers, schedule, sequences, output,
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     rows = GROUP * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))  # of the q tile
-    ring = (k_smem, v_smem, k_ready, k_empty, v_ready, v_empty)
-    decode_ring = _decode_ring(k_smem, v_smem, decode_buffers)
     count = 0
     prefills = 0
     decode_tiles = 0
