@@ -314,31 +314,38 @@ def decode_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
     cu = torch.zeros(3, dtype=torch.int32)
     partial = torch.zeros(16, dtype=torch.float32)
     _, gather_stages, gather_warps, _, gather_maxnreg = DECODE_HOPPER_GATHER_TILE
-    for head_dim, page_size, causal, starts, rows, write_partial, gather, ring, block_n in (
-            (128, 16, True, False, 8, True, 0, stages, default_block_n),
-            (128, 0, True, True, 32, False, 0, stages, default_block_n),
-            (64, 256, False, False, 64, False, 0, stages, default_block_n),
-            (128, 1, True, False, 8, True, gather_warps, gather_stages, default_block_n),
-            (64, 8, False, False, 16, False, gather_warps, gather_stages, default_block_n),
-            (128, 1, False, False, 8, False, 1, 3, default_block_n),
-            (128, 1, True, False, 16, True, 8, 6, default_block_n),
-            (128, 16, True, False, 8, True, 0, 3, 128), (128, 1, True, False, 8, True, 4, 3, 128)):
+    for head_dim, page_size, causal, starts, rows, write_partial, gather, ring, block_n, heads in (
+            (128, 16, True, False, 8, True, 0, stages, default_block_n, 1),
+            (128, 0, True, True, 32, False, 0, stages, default_block_n, 1),
+            (64, 256, False, False, 64, False, 0, stages, default_block_n, 1),
+            (128, 1, True, False, 8, True, gather_warps, gather_stages, default_block_n, 1),
+            (64, 8, False, False, 16, False, gather_warps, gather_stages, default_block_n, 1),
+            (128, 1, False, False, 8, False, 1, 3, default_block_n, 1),
+            (128, 1, True, False, 16, True, 8, 6, default_block_n, 1),
+            (128, 16, True, False, 8, True, 0, 3, 128, 1), (128, 1, True, False, 8, True, 4, 3, 128, 1),
+            (128, 16, True, False, 8, True, 0, stages, default_block_n, 2),
+            (128, 0, False, False, 8, False, 0, stages, default_block_n, 2),
+            (128, 16, True, False, 8, False, 0, 3, 128, 8),
+            (128, 1, True, False, 8, True, gather_warps, gather_stages, default_block_n, 2)):
         q = torch.zeros(256, 4 * head_dim, dtype=torch.bfloat16)
         k = torch.zeros(256, 2 * head_dim, dtype=torch.bfloat16)
-        block = [min(block_n, page_size) if page_size else block_n, head_dim]
+        keys = block_n // heads
+        block = [min(keys, page_size) if page_size else keys, head_dim]
         descriptor = k if gather else TensorDescriptor.from_tensor(
             k, block, gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16))
         args = (descriptor, descriptor, q, torch.zeros(256, 4, head_dim, dtype=torch.bfloat16), partial, partial,
                 cu, cu, cu, cu, cu, cu, 2, 2, 4, 0, 0, 0, 0, 4 * head_dim, 4 * head_dim, 8, 0.18, 4096, 512, 64, 8, 256,
                 2 * head_dim if gather else 0, 2 * head_dim if gather else 0)
-        constexprs = dict(GROUP_SIZE=2, ROWS=rows, BLOCK_N=block_n, STAGES=ring, PAGE_SIZE=page_size, CAUSAL=causal,
+        constexprs = dict(GROUP_SIZE=max(2, heads), ROWS=rows, BLOCK_N=block_n, STAGES=ring, PAGE_SIZE=page_size, CAUSAL=causal,
                           BOTTOM_RIGHT=causal, HAS_Q_START=starts, HAS_KV_START=starts, WRITE_PARTIAL=write_partial,
                           FUSED_MERGE=write_partial, SPLITS_BLOCK=16, MERGE_ROWS=4, GATHER=gather, HEAD_DIM=head_dim,
+                          HEADS=heads,
                           maxnreg=gather_maxnreg if (gather, ring) == (gather_warps, gather_stages) else maxnreg)
         label = (f"decode d{head_dim} {f'page {page_size}' if page_size else 'non-paged'}{' causal' if causal else ''}"
                  f"{' partials' if write_partial else ''}"
                  f"{f' gathered by {gather} warps, {ring} stages' if gather else ''}"
-                 f"{f', {block_n}-key tiles' if block_n != default_block_n else ''}")
+                 f"{f', {block_n}-key tiles' if block_n != default_block_n else ''}"
+                 f"{f', {heads} KV heads a tile' if heads > 1 else ''}")
         launches.append((label, attention_decode_hopper_kernel, args, constexprs, 4, 1))
     return launches
 

@@ -156,7 +156,8 @@ def test_whole_rounds(items: int, programs: int) -> None:
 
 @pytest.mark.parametrize("switch, programs", [(None, 128), ("1", 128), ("0", 132)])
 def test_the_plan_runs_on_whole_rounds(monkeypatch: pytest.MonkeyPatch, switch: str | None, programs: int) -> None:
-    """64 x 4k: 512 walks, one split each; ATTN_FUSED_HOPPER_DECODE_ROUNDS=0 keeps every SM's program."""
+    """64 x 4k: 256 items of two KV heads, one split each (as one-head walks take); ATTN_FUSED_HOPPER_DECODE_ROUNDS=0
+    keeps every SM's program."""
     monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
     if switch is not None:
         monkeypatch.setenv(DECODE_HOPPER_ROUNDS_ENV, switch)
@@ -305,3 +306,75 @@ def test_pages_under_16_tokens_launch_with_pointers_and_row_strides(monkeypatch:
     assert (kwargs["GATHER"], kwargs["STAGES"], kwargs["PAGE_SIZE"], kwargs["HEAD_DIM"]) == (warps, stages, 1, 128)
     # a prefill over the same pages is not the Hopper kernels' (its tiles read whole pages of 16 tokens and more)
     assert _plan(*_paged_decodes(num_seqs=1, queries=4096, page_size=1), max_seqlen_q=4096) is None
+
+
+@pytest.mark.parametrize("value, heads, page_size, tile, per_item", [
+    (None, (32, 8), 16, None, 2),  # the rule: 2 x 4 query heads fill a tile's 8 rows
+    (None, (32, 32), 16, None, 4),  # MHA: 8 heads would leave 8 keys a head a tile
+    (None, (32, 8), 1, None, 2),
+    (None, (32, 1), 16, None, 1),
+    ("1", (32, 8), 16, None, 1),
+    ("2", (32, 8), 16, None, 2),  # 32 keys a head: two 16-token pages a head a tile
+    ("4", (32, 8), 16, None, 4),  # 16 keys a head: a page
+    ("8", (32, 8), 16, None, 1),  # 8 keys a head a tile: fewer than 16
+    ("8", (32, 8), 16, "128,3,1,168", 8),
+    ("2", (32, 8), 0, None, 2),
+    ("2", (32, 8), 256, None, 2),  # a page holds a head's keys
+    ("2", (32, 8), 1, None, 2),  # gathered pages: a tile's halves are the two heads'
+    ("4", (32, 8), 1, None, 1),  # gathered pages: two heads at most
+    ("16", (32, 8), 16, None, 1),  # more than the sequence's KV heads
+    ("2", (32, 1), 16, None, 1),  # MQA: one KV head
+    ("4", (32, 2), 16, None, 1),  # 16 heads a KV head x 4: more than 64 rows
+])
+def test_kv_heads_share_a_tile_where_the_switch_says(monkeypatch: pytest.MonkeyPatch, value: str | None,
+                                                   heads: tuple[int, int], page_size: int, tile: str | None,
+                                                   per_item: int) -> None:
+    """64 sequences of 4k keys, one split: an item of ``per_item`` KV heads (kv_heads_per_item's rule, or
+    DECODE_HOPPER_HEADS_ENV's) counts their query heads as one group and its sequence as heads_kv / per_item items;
+    its TMA loads are a head's BLOCK_N / per_item keys (or a page of them)."""
+    monkeypatch.setattr(hopper_forward, "_on_sm90", lambda q: True)
+    if value is not None:
+        monkeypatch.setenv(hopper_decode.DECODE_HOPPER_HEADS_ENV, value)
+    if tile is not None:
+        monkeypatch.setenv(DECODE_HOPPER_TILE_ENV, tile)
+    kernel = _RecordedLaunch()
+    monkeypatch.setattr(hopper_decode, "attention_decode_hopper_kernel", kernel)
+    q, k, total = _paged_decodes(num_seqs=64, heads=heads, page_size=page_size or 16)
+    if page_size == 0:
+        k = torch.randn(64, 4096, heads[1], 128, dtype=torch.bfloat16)
+    plan = _plan(q, k, total, max_seqlen_kv=4096, num_splits=1)
+    group = heads[0] // heads[1]
+    assert (plan.kv_heads_per_item, plan.group_size, plan.heads_kv) == (per_item, group * per_item,
+                                                                        heads[1] // per_item)
+    if page_size == 1:
+        assert plan.kv_descriptors == () and plan.gather_warps > 0
+        return
+    block_n = plan.tile[0]
+    keys = block_n // per_item
+    cu = torch.arange(65, dtype=torch.int32)
+    plan(q[0], k, k, q[0], cu, cu, cu, None, None if page_size == 0 else torch.zeros(64, 4096, dtype=torch.int32))
+    (_, args, kwargs), = kernel.calls
+    assert kwargs["HEADS"] == per_item and kwargs["GROUP_SIZE"] == group * per_item
+    assert [list(d.block_shape) for d in args[:2]] == [[min(keys, page_size or keys), 128]] * 2
+
+
+def test_kv_heads_switch_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hopper_forward, "_on_sm90", lambda q: True)
+    monkeypatch.setenv(hopper_decode.DECODE_HOPPER_HEADS_ENV, "two")
+    with pytest.raises(ValueError, match="ATTN_FUSED_HOPPER_DECODE_HEADS must be an integer, got 'two'"):
+        _plan(*_paged_decodes(num_seqs=4), max_seqlen_kv=4096, num_splits=1)
+
+
+@pytest.mark.parametrize("num_seqs, max_seqlen_kv, per_item", [(64, 4096, 2), (32, 2048, 2), (29, 2048, 1),
+                                                               (8, 4096, 1), (1, 8192, 1)])
+def test_kv_heads_share_a_tile_only_on_unsplit_walks_that_fill_the_programs(monkeypatch: pytest.MonkeyPatch,
+                                                                          num_seqs: int, max_seqlen_kv: int,
+                                                                          per_item: int) -> None:
+    """The rule takes two GQA heads an item when one-head items take one split and half as many items still fill
+    90 % of the programs (32 x 2k: 128 items on 132 SMs; 29 x 2k: 116); split walks (8 x 4k, 1 x 8k) keep one head, whose split
+    count stays the one-head rule's."""
+    monkeypatch.setattr(hopper_forward, "_on_sm90", lambda q: True)
+    plan = _plan(*_paged_decodes(num_seqs=num_seqs), max_seqlen_kv=max_seqlen_kv)
+    assert plan.kv_heads_per_item == per_item
+    monkeypatch.setenv(hopper_decode.DECODE_HOPPER_HEADS_ENV, "1")
+    assert plan.num_splits == _plan(*_paged_decodes(num_seqs=num_seqs), max_seqlen_kv=max_seqlen_kv).num_splits

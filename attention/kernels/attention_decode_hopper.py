@@ -22,6 +22,11 @@ sequence x KV head i // num_splits, an even share of that walk's KV tiles, and w
 a normalised partial output and its log-sum-exp (log2 units) for combine.py's merge. With FUSED_MERGE the last
 split of each walk to finish (an arrival counter per walk) merges them instead, in the same launch.
 
+With HEADS > 1 an item is a sequence x HEADS neighbouring KV heads: a tile holds BLOCK_N / HEADS keys of each
+head (a head's keys in a block of rows) and the heads' query heads are the item's rows, each masked against the
+other heads' keys, so that a program reads a page's rows of HEADS heads back to back (HEADS programs would each
+translate the page's address) while the wgmmas stay as many per byte as with one head of a few rows.
+
 Masking as attention_fwd_hopper.py: keys past the sequence and the causal band are masked on the tiles that
 need it, V rows past the sequence zeroed in shared memory before their PV, rows past the item not stored.
 """
@@ -44,6 +49,7 @@ from .attention_fwd_hopper import (
     _load_paged_tile,
     _tile_page_rows,
     _tile_walk,
+    _tma_load,
     _zero_rows_from,
 )
 
@@ -86,28 +92,31 @@ def _decode_walk(item, sequences, heads_kv, ROWS: gl.constexpr, DECODE_BLOCK_N: 
 
 @gluon.jit
 def _load_decode_tiles(kv_descriptors, decode_buffers, count, first_tile, num_tiles, k_row0, v_row0, kv_col, pages,
-                       kv_len, PAGE_SIZE: gl.constexpr, GATHER: gl.constexpr):
+                       kv_len, PAGE_SIZE: gl.constexpr, GATHER: gl.constexpr, HEADS: gl.constexpr = 1):
     """The producer's part of an item: KV tiles first_tile .. first_tile + num_tiles - 1 into the decode ring, from
     its position ``count`` on, each slot once the decode warp group freed it. Over pages smaller than a tile, a
     tile's page ids are read a tile ahead of its loads: a table line missing in L2 (every 8 tiles at 16-token
-    pages) then arrives while the slots of two tiles are awaited, not one."""
+    pages) then arrives while the slots of two tiles are awaited, not one. HEADS > 1 (TMA only): a tile holds
+    BLOCK_N / HEADS keys of each of HEADS KV heads (columns kv_col, kv_col + D, ...), head h's in rows h x that."""
     _, dk_smem, dv_smem, dk_ready, dk_empty, dv_ready, dv_empty = decode_buffers[:7]
     DECODE_BLOCK_N: gl.constexpr = dk_smem.type.shape[1]
     DECODE_STAGES: gl.constexpr = dk_smem.type.shape[0]
     ring = (dk_smem, dv_smem, dk_ready, dk_empty, dv_ready, dv_empty)
     if GATHER:  # kv_descriptors: (k, v, their token rows' strides)
+        gl.static_assert(HEADS <= 2, "a gathered tile's halves are its keys' or two KV heads'")
         HALF: gl.constexpr = DECODE_BLOCK_N // 2
-        first_key = first_tile * DECODE_BLOCK_N
-        rows = (_gather_rows(pages, first_key, kv_len, HALF, PAGE_SIZE, GATHER),
-                _gather_rows(pages, first_key + HALF, kv_len, HALF, PAGE_SIZE, GATHER))
+        KEYS: gl.constexpr = DECODE_BLOCK_N // HEADS
+        rows = _gather_halves(pages, first_tile * KEYS, kv_len, HALF, PAGE_SIZE, GATHER, HEADS)
         for i in range(num_tiles):
             # the next tile's rows (the last tile's again at the end: a hit), a register a lane a half
-            next_key = (first_tile + gl.minimum(i + 1, num_tiles - 1)) * DECODE_BLOCK_N
-            ahead = (_gather_rows(pages, next_key, kv_len, HALF, PAGE_SIZE, GATHER),
-                     _gather_rows(pages, next_key + HALF, kv_len, HALF, PAGE_SIZE, GATHER))
+            ahead = _gather_halves(pages, (first_tile + gl.minimum(i + 1, num_tiles - 1)) * KEYS, kv_len, HALF,
+                                   PAGE_SIZE, GATHER, HEADS)
             _gather_tile(kv_descriptors, ring, (count + i) % DECODE_STAGES, ((count + i) // DECODE_STAGES) & 1,
-                         rows, kv_col, GATHER)
+                         rows, kv_col, GATHER, HEADS)
             rows = ahead
+    elif HEADS > 1:
+        _load_head_tiles(kv_descriptors, ring, count, first_tile, num_tiles, k_row0, v_row0, kv_col, pages, kv_len,
+                         PAGE_SIZE, HEADS)
     elif PAGE_SIZE >= DECODE_BLOCK_N or PAGE_SIZE == 0:
         for i in range(num_tiles):
             _load_kv_tile(kv_descriptors, ring, (count + i) % DECODE_STAGES, ((count + i) // DECODE_STAGES) & 1,
@@ -121,6 +130,94 @@ def _load_decode_tiles(kv_descriptors, decode_buffers, count, first_tile, num_ti
             _load_paged_tile(kv_descriptors, ring, (count + i) % DECODE_STAGES, ((count + i) // DECODE_STAGES) & 1,
                              page_rows, kv_col, PAGE_SIZE)
             page_rows = ahead
+
+
+@gluon.jit
+def _load_head_tiles(kv_descriptors, ring, count, first_tile, num_tiles, k_row0, v_row0, kv_col, pages, kv_len,
+                     PAGE_SIZE: gl.constexpr, HEADS: gl.constexpr):
+    """_load_decode_tiles's tiles of HEADS KV heads: KEYS = BLOCK_N / HEADS keys of each, one TMA load a head (a
+    head a page over pages smaller than KEYS). A program then reads a page's rows of HEADS heads back to back, where
+    HEADS programs would each miss the page's address translation."""
+    k_smem = ring[0]
+    DECODE_BLOCK_N: gl.constexpr = k_smem.type.shape[1]
+    DECODE_STAGES: gl.constexpr = k_smem.type.shape[0]
+    KEYS: gl.constexpr = DECODE_BLOCK_N // HEADS
+    if PAGE_SIZE >= KEYS or PAGE_SIZE == 0:
+        for i in range(num_tiles):
+            key = (first_tile + i) * KEYS
+            k_row = k_row0 + key
+            v_row = v_row0 + key
+            if PAGE_SIZE > 0:  # the tile's keys lie in one page
+                k_row = gl.load(pages + key // PAGE_SIZE) * PAGE_SIZE + key % PAGE_SIZE
+                v_row = k_row
+            _load_heads_by_rows(kv_descriptors, ring, (count + i) % DECODE_STAGES, ((count + i) // DECODE_STAGES) & 1,
+                                k_row, v_row, kv_col, HEADS)
+    else:
+        page_rows = _tile_page_rows(pages, first_tile, kv_len, KEYS, PAGE_SIZE)
+        for i in range(num_tiles):
+            ahead = _tile_page_rows(pages, first_tile + gl.minimum(i + 1, num_tiles - 1), kv_len, KEYS, PAGE_SIZE)
+            _load_heads_by_pages(kv_descriptors, ring, (count + i) % DECODE_STAGES,
+                                 ((count + i) // DECODE_STAGES) & 1, page_rows, kv_col, PAGE_SIZE, HEADS)
+            page_rows = ahead
+
+
+@gluon.jit
+def _load_heads_by_rows(kv_descriptors, ring, stage, phase, k_row, v_row, kv_col, HEADS: gl.constexpr):
+    """K then V of HEADS heads' KEYS rows from pool rows k_row / v_row into ring slot ``stage``, once freed."""
+    k_desc, v_desc = kv_descriptors
+    k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
+    KEYS: gl.constexpr = k_smem.type.shape[1] // HEADS
+    HEAD_DIM: gl.constexpr = k_smem.type.shape[2]
+    mbarrier.wait(k_empty.index(stage), phase ^ 1)  # a fresh barrier counts as released
+    mbarrier.expect(k_ready.index(stage), HEADS * k_desc.block_type.nbytes)
+    for h in gl.static_range(HEADS):
+        _tma_load(k_desc, [k_row, kv_col + h * HEAD_DIM], k_ready.index(stage),
+                  k_smem.index(stage).slice(h * KEYS, KEYS))
+    mbarrier.wait(v_empty.index(stage), phase ^ 1)
+    mbarrier.expect(v_ready.index(stage), HEADS * v_desc.block_type.nbytes)
+    for h in gl.static_range(HEADS):
+        _tma_load(v_desc, [v_row, kv_col + h * HEAD_DIM], v_ready.index(stage),
+                  v_smem.index(stage).slice(h * KEYS, KEYS))
+
+
+@gluon.jit
+def _load_heads_by_pages(kv_descriptors, ring, stage, phase, page_rows, kv_col, PAGE_SIZE: gl.constexpr,
+                         HEADS: gl.constexpr):
+    """K then V of HEADS heads over pages smaller than KEYS (``page_rows``: _tile_page_rows's, lane p page p's first
+    pool row) into ring slot ``stage``: a page's loads of every head back to back."""
+    k_desc, v_desc = kv_descriptors
+    k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
+    KEYS: gl.constexpr = k_smem.type.shape[1] // HEADS
+    HEAD_DIM: gl.constexpr = k_smem.type.shape[2]
+    TILE_PAGES: gl.constexpr = KEYS // PAGE_SIZE
+    lanes = gl.arange(0, TILE_PAGES, layout=page_rows.type.layout)
+    mbarrier.wait(k_empty.index(stage), phase ^ 1)
+    mbarrier.expect(k_ready.index(stage), HEADS * TILE_PAGES * k_desc.block_type.nbytes)
+    for p in gl.static_range(TILE_PAGES):
+        row = gl.sum(gl.where(lanes == p, page_rows, 0), axis=0)
+        for h in gl.static_range(HEADS):
+            _tma_load(k_desc, [row, kv_col + h * HEAD_DIM], k_ready.index(stage),
+                      k_smem.index(stage).slice(h * KEYS + p * PAGE_SIZE, PAGE_SIZE))
+    mbarrier.wait(v_empty.index(stage), phase ^ 1)
+    mbarrier.expect(v_ready.index(stage), HEADS * TILE_PAGES * v_desc.block_type.nbytes)
+    for p in gl.static_range(TILE_PAGES):
+        row = gl.sum(gl.where(lanes == p, page_rows, 0), axis=0)
+        for h in gl.static_range(HEADS):
+            _tma_load(v_desc, [row, kv_col + h * HEAD_DIM], v_ready.index(stage),
+                      v_smem.index(stage).slice(h * KEYS + p * PAGE_SIZE, PAGE_SIZE))
+
+
+@gluon.jit
+def _gather_halves(pages, first_key, kv_len, HALF: gl.constexpr, PAGE_SIZE: gl.constexpr, WARPS: gl.constexpr,
+                   HEADS: gl.constexpr):
+    """The pool rows of a gathered tile's two halves from key first_key: the tile's two halves of keys, or (HEADS 2)
+    the same keys for each of the two KV heads."""
+    first = _gather_rows(pages, first_key, kv_len, HALF, PAGE_SIZE, WARPS)
+    if HEADS == 1:
+        second = _gather_rows(pages, first_key + HALF, kv_len, HALF, PAGE_SIZE, WARPS)
+    else:
+        second = first
+    return first, second
 
 
 @gluon.jit
@@ -149,22 +246,24 @@ def _gather_rows_into(tile, base, row_stride, rows, dims, WARPS: gl.constexpr):
 
 
 @gluon.jit
-def _gather_tile(kv_pointers, ring, stage, phase, rows, kv_col, WARPS: gl.constexpr):
-    """K then V of a tile's keys at pool rows ``rows`` (two halves, _gather_rows's) into ring slot ``stage`` by
+def _gather_tile(kv_pointers, ring, stage, phase, rows, kv_col, WARPS: gl.constexpr, HEADS: gl.constexpr = 1):
+    """K then V of a tile's keys at pool rows ``rows`` (two halves, _gather_halves's) into ring slot ``stage`` by
     cp.async by WARPS warps, half a tile at a time (BLOCK_N / 4 / WARPS addresses a lane at d128), each once the
-    consumers freed its slot; each lane's arrival on the slot's ready barrier lands with its copies."""
+    consumers freed its slot; each lane's arrival on the slot's ready barrier lands with its copies. HEADS 2: the
+    second half is the next KV head's (columns kv_col + D)."""
     k_ptr, v_ptr, k_row_stride, v_row_stride = kv_pointers
     k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
     HALF: gl.constexpr = k_smem.type.shape[1] // 2
     HEAD_DIM: gl.constexpr = k_smem.type.shape[2]
     dims = kv_col + gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, _gather_layout(HEAD_DIM, WARPS)))
+    second_dims = dims + (HEADS - 1) * HEAD_DIM
     mbarrier.wait(k_empty.index(stage), phase ^ 1)  # a fresh barrier counts as released
     _gather_rows_into(k_smem.index(stage).slice(0, HALF), k_ptr, k_row_stride, rows[0], dims, WARPS)
-    _gather_rows_into(k_smem.index(stage).slice(HALF, HALF), k_ptr, k_row_stride, rows[1], dims, WARPS)
+    _gather_rows_into(k_smem.index(stage).slice(HALF, HALF), k_ptr, k_row_stride, rows[1], second_dims, WARPS)
     async_copy.mbarrier_arrive(k_ready.index(stage), increment_count=False)
     mbarrier.wait(v_empty.index(stage), phase ^ 1)
     _gather_rows_into(v_smem.index(stage).slice(0, HALF), v_ptr, v_row_stride, rows[0], dims, WARPS)
-    _gather_rows_into(v_smem.index(stage).slice(HALF, HALF), v_ptr, v_row_stride, rows[1], dims, WARPS)
+    _gather_rows_into(v_smem.index(stage).slice(HALF, HALF), v_ptr, v_row_stride, rows[1], second_dims, WARPS)
     async_copy.mbarrier_arrive(v_ready.index(stage), increment_count=False)
 
 
@@ -199,11 +298,15 @@ def _load_decode_q(dq_smem, q_ptr, stride_qs, q_token0, kv_head, q_len, GROUP_SI
 
 @gluon.jit
 def _decode_tiles(decode_buffers, count, first_tile, num_tiles, first_masked, kv_len, diag, qk_scale,
-                  CAUSAL: gl.constexpr, GROUP_SIZE: gl.constexpr, GATHER: gl.constexpr):
+                  CAUSAL: gl.constexpr, GROUP_SIZE: gl.constexpr, GATHER: gl.constexpr, HEADS: gl.constexpr = 1):
     """The decode warp group's part of an item whose Q is in dq_smem: KV tiles first_tile .. first_tile + num_tiles
     - 1 from ring position ``count`` (GATHER: written by cp.async, so a proxy fence before a wgmma reads K; V's
     comes with P's). Returns O^T [HEAD_DIM, ROWS] (fp32, not yet divided by the sums), the rows'
-    running max (log2 units, -inf for a row that saw no key) and their softmax sums."""
+    running max (log2 units, -inf for a row that saw no key) and their softmax sums.
+
+    HEADS > 1: a tile holds KEYS = BLOCK_N / HEADS keys of each of HEADS KV heads (_load_head_tiles's), and the
+    item's GROUP_SIZE query heads are those heads' groups in order: a row's scores against the other heads' keys
+    are masked on every tile, so one wgmma serves every head (block-diagonal S^T)."""
     dq_smem, dk_smem, dv_smem, dk_ready, dk_empty, dv_ready, dv_empty, dp_smem = decode_buffers
     ROWS: gl.constexpr = dq_smem.type.shape[0]
     HEAD_DIM: gl.constexpr = dq_smem.type.shape[1]
@@ -213,8 +316,13 @@ def _decode_tiles(decode_buffers, count, first_tile, num_tiles, first_masked, kv
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, ROWS, 16])
     across: gl.constexpr = gl.SliceLayout(0, acc_layout)  # along axis 1: the item's rows
+    KEYS: gl.constexpr = DECODE_BLOCK_N // HEADS  # a head's keys in a tile
     queries = gl.arange(0, ROWS, layout=across) // GROUP_SIZE  # a row's query index
     keys = gl.arange(0, DECODE_BLOCK_N, layout=gl.SliceLayout(1, acc_layout))
+    if HEADS > 1:
+        columns = gl.arange(0, ROWS, layout=across)
+        same_head = (keys // KEYS)[:, None] == ((columns % GROUP_SIZE) // (GROUP_SIZE // HEADS))[None, :]
+        keys = keys % KEYS
     m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=across)
     l_i = gl.zeros([DECODE_BLOCK_N, ROWS], gl.float32, layout=acc_layout)  # summed down at the end
     o = gl.zeros([HEAD_DIM, ROWS], gl.float32, layout=acc_layout)
@@ -227,8 +335,10 @@ def _decode_tiles(decode_buffers, count, first_tile, num_tiles, first_masked, kv
     for i in range(num_tiles):
         t = first_tile + i
         stage = (count + i) % DECODE_STAGES
+        if HEADS > 1:
+            s = gl.where(same_head, s, float("-inf"))
         if t >= first_masked:
-            key = t * DECODE_BLOCK_N + keys
+            key = t * KEYS + keys
             keep = key[:, None] < kv_len
             if CAUSAL:
                 keep = keep & (key[:, None] <= queries[None, :] + diag)
@@ -240,8 +350,11 @@ def _decode_tiles(decode_buffers, count, first_tile, num_tiles, first_masked, kv
         m_i = m_new
         l_i = l_i * alpha[None, :] + p
         mbarrier.wait(dv_ready.index(stage), ((count + i) // DECODE_STAGES) & 1)
-        if (t + 1) * DECODE_BLOCK_N > kv_len:
-            _zero_rows_from(dv_smem.index(stage), kv_len - t * DECODE_BLOCK_N)
+        if (t + 1) * KEYS > kv_len:
+            if HEADS > 1:
+                _zero_keys_from(dv_smem.index(stage), kv_len - t * KEYS, KEYS)
+            else:
+                _zero_rows_from(dv_smem.index(stage), kv_len - t * DECODE_BLOCK_N)
         dp_smem.store(gl.permute(p.to(dtype), (1, 0)))
         fence_async_shared()
         _cta_barrier()  # all of P in place for the wgmma
@@ -263,6 +376,22 @@ def _decode_tiles(decode_buffers, count, first_tile, num_tiles, first_masked, kv
         mbarrier.arrive(dk_empty.index(stage), count=1, pred=(i == 0) | (i + 1 == num_tiles))
         mbarrier.arrive(dv_empty.index(stage), count=1)
     return o, m_i, gl.sum(l_i, axis=0)
+
+
+@gluon.jit
+def _zero_keys_from(tile, first_key, KEYS: gl.constexpr):
+    """Zero the rows of keys >= first_key of every head of a [BLOCK_N, D] tile of HEADS heads' KEYS keys, in halves
+    (as attention_fwd_hopper._zero_rows_from)."""
+    BLOCK_N: gl.constexpr = tile.type.shape[0]
+    HALF: gl.constexpr = BLOCK_N // 2
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    for half in gl.static_range(2):
+        part = tile.slice(half * HALF, HALF)
+        values = part.load(layout)
+        rows = half * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(1, layout))
+        part.store(gl.where((rows % KEYS < first_key)[:, None], values, gl.zeros_like(values)))
+    fence_async_shared()
+    _cta_barrier()
 
 
 @gluon.jit
@@ -357,7 +486,7 @@ def _split_producer(kv_descriptors, decode_buffers, sequences, output, partials,
                     BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr, HAS_KV_START: gl.constexpr,
                     PAGE_SIZE: gl.constexpr, GROUP_SIZE: gl.constexpr, WRITE_PARTIAL: gl.constexpr,
                     FUSED_MERGE: gl.constexpr, SPLITS_BLOCK: gl.constexpr, MERGE_ROWS: gl.constexpr,
-                    GATHER: gl.constexpr):
+                    GATHER: gl.constexpr, HEADS: gl.constexpr):
     """1 warp (GATHER > 0: that many): the K / V tiles of the program's split items into the ring. The next item's
     walk (its lengths) is loaded before this item's tiles, so that its round trip to memory does not stall the loads
     between items."""
@@ -366,22 +495,22 @@ def _split_producer(kv_descriptors, decode_buffers, sequences, output, partials,
         output[9]
     ROWS: gl.constexpr = dq_smem.type.shape[0]
     HEAD_DIM: gl.constexpr = dq_smem.type.shape[1]
-    DECODE_BLOCK_N: gl.constexpr = dk_smem.type.shape[1]
+    KEYS: gl.constexpr = dk_smem.type.shape[1] // HEADS  # a KV head's keys in a tile
     num_items = num_seqs * heads_kv * num_splits
     count = 0
     item = gl.program_id(0)
-    walk = _decode_walk(item // num_splits, sequences, heads_kv, ROWS, DECODE_BLOCK_N, CAUSAL, BOTTOM_RIGHT,
+    walk = _decode_walk(item // num_splits, sequences, heads_kv, ROWS, KEYS, CAUSAL, BOTTOM_RIGHT,
                         HAS_Q_START, HAS_KV_START, GROUP_SIZE)
     while item < num_items:
         is_decode, seq, kv_head, _, kv_len, _, _, walk_tiles, _, k_row0, v_row0, _ = walk
         _, first_tile, num_tiles = _split_item(item, num_splits, walk_tiles)
         item += gl.num_programs(0)
-        walk = _decode_walk(gl.minimum(item, num_items - 1) // num_splits, sequences, heads_kv, ROWS, DECODE_BLOCK_N,
+        walk = _decode_walk(gl.minimum(item, num_items - 1) // num_splits, sequences, heads_kv, ROWS, KEYS,
                             CAUSAL, BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START, GROUP_SIZE)
         if is_decode:
             pages = page_table_ptr + seq.to(gl.int64) * page_table_stride
             _load_decode_tiles(kv_descriptors, decode_buffers, count, first_tile, num_tiles, k_row0, v_row0,
-                               kv_head * HEAD_DIM, pages, kv_len, PAGE_SIZE, GATHER)
+                               kv_head * HEADS * HEAD_DIM, pages, kv_len, PAGE_SIZE, GATHER, HEADS)
             count += num_tiles
 
 
@@ -390,7 +519,7 @@ def _split_decode(kv_descriptors, decode_buffers, sequences, output, partials, C
                   BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr, HAS_KV_START: gl.constexpr,
                   PAGE_SIZE: gl.constexpr, GROUP_SIZE: gl.constexpr, WRITE_PARTIAL: gl.constexpr,
                   FUSED_MERGE: gl.constexpr, SPLITS_BLOCK: gl.constexpr, MERGE_ROWS: gl.constexpr,
-                  GATHER: gl.constexpr):
+                  GATHER: gl.constexpr, HEADS: gl.constexpr):
     """4 warps: the program's split items through their tiles, then their output rows or partials (with
     FUSED_MERGE, the last split of a walk merges them). The next item's walk (its lengths) and Q rows are loaded
     before this item's tiles: their round trips to memory overlap the tiles instead of stalling the tensor cores
@@ -401,11 +530,11 @@ def _split_decode(kv_descriptors, decode_buffers, sequences, output, partials, C
     q_batch_rows, out_batch_rows = sequences[4], sequences[7]
     ROWS: gl.constexpr = dq_smem.type.shape[0]
     HEAD_DIM: gl.constexpr = dq_smem.type.shape[1]
-    DECODE_BLOCK_N: gl.constexpr = dk_smem.type.shape[1]
+    KEYS: gl.constexpr = dk_smem.type.shape[1] // HEADS  # a KV head's keys in a tile
     num_items = num_seqs * heads_kv * num_splits
     count = 0
     item = gl.program_id(0)
-    walk = _decode_walk(item // num_splits, sequences, heads_kv, ROWS, DECODE_BLOCK_N, CAUSAL, BOTTOM_RIGHT,
+    walk = _decode_walk(item // num_splits, sequences, heads_kv, ROWS, KEYS, CAUSAL, BOTTOM_RIGHT,
                         HAS_Q_START, HAS_KV_START, GROUP_SIZE)
     q = _gather_decode_q(q_ptr, stride_qs, walk[1] * q_batch_rows + walk[5], walk[2], walk[3], ROWS, HEAD_DIM,
                          GROUP_SIZE)
@@ -416,13 +545,13 @@ def _split_decode(kv_descriptors, decode_buffers, sequences, output, partials, C
         if is_decode:
             _store_decode_q(dq_smem, q)
         item += gl.num_programs(0)
-        walk = _decode_walk(gl.minimum(item, num_items - 1) // num_splits, sequences, heads_kv, ROWS, DECODE_BLOCK_N,
+        walk = _decode_walk(gl.minimum(item, num_items - 1) // num_splits, sequences, heads_kv, ROWS, KEYS,
                             CAUSAL, BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START, GROUP_SIZE)
         q = _gather_decode_q(q_ptr, stride_qs, walk[1] * q_batch_rows + walk[5], walk[2], walk[3], ROWS, HEAD_DIM,
                              GROUP_SIZE)
         if is_decode:
             o, m_i, l_sum = _decode_tiles(decode_buffers, count, first_tile, num_tiles, first_masked, kv_len, diag,
-                                          qk_scale, CAUSAL, GROUP_SIZE, GATHER)
+                                          qk_scale, CAUSAL, GROUP_SIZE, GATHER, HEADS)
             count += num_tiles
             if WRITE_PARTIAL:
                 _decode_rows_partial(o, m_i, l_sum, partials, split, q_begin, kv_head, q_len, GROUP_SIZE)
@@ -458,7 +587,7 @@ def attention_decode_hopper_kernel(
     GROUP_SIZE: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
     PAGE_SIZE: gl.constexpr, CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
     HAS_KV_START: gl.constexpr, WRITE_PARTIAL: gl.constexpr, FUSED_MERGE: gl.constexpr, SPLITS_BLOCK: gl.constexpr,
-    MERGE_ROWS: gl.constexpr, GATHER: gl.constexpr, HEAD_DIM: gl.constexpr,
+    MERGE_ROWS: gl.constexpr, GATHER: gl.constexpr, HEAD_DIM: gl.constexpr, HEADS: gl.constexpr = 1,
 ):
     """Grid (programs,), persistent: program p takes items p, p + programs, ... of num_seqs x heads_kv x num_splits
     (split fastest). k_desc / v_desc: TMA descriptors over 2-D views [token rows, H_kv x D] of K / V with blocks
@@ -466,7 +595,9 @@ def attention_decode_hopper_kernel(
     b * k_batch_rows + kv_start[b] + j, or with pages row page_table[b, j // PAGE_SIZE] * PAGE_SIZE + j % PAGE_SIZE.
     GATHER > 0 (pages of fewer than 16 tokens): that many producer warps gather K / V rows by cp.async, k_desc /
     v_desc being K's and V's pointers instead, their rows k_row_stride / v_row_stride elements apart (ignored
-    otherwise); GATHER 0: one producer warp, TMA.
+    otherwise); GATHER 0: one producer warp, TMA. HEADS > 1: an item takes KV heads h x HEADS .. h x HEADS +
+    HEADS - 1 (heads_kv and GROUP_SIZE count items a sequence and their query heads), BLOCK_N / HEADS keys of each a
+    tile (the TMA blocks' rows: [min(BLOCK_N / HEADS, PAGE_SIZE), D]); over gathered pages HEADS is at most 2.
     q_ptr / out_ptr: token rows stride_qs / stride_os elements apart, query token i of sequence b at row
     b * *_batch_rows + q_start[b] + i, heads packed along the row. Every sequence has at most ROWS / GROUP_SIZE
     queries (ROWS: a power of 2 from 8 to MAX_DECODE_ROWS). WRITE_PARTIAL (num_splits > 1): partial_out fp32
@@ -514,8 +645,8 @@ def attention_decode_hopper_kernel(
     gl.warp_specialize([  # (constexprs stay constexprs only as direct members of an argument tuple literal)
         (_split_decode, (kv_descriptors, decode_buffers, sequences, output, partials, CAUSAL, BOTTOM_RIGHT,
                          HAS_Q_START, HAS_KV_START, PAGE_SIZE, GROUP_SIZE, WRITE_PARTIAL, FUSED_MERGE, SPLITS_BLOCK,
-                         MERGE_ROWS, GATHER)),
+                         MERGE_ROWS, GATHER, HEADS)),
         (_split_producer, (kv_descriptors, decode_buffers, sequences, output, partials, CAUSAL, BOTTOM_RIGHT,
                            HAS_Q_START, HAS_KV_START, PAGE_SIZE, GROUP_SIZE, WRITE_PARTIAL, FUSED_MERGE, SPLITS_BLOCK,
-                           MERGE_ROWS, GATHER)),
+                           MERGE_ROWS, GATHER, HEADS)),
     ], [GATHER if GATHER else 1], [GATHER_PRODUCER_REGISTERS if GATHER else 24])

@@ -26,6 +26,7 @@ __all__ = [
     "DECODE_HOPPER_GATHER_ENV",
     "DECODE_HOPPER_GATHER_TILE",
     "DECODE_HOPPER_GATHER_WIDE_TILE",
+    "DECODE_HOPPER_HEADS_ENV",
     "DECODE_HOPPER_MERGE_ENV",
     "DECODE_HOPPER_ROUNDS_ENV",
     "DECODE_HOPPER_TILE",
@@ -35,6 +36,7 @@ __all__ = [
     "DecodeHopperPlan",
     "choose_decode_splits",
     "decode_hopper_unsupported_reason",
+    "kv_heads_per_item",
     "plan_decode_hopper",
     "whole_round_programs",
 ]
@@ -93,6 +95,12 @@ cells, 4 stages ~1 %, 5-6 stages 1-4 %; two programs an SM at 2 stages within 0.
 DECODE_HOPPER_TILE_ENV = "ATTN_FUSED_HOPPER_DECODE_TILE"
 """Override of DECODE_HOPPER_TILE (A/B measurements): four integers, and a fifth for a fixed split count, e.g.
 ``64,4,1,168`` or ``64,3,2,128,16``."""
+
+DECODE_HOPPER_HEADS_ENV = "ATTN_FUSED_HOPPER_DECODE_HEADS"
+"""KV heads a decode item takes (HEADS: a tile holds BLOCK_N / HEADS keys of each, their query heads packed as one
+group): an integer (1: one head an item; A/B measurements); unset, kv_heads_per_item's rule. Calls it cannot serve
+that way (heads it does not divide, more than MAX_DECODE_ROWS rows, fewer than 16 keys a head a tile, pages that do
+not hold or tile a head's keys, more than 2 heads over gathered pages) take 1."""
 
 DECODE_HOPPER_MERGE_ENV = "ATTN_FUSED_HOPPER_DECODE_MERGE"
 """``0``: split partials are merged by combine.py's kernel, a second launch; unset or ``1``: by the decode kernel
@@ -210,6 +218,9 @@ class DecodeHopperPlan(PersistentLaunch):
     """The split workspace [splits, total_q, H_q, D] (fp32, contiguous), None without a split."""
     combine: KernelLaunch | None
     """combine.py's merge launch, None without a split or with ``merge_rows`` (the kernel merges)."""
+    kv_heads_per_item: int = 1
+    """KV heads a decode item takes (HEADS; DECODE_HOPPER_HEADS_ENV): ``group_size`` and ``heads_kv`` then count
+    an item's query heads and the items a sequence."""
     merge_rows: int = 0
     """> 0: the decode kernel merges its splits, this many rows at a time (FUSED_MERGE, MERGE_ROWS)."""
     total_q: int = 0
@@ -254,7 +265,7 @@ class DecodeHopperPlan(PersistentLaunch):
                 "HAS_Q_START": self.has_q_start, "HAS_KV_START": self.has_kv_start,
                 "WRITE_PARTIAL": self.partial_shape is not None, "FUSED_MERGE": self.merge_rows > 0,
                 "SPLITS_BLOCK": next_power_of_2(self.num_splits), "MERGE_ROWS": max(1, self.merge_rows),
-                "GATHER": self.gather_warps, "HEAD_DIM": self.head_dim,
+                "GATHER": self.gather_warps, "HEAD_DIM": self.head_dim, "HEADS": self.kv_heads_per_item,
             },
             options={"num_warps": 4, "maxnreg": maxnreg}, descriptors=self.kv_descriptors,
         )
@@ -299,12 +310,29 @@ def plan_decode_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     gather = _gather_tile(rows) if page_size in GATHER_PAGE_SIZES else None
     if gather:
         block_n, stages, _, programs_per_sm, maxnreg = gather
-    walks = num_seqs * heads_kv
     programs = num_sms * programs_per_sm
-    if num_splits is None:
-        num_splits = fixed_splits[0] if fixed_splits and fixed_splits[0] > 0 else choose_decode_splits(
-            walks=walks, max_tiles=-(-max_seqlen_kv // block_n), programs=programs,
-            mean_tiles=None if mean_seqlen_kv is None else -(-mean_seqlen_kv // block_n))
+
+    def splits_for(heads: int) -> int:  # split count of items of ``heads`` KV heads
+        if num_splits is not None:
+            return num_splits
+        if fixed_splits and fixed_splits[0] > 0:
+            return fixed_splits[0]
+        keys = block_n // heads
+        return choose_decode_splits(walks=num_seqs * heads_kv // heads, max_tiles=-(-max_seqlen_kv // keys),
+                                    programs=programs,
+                                    mean_tiles=None if mean_seqlen_kv is None else -(-mean_seqlen_kv // keys))
+
+    one_head_splits = splits_for(1)
+    heads_per_item = kv_heads_per_item(heads_kv, group_size * max(1, max_seqlen_q), block_n, page_size,
+                                       gathered=gather is not None, num_seqs=num_seqs, programs=programs,
+                                       one_head_splits=one_head_splits)
+    # the rule's items keep one split (the one-head walks take one); DECODE_HOPPER_HEADS_ENV's are split as their
+    # tiles count
+    num_splits = splits_for(heads_per_item) if getenv(DECODE_HOPPER_HEADS_ENV, "") else one_head_splits
+    group_size, heads_kv = group_size * heads_per_item, heads_kv // heads_per_item
+    rows = decode_tile_rows(group_size * max(1, max_seqlen_q))
+    keys = block_n // heads_per_item  # a KV head's keys in a tile
+    walks = num_seqs * heads_kv
     items = walks * num_splits
     partial_shape = combine = None
     merge_rows = 0
@@ -323,15 +351,61 @@ def plan_decode_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     from .hopper_forward import RowsDescriptor, _rows_matrix  # (hopper_forward imports this module)
 
     return DecodeHopperPlan(
-        kv_descriptors=() if gather else (RowsDescriptor.of(k, block_n, page_size),
-                                          RowsDescriptor.of(v, block_n, page_size)),
+        kv_descriptors=() if gather else (RowsDescriptor.of(k, keys, page_size),
+                                          RowsDescriptor.of(v, keys, page_size)),
         kv_row_strides=(_rows_matrix(k)[0].stride(0), _rows_matrix(v)[0].stride(0)) if gather else (0, 0),
         programs=launched, num_splits=num_splits, group_size=group_size, heads_kv=heads_kv,
         num_seqs=num_seqs, batch_rows=batch_rows, q_token_stride=q.stride(-3), out_token_stride=out.stride(-3),
         softmax_scale_log2=scale_log2(softmax_scale), page_size=page_size, causal=causal,
         bottom_right=bool(bottom_right), has_q_start=has_q_start, has_kv_start=has_kv_start,
         tile=(block_n, stages, programs_per_sm, maxnreg), rows=rows, partial_shape=partial_shape, combine=combine,
-        merge_rows=merge_rows, total_q=total_q, head_dim=head_dim, gather_warps=gather[2] if gather else 0)
+        merge_rows=merge_rows, total_q=total_q, head_dim=head_dim, gather_warps=gather[2] if gather else 0,
+        kv_heads_per_item=heads_per_item)
+
+
+def kv_heads_per_item(heads_kv: int, rows: int, block_n: int, page_size: int, *, gathered: bool, num_seqs: int,
+                      programs: int, one_head_splits: int) -> int:
+    """KV heads a decode item takes (HEADS), for a call of ``num_seqs`` sequences of ``heads_kv`` KV heads of
+    ``rows`` packed rows each, on ``programs`` programs, whose items of one head would take ``one_head_splits``
+    splits: DECODE_HOPPER_HEADS_ENV's count where set; else the most heads that fill SMALL_DECODE_ROWS rows when
+    the walks are not split and those items still fill WHOLE_ROUNDS_MIN_FRACTION of the programs; 1 where a tile of
+    that many heads cannot be loaded or packed (``gathered``: pages gathered by cp.async, two heads at most).
+
+    H200, 2026-12-03, graph replays, cuDNN on contiguous K/V in the same process, GQA 32/8 d128 at 16-token pages
+    (docs/results/2026-12-03-h200-heads/): two heads an item, 64x4k 245.6 / 245.1 / 245.1 / 244.9 us against one's
+    246.7 / 246.1 / 246.8 / 246.4 (cuDNN 245.3), 128x2k 247.8 / 247.7 against 247.9-248.3 (246.1-246.4), 32x2k
+    67.6-68.4 against 68.2-68.4 (67.2-67.7), 64x4k at 1-token pages 249.4 / 249.9 against 250.6 / 250.7, 32x32k and
+    non-paged within 0.1 %; four heads of MHA 32/32 64x4k 958.6-960.0 against 961.0-963.1. Split walks lost (1x8k
+    18.9 against 17.9 us, 8x4k 40.2 against 39.7: twice the splits), as did 4 heads of GQA (16 rows: 64x4k 248.2).
+
+    Example:
+        >>> kv_heads_per_item(8, 4, 64, 16, gathered=False, num_seqs=64, programs=132, one_head_splits=1)  # 64x4k
+        2
+        >>> kv_heads_per_item(32, 1, 64, 16, gathered=False, num_seqs=64, programs=132, one_head_splits=1)  # MHA
+        4
+        >>> kv_heads_per_item(8, 4, 64, 16, gathered=False, num_seqs=1, programs=132, one_head_splits=16)  # 1x8k
+        1
+    """
+    def fits(heads: int) -> bool:
+        keys = block_n // heads
+        return (heads_kv % heads == 0 and block_n % heads == 0 and keys >= 16 and rows * heads <= MAX_DECODE_ROWS
+                and (heads == 2 and rows * heads <= GATHER_TWO_AN_SM_MAX_ROWS if gathered else
+                     page_size == 0 or page_size % keys == 0 or (keys % page_size == 0 and page_size >= 16)))
+
+    value = getenv(DECODE_HOPPER_HEADS_ENV, "")
+    if value:
+        try:
+            heads = int(value)
+        except ValueError:
+            raise ValueError(f"{DECODE_HOPPER_HEADS_ENV} must be an integer, got {value!r}") from None
+        return heads if heads > 1 and fits(heads) else 1
+    if one_head_splits > 1:
+        return 1
+    for heads in (8, 4, 2):
+        if (rows * heads <= SMALL_DECODE_ROWS and fits(heads)
+                and num_seqs * heads_kv // heads >= WHOLE_ROUNDS_MIN_FRACTION * programs):
+            return heads
+    return 1
 
 
 def _tile() -> tuple[int, ...]:

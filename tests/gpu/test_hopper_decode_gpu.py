@@ -121,6 +121,63 @@ def test_128_key_tiles_match_the_reference(monkeypatch: pytest.MonkeyPatch, name
     _counters_are_zero()
 
 
+MHA16 = {"heads": (16, 16), "d_qk": 128, "d_v": 128, "dtype": torch.bfloat16, "causal": True, "bottom_right": True}
+CASES_KV_HEADS = [  # KV heads sharing a tile (DECODE_HOPPER_HEADS_ENV): (heads an item, tile override, case)
+    (2, None, C(Q, KV, layout="paged", page_size=16, **GQA)),  # 32 keys a head: two pages a head a tile
+    (4, None, C(Q, KV, layout="paged", page_size=16, **GQA)),  # 16 keys a head: a page; 16 rows
+    (2, None, C(Q, KV, layout="paged", page_size=64, **GQA)),  # a page holds a head's keys of two tiles
+    (2, None, C(Q, KV, layout="paged", page_size=256, **GQA)),
+    (2, None, C(Q, KV, layout="cache", **GQA)),
+    (2, "128,3,1,168", C(Q, KV, layout="paged", page_size=16, **GQA)),  # 64 keys a head
+    (8, "128,3,1,168", C(Q, KV, layout="paged", page_size=16, **MHA16)),  # 8 heads of one row: 8 rows, 16 keys each
+    (8, "128,3,1,168", C(Q, KV, layout="cache", **MHA16)),
+    (4, None, C(Q, KV, heads=(16, 4), d_qk=64, d_v=64, dtype=torch.float16, layout="paged", page_size=16)),
+    (2, None, C((4, 3, 4, 1, 2, 4), (4096, 77, 4, 33, 1200, 4), layout="paged", page_size=16, **GQA)),  # 32 rows
+    (2, None, C(Q, KV, heads=(16, 2), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="paged", page_size=32,
+                causal=True)),  # top-left causal
+    (2, None, C((1, 0, 1) + Q, (300, 20, 0) + KV, layout="paged", page_size=16, **GQA)),
+    (2, None, C((1,), (8192,), layout="paged", page_size=16, num_splits=None, **GQA)),  # split, merged by the kernel
+    (2, None, C((1, 1, 1, 1), (32768, 5, 4000, 0), layout="paged", page_size=16, num_splits=None, **GQA)),
+    # gathered pages: a tile's halves are the two heads'
+    (2, None, C(Q, KV, layout="paged", page_size=1, **GQA)),
+    (2, None, C(Q, KV, heads=(16, 4), d_qk=64, d_v=64, dtype=torch.float16, layout="paged", page_size=4)),
+    (2, None, C((4, 3, 4, 1, 2, 4), (4096, 77, 4, 33, 1200, 4), layout="paged", page_size=8, **GQA)),
+    (2, None, C((1, 0, 1) + Q, (300, 20, 0) + KV, layout="paged", page_size=1, **GQA)),
+    (2, None, C((1,), (8192,), layout="paged", page_size=1, num_splits=None, **GQA)),
+]
+
+
+@pytest.mark.parametrize("heads, tile, case", CASES_KV_HEADS, ids=str)
+def test_kv_heads_sharing_a_tile_match_the_reference(monkeypatch: pytest.MonkeyPatch, heads: int, tile: str | None,
+                                                     case: AttentionCase) -> None:
+    """An item of ``heads`` KV heads (their rows masked against the other heads' keys) against the reference."""
+    monkeypatch.setenv(hopper_decode.DECODE_HOPPER_HEADS_ENV, str(heads))
+    if tile is not None:
+        monkeypatch.setenv(DECODE_HOPPER_TILE_ENV, tile)
+    inputs = build_inputs(case, "cuda")
+    _run(inputs, splits=None if case.num_splits is None else 1)
+    assert next(iter(launcher._plans.values())).kv_heads_per_item == heads
+    check_output(case, inputs)
+    _counters_are_zero()
+
+
+RULE_CASES = [  # batches whose walks take one split and fill the SMs: kv_heads_per_item's rule packs KV heads
+    (2, C((1,) * 64, (1, 17, 64, 65, 300, 1000, 1024, 2047, 2500, 4096, 31, 128) * 5 + (4096, 77, 3000, 16),
+          layout="paged", page_size=16, **GQA)),
+    (2, C((1,) * 64, (4096, 100, 2047, 9) * 16, layout="cache", **GQA)),
+    (2, C((1,) * 64, (4096, 1, 2047, 300) * 16, layout="paged", page_size=1, **GQA)),  # gathered: halves per head
+    (4, C((1,) * 32, (4096, 1, 2047, 300) * 8, layout="paged", page_size=16, **MHA16)),
+]
+
+
+@pytest.mark.parametrize("heads, case", RULE_CASES, ids=str)
+def test_the_rule_packs_kv_heads_on_large_batches(heads: int, case: AttentionCase) -> None:
+    inputs = build_inputs(case, "cuda")
+    _run(inputs, splits=1)
+    assert next(iter(launcher._plans.values())).kv_heads_per_item == heads
+    check_output(case, inputs)
+
+
 def _counters_are_zero() -> None:
     assert all(not counters.any() for counters in combine._split_counters.values())
 
