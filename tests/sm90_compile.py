@@ -325,8 +325,7 @@ def decode_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
             (128, 16, True, False, 8, True, 0, 3, 128, 1), (128, 1, True, False, 8, True, 4, 3, 128, 1),
             (128, 16, True, False, 8, True, 0, stages, default_block_n, 2),
             (128, 0, False, False, 8, False, 0, stages, default_block_n, 2),
-            (128, 16, True, False, 8, False, 0, 3, 128, 8),
-            (128, 1, True, False, 8, True, gather_warps, gather_stages, default_block_n, 2)):
+            (128, 16, True, False, 8, False, 0, 3, 128, 8)):
         q = torch.zeros(256, 4 * head_dim, dtype=torch.bfloat16)
         k = torch.zeros(256, 2 * head_dim, dtype=torch.bfloat16)
         keys = block_n // heads

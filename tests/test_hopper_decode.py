@@ -311,7 +311,7 @@ def test_pages_under_16_tokens_launch_with_pointers_and_row_strides(monkeypatch:
 @pytest.mark.parametrize("value, heads, page_size, tile, per_item", [
     (None, (32, 8), 16, None, 2),  # the rule: 2 x 4 query heads fill a tile's 8 rows
     (None, (32, 32), 16, None, 4),  # MHA: 8 heads would leave 8 keys a head a tile
-    (None, (32, 8), 1, None, 2),
+    (None, (32, 8), 1, None, 1),  # gathered pages: one head an item
     (None, (32, 1), 16, None, 1),
     ("1", (32, 8), 16, None, 1),
     ("2", (32, 8), 16, None, 2),  # 32 keys a head: two 16-token pages a head a tile
@@ -320,8 +320,7 @@ def test_pages_under_16_tokens_launch_with_pointers_and_row_strides(monkeypatch:
     ("8", (32, 8), 16, "128,3,1,168", 8),
     ("2", (32, 8), 0, None, 2),
     ("2", (32, 8), 256, None, 2),  # a page holds a head's keys
-    ("2", (32, 8), 1, None, 2),  # gathered pages: a tile's halves are the two heads'
-    ("4", (32, 8), 1, None, 1),  # gathered pages: two heads at most
+    ("2", (32, 8), 1, None, 1),
     ("16", (32, 8), 16, None, 1),  # more than the sequence's KV heads
     ("2", (32, 1), 16, None, 1),  # MQA: one KV head
     ("4", (32, 2), 16, None, 1),  # 16 heads a KV head x 4: more than 64 rows

@@ -102,21 +102,23 @@ def _load_decode_tiles(kv_descriptors, decode_buffers, count, first_tile, num_ti
     DECODE_BLOCK_N: gl.constexpr = dk_smem.type.shape[1]
     DECODE_STAGES: gl.constexpr = dk_smem.type.shape[0]
     ring = (dk_smem, dv_smem, dk_ready, dk_empty, dv_ready, dv_empty)
-    if GATHER:  # kv_descriptors: (k, v, their token rows' strides)
-        gl.static_assert(HEADS <= 2, "a gathered tile's halves are its keys' or two KV heads'")
-        HALF: gl.constexpr = DECODE_BLOCK_N // 2
-        KEYS: gl.constexpr = DECODE_BLOCK_N // HEADS
-        rows = _gather_halves(pages, first_tile * KEYS, kv_len, HALF, PAGE_SIZE, GATHER, HEADS)
-        for i in range(num_tiles):
-            # the next tile's rows (the last tile's again at the end: a hit), a register a lane a half
-            ahead = _gather_halves(pages, (first_tile + gl.minimum(i + 1, num_tiles - 1)) * KEYS, kv_len, HALF,
-                                   PAGE_SIZE, GATHER, HEADS)
-            _gather_tile(kv_descriptors, ring, (count + i) % DECODE_STAGES, ((count + i) // DECODE_STAGES) & 1,
-                         rows, kv_col, GATHER, HEADS)
-            rows = ahead
-    elif HEADS > 1:
+    if HEADS > 1:
+        gl.static_assert(GATHER == 0, "KV heads share a tile only when TMA loads it")
         _load_head_tiles(kv_descriptors, ring, count, first_tile, num_tiles, k_row0, v_row0, kv_col, pages, kv_len,
                          PAGE_SIZE, HEADS)
+    elif GATHER:  # kv_descriptors: (k, v, their token rows' strides)
+        HALF: gl.constexpr = DECODE_BLOCK_N // 2
+        first_key = first_tile * DECODE_BLOCK_N
+        rows = (_gather_rows(pages, first_key, kv_len, HALF, PAGE_SIZE, GATHER),
+                _gather_rows(pages, first_key + HALF, kv_len, HALF, PAGE_SIZE, GATHER))
+        for i in range(num_tiles):
+            # the next tile's rows (the last tile's again at the end: a hit), a register a lane a half
+            next_key = (first_tile + gl.minimum(i + 1, num_tiles - 1)) * DECODE_BLOCK_N
+            ahead = (_gather_rows(pages, next_key, kv_len, HALF, PAGE_SIZE, GATHER),
+                     _gather_rows(pages, next_key + HALF, kv_len, HALF, PAGE_SIZE, GATHER))
+            _gather_tile(kv_descriptors, ring, (count + i) % DECODE_STAGES, ((count + i) // DECODE_STAGES) & 1,
+                         rows, kv_col, GATHER)
+            rows = ahead
     elif PAGE_SIZE >= DECODE_BLOCK_N or PAGE_SIZE == 0:
         for i in range(num_tiles):
             _load_kv_tile(kv_descriptors, ring, (count + i) % DECODE_STAGES, ((count + i) // DECODE_STAGES) & 1,
@@ -208,19 +210,6 @@ def _load_heads_by_pages(kv_descriptors, ring, stage, phase, page_rows, kv_col, 
 
 
 @gluon.jit
-def _gather_halves(pages, first_key, kv_len, HALF: gl.constexpr, PAGE_SIZE: gl.constexpr, WARPS: gl.constexpr,
-                   HEADS: gl.constexpr):
-    """The pool rows of a gathered tile's two halves from key first_key: the tile's two halves of keys, or (HEADS 2)
-    the same keys for each of the two KV heads."""
-    first = _gather_rows(pages, first_key, kv_len, HALF, PAGE_SIZE, WARPS)
-    if HEADS == 1:
-        second = _gather_rows(pages, first_key + HALF, kv_len, HALF, PAGE_SIZE, WARPS)
-    else:
-        second = first
-    return first, second
-
-
-@gluon.jit
 def _gather_rows(pages, first_key, kv_len, KEYS: gl.constexpr, PAGE_SIZE: gl.constexpr, WARPS: gl.constexpr):
     """Keys first_key .. first_key + KEYS - 1 as rows of the page pool (GATHER), KEYS / 32 a lane of each of the
     WARPS producer warps (KEYS: half a tile, 32 at 64-key tiles, 64 at 128; read a tile ahead, they wait in one or two
@@ -246,24 +235,22 @@ def _gather_rows_into(tile, base, row_stride, rows, dims, WARPS: gl.constexpr):
 
 
 @gluon.jit
-def _gather_tile(kv_pointers, ring, stage, phase, rows, kv_col, WARPS: gl.constexpr, HEADS: gl.constexpr = 1):
-    """K then V of a tile's keys at pool rows ``rows`` (two halves, _gather_halves's) into ring slot ``stage`` by
+def _gather_tile(kv_pointers, ring, stage, phase, rows, kv_col, WARPS: gl.constexpr):
+    """K then V of a tile's keys at pool rows ``rows`` (two halves, _gather_rows's) into ring slot ``stage`` by
     cp.async by WARPS warps, half a tile at a time (BLOCK_N / 4 / WARPS addresses a lane at d128), each once the
-    consumers freed its slot; each lane's arrival on the slot's ready barrier lands with its copies. HEADS 2: the
-    second half is the next KV head's (columns kv_col + D)."""
+    consumers freed its slot; each lane's arrival on the slot's ready barrier lands with its copies."""
     k_ptr, v_ptr, k_row_stride, v_row_stride = kv_pointers
     k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
     HALF: gl.constexpr = k_smem.type.shape[1] // 2
     HEAD_DIM: gl.constexpr = k_smem.type.shape[2]
     dims = kv_col + gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, _gather_layout(HEAD_DIM, WARPS)))
-    second_dims = dims + (HEADS - 1) * HEAD_DIM
     mbarrier.wait(k_empty.index(stage), phase ^ 1)  # a fresh barrier counts as released
     _gather_rows_into(k_smem.index(stage).slice(0, HALF), k_ptr, k_row_stride, rows[0], dims, WARPS)
-    _gather_rows_into(k_smem.index(stage).slice(HALF, HALF), k_ptr, k_row_stride, rows[1], second_dims, WARPS)
+    _gather_rows_into(k_smem.index(stage).slice(HALF, HALF), k_ptr, k_row_stride, rows[1], dims, WARPS)
     async_copy.mbarrier_arrive(k_ready.index(stage), increment_count=False)
     mbarrier.wait(v_empty.index(stage), phase ^ 1)
     _gather_rows_into(v_smem.index(stage).slice(0, HALF), v_ptr, v_row_stride, rows[0], dims, WARPS)
-    _gather_rows_into(v_smem.index(stage).slice(HALF, HALF), v_ptr, v_row_stride, rows[1], second_dims, WARPS)
+    _gather_rows_into(v_smem.index(stage).slice(HALF, HALF), v_ptr, v_row_stride, rows[1], dims, WARPS)
     async_copy.mbarrier_arrive(v_ready.index(stage), increment_count=False)
 
 
@@ -597,7 +584,7 @@ def attention_decode_hopper_kernel(
     v_desc being K's and V's pointers instead, their rows k_row_stride / v_row_stride elements apart (ignored
     otherwise); GATHER 0: one producer warp, TMA. HEADS > 1: an item takes KV heads h x HEADS .. h x HEADS +
     HEADS - 1 (heads_kv and GROUP_SIZE count items a sequence and their query heads), BLOCK_N / HEADS keys of each a
-    tile (the TMA blocks' rows: [min(BLOCK_N / HEADS, PAGE_SIZE), D]); over gathered pages HEADS is at most 2.
+    tile (the TMA blocks' rows: [min(BLOCK_N / HEADS, PAGE_SIZE), D]); GATHER 0 only.
     q_ptr / out_ptr: token rows stride_qs / stride_os elements apart, query token i of sequence b at row
     b * *_batch_rows + q_start[b] + i, heads packed along the row. Every sequence has at most ROWS / GROUP_SIZE
     queries (ROWS: a power of 2 from 8 to MAX_DECODE_ROWS). WRITE_PARTIAL (num_splits > 1): partial_out fp32

@@ -100,7 +100,7 @@ DECODE_HOPPER_HEADS_ENV = "ATTN_FUSED_HOPPER_DECODE_HEADS"
 """KV heads a decode item takes (HEADS: a tile holds BLOCK_N / HEADS keys of each, their query heads packed as one
 group): an integer (1: one head an item; A/B measurements); unset, kv_heads_per_item's rule. Calls it cannot serve
 that way (heads it does not divide, more than MAX_DECODE_ROWS rows, fewer than 16 keys a head a tile, pages that do
-not hold or tile a head's keys, more than 2 heads over gathered pages) take 1."""
+not hold or tile a head's keys, pages gathered by cp.async) take 1."""
 
 DECODE_HOPPER_MERGE_ENV = "ATTN_FUSED_HOPPER_DECODE_MERGE"
 """``0``: split partials are merged by combine.py's kernel, a second launch; unset or ``1``: by the decode kernel
@@ -369,14 +369,16 @@ def kv_heads_per_item(heads_kv: int, rows: int, block_n: int, page_size: int, *,
     ``rows`` packed rows each, on ``programs`` programs, whose items of one head would take ``one_head_splits``
     splits: DECODE_HOPPER_HEADS_ENV's count where set; else the most heads that fill SMALL_DECODE_ROWS rows when
     the walks are not split and those items still fill WHOLE_ROUNDS_MIN_FRACTION of the programs; 1 where a tile of
-    that many heads cannot be loaded or packed (``gathered``: pages gathered by cp.async, two heads at most).
+    that many heads cannot be loaded or packed (``gathered``: pages gathered by cp.async, one head).
 
     H200, 2026-12-03, graph replays, cuDNN on contiguous K/V in the same process, GQA 32/8 d128 at 16-token pages
-    (docs/results/2026-12-03-h200-heads/): two heads an item, 64x4k 245.6 / 245.1 / 245.1 / 244.9 us against one's
-    246.7 / 246.1 / 246.8 / 246.4 (cuDNN 245.3), 128x2k 247.8 / 247.7 against 247.9-248.3 (246.1-246.4), 32x2k
-    67.6-68.4 against 68.2-68.4 (67.2-67.7), 64x4k at 1-token pages 249.4 / 249.9 against 250.6 / 250.7, 32x32k and
-    non-paged within 0.1 %; four heads of MHA 32/32 64x4k 958.6-960.0 against 961.0-963.1. Split walks lost (1x8k
-    18.9 against 17.9 us, 8x4k 40.2 against 39.7: twice the splits), as did 4 heads of GQA (16 rows: 64x4k 248.2).
+    (docs/results/2026-12-03-h200-heads/): bench_decode in alternating processes (out4/), the rule against one head
+    an item, 64x4k 244.8-245.5 us against 245.7-245.9 (cuDNN 244.9-245.4), 128x2k 247.5-247.6 against 247.9-248.3,
+    MHA 32/32 64x4k (four heads) 957.8-959.8 against 960.8-962.4, 32x32k on page runs 942.5-943.3 against
+    947.6-949.5, 32x2k 67.7-68.4 against 68.1, 32x32k and FIFO pages unchanged; tile_sweep.py (out1/) read 64x4k
+    0.5-0.7 % faster. Split walks lost (1x8k 18.9 against 17.9 us, 8x4k 40.2 against 39.7: twice the splits), as
+    did 4 heads of GQA (16 rows: 64x4k 248.2 against 246.7) and two over 1-token pages gathered by cp.async (64x4k
+    250.0-251.5 against 250.2-250.7 in out4/; not kept: one head there).
 
     Example:
         >>> kv_heads_per_item(8, 4, 64, 16, gathered=False, num_seqs=64, programs=132, one_head_splits=1)  # 64x4k
@@ -388,9 +390,9 @@ def kv_heads_per_item(heads_kv: int, rows: int, block_n: int, page_size: int, *,
     """
     def fits(heads: int) -> bool:
         keys = block_n // heads
-        return (heads_kv % heads == 0 and block_n % heads == 0 and keys >= 16 and rows * heads <= MAX_DECODE_ROWS
-                and (heads == 2 and rows * heads <= GATHER_TWO_AN_SM_MAX_ROWS if gathered else
-                     page_size == 0 or page_size % keys == 0 or (keys % page_size == 0 and page_size >= 16)))
+        return (not gathered and heads_kv % heads == 0 and block_n % heads == 0 and keys >= 16
+                and rows * heads <= MAX_DECODE_ROWS
+                and (page_size == 0 or page_size % keys == 0 or (keys % page_size == 0 and page_size >= 16)))
 
     value = getenv(DECODE_HOPPER_HEADS_ENV, "")
     if value:

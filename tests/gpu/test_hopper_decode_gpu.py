@@ -138,12 +138,6 @@ CASES_KV_HEADS = [  # KV heads sharing a tile (DECODE_HOPPER_HEADS_ENV): (heads 
     (2, None, C((1, 0, 1) + Q, (300, 20, 0) + KV, layout="paged", page_size=16, **GQA)),
     (2, None, C((1,), (8192,), layout="paged", page_size=16, num_splits=None, **GQA)),  # split, merged by the kernel
     (2, None, C((1, 1, 1, 1), (32768, 5, 4000, 0), layout="paged", page_size=16, num_splits=None, **GQA)),
-    # gathered pages: a tile's halves are the two heads'
-    (2, None, C(Q, KV, layout="paged", page_size=1, **GQA)),
-    (2, None, C(Q, KV, heads=(16, 4), d_qk=64, d_v=64, dtype=torch.float16, layout="paged", page_size=4)),
-    (2, None, C((4, 3, 4, 1, 2, 4), (4096, 77, 4, 33, 1200, 4), layout="paged", page_size=8, **GQA)),
-    (2, None, C((1, 0, 1) + Q, (300, 20, 0) + KV, layout="paged", page_size=1, **GQA)),
-    (2, None, C((1,), (8192,), layout="paged", page_size=1, num_splits=None, **GQA)),
 ]
 
 
@@ -162,10 +156,11 @@ def test_kv_heads_sharing_a_tile_match_the_reference(monkeypatch: pytest.MonkeyP
 
 
 RULE_CASES = [  # batches whose walks take one split and fill the SMs: kv_heads_per_item's rule packs KV heads
+    # (heads an item, case)
     (2, C((1,) * 64, (1, 17, 64, 65, 300, 1000, 1024, 2047, 2500, 4096, 31, 128) * 5 + (4096, 77, 3000, 16),
           layout="paged", page_size=16, **GQA)),
     (2, C((1,) * 64, (4096, 100, 2047, 9) * 16, layout="cache", **GQA)),
-    (2, C((1,) * 64, (4096, 1, 2047, 300) * 16, layout="paged", page_size=1, **GQA)),  # gathered: halves per head
+    (1, C((1,) * 64, (4096, 1, 2047, 300) * 16, layout="paged", page_size=1, **GQA)),  # gathered: one head
     (4, C((1,) * 32, (4096, 1, 2047, 300) * 8, layout="paged", page_size=16, **MHA16)),
 ]
 
