@@ -49,7 +49,6 @@ from .attention_fwd_hopper import (
     _load_paged_tile,
     _tile_page_rows,
     _tile_walk,
-    _tma_load,
     _zero_rows_from,
 )
 
@@ -97,16 +96,15 @@ def _load_decode_tiles(kv_descriptors, decode_buffers, count, first_tile, num_ti
     its position ``count`` on, each slot once the decode warp group freed it. Over pages smaller than a tile, a
     tile's page ids are read a tile ahead of its loads: a table line missing in L2 (every 8 tiles at 16-token
     pages) then arrives while the slots of two tiles are awaited, not one. HEADS > 1 (TMA only): a tile holds
-    BLOCK_N / HEADS keys of each of HEADS KV heads (columns kv_col, kv_col + D, ...), head h's in rows h x that."""
+    BLOCK_N / HEADS keys of each of HEADS KV heads (attention_fwd_hopper._load_kv_tile's HEADS), so that a program
+    reads a page's rows of those heads back to back, where HEADS programs would each translate its address."""
     _, dk_smem, dv_smem, dk_ready, dk_empty, dv_ready, dv_empty = decode_buffers[:7]
     DECODE_BLOCK_N: gl.constexpr = dk_smem.type.shape[1]
     DECODE_STAGES: gl.constexpr = dk_smem.type.shape[0]
+    KEYS: gl.constexpr = DECODE_BLOCK_N // HEADS  # a KV head's keys in a tile
     ring = (dk_smem, dv_smem, dk_ready, dk_empty, dv_ready, dv_empty)
-    if HEADS > 1:
-        gl.static_assert(GATHER == 0, "KV heads share a tile only when TMA loads it")
-        _load_head_tiles(kv_descriptors, ring, count, first_tile, num_tiles, k_row0, v_row0, kv_col, pages, kv_len,
-                         PAGE_SIZE, HEADS)
-    elif GATHER:  # kv_descriptors: (k, v, their token rows' strides)
+    if GATHER:  # kv_descriptors: (k, v, their token rows' strides)
+        gl.static_assert(HEADS == 1, "KV heads share a tile only when TMA loads it")
         HALF: gl.constexpr = DECODE_BLOCK_N // 2
         first_key = first_tile * DECODE_BLOCK_N
         rows = (_gather_rows(pages, first_key, kv_len, HALF, PAGE_SIZE, GATHER),
@@ -119,94 +117,18 @@ def _load_decode_tiles(kv_descriptors, decode_buffers, count, first_tile, num_ti
             _gather_tile(kv_descriptors, ring, (count + i) % DECODE_STAGES, ((count + i) // DECODE_STAGES) & 1,
                          rows, kv_col, GATHER)
             rows = ahead
-    elif PAGE_SIZE >= DECODE_BLOCK_N or PAGE_SIZE == 0:
+    elif PAGE_SIZE >= KEYS or PAGE_SIZE == 0:
         for i in range(num_tiles):
             _load_kv_tile(kv_descriptors, ring, (count + i) % DECODE_STAGES, ((count + i) // DECODE_STAGES) & 1,
-                          first_tile + i, k_row0, v_row0, kv_col, pages, kv_len, DECODE_BLOCK_N, PAGE_SIZE)
-    else:
-        page_rows = _tile_page_rows(pages, first_tile, kv_len, DECODE_BLOCK_N, PAGE_SIZE)
-        for i in range(num_tiles):
-            # the next tile's (the last tile's again at the end: a hit)
-            ahead = _tile_page_rows(pages, first_tile + gl.minimum(i + 1, num_tiles - 1), kv_len, DECODE_BLOCK_N,
-                                    PAGE_SIZE)
-            _load_paged_tile(kv_descriptors, ring, (count + i) % DECODE_STAGES, ((count + i) // DECODE_STAGES) & 1,
-                             page_rows, kv_col, PAGE_SIZE)
-            page_rows = ahead
-
-
-@gluon.jit
-def _load_head_tiles(kv_descriptors, ring, count, first_tile, num_tiles, k_row0, v_row0, kv_col, pages, kv_len,
-                     PAGE_SIZE: gl.constexpr, HEADS: gl.constexpr):
-    """_load_decode_tiles's tiles of HEADS KV heads: KEYS = BLOCK_N / HEADS keys of each, one TMA load a head (a
-    head a page over pages smaller than KEYS). A program then reads a page's rows of HEADS heads back to back, where
-    HEADS programs would each miss the page's address translation."""
-    k_smem = ring[0]
-    DECODE_BLOCK_N: gl.constexpr = k_smem.type.shape[1]
-    DECODE_STAGES: gl.constexpr = k_smem.type.shape[0]
-    KEYS: gl.constexpr = DECODE_BLOCK_N // HEADS
-    if PAGE_SIZE >= KEYS or PAGE_SIZE == 0:
-        for i in range(num_tiles):
-            key = (first_tile + i) * KEYS
-            k_row = k_row0 + key
-            v_row = v_row0 + key
-            if PAGE_SIZE > 0:  # the tile's keys lie in one page
-                k_row = gl.load(pages + key // PAGE_SIZE) * PAGE_SIZE + key % PAGE_SIZE
-                v_row = k_row
-            _load_heads_by_rows(kv_descriptors, ring, (count + i) % DECODE_STAGES, ((count + i) // DECODE_STAGES) & 1,
-                                k_row, v_row, kv_col, HEADS)
+                          first_tile + i, k_row0, v_row0, kv_col, pages, kv_len, KEYS, PAGE_SIZE, HEADS)
     else:
         page_rows = _tile_page_rows(pages, first_tile, kv_len, KEYS, PAGE_SIZE)
         for i in range(num_tiles):
+            # the next tile's (the last tile's again at the end: a hit)
             ahead = _tile_page_rows(pages, first_tile + gl.minimum(i + 1, num_tiles - 1), kv_len, KEYS, PAGE_SIZE)
-            _load_heads_by_pages(kv_descriptors, ring, (count + i) % DECODE_STAGES,
-                                 ((count + i) // DECODE_STAGES) & 1, page_rows, kv_col, PAGE_SIZE, HEADS)
+            _load_paged_tile(kv_descriptors, ring, (count + i) % DECODE_STAGES, ((count + i) // DECODE_STAGES) & 1,
+                             page_rows, kv_col, PAGE_SIZE, HEADS)
             page_rows = ahead
-
-
-@gluon.jit
-def _load_heads_by_rows(kv_descriptors, ring, stage, phase, k_row, v_row, kv_col, HEADS: gl.constexpr):
-    """K then V of HEADS heads' KEYS rows from pool rows k_row / v_row into ring slot ``stage``, once freed."""
-    k_desc, v_desc = kv_descriptors
-    k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
-    KEYS: gl.constexpr = k_smem.type.shape[1] // HEADS
-    HEAD_DIM: gl.constexpr = k_smem.type.shape[2]
-    mbarrier.wait(k_empty.index(stage), phase ^ 1)  # a fresh barrier counts as released
-    mbarrier.expect(k_ready.index(stage), HEADS * k_desc.block_type.nbytes)
-    for h in gl.static_range(HEADS):
-        _tma_load(k_desc, [k_row, kv_col + h * HEAD_DIM], k_ready.index(stage),
-                  k_smem.index(stage).slice(h * KEYS, KEYS))
-    mbarrier.wait(v_empty.index(stage), phase ^ 1)
-    mbarrier.expect(v_ready.index(stage), HEADS * v_desc.block_type.nbytes)
-    for h in gl.static_range(HEADS):
-        _tma_load(v_desc, [v_row, kv_col + h * HEAD_DIM], v_ready.index(stage),
-                  v_smem.index(stage).slice(h * KEYS, KEYS))
-
-
-@gluon.jit
-def _load_heads_by_pages(kv_descriptors, ring, stage, phase, page_rows, kv_col, PAGE_SIZE: gl.constexpr,
-                         HEADS: gl.constexpr):
-    """K then V of HEADS heads over pages smaller than KEYS (``page_rows``: _tile_page_rows's, lane p page p's first
-    pool row) into ring slot ``stage``: a page's loads of every head back to back."""
-    k_desc, v_desc = kv_descriptors
-    k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
-    KEYS: gl.constexpr = k_smem.type.shape[1] // HEADS
-    HEAD_DIM: gl.constexpr = k_smem.type.shape[2]
-    TILE_PAGES: gl.constexpr = KEYS // PAGE_SIZE
-    lanes = gl.arange(0, TILE_PAGES, layout=page_rows.type.layout)
-    mbarrier.wait(k_empty.index(stage), phase ^ 1)
-    mbarrier.expect(k_ready.index(stage), HEADS * TILE_PAGES * k_desc.block_type.nbytes)
-    for p in gl.static_range(TILE_PAGES):
-        row = gl.sum(gl.where(lanes == p, page_rows, 0), axis=0)
-        for h in gl.static_range(HEADS):
-            _tma_load(k_desc, [row, kv_col + h * HEAD_DIM], k_ready.index(stage),
-                      k_smem.index(stage).slice(h * KEYS + p * PAGE_SIZE, PAGE_SIZE))
-    mbarrier.wait(v_empty.index(stage), phase ^ 1)
-    mbarrier.expect(v_ready.index(stage), HEADS * TILE_PAGES * v_desc.block_type.nbytes)
-    for p in gl.static_range(TILE_PAGES):
-        row = gl.sum(gl.where(lanes == p, page_rows, 0), axis=0)
-        for h in gl.static_range(HEADS):
-            _tma_load(v_desc, [row, kv_col + h * HEAD_DIM], v_ready.index(stage),
-                      v_smem.index(stage).slice(h * KEYS + p * PAGE_SIZE, PAGE_SIZE))
 
 
 @gluon.jit
@@ -338,10 +260,7 @@ def _decode_tiles(decode_buffers, count, first_tile, num_tiles, first_masked, kv
         l_i = l_i * alpha[None, :] + p
         mbarrier.wait(dv_ready.index(stage), ((count + i) // DECODE_STAGES) & 1)
         if (t + 1) * KEYS > kv_len:
-            if HEADS > 1:
-                _zero_keys_from(dv_smem.index(stage), kv_len - t * KEYS, KEYS)
-            else:
-                _zero_rows_from(dv_smem.index(stage), kv_len - t * DECODE_BLOCK_N)
+            _zero_rows_from(dv_smem.index(stage), kv_len - t * KEYS, KEYS)
         dp_smem.store(gl.permute(p.to(dtype), (1, 0)))
         fence_async_shared()
         _cta_barrier()  # all of P in place for the wgmma
@@ -363,22 +282,6 @@ def _decode_tiles(decode_buffers, count, first_tile, num_tiles, first_masked, kv
         mbarrier.arrive(dk_empty.index(stage), count=1, pred=(i == 0) | (i + 1 == num_tiles))
         mbarrier.arrive(dv_empty.index(stage), count=1)
     return o, m_i, gl.sum(l_i, axis=0)
-
-
-@gluon.jit
-def _zero_keys_from(tile, first_key, KEYS: gl.constexpr):
-    """Zero the rows of keys >= first_key of every head of a [BLOCK_N, D] tile of HEADS heads' KEYS keys, in halves
-    (as attention_fwd_hopper._zero_rows_from)."""
-    BLOCK_N: gl.constexpr = tile.type.shape[0]
-    HALF: gl.constexpr = BLOCK_N // 2
-    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-    for half in gl.static_range(2):
-        part = tile.slice(half * HALF, HALF)
-        values = part.load(layout)
-        rows = half * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(1, layout))
-        part.store(gl.where((rows % KEYS < first_key)[:, None], values, gl.zeros_like(values)))
-    fence_async_shared()
-    _cta_barrier()
 
 
 @gluon.jit

@@ -75,10 +75,12 @@ def _producer(descriptors, buffers, loads, walk, output,
 
 @gluon.jit
 def _load_kv_tile(kv_descriptors, ring, stage, phase, t, k_row0, v_row0, kv_col, pages, kv_len,
-                  BLOCK_N: gl.constexpr, PAGE_SIZE: gl.constexpr):
+                  BLOCK_N: gl.constexpr, PAGE_SIZE: gl.constexpr, HEADS: gl.constexpr = 1):
     """KV tile t of a walk into ring slot ``stage`` (its empty barriers' ``phase``), once the consumers freed it:
     K and V each by one TMA load, or page by page over pages smaller than a tile. ``ring``: (k_smem, v_smem,
-    k_ready, k_empty, v_ready, v_empty)."""
+    k_ready, k_empty, v_ready, v_empty). HEADS > 1 (the decode kernel's items of several KV heads): the slot holds
+    BLOCK_N keys of each of HEADS KV heads (columns kv_col, kv_col + D, ...), head h's in its h-th block of rows,
+    one TMA load a head (a head a page over pages smaller than BLOCK_N)."""
     k_desc, v_desc = kv_descriptors
     k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
     if PAGE_SIZE >= BLOCK_N or PAGE_SIZE == 0:
@@ -90,14 +92,26 @@ def _load_kv_tile(kv_descriptors, ring, stage, phase, t, k_row0, v_row0, kv_col,
             k_row = page_row
             v_row = page_row
         mbarrier.wait(k_empty.index(stage), phase ^ 1)  # a fresh barrier counts as released
-        mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
-        _tma_load(k_desc, [k_row, kv_col], k_ready.index(stage), k_smem.index(stage))
+        mbarrier.expect(k_ready.index(stage), HEADS * k_desc.block_type.nbytes)
+        _tma_load_heads(k_desc, [k_row, kv_col], k_ready.index(stage), k_smem.index(stage), HEADS)
         mbarrier.wait(v_empty.index(stage), phase ^ 1)
-        mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
-        _tma_load(v_desc, [v_row, kv_col], v_ready.index(stage), v_smem.index(stage))
+        mbarrier.expect(v_ready.index(stage), HEADS * v_desc.block_type.nbytes)
+        _tma_load_heads(v_desc, [v_row, kv_col], v_ready.index(stage), v_smem.index(stage), HEADS)
     else:
         _load_paged_tile(kv_descriptors, ring, stage, phase, _tile_page_rows(pages, t, kv_len, BLOCK_N, PAGE_SIZE),
-                         kv_col, PAGE_SIZE)
+                         kv_col, PAGE_SIZE, HEADS)
+
+
+@gluon.jit
+def _tma_load_heads(desc, coord, ready, tile, HEADS: gl.constexpr):
+    """desc's block at ``coord`` into ``tile``; HEADS > 1: the blocks of HEADS KV heads (columns coord[1],
+    coord[1] + D, ...) into the tile's HEADS blocks of rows."""
+    if HEADS == 1:
+        _tma_load(desc, coord, ready, tile)
+    else:
+        ROWS: gl.constexpr = tile.type.shape[0] // HEADS
+        for h in gl.static_range(HEADS):
+            _tma_load(desc, [coord[0], coord[1] + h * tile.type.shape[1]], ready, tile.slice(h * ROWS, ROWS))
 
 
 @gluon.jit
@@ -112,28 +126,37 @@ def _tile_page_rows(pages, t, kv_len, BLOCK_N: gl.constexpr, PAGE_SIZE: gl.const
 
 
 @gluon.jit
-def _load_paged_tile(kv_descriptors, ring, stage, phase, page_rows, kv_col, PAGE_SIZE: gl.constexpr):
+def _load_paged_tile(kv_descriptors, ring, stage, phase, page_rows, kv_col, PAGE_SIZE: gl.constexpr,
+                     HEADS: gl.constexpr = 1):
     """A KV tile over pages smaller than it (``page_rows``: _tile_page_rows's, one table read for K and V: both
-    pools have the same page rows) into ring slot ``stage``, K then V, each once the consumers freed its slot."""
+    pools have the same page rows) into ring slot ``stage``, K then V, each once the consumers freed its slot
+    (HEADS: as _load_kv_tile's)."""
     k_desc, v_desc = kv_descriptors
     k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
     _load_tile_by_pages(k_desc, k_smem.index(stage), k_ready.index(stage), k_empty.index(stage), phase, page_rows,
-                        kv_col, PAGE_SIZE)
+                        kv_col, PAGE_SIZE, HEADS)
     _load_tile_by_pages(v_desc, v_smem.index(stage), v_ready.index(stage), v_empty.index(stage), phase, page_rows,
-                        kv_col, PAGE_SIZE)
+                        kv_col, PAGE_SIZE, HEADS)
 
 
 @gluon.jit
-def _load_tile_by_pages(desc, tile, ready, empty, phase, page_rows, kv_col, PAGE_SIZE: gl.constexpr):
+def _load_tile_by_pages(desc, tile, ready, empty, phase, page_rows, kv_col, PAGE_SIZE: gl.constexpr,
+                        HEADS: gl.constexpr = 1):
     """One TMA load of [PAGE_SIZE, D] per page into its rows of ``tile`` (lane p of ``page_rows``: page p's first
-    pool row), once ``empty`` released the slot."""
-    TILE_PAGES: gl.constexpr = tile.type.shape[0] // PAGE_SIZE
+    pool row), once ``empty`` released the slot; HEADS > 1: one a page a KV head, into that head's block of rows
+    (_tma_load_heads's), a page's heads back to back."""
+    TILE_PAGES: gl.constexpr = tile.type.shape[0] // HEADS // PAGE_SIZE
     lanes = gl.arange(0, TILE_PAGES, layout=page_rows.type.layout)
     mbarrier.wait(empty, phase ^ 1)  # a fresh barrier counts as released
-    mbarrier.expect(ready, TILE_PAGES * desc.block_type.nbytes)
+    mbarrier.expect(ready, HEADS * TILE_PAGES * desc.block_type.nbytes)
     for p in gl.static_range(TILE_PAGES):
         row = gl.sum(gl.where(lanes == p, page_rows, 0), axis=0)
-        _tma_load(desc, [row, kv_col], ready, tile.slice(p * PAGE_SIZE, PAGE_SIZE))
+        if HEADS == 1:
+            _tma_load(desc, [row, kv_col], ready, tile.slice(p * PAGE_SIZE, PAGE_SIZE))
+        else:
+            for h in gl.static_range(HEADS):
+                _tma_load(desc, [row, kv_col + h * tile.type.shape[1]], ready,
+                          tile.slice(h * TILE_PAGES * PAGE_SIZE + p * PAGE_SIZE, PAGE_SIZE))
 
 
 @gluon.jit
@@ -156,10 +179,12 @@ def _softmax_tile(s, m_i, l_i, tile, masked, rows, kv_len, diag, qk_scale,
 
 
 @gluon.jit
-def _zero_rows_from(tile, first_row):
+def _zero_rows_from(tile, first_row, KEYS: gl.constexpr = 0):
     """Zero rows >= first_row of a [BLOCK_N, D] shared tile, in halves (32 registers a thread), for the
     wgmma that reads it next. Both consumer groups run this before their own PV on the tile: each
-    writes the same values (its valid rows unchanged), so neither waits for the other."""
+    writes the same values (its valid rows unchanged), so neither waits for the other. 0 < KEYS < BLOCK_N (the
+    decode kernel's items of several KV heads): the tile is blocks of KEYS rows, and rows >= first_row of each
+    block are zeroed."""
     BLOCK_N: gl.constexpr = tile.type.shape[0]
     HALF: gl.constexpr = BLOCK_N // 2
     layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
@@ -167,6 +192,8 @@ def _zero_rows_from(tile, first_row):
         part = tile.slice(half * HALF, HALF)
         values = part.load(layout)
         rows = half * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(1, layout))
+        if KEYS > 0 and KEYS < BLOCK_N:
+            rows = rows % KEYS
         part.store(gl.where((rows < first_row)[:, None], values, gl.zeros_like(values)))
     fence_async_shared()
     _cta_barrier()
