@@ -213,7 +213,7 @@ def _decode_tiles(decode_buffers, count, first_tile, num_tiles, first_masked, kv
     comes with P's). Returns O^T [HEAD_DIM, ROWS] (fp32, not yet divided by the sums), the rows'
     running max (log2 units, -inf for a row that saw no key) and their softmax sums.
 
-    HEADS > 1: a tile holds KEYS = BLOCK_N / HEADS keys of each of HEADS KV heads (_load_head_tiles's), and the
+    HEADS > 1: a tile holds KEYS = BLOCK_N / HEADS keys of each of HEADS KV heads (_load_decode_tiles's), and the
     item's GROUP_SIZE query heads are those heads' groups in order: a row's scores against the other heads' keys
     are masked on every tile, so one wgmma serves every head (block-diagonal S^T)."""
     dq_smem, dk_smem, dv_smem, dk_ready, dk_empty, dv_ready, dv_empty, dp_smem = decode_buffers
