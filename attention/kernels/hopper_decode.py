@@ -54,6 +54,9 @@ with DECODE_HOPPER_GATHER_TILE; ``0``, none (the general kernel's); five integer
 GATHER_PAGE_SIZES = (1, 2, 4, 8)
 """Page sizes the decode kernel gathers; 16 and more it reads by TMA."""
 
+DECODE_HOPPER_GATHER_PAGES_ENV = "ATTN_FUSED_HOPPER_DECODE_GATHER_PAGES"
+"""More page sizes to gather (comma-separated, e.g. ``16,64``) instead of reading them by TMA (A/B measurements)."""
+
 DECODE_HOPPER_GATHER_TILE = (64, 3, 4, 2, 128)
 """(BLOCK_N, STAGES, producer warps, programs per SM, maxnreg) when the decode kernel gathers pages: two programs an
 SM of 101.8 KB of shared memory each (the ring 3 x 2 x 16 KiB at d128; Triton 3.6 spills 120 B at maxnreg 128).
@@ -282,7 +285,7 @@ def decode_hopper_unsupported_reason(head_dim: int, group_size: int, max_seqlen_
     if max(1, max_seqlen_q) * group_size > MAX_DECODE_ROWS:
         return f"needs at most {MAX_DECODE_ROWS} query rows (queries x query heads of a KV head) per sequence"
     block_n = _tile()[0]
-    if page_size in GATHER_PAGE_SIZES:
+    if _gathered(page_size):
         return None if _gather_tile() else f"pages of {page_size} tokens with {DECODE_HOPPER_GATHER_ENV}=0"
     if page_size and page_size % block_n and (block_n % page_size or page_size < 16):
         return (f"needs pages of {', '.join(map(str, GATHER_PAGE_SIZES))} or 16 to {block_n} tokens dividing "
@@ -307,7 +310,7 @@ def plan_decode_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
         return None
     block_n, stages, programs_per_sm, maxnreg, *fixed_splits = _tile()
     rows = decode_tile_rows(group_size * max(1, max_seqlen_q))
-    gather = _gather_tile(rows) if page_size in GATHER_PAGE_SIZES else None
+    gather = _gather_tile(rows) if _gathered(page_size) else None
     if gather:
         block_n, stages, _, programs_per_sm, maxnreg = gather
     programs = num_sms * programs_per_sm
@@ -408,6 +411,15 @@ def kv_heads_per_item(heads_kv: int, rows: int, block_n: int, page_size: int, *,
                 and num_seqs * heads_kv // heads >= WHOLE_ROUNDS_MIN_FRACTION * programs):
             return heads
     return 1
+
+
+def _gathered(page_size: int) -> bool:
+    """Whether the decode kernel gathers pages of ``page_size`` tokens (GATHER_PAGE_SIZES, or
+    DECODE_HOPPER_GATHER_PAGES_ENV's)."""
+    if page_size in GATHER_PAGE_SIZES:
+        return True
+    extra = getenv(DECODE_HOPPER_GATHER_PAGES_ENV, "")
+    return bool(page_size) and str(page_size) in extra.split(",")
 
 
 def _tile() -> tuple[int, ...]:
