@@ -14,6 +14,7 @@ from attention.kernels.configs import MAX_NUM_SPLITS
 from attention.kernels.hopper_decode import (
     DECODE_HOPPER_ENV,
     DECODE_HOPPER_GATHER_ENV,
+    DECODE_HOPPER_GATHER_PAGES_ENV,
     DECODE_HOPPER_GATHER_TILE,
     DECODE_HOPPER_MERGE_ENV,
     DECODE_HOPPER_ROUNDS_ENV,
@@ -306,6 +307,28 @@ def test_pages_under_16_tokens_launch_with_pointers_and_row_strides(monkeypatch:
     assert (kwargs["GATHER"], kwargs["STAGES"], kwargs["PAGE_SIZE"], kwargs["HEAD_DIM"]) == (warps, stages, 1, 128)
     # a prefill over the same pages is not the Hopper kernels' (its tiles read whole pages of 16 tokens and more)
     assert _plan(*_paged_decodes(num_seqs=1, queries=4096, page_size=1), max_seqlen_q=4096) is None
+
+
+@pytest.mark.parametrize("value, page_size, gathered", [(None, 16, False), ("16,64", 16, True), ("16,64", 64, True),
+                                                       ("64", 16, False), ("16", 0, False)])
+def test_more_page_sizes_gathered_where_the_switch_says(monkeypatch: pytest.MonkeyPatch, value: str | None,
+                                                        page_size: int, gathered: bool) -> None:
+    """DECODE_HOPPER_GATHER_PAGES_ENV (A/B): pages of the sizes it names are gathered by cp.async (no TMA
+    descriptors, the gather tile's two programs an SM, one KV head an item); a non-paged cache never is."""
+    monkeypatch.setattr(hopper_forward, "_on_sm90", lambda q: True)
+    if value is not None:
+        monkeypatch.setenv(DECODE_HOPPER_GATHER_PAGES_ENV, value)
+    q, _, total = _paged_decodes(num_seqs=64)
+    k = torch.empty(64 * 4096 // max(page_size, 1), max(page_size, 1), 8, 128, dtype=torch.bfloat16)  # geometry only
+    if not page_size:
+        k = k.view(64, 4096, 8, 128)
+    plan = plan_hopper_forward(q, k, k, q, num_seqs=64, max_seqlen_q=1, max_seqlen_kv=4096, total_q=total,
+                               num_splits=None, softmax_scale=0.1, window=(-1, 0), bottom_right=True,
+                               page_size=page_size, alibi=False, sink=False, has_q_start=True, has_kv_start=False,
+                               num_sms=132)
+    assert type(plan) is DecodeHopperPlan
+    assert (plan.gather_warps > 0) is gathered and (plan.kv_descriptors == ()) is gathered
+    assert plan.kv_heads_per_item == (1 if gathered else 2) and plan.tile[2] == (2 if gathered else 1)
 
 
 @pytest.mark.parametrize("value, heads, page_size, tile, per_item", [
