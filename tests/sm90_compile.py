@@ -224,21 +224,21 @@ def hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
 
 
 def mixed_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
-    """Launches of the Gluon sm90 mixed-batch kernel (attention_mixed_hopper.py) with MIXED_HOPPER_TILE: 16-token
+    """Launches of the Gluon sm90 mixed-batch kernel (attention_mixed_hopper.py) with its plans' tiles: 16-token
     pages causal bottom-right at d128 (decode tiles of 8 rows), a non-paged cache with start offsets (16 rows),
     256-token pages at d64 without a mask (64 rows)."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from attention.kernels.attention_mixed_hopper import attention_mixed_hopper_kernel
-    from attention.kernels.hopper_mixed import MIXED_HOPPER_TILE
+    from attention.kernels.hopper_mixed import _tile
 
     launches = []
     cu = torch.zeros(3, dtype=torch.int32)
     for head_dim, page_size, causal, starts, decode_rows in ((128, 16, True, False, 8), (128, 0, True, True, 16),
                                                              (64, 256, False, False, 64)):
         block_n, stages, decode_block_n, decode_stages, consumer_registers, decode_registers, maxnreg = \
-            MIXED_HOPPER_TILE[head_dim]
+            _tile(head_dim, decode_rows)
         q = torch.zeros(256, 4 * head_dim, dtype=torch.bfloat16)
         k = torch.zeros(256, 2 * head_dim, dtype=torch.bfloat16)
 

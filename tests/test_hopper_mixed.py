@@ -105,3 +105,26 @@ def test_a_plan_launches_one_program_per_sm_with_page_sized_boxes(monkeypatch: p
     assert args[-1] == 0  # no rows past the last sequence to zero
     plan(q, k, k, q, cu, cu, None, None, torch.zeros(301, 1024, dtype=torch.int32), zero_tail=True)
     assert kernel.calls[-1][1][-1] == total  # zero_tail: the kernel zeroes rows cu_seqlens_q[-1] .. total - 1
+
+
+@pytest.mark.parametrize("override, head_dim, decode_rows, registers", [
+    (None, 128, 8, (192, 104)),  # one-token decodes of groups up to 8: the prefill consumers take the decodes' spare
+    (None, 128, 16, (176, 136)),  # verification steps: the decode loop keeps its registers
+    (None, 64, 8, (176, 136)),  # d64: not measured, MIXED_HOPPER_TILE's
+    ("64,2,64,3,176,136,128", 128, 8, (176, 136)),  # the A/B override wins
+])
+def test_register_split_follows_the_decode_tiles(monkeypatch: pytest.MonkeyPatch, override: str | None,
+                                                 head_dim: int, decode_rows: int, registers: tuple[int, int]) -> None:
+    if override is not None:
+        monkeypatch.setenv(MIXED_HOPPER_TILE_ENV, override)
+    monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
+    queries = 1 if decode_rows == 8 else 4
+    total = 2048 + 64 * queries
+    q = torch.empty(1, total, 32, head_dim, dtype=torch.bfloat16)
+    k = torch.empty(4096, 16, 8, head_dim, dtype=torch.bfloat16)
+    plan = plan_hopper_forward(q, k, k, q, num_seqs=65, max_seqlen_q=2048, max_seqlen_kv=16384, total_q=total,
+                               softmax_scale=0.1, window=(-1, 0), bottom_right=True, page_size=16, alibi=False,
+                               sink=False, has_q_start=False, has_kv_start=False, num_sms=132)
+    assert type(plan) is MixedHopperPlan and plan.decode_rows == decode_rows
+    consumer, decode = plan.tile[4:6]
+    assert (consumer, decode) == registers and 2 * consumer + decode + 24 <= 512  # 65,536 registers / 128 lanes

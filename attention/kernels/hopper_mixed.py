@@ -20,7 +20,7 @@ from .attention_fwd_hopper import HOPPER_ROWS_PER_GROUP
 from .attention_mixed_hopper import attention_mixed_hopper_kernel
 from .launch import KernelLaunch
 
-__all__ = ["MIXED_HOPPER_ENV", "MIXED_HOPPER_TILE", "MIXED_HOPPER_TILE_ENV",
+__all__ = ["MIXED_HOPPER_ENV", "MIXED_HOPPER_SMALL_DECODE_REGISTERS", "MIXED_HOPPER_TILE", "MIXED_HOPPER_TILE_ENV",
            "MixedHopperPlan", "PersistentLaunch", "mixed_hopper_unsupported_reason", "plan_mixed_hopper"]
 
 MIXED_HOPPER_ENV = "ATTN_FUSED_HOPPER_MIXED"
@@ -42,7 +42,7 @@ MIXED_HOPPER_TILE = {64: (64, 2, 64, 3, 176, 136, 128), 128: (64, 2, 64, 3, 176,
 Shared memory at d128: Q 32 KiB, the prefill ring 2 x 2 x 16 KiB, the decode ring 3 x 2 x 16 KiB, the decode Q and
 P^T 6 KiB: 200 KiB of sm90's 227. Registers: the partitions take four warp groups (the two 1-warp producers one),
 512 threads at maxnreg 128 share 65,536; the second consumer 176, the producers 24, the decode warp group 136, which
-leaves the first consumer 176. H200, 2026-12-01, graph replays, settled (abtree/decode_ab.py), before the decode
+leaves the first consumer 176 (192 / 104 for 8-row decode tiles at d128: MIXED_HOPPER_SMALL_DECODE_REGISTERS). H200, 2026-12-01, graph replays, settled (abtree/decode_ab.py), before the decode
 producer warp: consumers 192 / decode 104 ran the 2k chunk on 14k + 64 decodes at 4k in 1132.6 against 1135.1 us
 and the fresh 2k prefill + 128 decodes at 2k in 341.3 against 336.3 (noise-sized both ways). With the earlier
 64-row decode tiles: consumers 168 / decode 152 1217.9, 184 / 120 1574.8 against 1148.6 on the chunk cell; 32-key
@@ -52,6 +52,17 @@ decode producer warp (eighteenth session, docs/benchmarks.md): 184 / 120 and 192
 faster and M1 ~1 us slower, and spills in the decode loops (64-row tiles most); 216 / 56 ran M1 4 % slower. 128-key
 prefill tiles leave shared memory for one decode stage, on which the decode loop (K_t kept while K_t+1 is awaited)
 deadlocks."""
+
+MIXED_HOPPER_SMALL_DECODE_REGISTERS = {128: (192, 104)}
+"""Head dim -> (consumer registers, decode registers) in place of MIXED_HOPPER_TILE's when the decode tiles have
+SMALL_DECODE_ROWS rows (one-token decodes of groups of up to 8 heads): the 8-row decode loop needs fewer registers
+(ptxas spills 4 loads / stores a tile there at 104, 129-263 in the 64-row loops), and the prefill consumers use the
+rest. H200, 2026-12-03, graph replays, settled, bench_mixed in alternating processes, three rounds each
+(docs/results/2026-12-03-h200-probe/out/ab/): the 2k chunk on 14k + 64 decodes at 4k (M2) 1,079.4-1,094.3 us
+against 1,100.2-1,118.8 at 176 / 136 (its prefill alone, the decodes without queries, 995.9-998.4 against
+1,003.2-1,007.6); the 2k prefill + 128 decodes at 2k (M1) 275.4-275.5 against 273.8-278.5. Also measured
+(docs/results/2026-12-02-h200-24b6f69/): M2 1.1-1.8 % faster in six rounds, M1 ~1 us slower; 216 / 56 ran M1 4 %
+slower. d64 was not measured: it keeps MIXED_HOPPER_TILE's."""
 
 MIXED_HOPPER_TILE_ENV = "ATTN_FUSED_HOPPER_MIXED_TILE"
 """Override of MIXED_HOPPER_TILE's entry (A/B measurements): seven integers, e.g. ``64,2,64,3,168,152,128``."""
@@ -175,7 +186,7 @@ def plan_mixed_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads_k
                              num_sms=num_sms, total_q=total_q, decode_rows=decode_rows)
     if roles is not None:
         return roles
-    tile = _tile(q.shape[3])
+    tile = _tile(q.shape[3], decode_rows)
     block_n, decode_block_n = tile[0], tile[2]
     return MixedHopperPlan(
         descriptors=(RowsDescriptor.of(q, HOPPER_ROWS_PER_GROUP), RowsDescriptor.of(k, block_n, page_size),
@@ -215,6 +226,14 @@ def mixed_decode_rows(group_size: int, num_seqs: int, total_q: int, max_seqlen_q
     return decode_tile_rows(group_size if one_query_each else max(16, group_size))
 
 
-def _tile(head_dim: int) -> tuple[int, int, int, int, int, int, int]:
+def _tile(head_dim: int, decode_rows: int = 0) -> tuple[int, int, int, int, int, int, int]:
+    """MIXED_HOPPER_TILE's entry for ``head_dim`` (MIXED_HOPPER_TILE_ENV's where set), with
+    MIXED_HOPPER_SMALL_DECODE_REGISTERS's split for decode tiles of ``decode_rows`` == SMALL_DECODE_ROWS rows."""
     override = getenv(MIXED_HOPPER_TILE_ENV, "")
-    return tuple(int(x) for x in override.split(",")) if override else MIXED_HOPPER_TILE[head_dim]
+    if override:
+        return tuple(int(x) for x in override.split(","))
+    tile = MIXED_HOPPER_TILE[head_dim]
+    registers = MIXED_HOPPER_SMALL_DECODE_REGISTERS.get(head_dim)
+    if decode_rows == SMALL_DECODE_ROWS and registers:
+        tile = (*tile[:4], *registers, tile[6])
+    return tile
