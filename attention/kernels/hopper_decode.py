@@ -24,6 +24,7 @@ from .launch import KernelLaunch
 __all__ = [
     "DECODE_HOPPER_ENV",
     "DECODE_HOPPER_GATHER_ENV",
+    "DECODE_HOPPER_GATHER_PAGES_ENV",
     "DECODE_HOPPER_GATHER_TILE",
     "DECODE_HOPPER_GATHER_WIDE_TILE",
     "DECODE_HOPPER_HEADS_ENV",
@@ -55,7 +56,10 @@ GATHER_PAGE_SIZES = (1, 2, 4, 8)
 """Page sizes the decode kernel gathers; 16 and more it reads by TMA."""
 
 DECODE_HOPPER_GATHER_PAGES_ENV = "ATTN_FUSED_HOPPER_DECODE_GATHER_PAGES"
-"""More page sizes to gather (comma-separated, e.g. ``16,64``) instead of reading them by TMA (A/B measurements)."""
+"""More page sizes to gather (comma-separated, e.g. ``16,64``) instead of reading them by TMA (A/B measurements).
+H200, 2026-12-03, graph replays, cuDNN in the same process (docs/results/2026-12-03-h200-probe/out/gather16.txt):
+gathered 16-token pages lost 0.3-1.2 % on every cell (64x4k 242.6-242.7 us against 241.0-241.1 by TMA, 128x2k 244.0
+against 241.9-242.5, MHA 944.1-944.5 against 937.5-938.1, 1x8k 18.8-19.1 against 17.9-18.1), 64-token pages 1.1 %."""
 
 DECODE_HOPPER_GATHER_TILE = (64, 3, 4, 2, 128)
 """(BLOCK_N, STAGES, producer warps, programs per SM, maxnreg) when the decode kernel gathers pages: two programs an

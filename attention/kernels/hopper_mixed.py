@@ -62,7 +62,10 @@ rest. H200, 2026-12-03, graph replays, settled, bench_mixed in alternating proce
 against 1,100.2-1,118.8 at 176 / 136 (its prefill alone, the decodes without queries, 995.9-998.4 against
 1,003.2-1,007.6); the 2k prefill + 128 decodes at 2k (M1) 275.4-275.5 against 273.8-278.5. Also measured
 (docs/results/2026-12-02-h200-24b6f69/): M2 1.1-1.8 % faster in six rounds, M1 ~1 us slower; 216 / 56 ran M1 4 %
-slower. d64 was not measured: it keeps MIXED_HOPPER_TILE's."""
+slower. Compiled for sm90 (Triton 3.6, nvdisasm of the d128 page-16 launch; the results folder's
+out/mixed-register-splits-sass.txt): 200 / 88 and 208 / 72 leave the consumers' loops as 192 / 104 does and spill more
+in the decode loops (3-7 loads / stores a tile against 1-5), so the consumers gain nothing past 192. d64 was not
+measured: it keeps MIXED_HOPPER_TILE's."""
 
 MIXED_HOPPER_TILE_ENV = "ATTN_FUSED_HOPPER_MIXED_TILE"
 """Override of MIXED_HOPPER_TILE's entry (A/B measurements): seven integers, e.g. ``64,2,64,3,168,152,128``."""
