@@ -42,8 +42,9 @@ MIXED_HOPPER_TILE = {64: (64, 2, 64, 3, 176, 136, 128), 128: (64, 2, 64, 3, 176,
 Shared memory at d128: Q 32 KiB, the prefill ring 2 x 2 x 16 KiB, the decode ring 3 x 2 x 16 KiB, the decode Q and
 P^T 6 KiB: 200 KiB of sm90's 227. Registers: the partitions take four warp groups (the two 1-warp producers one),
 512 threads at maxnreg 128 share 65,536; the second consumer 176, the producers 24, the decode warp group 136, which
-leaves the first consumer 176 (192 / 104 for 8-row decode tiles at d128: MIXED_HOPPER_SMALL_DECODE_REGISTERS). H200, 2026-12-01, graph replays, settled (abtree/decode_ab.py), before the decode
-producer warp: consumers 192 / decode 104 ran the 2k chunk on 14k + 64 decodes at 4k in 1132.6 against 1135.1 us
+leaves the first consumer 176 (192 / 104 for 8-row decode tiles at d128: MIXED_HOPPER_SMALL_DECODE_REGISTERS).
+H200, 2026-12-01, graph replays, settled (abtree/decode_ab.py), before the decode producer warp: consumers 192 /
+decode 104 ran the 2k chunk on 14k + 64 decodes at 4k in 1132.6 against 1135.1 us
 and the fresh 2k prefill + 128 decodes at 2k in 341.3 against 336.3 (noise-sized both ways). With the earlier
 64-row decode tiles: consumers 168 / decode 152 1217.9, 184 / 120 1574.8 against 1148.6 on the chunk cell; 32-key
 decode tiles 1241.1 (4 stages), 1218.2 (6); the prefill ring 3 deep and the decode ring 2 deep 1193.6. With the
