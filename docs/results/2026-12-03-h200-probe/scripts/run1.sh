@@ -3,7 +3,7 @@
 # and MHA / GQA decode items of more KV heads over 128-key tiles. Usage: bash run1.sh (from the repository root; $OUT)
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
-probe=docs/results/2026-12-03-h200-probe/scripts/decode_probe.py
+probe=docs/results/2026-12-03-h200-sweep/scripts/tile_sweep.py
 T128="ATTN_FUSED_HOPPER_DECODE_TILE=128,3,1,168"
 timeout 150 python3 $probe --cells "64x4k p1|64x4k p1 runs|64x4k p16 runs|64x4k p16|64x4k non-paged" \
   > $OUT/page-order.txt 2>&1

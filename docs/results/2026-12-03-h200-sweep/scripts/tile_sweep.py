@@ -1,10 +1,13 @@
-"""On the H200: bench_decode's cells through the fused backend under environment variants (the decode kernel's tile,
-gather tile, rounds), SDPA cuDNN beside them, same process, graph replays, settled, --rounds interleaved rounds;
-each variant's output checked against the default's.
+"""On the H200: decode cells through the fused backend under environment variants (the decode kernel's tile, KV
+heads an item, gather tile), SDPA cuDNN beside them, same process, graph replays, settled, --rounds interleaved
+rounds; each variant's output checked against the default's. Each cell's cache has its pages in the cell's order
+(until the thirty-ninth session this script built every cache in random order, whatever the cell's name said).
 
-    python tile_sweep.py --cells "32x2k p16|32x2k p1" --variants "t4=ATTN_FUSED_HOPPER_DECODE_TILE=64,4,1,168" ...
+    python tile_sweep.py --cells "32x2k p16|64x4k p1 runs" --variants "t4=ATTN_FUSED_HOPPER_DECODE_TILE=64,4,1,168" ...
 
-A variant is NAME=VAR=VALUE[;VAR=VALUE...]; ``default`` (no variables) always runs first. A cell bench_decode lacks\nmay be named ``BxSk pP`` (GQA 32/8, d128, page P).
+A variant is NAME=VAR=VALUE[;VAR=VALUE...]; ``default`` (no variables) always runs first. A cell bench_decode lacks
+may be named ``BxSk [MHA] pP [runs|fifo]`` or ``BxSk [MHA] non-paged`` (GQA 32/8 or MHA 32/32, d128, page P, pages
+in random order unless named).
 """
 from __future__ import annotations
 
@@ -30,11 +33,13 @@ def _variant(text: str) -> tuple[str, dict[str, str]]:
 
 def _plain_cell(name: str, cfg: BenchConfig) -> Cell:
     """A GQA 32/8 decode cell that bench_decode lacks, named as its cells are: ``BxSk pP`` (e.g. ``8x4k p1``)."""
-    match = re.fullmatch(r"(\d+)x(\d+)k p(\d+)", name)
+    match = re.fullmatch(r"(\d+)x(\d+)k( MHA)? (?:p(\d+)|non-paged)(?: (runs|fifo))?", name)
     if not match:
-        raise SystemExit(f"no decode cell {name!r}, and not of the form BxSk pP")
-    batch, context, page = (int(g) for g in match.groups())
-    return bench_decode._decode(name, "small-pages", batch, context * 1024, bench_dtype(cfg), page=page)
+        raise SystemExit(f"no decode cell {name!r}, and not of the form BxSk [MHA] pP [runs|fifo]")
+    batch, context, mha, page, order = match.groups()
+    return bench_decode._decode(name, "probe", int(batch), int(context) * 1024, bench_dtype(cfg),
+                                heads=(32, 32) if mha else (32, 8), page=int(page) if page else None,
+                                page_order=order or "random")
 
 
 def main() -> None:
@@ -49,7 +54,7 @@ def main() -> None:
     cells = {c.name: c for c in bench_decode.cells(cfg)}
     for name in names:
         cell = cells.get(name) or _plain_cell(name, cfg)
-        inputs = Inputs(cell.problem, cfg.device)
+        inputs = Inputs(cell.problem, cfg.device, cfg.seed, cell.page_order)
         sdpa = make_sdpa_cudnn(cell, inputs)[0]
         times: dict[str, list[float]] = {v: [] for v, _ in [("cudnn", {})] + variants}
         notes: dict[str, str] = {}
