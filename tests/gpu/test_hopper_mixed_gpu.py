@@ -72,6 +72,29 @@ def test_mixed_kernel_matches_the_reference(case: AttentionCase) -> None:
     check_output(case, inputs)
 
 
+EIGHT_ROW_CASES = [
+    *[C(DECODES_Q + (700,), DECODES_KV + (2000,), heads=heads, d_qk=128, d_v=128, dtype=torch.bfloat16,
+        layout="paged", page_size=16, causal=True, bottom_right=True) for heads in ((32, 8), (16, 2), (8, 8))],
+    C((2, 0) + DECODES_Q + (900,), (77, 30) + DECODES_KV + (1500,), heads=(32, 8), d_qk=128, d_v=128,
+      dtype=torch.bfloat16, layout="paged", page_size=16, causal=True, bottom_right=True),
+    C(DECODES_Q + (700,), DECODES_KV + (2000,), heads=(32, 8), d_qk=128, d_v=128, dtype=torch.bfloat16,
+      layout="cache", causal=True, bottom_right=True),
+]
+"""Mixed batches of one-token decodes (and a 2-query one at group 4) beside a prefill, run with total_q their real
+token count: the host then plans decode tiles of 8 rows (mixed_decode_rows), and at d128 the register split of
+MIXED_HOPPER_SMALL_DECODE_REGISTERS. (build_inputs passes a padded bound, which plans 16-row tiles.)"""
+
+
+@pytest.mark.parametrize("case", EIGHT_ROW_CASES, ids=str)
+def test_mixed_kernel_with_eight_row_decode_tiles(case: AttentionCase) -> None:
+    inputs = build_inputs(case, "cuda")
+    inputs["call"]["total_q"] = sum(case.q_lens)
+    _run(inputs)
+    (plan,) = launcher._plans.values()
+    assert plan.decode_rows == 8, plan.decode_rows
+    check_output(case, inputs)
+
+
 def test_the_switch_sends_mixed_batches_to_the_general_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     """A 2k chunk on a 2k prefix beside decodes over 16-token pages: the mixed kernel by default, the general one
     with ATTN_FUSED_HOPPER_MIXED=0; both match the reference."""
