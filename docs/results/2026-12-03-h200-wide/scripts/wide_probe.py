@@ -4,25 +4,25 @@ and wide_variants.py's kernel: PROBE 0 (as attention_mixed_wide_hopper.py), 1 (d
 2 (decode warps only compute, on their first tiles), 3 (S^T as four independent partial sums), 4 (decode warps only load, every tile from the item's first tile's rows: L2 hits, no page ids), and two decode warps of three 16-key stages. Graph replays,
 settled, µs, variants alternated, two rounds; the outputs of PROBE 0 against main's (max abs difference).
 
-    PYTHONPATH=. python3 docs/results/2026-12-03-h200-wide/scripts/wide_probe.py
+    git apply docs/results/2026-12-03-h200-wide/scripts/wide-kernel.diff   # (on ee8f791)
+    VARIANTS=main,wide CELLS="M2 whole" ROUNDS=3 PYTHONPATH=. python3 docs/results/2026-12-03-h200-wide/scripts/wide_probe.py
 """
 import argparse
-import dataclasses
 import os
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-import wide_variants  # noqa: E402
+import wide_variants
 
-from attention.kernels import attention_fwd as launcher  # noqa: E402
-from attention.kernels import hopper_mixed  # noqa: E402
-from benchmarks import providers  # noqa: E402
-from benchmarks.bench_mixed import _mixed  # noqa: E402
-from benchmarks.cells import Inputs  # noqa: E402
-from benchmarks.config import add_common_arguments, config_from_args  # noqa: E402
-from benchmarks.timing import graph_replay_us  # noqa: E402
+from attention.kernels import attention_fwd as launcher
+from attention.kernels import hopper_mixed
+from benchmarks import providers
+from benchmarks.bench_mixed import _mixed
+from benchmarks.cells import Inputs
+from benchmarks.config import add_common_arguments, config_from_args
+from benchmarks.timing import graph_replay_us
 
 ONLY = os.environ.get("VARIANTS")  # comma list: run only these
 CELLS = os.environ.get("CELLS")  # comma list of cell names: time only these
@@ -53,7 +53,6 @@ hopper_mixed.MixedHopperPlan._kernel_launch = _patched
 def main() -> None:
     parser = argparse.ArgumentParser()
     add_common_arguments(parser, 0)
-    parser.add_argument("--rounds", type=int, default=2)
     cfg = config_from_args(parser.parse_args())
     dtype = torch.bfloat16
     m1 = _mixed("M1", (2048, 2048), 128, 2048, dtype)
@@ -71,7 +70,7 @@ def main() -> None:
         assert runner is not None, reason
         runners[name] = runner
     outputs = {}
-    for round_ in range(args_rounds(cfg)):
+    for round_ in range(int(os.environ.get("ROUNDS", "2"))):
         for variant, (env, probe, decoders) in variants.items():
             if env is None:
                 os.environ.pop("ATTN_FUSED_HOPPER_MIXED_WIDE", None)
@@ -93,10 +92,6 @@ def main() -> None:
                 continue
             diff = (outputs[variant, name] - outputs["main", name]).abs().max().item()
             print(f"max |{variant} - main| {name:30} {diff:.4g}")
-
-
-def args_rounds(cfg) -> int:
-    return int(os.environ.get("ROUNDS", "2"))
 
 
 if __name__ == "__main__":
