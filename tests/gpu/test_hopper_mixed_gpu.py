@@ -25,6 +25,14 @@ DECODES_Q = (1,) * 12
 DECODES_KV = (1, 17, 64, 65, 300, 1000, 1024, 2047, 2500, 4096, 31, 128)
 MIXED_Q = DECODES_Q + (300, 700)  # decodes, a prefill, a chunk
 MIXED_KV = DECODES_KV + (300, 2900)
+ONE_TOKEN_DECODE_CASES = [
+    *[C(DECODES_Q + (700,), DECODES_KV + (2000,), heads=heads, d_qk=128, d_v=128, dtype=torch.bfloat16,
+        layout="paged", page_size=16, causal=True, bottom_right=True) for heads in ((32, 8), (16, 2), (8, 8))],
+    C((2, 0) + DECODES_Q + (900,), (77, 30) + DECODES_KV + (1500,), heads=(32, 8), d_qk=128, d_v=128,
+      dtype=torch.bfloat16, layout="paged", page_size=16, causal=True, bottom_right=True),
+]
+"""A prefill beside one-token decodes (groups 4, 8 and 1), and a 2-query decode beside a sequence of none: with the
+call's real token count, decode tiles of 8 rows (a group's rows; 2 queries x 4 heads)."""
 CASES = [
     *[C(MIXED_Q, MIXED_KV, heads=(32, 8), d_qk=128, d_v=128, dtype=dtype, layout="paged", page_size=page_size,
         causal=True, bottom_right=True)
@@ -36,12 +44,9 @@ CASES = [
     # packed rows) and 8 x 8 as prefill items
     C((4, 2, 4, 1, 8) + DECODES_Q + (500,), (900, 77, 4, 33, 1200) + DECODES_KV + (1800,), heads=(16, 2), d_qk=128,
       d_v=128, dtype=torch.bfloat16, layout="paged", page_size=16, causal=True, bottom_right=True),
-    # a prefill beside one-token decodes (the others one query each: decode tiles of 8 rows): groups 4, 8 and 1,
-    # and a 2-query decode beside a sequence of none (8 rows at group 4)
-    *[C(DECODES_Q + (700,), DECODES_KV + (2000,), heads=heads, d_qk=128, d_v=128, dtype=torch.bfloat16,
-        layout="paged", page_size=16, causal=True, bottom_right=True) for heads in ((32, 8), (16, 2), (8, 8))],
-    C((2, 0) + DECODES_Q + (900,), (77, 30) + DECODES_KV + (1500,), heads=(32, 8), d_qk=128, d_v=128,
-      dtype=torch.bfloat16, layout="paged", page_size=16, causal=True, bottom_right=True),
+    # a prefill beside one-token decodes (with build_inputs' padded total_q the host plans 16-row decode tiles;
+    # test_mixed_kernel_with_eight_row_decode_tiles runs them on 8)
+    *ONE_TOKEN_DECODE_CASES,
     # group 4 with verification steps of 2-4 queries (decode tiles of 16 rows)
     C((1, 4, 1, 3, 2) + DECODES_Q + (700,), (50, 900, 1, 2049, 64) + DECODES_KV + (2000,), heads=(32, 8), d_qk=128,
       d_v=128, dtype=torch.bfloat16, layout="paged", page_size=16, causal=True, bottom_right=True),
@@ -73,10 +78,7 @@ def test_mixed_kernel_matches_the_reference(case: AttentionCase) -> None:
 
 
 EIGHT_ROW_CASES = [
-    *[C(DECODES_Q + (700,), DECODES_KV + (2000,), heads=heads, d_qk=128, d_v=128, dtype=torch.bfloat16,
-        layout="paged", page_size=16, causal=True, bottom_right=True) for heads in ((32, 8), (16, 2), (8, 8))],
-    C((2, 0) + DECODES_Q + (900,), (77, 30) + DECODES_KV + (1500,), heads=(32, 8), d_qk=128, d_v=128,
-      dtype=torch.bfloat16, layout="paged", page_size=16, causal=True, bottom_right=True),
+    *ONE_TOKEN_DECODE_CASES,
     C(DECODES_Q + (700,), DECODES_KV + (2000,), heads=(32, 8), d_qk=128, d_v=128, dtype=torch.bfloat16,
       layout="cache", causal=True, bottom_right=True),
 ]
