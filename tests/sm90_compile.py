@@ -202,7 +202,7 @@ def hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
             (128, torch.float16, False, False, True, 0), (64, torch.bfloat16, True, True, True, 0),
             (64, torch.float16, False, False, False, 0), (128, torch.bfloat16, True, True, False, 256),
             (128, torch.bfloat16, True, True, False, 16), (64, torch.float16, False, False, False, 32)):
-        block_n, stages, registers = HOPPER_TILE[head_dim]
+        block_n, stages, registers, pingpong = HOPPER_TILE[head_dim]
         element = gl.bfloat16 if dtype == torch.bfloat16 else gl.float16
         q = torch.zeros(256, 4 * head_dim, dtype=dtype)
         k = torch.zeros(256, 2 * head_dim, dtype=dtype)
@@ -216,7 +216,8 @@ def hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
                 torch.zeros(256, 4, head_dim, dtype=dtype), cu, cu, cu, cu, cu, 0, 0, 0, 0, 4 * head_dim, 8, 0.18)
         constexprs = dict(GROUP_SIZE=2, BLOCK_N=block_n, STAGES=stages, PAGE_SIZE=page_size, CAUSAL=causal,
                           BOTTOM_RIGHT=bottom_right,
-                          HAS_Q_START=starts, HAS_KV_START=starts, CONSUMER_REGISTERS=registers, maxnreg=168)
+                          HAS_Q_START=starts, HAS_KV_START=starts, CONSUMER_REGISTERS=registers, PINGPONG=pingpong,
+                          maxnreg=168)
         label = (f"d{head_dim} {str(dtype)[6:]} {'causal' if causal else 'full'}{' bottom-right' if bottom_right else ''}"
                  f"{' + starts' if starts else ''}{f' page {page_size}' if page_size else ''}")
         launches.append((label, attention_fwd_hopper_kernel, args, constexprs, 4, 1))

@@ -10,7 +10,9 @@ import torch
 
 from attention.kernels import hopper_forward
 from attention.kernels.hopper_forward import (
+    HOPPER_PINGPONG_ENV,
     HOPPER_SMALL_PAGES_ENV,
+    HOPPER_TILE,
     _page_size_reason,
     _rows_matrix,
     hopper_unsupported_reason,
@@ -147,6 +149,30 @@ def test_a_paged_plan_loads_a_page_or_a_tile_per_tma_load(monkeypatch: pytest.Mo
     launched = dict(zip(names, args))
     assert list(launched["k_desc"].block_shape) == list(launched["v_desc"].block_shape) == [kv_block_rows, head_dim]
     assert kwargs["PAGE_SIZE"] == page_size
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("switch", [None, "1", "0"])
+def test_the_consumer_ping_pong_follows_the_tile_table_unless_switched(monkeypatch: pytest.MonkeyPatch,
+                                                                      head_dim: int, switch: str | None) -> None:
+    """The launch's PINGPONG: HOPPER_TILE's per head dim (on at d64, off at d128), or ATTN_FUSED_HOPPER_PINGPONG's."""
+    monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
+    if switch is None:
+        monkeypatch.delenv(HOPPER_PINGPONG_ENV, raising=False)
+    else:
+        monkeypatch.setenv(HOPPER_PINGPONG_ENV, switch)
+    kernel = _RecordedLaunch()
+    monkeypatch.setattr(hopper_forward, "attention_fwd_hopper_kernel", kernel)
+    q = torch.randn(1, 256, 4, head_dim, dtype=torch.bfloat16)
+    k = v = torch.randn(1, 256, 2, head_dim, dtype=torch.bfloat16)
+    plan = plan_hopper_forward(q, k, v, torch.empty_like(q), num_seqs=1, max_seqlen_q=256, max_seqlen_kv=256,
+                               total_q=256, softmax_scale=0.1, window=(-1, 0), bottom_right=False, page_size=0,
+                               alibi=False, sink=False, has_q_start=False, has_kv_start=False, num_sms=4)
+    cu = torch.tensor([0, 256], dtype=torch.int32)
+    plan(q, k, v, torch.empty_like(q), cu, cu, None, None, None)
+    (_, _, kwargs), = kernel.calls
+    assert kwargs["PINGPONG"] is (HOPPER_TILE[head_dim][3] if switch is None else switch == "1")
+    assert HOPPER_TILE[64][3] and not HOPPER_TILE[128][3]
 
 
 @pytest.mark.parametrize("q_lens, planned", [

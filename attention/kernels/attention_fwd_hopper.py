@@ -50,6 +50,8 @@ HOPPER_ROWS_PER_GROUP = 64
 """Query rows per consumer warp group (wgmma's M is 64 per warp group)."""
 HOPPER_BLOCK_M = 2 * HOPPER_ROWS_PER_GROUP
 """Query rows per program: two consumer warp groups."""
+PINGPONG_BARRIER = gl.constexpr(8)
+"""The consumer groups' ping-pong uses named barriers 8 and 9 (Triton's partitions use the lowest ids)."""
 
 # Triton 3.6 names (the H200's) and their later renames (3.9, the CPU CI's): the kernel compiles with both.
 _cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
@@ -57,8 +59,8 @@ _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 
 
 @gluon.jit
-def _producer(descriptors, buffers, loads, walk, output,
-              CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr):
+def _producer(descriptors, buffers, loads, walk, output, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr,
+              STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr, PINGPONG: gl.constexpr):
     """1 warp: TMA loads of the Q halves, then K_t / V_t into the stage ring as the consumers free it."""
     q_desc, k_desc, v_desc = descriptors
     q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty = buffers
@@ -200,13 +202,45 @@ def _zero_rows_from(tile, first_row, KEYS: gl.constexpr = 0):
 
 
 @gluon.jit
+def _named_barrier(barrier, ARRIVE: gl.constexpr):
+    """``bar.sync`` (ARRIVE False) or ``bar.arrive`` on named barrier ``barrier`` (an int) by this warp group, for
+    two warp groups (256 threads). Gluon has no named barriers: an inline asm that runs once a thread (a [128]
+    tensor over the group's 4 warps, one element each)."""
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    ids = gl.full([128], barrier, gl.int32, layout=layout)
+    if ARRIVE:
+        gl.inline_asm_elementwise("bar.arrive $1, 256;\n\tmov.b32 $0, $1;", "=r,r", [ids], dtype=gl.int32,
+                                  is_pure=False, pack=1)
+    else:
+        gl.inline_asm_elementwise("bar.sync $1, 256;\n\tmov.b32 $0, $1;", "=r,r", [ids], dtype=gl.int32,
+                                  is_pure=False, pack=1)
+
+
+@gluon.jit
+def _take_turn(PINGPONG_GROUP: gl.constexpr):
+    """Ping-pong of two consumer warp groups (PINGPONG_GROUP 0 / 1; -1: off): wait for this group's turn to issue
+    its wgmmas (its named barrier, PINGPONG_BARRIER + group)."""
+    if PINGPONG_GROUP >= 0:
+        _named_barrier(PINGPONG_BARRIER + PINGPONG_GROUP, False)
+
+
+@gluon.jit
+def _pass_turn(PINGPONG_GROUP: gl.constexpr):
+    """Give the other consumer warp group its turn (arrive on its named barrier)."""
+    if PINGPONG_GROUP >= 0:
+        _named_barrier(PINGPONG_BARRIER + 1 - PINGPONG_GROUP, True)
+
+
+@gluon.jit
 def _prefill_tiles(q, ring, count, first_tile, num_tiles, first_masked, rows, kv_len, diag, qk_scale,
-                   CAUSAL: gl.constexpr, STAGES: gl.constexpr):
+                   CAUSAL: gl.constexpr, STAGES: gl.constexpr, PINGPONG_GROUP: gl.constexpr = -1):
     """A consumer warp group's 64 query rows (``q``, ready in shared memory; ``rows``: their query indices) through
     KV tiles first_tile .. first_tile + num_tiles - 1 of the K / V ring (k_smem, v_smem, k_ready, k_empty, v_ready,
     v_empty), from ring position ``count``. In step t it issues S_t = Q K_t^T and O += P_{t-1} V_{t-1} (both async),
     waits for S_t only, runs the online softmax of tile t while the PV wgmma runs, then waits for PV and rescales O.
-    Returns O [ROWS, D] (fp32, not yet divided by the sums), the rows' running max (log2 units) and their sums."""
+    Returns O [ROWS, D] (fp32, not yet divided by the sums), the rows' running max (log2 units) and their sums.
+    PINGPONG_GROUP 0 / 1 (two groups on the same tiles): the groups take turns to issue a step's wgmmas (group 0
+    first), so one group's softmax runs while the other's wgmmas do (FlashAttention-3's schedule); -1: no turns."""
     k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
     ROWS: gl.constexpr = q.type.shape[0]
     HEAD_DIM: gl.constexpr = q.type.shape[1]
@@ -226,9 +260,13 @@ def _prefill_tiles(q, ring, count, first_tile, num_tiles, first_masked, rows, kv
     s = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
     p16 = gl.zeros([ROWS, BLOCK_N], dtype, layout=p_layout)
     if num_tiles > 0:
+        if PINGPONG_GROUP == 1:
+            _pass_turn(PINGPONG_GROUP)  # group 0 goes first
         stage = count % STAGES
         mbarrier.wait(k_ready.index(stage), (count // STAGES) & 1)
+        _take_turn(PINGPONG_GROUP)
         s = warpgroup_mma(q, k_smem.index(stage).permute((1, 0)), s, use_acc=False, is_async=True)
+        _pass_turn(PINGPONG_GROUP)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         mbarrier.arrive(k_empty.index(stage), count=1)
         p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, first_tile, first_tile >= first_masked, rows, kv_len, diag,
@@ -238,9 +276,11 @@ def _prefill_tiles(q, ring, count, first_tile, num_tiles, first_masked, rows, kv
             stage = (count + i) % STAGES
             prev = (count + i - 1) % STAGES
             mbarrier.wait(k_ready.index(stage), ((count + i) // STAGES) & 1)
+            _take_turn(PINGPONG_GROUP)
             s = warpgroup_mma(q, k_smem.index(stage).permute((1, 0)), s, use_acc=False, is_async=True)
             mbarrier.wait(v_ready.index(prev), ((count + i - 1) // STAGES) & 1)
             o = warpgroup_mma(p16, v_smem.index(prev), o, is_async=True)
+            _pass_turn(PINGPONG_GROUP)
             s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))  # S_t done, PV_{t-1} may still run
             mbarrier.arrive(k_empty.index(stage), count=1)
             t = first_tile + i
@@ -258,12 +298,15 @@ def _prefill_tiles(q, ring, count, first_tile, num_tiles, first_masked, rows, kv
         o = warpgroup_mma(p16, v_smem.index(last), o, is_async=True)
         o, p16 = warpgroup_mma_wait(num_outstanding=0, deps=(o, p16))
         mbarrier.arrive(v_empty.index(last), count=1)
+        if PINGPONG_GROUP == 0:
+            _take_turn(PINGPONG_GROUP)  # group 1's last pass: the barrier ends as it began
     return o, m_i, l_i
 
 
 @gluon.jit
 def _consume(buffers, walk, output,
-             GROUP: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+             GROUP: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+             PINGPONG: gl.constexpr):
     """4 warps (one warp group): 64 query rows through every KV tile, then the normalized output."""
     q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty = buffers
     num_tiles, first_masked, kv_len, diag, qk_scale = walk
@@ -282,7 +325,8 @@ def _consume(buffers, walk, output,
     rows = first_row + gl.arange(0, ROWS, layout=row_s)  # query index within the tile
     mbarrier.wait(q_bar, 0)
     o, _, l_i = _prefill_tiles(q_smem.index(GROUP), (k_smem, v_smem, k_ready, k_empty, v_ready, v_empty), 0, 0,
-                                 num_tiles, first_masked, rows, kv_len, diag, qk_scale, CAUSAL, STAGES)
+                                 num_tiles, first_masked, rows, kv_len, diag, qk_scale, CAUSAL, STAGES,
+                                 GROUP if PINGPONG else -1)
 
     l_o = gl.convert_layout(l_i, row_o)
     o = o / gl.where(l_o == 0.0, 1.0, l_o)[:, None]
@@ -293,16 +337,16 @@ def _consume(buffers, walk, output,
 
 
 @gluon.jit
-def _consume_first_half(descriptors, buffers, loads, walk, output,
-                        CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr):
-    _consume(buffers, walk, output, 0, CAUSAL, BLOCK_N, STAGES)
+def _consume_first_half(descriptors, buffers, loads, walk, output, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr,
+                        STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr, PINGPONG: gl.constexpr):
+    _consume(buffers, walk, output, 0, CAUSAL, BLOCK_N, STAGES, PINGPONG)
 
 
 @gluon.jit
-def _consume_second_half(descriptors, buffers, loads, walk, output,
-                         CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr):
+def _consume_second_half(descriptors, buffers, loads, walk, output, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr,
+                         STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr, PINGPONG: gl.constexpr):
     """A worker partition: the same signature as the producer's (Gluon's rule for workers)."""
-    _consume(buffers, walk, output, 1, CAUSAL, BLOCK_N, STAGES)
+    _consume(buffers, walk, output, 1, CAUSAL, BLOCK_N, STAGES, PINGPONG)
 
 
 @gluon.jit
@@ -339,7 +383,7 @@ def attention_fwd_hopper_kernel(
     q_batch_rows, k_batch_rows, v_batch_rows, out_batch_rows, stride_os, page_table_stride, qk_scale,
     GROUP_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
     CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr, HAS_KV_START: gl.constexpr,
-    CONSUMER_REGISTERS: gl.constexpr,
+    CONSUMER_REGISTERS: gl.constexpr, PINGPONG: gl.constexpr = False,
 ):
     """Grid (q tiles of the longest sequence x GROUP_SIZE, H_kv, sequences). q_desc / k_desc / v_desc: descriptors over
     2-D views [token rows, heads x head dim] with blocks [64, D] / [BLOCK_N, D]; sequence b's token i is
@@ -390,9 +434,9 @@ def attention_fwd_hopper_kernel(
                   q_len - first_query)
         gl.warp_specialize([  # (constexprs stay constexprs only as direct members of an argument tuple)
             (_consume_first_half, (descriptors, buffers, loads, walk, output,
-                                 CAUSAL, BLOCK_N, STAGES, PAGE_SIZE)),
+                                 CAUSAL, BLOCK_N, STAGES, PAGE_SIZE, PINGPONG)),
             (_consume_second_half, (descriptors, buffers, loads, walk, output,
-                                  CAUSAL, BLOCK_N, STAGES, PAGE_SIZE)),
+                                  CAUSAL, BLOCK_N, STAGES, PAGE_SIZE, PINGPONG)),
             (_producer, (descriptors, buffers, loads, walk, output,
-                       CAUSAL, BLOCK_N, STAGES, PAGE_SIZE)),
+                       CAUSAL, BLOCK_N, STAGES, PAGE_SIZE, PINGPONG)),
         ], [4, 1], [CONSUMER_REGISTERS, 24])

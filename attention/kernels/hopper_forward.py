@@ -25,21 +25,30 @@ from .hopper_mixed import MixedHopperPlan, plan_mixed_hopper
 from .launch import KernelLaunch
 
 __all__ = [
-    "HOPPER_ENV", "HOPPER_SMALL_PAGES_ENV", "HOPPER_TILE", "HopperPlan", "hopper_unsupported_reason",
+    "HOPPER_ENV", "HOPPER_PINGPONG_ENV", "HOPPER_SMALL_PAGES_ENV", "HOPPER_TILE", "HopperPlan",
+    "hopper_unsupported_reason",
     "plan_hopper_forward",
 ]
 
 HOPPER_ENV = "ATTN_FUSED_HOPPER"
 """``0`` sends every call to the general kernel; unset or ``1``: calls the Hopper kernel serves go to it."""
 
-HOPPER_TILE = {64: (128, 2, 240), 128: (128, 2, 240)}
-"""Head dim -> (BLOCK_N, STAGES, consumer registers). 128 keys per tile and two stages: Q (32 KiB) and the
+HOPPER_TILE = {64: (128, 2, 240, True), 128: (128, 2, 240, False)}
+"""Head dim -> (BLOCK_N, STAGES, consumer registers, ping-pong). 128 keys per tile and two stages: Q (32 KiB) and the
 K and V rings (2 x 2 x 32 KiB at d128) fill most of sm90's shared memory, one program per SM; each consumer
 warp group holds O, S and two P tiles in 240 registers. H200, 2026-11-30 (abtree harness, bf16 thd 16k
 tokens, against this tile in the same process): three stages lost 1-7 % on every d128 / d64 cell (MHA full
-4x4k 593.4 -> 578.8 TFLOP/s). Taking turns to issue wgmmas (FlashAttention-3's ping-pong of its two consumer
-groups, here an mbarrier pair) lost 0-3 % on 22 of 23 cells (MHA full 4x4k 579.1 -> 576.6, GQA causal 8x2k
-457.7 -> 444.9; d64 causal 381.8 -> 384.4): the warp schedulers already interleave the two groups."""
+4x4k 593.4 -> 578.8 TFLOP/s).
+
+Ping-pong (the two consumer groups take turns to issue their wgmmas, FlashAttention-3's schedule, on named
+barriers): on at d64, off at d128. H200, 2026-12-03, graph replays, settled, alternated in one process, 3-4 rounds,
+µs, free issue -> ping-pong (docs/results/2026-12-03-h200-pingpong): d64 GQA 32/8 causal 1x16k 2,522 -> 2,419,
+4x4k 727 -> 703, MHA causal 16x1k 299 -> 285, MHA causal 4x4k 743 -> 723, full cells 0.3-1.3 % faster, a 2k chunk
+on 14k over 16-token pages 609 -> 611; d128 none faster and GQA causal 1x16k 3,611 -> 3,724 (the warp schedulers
+already interleave the two groups there; an earlier ping-pong on an mbarrier pair lost 0-3 % at d128 too)."""
+
+HOPPER_PINGPONG_ENV = "ATTN_FUSED_HOPPER_PINGPONG"
+"""``1`` / ``0``: the consumer groups' ping-pong on / off at every head dim (A/B measurements); unset: HOPPER_TILE's."""
 
 HOPPER_SMALL_PAGES_ENV = "ATTN_FUSED_HOPPER_SMALL_PAGES"
 """``0``: a paged call whose pages hold fewer keys than a KV tile is not this kernel's (attention_forward may
@@ -207,14 +216,15 @@ class HopperPlan:
 
     def _kernel_launch(self, head_dim: int, table_stride: int) -> KernelLaunch:
         """attention_fwd_hopper_kernel's launch, all but its 9 tensor arguments fixed."""
-        block_n, stages, consumer_registers = HOPPER_TILE[head_dim]
+        block_n, stages, consumer_registers, pingpong = HOPPER_TILE[head_dim]
         return KernelLaunch(
             attention_fwd_hopper_kernel, self.grid,
             scalars=(*self.batch_rows, self.out_token_stride, table_stride, self.softmax_scale_log2),
             constexprs={"GROUP_SIZE": self.group_size, "BLOCK_N": block_n, "STAGES": stages,
                         "PAGE_SIZE": self.page_size, "CAUSAL": self.causal, "BOTTOM_RIGHT": self.bottom_right,
                         "HAS_Q_START": self.has_q_start, "HAS_KV_START": self.has_kv_start,
-                        "CONSUMER_REGISTERS": consumer_registers},
+                        "CONSUMER_REGISTERS": consumer_registers,
+                        "PINGPONG": {"1": True, "0": False}.get(getenv(HOPPER_PINGPONG_ENV, ""), pingpong)},
             options={"num_warps": 4, "maxnreg": 168}, descriptors=self.descriptors)
 
 

@@ -9,7 +9,13 @@ import torch
 
 from attention.kernels import attention_forward
 from attention.kernels import attention_fwd as launcher
-from attention.kernels.hopper_forward import HOPPER_ENV, HOPPER_SMALL_PAGES_ENV, HopperPlan, hopper_unsupported_reason
+from attention.kernels.hopper_forward import (
+    HOPPER_ENV,
+    HOPPER_PINGPONG_ENV,
+    HOPPER_SMALL_PAGES_ENV,
+    HopperPlan,
+    hopper_unsupported_reason,
+)
 from tests.test_kernels import SENTINEL, AttentionCase, build_inputs, check_output
 
 pytestmark = [
@@ -71,6 +77,28 @@ def test_small_pages_are_read_in_place_unless_switched_off(small_pages: str, mon
     _run(case, inputs)
     kinds = {type(plan).__name__ for plan in launcher._plans.values()}
     assert kinds == ({"HopperPlan"} if small_pages == "1" else {"HopperPlan", "GatherPlan"})
+    check_output(case, inputs)
+
+
+PINGPONG_CASES = [  # empty and key-less q tiles (both groups skip their turns), pages, both head dims
+    C(RAGGED_Q, RAGGED_Q, heads=(16, 4), d_qk=64, d_v=64, dtype=torch.bfloat16, layout="thd", causal=True),
+    C((640, 1024), (1024, 200), heads=(16, 16), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="bshd", causal=True,
+      bottom_right=True),
+    C(RAGGED_Q, RAGGED_KV, heads=(16, 4), d_qk=64, d_v=64, dtype=torch.bfloat16, layout="paged", page_size=16,
+      causal=True, bottom_right=True),
+    C(RAGGED_Q, RAGGED_KV, heads=(16, 2), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="paged", page_size=256,
+      causal=True, bottom_right=True),
+]
+
+
+@pytest.mark.parametrize("pingpong", ["1", "0"])
+@pytest.mark.parametrize("case", PINGPONG_CASES, ids=str)
+def test_consumer_groups_with_and_without_ping_pong(case: AttentionCase, pingpong: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """ATTN_FUSED_HOPPER_PINGPONG=1 / 0 (HOPPER_TILE picks per head dim when unset): the same rows either way."""
+    monkeypatch.setenv(HOPPER_PINGPONG_ENV, pingpong)
+    inputs = build_inputs(case, "cuda")
+    _run(case, inputs)
     check_output(case, inputs)
 
 
