@@ -42,10 +42,11 @@ tokens, against this tile in the same process): three stages lost 1-7 % on every
 
 Ping-pong (the two consumer groups take turns to issue their wgmmas, FlashAttention-3's schedule, on named
 barriers): on at d64, off at d128. H200, 2026-12-03, graph replays, settled, alternated in one process, 3-4 rounds,
-µs, free issue -> ping-pong (docs/results/2026-12-03-h200-pingpong): d64 GQA 32/8 causal 1x16k 2,522 -> 2,419,
-4x4k 727 -> 703, MHA causal 16x1k 299 -> 285, MHA causal 4x4k 743 -> 723, full cells 0.3-1.3 % faster, a 2k chunk
-on 14k over 16-token pages 609 -> 611; d128 none faster and GQA causal 1x16k 3,611 -> 3,724 (the warp schedulers
-already interleave the two groups there; an earlier ping-pong on an mbarrier pair lost 0-3 % at d128 too)."""
+mean µs, free issue -> ping-pong (docs/results/2026-12-03-h200-pingpong): d64 GQA 32/8 causal 1x16k 2,522 -> 2,419,
+4x4k 727 -> 703, MHA causal 16x1k 299 -> 285, 4x4k 743 -> 723, full cells 0.3-1.3 % faster, a 2k chunk on 14k over
+16-token pages 609 -> 611; d128 within 1 % on four cells, 1.1-3.1 % slower on the 2k chunks on 14k and 30k over
+16-token pages and GQA causal 1x16k (3,611 -> 3,724): there the warp schedulers already interleave the two groups
+(an earlier ping-pong on an mbarrier pair lost 0-3 % at d128 too)."""
 
 HOPPER_PINGPONG_ENV = "ATTN_FUSED_HOPPER_PINGPONG"
 """``1`` / ``0``: the consumer groups' ping-pong on / off at every head dim (A/B measurements); unset: HOPPER_TILE's."""
