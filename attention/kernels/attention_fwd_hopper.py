@@ -12,7 +12,8 @@ way FlashAttention-3 does on Hopper:
   * two 4-warp consumer partitions (one warp group each) own 64 query rows each. Each overlaps its
     own softmax with its tensor cores: in step t it issues S_t = Q K_t^T and O += P_{t-1} V_{t-1}
     (both async), waits for S_t only, runs the online softmax of tile t while the PV wgmma runs,
-    then waits for PV and rescales O. The two warp groups interleave on the SM's tensor cores.
+    then waits for PV and rescales O. The two warp groups interleave on the SM's tensor cores; with PINGPONG (the
+    host's choice at head dim 64) they take turns to issue a step's wgmmas, on named barriers 8 and 9.
   * masking (keys past the sequence end, the causal band) only on the tiles that need it (a
     runtime test per tile), exp2 with the scale folded into one FMA; P goes to the PV wgmma from
     registers.
