@@ -8,14 +8,14 @@
   leaves L2 cold and clean, as a decode step finds it after the previous layer's weight reads. Zeroing
   the buffer instead (``zero``, do_bench's flush and this suite's until 2026-12-01) leaves L2 full of
   dirty lines that the timed call writes back as it reads: on the H200 that added 4-5 µs to a 1x8k
-  decode and 9 µs to 1x32k and 64x4k, for every provider alike (docs/benchmarks.md, twenty-third
+  decode and 9 µs to 1x32k and 64x4k, for every provider alike (docs/benchmarks_log.md, twenty-third
   session);
 * two rounds: a cell's graph replays are timed once per provider, then once more in the same order (a new
   capture each), and each row keeps its faster round (``harness.run_cell``). On the H200 the ``fused`` row's
   first graph read 0.5-1.5 µs above the same kernel through the other entry points (1x8k decode 19.7 against
   18.5 µs for ``fused_dpa``), and a new capture of the same call in a later round did not (19.0, then 18.5 and
   18.5; 8x4k 41.9, then 40.4). Replaying the first graph a quarter of its count before timing it did not help
-  (docs/benchmarks.md, twenty-fourth session);
+  (docs/benchmarks_log.md, twenty-fourth session);
 * settling (``cfg.settle_ms``; the settled cells, ``Cell.settle``: prefill and mixed): the call runs back
   to back for that long before it is timed. Compute-bound kernels hold the H200 at its 700 W cap, where
   the SM clock falls from 1980 to about 1550-1790 MHz (nvidia-smi: reason "SW power cap"), so a short
@@ -27,7 +27,7 @@
   alike): under the cap the clock keeps swinging (nvidia-smi: 1395-1980 MHz samples within one prefill
   run), and do_bench's default 30 ms window catches one phase of it. On 2026-12-01 the same fused kernel timed through two entry points
   (``fused`` and ``auto``) in one run differed by up to 11 % per cell with 30 ms windows, and by at most
-  2.4 % with 300 ms windows (four d128 cells, two runs each; docs/benchmarks.md, fourteenth session).
+  2.4 % with 300 ms windows (four d128 cells, two runs each; docs/benchmarks_log.md, fourteenth session).
 """
 
 from __future__ import annotations

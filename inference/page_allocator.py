@@ -4,7 +4,7 @@
 of neighbouring page ids, so that a decode reads each sequence's KV from a few 2 MiB stretches of the cache
 instead of one per page: the GPU translates addresses 2 MiB at a time. After a while of continuous batching a FIFO
 list deals out pages in the order they came back, and a decode over them runs as over pages in random order.
-H200, 2026-12-02, the Gluon decode kernel at page 16, GQA 32/8 d128 (docs/benchmarks.md, twenty-sixth session):
+H200, 2026-12-02, the Gluon decode kernel at page 16, GQA 32/8 d128 (docs/benchmarks_log.md, twenty-sixth session):
 bench_decode at 3714647, 64 x 4k / 128 x 2k: pages from a FIFO list after a continuous batch 246.1 / 247.5 us, from
 this allocator 243.9 / 244.7, in random order 246.3 / 247.7, no pages (64 x 4k) 244.0. Pages shuffled only within
 2 MiB blocks read as fast as pages in order (page-order-ab.txt there: 248.7 and 247.8 against 251.3 in random order).

@@ -337,7 +337,7 @@ def select_forward_config(
       KV walks of at most 1024 / 2048 keys at d128: SHORT_KV_TILES; longer non-paged walks: PREFILL_TILE,
       FEW_PROGRAMS_TILE below PREFILL_TILE_MIN_PROGRAMS q tiles.
       The Triton warp-specialized kernel was removed in favour of the Gluon Hopper kernel
-      (attention_fwd_hopper.py); its measured figures are in docs/benchmarks.md's history.
+      (attention_fwd_hopper.py); its measured figures are in docs/benchmarks_log.md's history.
 
     Example:
         >>> select_forward_config(head_dim_qk=128, head_dim_v=128, group_size=4,

@@ -157,7 +157,7 @@ def choose_decode_splits(*, walks: int, max_tiles: int, programs: int, mean_tile
     H200 (sweep.txt above), the rule's count against its neighbours: 1x8k 16 splits 22.7 us (8: 24.0, 32: 22.9);
     1x32k 16 50.2 (8: 55.3, 32: 51.8); 8x4k 2 50.1 (1: 52.7, 4: 51.1); MQA 32/1 64x4k 2 53.6 (1: 60.5, 4: 55.8);
     32x2k 1 78.0 (2: 83.3); 32x4k verification 1 139.5 (2: 148.6). With the mean known, uniform walks
-    (docs/benchmarks.md, twenty-fourth session; 128 programs): 32x32k 1 split 936.2 us (the cap's 8: 952.5),
+    (docs/benchmarks_log.md, twenty-fourth session; 128 programs): 32x32k 1 split 936.2 us (the cap's 8: 952.5),
     64x16k 1 937.3 (4: 952.1), 128x8k 1 940.5 (2: 953.4), 16x32k 1 477.5 (8: 486.6), 8x32k 2 245.9, 4x32k 4 129.1.
 
     Example:
@@ -190,7 +190,7 @@ def whole_round_programs(items: int, programs: int) -> int:
     round holds them all.
 
     A last round that keeps only some programs busy leaves HBM under-read while it runs. H200, 2026-12-01, graph
-    replays, against every program in the same process (docs/benchmarks.md, twenty-fourth session): 32 x 32k
+    replays, against every program in the same process (docs/benchmarks_log.md, twenty-fourth session): 32 x 32k
     (2048 items: 16 rounds of 128, against 68 programs with 16 and 64 with 15) 955.2 against 976.3 us; 62 x 4k (496
     items on 124) 237.6 / 244.4; 64 x 4k 242.0 / 245.3; the ragged batch 288.4 / 294.9; no cell slower. Fewer
     programs than whole rounds need (112 to 124 for 512 or 1,024 items) lost 4-10 %.

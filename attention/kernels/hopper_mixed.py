@@ -48,7 +48,7 @@ decode 104 ran the 2k chunk on 14k + 64 decodes at 4k in 1132.6 against 1135.1 u
 and the fresh 2k prefill + 128 decodes at 2k in 341.3 against 336.3 (noise-sized both ways). With the earlier
 64-row decode tiles: consumers 168 / decode 152 1217.9, 184 / 120 1574.8 against 1148.6 on the chunk cell; 32-key
 decode tiles 1241.1 (4 stages), 1218.2 (6); the prefill ring 3 deep and the decode ring 2 deep 1193.6. With the
-decode producer warp (eighteenth session, docs/benchmarks.md): 184 / 120 and 192 / 104 no faster on M1 or M2. With
+decode producer warp (eighteenth session, docs/benchmarks_log.md): 184 / 120 and 192 / 104 no faster on M1 or M2. With
 8-row decode tiles (2026-12-02, docs/results/2026-12-02-h200-24b6f69/, six rounds): 192 / 104 ran M2 1.1-1.8 %
 faster and M1 ~1 us slower, and spills in the decode loops (64-row tiles most); 216 / 56 ran M1 4 % slower. 128-key
 prefill tiles leave shared memory for one decode stage, on which the decode loop (K_t kept while K_t+1 is awaited)

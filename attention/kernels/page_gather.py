@@ -2,7 +2,7 @@
 
 A prefill tile over 16-token pages loads a page id per key and cannot take one tensor descriptor per
 tile, so the fused kernel over such a cache runs 10-13 % below the same work on a contiguous cache
-(a 2k chunk on a 6k / 30k prefix, H200, docs/benchmarks.md). A call whose sequences each bring
+(a 2k chunk on a 6k / 30k prefix, H200, docs/benchmarks_log.md). A call whose sequences each bring
 thousands of query rows reads every K/V tile once per query tile, so one copy of the pages into a
 ``[B, pages * page_size, H, D]`` buffer (a read and a write of the cache, memory-bound) costs less than
 that penalty. ``attention_forward`` decides per call (``gathered_page_count``); the kernel then runs
