@@ -19,7 +19,17 @@ import pytest
 import torch
 
 from attention.kernels import configs
-from benchmarks import bench_decode, bench_mixed, bench_overhead, bench_prefill, harness, providers, report, run_all
+from benchmarks import (
+    bench_decode,
+    bench_mixed,
+    bench_overhead,
+    bench_prefill,
+    env_ab,
+    harness,
+    providers,
+    report,
+    run_all,
+)
 from benchmarks.cells import Cell, Inputs, Problem
 from benchmarks.config import BenchConfig
 
@@ -454,3 +464,35 @@ def test_served_page_orders():
         for seq, length in enumerate(problem.kv_lens):
             rows = k_cache[page_table[seq, : -(-length // 16)].long()].flatten(0, 1)[:length]
             assert torch.equal(rows, dense[seq, :length]), order
+
+
+# ------------------------------------------------------------------------------------------------
+# benchmarks/env_ab.py: environment variants alternated in one process.
+
+
+def test_env_ab_variants_parse_or_name_the_expected_form() -> None:
+    assert env_ab.parse_variant("tile=ATTN_A=64,2,1;ATTN_B=") == ("tile", {"ATTN_A": "64,2,1", "ATTN_B": ""})
+    for bad in ("tile", "tile=ATTN_A", "=ATTN_A=1", "default=ATTN_A=1", "tile=;"):
+        with pytest.raises(ValueError, match="NAME=VAR=VALUE"):
+            env_ab.parse_variant(bad)
+
+
+def test_env_ab_sets_and_restores_the_environment(monkeypatch) -> None:
+    monkeypatch.setenv("ATTN_ENV_AB_KEPT", "before")
+    monkeypatch.delenv("ATTN_ENV_AB_NEW", raising=False)
+    with env_ab.environment({"ATTN_ENV_AB_KEPT": "", "ATTN_ENV_AB_NEW": "1"}):
+        assert "ATTN_ENV_AB_KEPT" not in os.environ and os.environ["ATTN_ENV_AB_NEW"] == "1"
+    assert os.environ["ATTN_ENV_AB_KEPT"] == "before" and "ATTN_ENV_AB_NEW" not in os.environ
+
+
+def test_env_ab_alternates_variants_and_compares_outputs(capsys) -> None:
+    _skip_unless_fused_runs()
+    measurements = env_ab.main(["--smoke", "--quiet", "--cells", "chunk 16 on 64 prefix p16", "--rounds", "2",
+                                "--variant", "general=ATTN_FUSED_HOPPER=0"])
+    assert [(m.round, m.variant) for m in measurements] == [
+        (0, "default"), (0, "general"), (1, "general"), (1, "default")]
+    assert all(m.us > 0 for m in measurements)
+    assert [m.max_diff is None for m in measurements] == [True, False, True, True]  # round 0's others only
+    assert measurements[1].max_diff < 1e-2  # the same attention (on a GPU another kernel's rounding)
+    table = capsys.readouterr().out
+    assert "| chunk 16 on 64 prefix p16 | general |" in table and "| 1.000 |" in table
