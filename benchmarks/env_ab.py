@@ -7,7 +7,8 @@ power cap, and alternating keeps a drift from favouring one variant. Each call i
 (prefill and mixed cells settled and over the throughput window, latency cells as CUDA-graph replays), and each
 variant's output is compared with the default's. Prints a line per measurement, then a markdown table: per cell
 and variant the µs of every round, their mean, its ratio to the default's and the largest difference from the
-default's output.
+default's output; writes the table with the run's header (date, commit, GPU, versions, the variants) to
+``OUT/env_ab.md`` and every measurement to ``OUT/env_ab.csv``.
 
     python -m benchmarks.env_ab --cells "M2 2k chunk,64x4k p16" --rounds 3 \\
         --variant "pingpong=ATTN_FUSED_HOPPER_PINGPONG=1" --variant "free=ATTN_FUSED_HOPPER_PINGPONG=0"
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
+import dataclasses
 import os
 import statistics
 import sys
@@ -162,7 +165,30 @@ def main(argv: Sequence[str] | None = None) -> list[Measurement]:
     cfg = config_from_args(args)
     measurements = run(cfg, variants, max(1, args.rounds))
     print(table(measurements))
+    print("wrote " + ", ".join(write(measurements, variants, cfg, args.out)))
     return measurements
+
+
+def write(measurements: Sequence[Measurement], variants: dict[str, dict[str, str]], cfg: BenchConfig,
+          out_dir: str) -> list[str]:
+    """``env_ab.md`` (the run's header, the variants, the table) and ``env_ab.csv`` (every measurement)."""
+    from benchmarks import report
+
+    os.makedirs(out_dir, exist_ok=True)
+    md, csv_path = os.path.join(out_dir, "env_ab.md"), os.path.join(out_dir, "env_ab.csv")
+    header = report.environment_header(cfg.device, cfg.l2_flush)
+    lines = ["# Environment A/B", "", "|  |  |", "|---|---|",
+             *(f"| {key} | {value} |" for key, value in header.items()),
+             "", f"Variants against `{DEFAULT}` (the environment as started):", ""]
+    lines += [f"- `{name}`: " + "; ".join(f"`{var}={value}`" for var, value in env.items())
+              for name, env in variants.items()]
+    with open(md, "w") as handle:
+        handle.write("\n".join([*lines, "", table(measurements), ""]))
+    with open(csv_path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=[field.name for field in dataclasses.fields(Measurement)])
+        writer.writeheader()
+        writer.writerows(dataclasses.asdict(m) for m in measurements)
+    return [md, csv_path]
 
 
 if __name__ == "__main__":

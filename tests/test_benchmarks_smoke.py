@@ -485,10 +485,10 @@ def test_env_ab_sets_and_restores_the_environment(monkeypatch) -> None:
     assert os.environ["ATTN_ENV_AB_KEPT"] == "before" and "ATTN_ENV_AB_NEW" not in os.environ
 
 
-def test_env_ab_alternates_variants_and_compares_outputs(capsys) -> None:
+def test_env_ab_alternates_variants_and_compares_outputs(capsys, tmp_path) -> None:
     _skip_unless_fused_runs()
     measurements = env_ab.main(["--smoke", "--quiet", "--cells", "chunk 16 on 64 prefix p16", "--rounds", "2",
-                                "--variant", "general=ATTN_FUSED_HOPPER=0"])
+                                "--variant", "general=ATTN_FUSED_HOPPER=0", "--out", str(tmp_path)])
     assert [(m.round, m.variant) for m in measurements] == [
         (0, "default"), (0, "general"), (1, "general"), (1, "default")]
     assert all(m.us > 0 for m in measurements)
@@ -496,3 +496,6 @@ def test_env_ab_alternates_variants_and_compares_outputs(capsys) -> None:
     assert measurements[1].max_diff < 1e-2  # the same attention (on a GPU another kernel's rounding)
     table = capsys.readouterr().out
     assert "| chunk 16 on 64 prefix p16 | general |" in table and "| 1.000 |" in table
+    written = (tmp_path / "env_ab.md").read_text()
+    assert "`general`: `ATTN_FUSED_HOPPER=0`" in written and "| chunk 16 on 64 prefix p16 | general |" in written
+    assert len((tmp_path / "env_ab.csv").read_text().splitlines()) == 1 + len(measurements)
