@@ -32,10 +32,10 @@ from dataclasses import dataclass
 
 import torch
 
-from benchmarks import bench_decode, bench_mixed, bench_prefill
-from benchmarks.cells import Cell, Inputs
+from benchmarks.cells import Inputs
 from benchmarks.config import BenchConfig, add_common_arguments, config_from_args, environment_smoke_default
 from benchmarks.providers import make_fused
+from benchmarks.suites import wanted_cells
 from benchmarks.timing import time_fn
 
 DEFAULT = "default"
@@ -67,15 +67,6 @@ def parse_variant(text: str) -> tuple[str, dict[str, str]]:
     return name.strip(), env
 
 
-def every_cell(cfg: BenchConfig) -> list[Cell]:
-    """The cells of every suite, each name once: decode, mixed (whole batch, parts, probe), prefill."""
-    cells = list(bench_decode.cells(cfg))
-    for mixed in bench_mixed.cells(cfg):
-        cells += [mixed.whole, *mixed.parts, mixed.prefill_in_launch]
-    cells += bench_prefill.cells(cfg)
-    return list({cell.name: cell for cell in cells}.values())
-
-
 @contextlib.contextmanager
 def environment(env: dict[str, str]) -> Iterator[None]:
     """Set (or, for an empty value, unset) these variables and empty the plan cache; restore both after."""
@@ -102,11 +93,8 @@ def environment(env: dict[str, str]) -> Iterator[None]:
 def run(cfg: BenchConfig, variants: dict[str, dict[str, str]], rounds: int) -> list[Measurement]:
     """Every round: each variant (the default first in round 0; the order reversed every other round) on each of
     the config's cells. The default's outputs of round 0 are the reference of the others' first outputs."""
-    cells = [cell for cell in every_cell(cfg) if cfg.wants_cell(cell.name)]
-    if not cells:
-        raise SystemExit(f"no cell matches --cells {','.join(cfg.cells or ())!r}")
     runners = {}
-    for cell in cells:
+    for cell in wanted_cells(cfg):
         runner, reason = make_fused(cell, Inputs(cell.problem, cfg.device, cfg.seed, cell.page_order))
         if runner is None:
             raise SystemExit(f"{cell.name}: the fused backend cannot run it ({reason})")

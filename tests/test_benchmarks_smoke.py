@@ -29,6 +29,8 @@ from benchmarks import (
     providers,
     report,
     run_all,
+    run_cell,
+    suites,
 )
 from benchmarks.cells import Cell, Inputs, Problem
 from benchmarks.config import BenchConfig
@@ -499,3 +501,23 @@ def test_env_ab_alternates_variants_and_compares_outputs(capsys, tmp_path) -> No
     written = (tmp_path / "env_ab.md").read_text()
     assert "`general`: `ATTN_FUSED_HOPPER=0`" in written and "| chunk 16 on 64 prefix p16 | general |" in written
     assert len((tmp_path / "env_ab.csv").read_text().splitlines()) == 1 + len(measurements)
+
+
+def test_run_cell_calls_the_named_cells_providers_and_says_which_cannot(capsys) -> None:
+    _skip_unless_fused_runs()
+    done = run_cell.main(["--smoke", "--cells", "chunk 16 on 64 prefix p16", "--providers", "fused,flash4",
+                          "--calls", "2"])
+    assert done[0] == ("chunk 16 on 64 prefix p16", "fused", "ran 2 calls")
+    assert done[1][:2] == ("chunk 16 on 64 prefix p16", "flash4") and len(done) == 2
+    with pytest.raises(SystemExit):
+        run_cell.main(["--smoke", "--cells", "chunk 16", "--providers", "fused,nonesuch"])
+    assert "unknown nonesuch" in capsys.readouterr().err
+
+
+def test_every_suite_cell_once_and_cells_picked_by_substring() -> None:
+    cfg = BenchConfig(device=torch.device("cpu"), smoke=True, cells=("M1 part",))
+    names = [cell.name for cell in suites.every_cell(cfg)]
+    assert len(names) == len(set(names)) and any("decodes" in n for n in names) and any("chunk" in n for n in names)
+    assert [cell.name for cell in suites.wanted_cells(cfg)] == [n for n in names if "M1 part" in n]
+    with pytest.raises(SystemExit, match="--cells"):
+        suites.wanted_cells(BenchConfig(device=torch.device("cpu"), smoke=True, cells=("nonesuch",)))

@@ -1,0 +1,56 @@
+"""Run suite cells' calls a few times and nothing else: a target for Nsight Compute or Nsight Systems.
+
+Each cell named by ``--cells`` (substrings, any suite's: benchmarks/suites.py) is built once and each provider of
+``--providers`` (default ``fused``) called ``--calls`` times, untimed, then the GPU drained. Profile one call of one
+kernel, ours beside flash-attn-4's on the same cell, e.g.:
+
+    ncu --kernel-name regex:attention_fwd_hopper --launch-skip 2 --launch-count 1 --set full \\
+        python3 -m benchmarks.run_cell --cells "M2 part: prefill" --providers fused --calls 3
+    nsys profile -o m2 python3 -m benchmarks.run_cell --cells "M2 2k chunk" --providers fused,flash4
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from benchmarks.cells import Inputs
+from benchmarks.config import add_common_arguments, config_from_args, environment_smoke_default
+from benchmarks.suites import wanted_cells
+from benchmarks.timing import synchronize
+
+
+def main(argv: Sequence[str] | None = None) -> list[tuple[str, str, str]]:
+    """Returns (cell, provider, what happened) per pair: ``ran N calls`` or why the provider cannot run it."""
+    environment_smoke_default()
+    from benchmarks.providers import FACTORIES
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_common_arguments(parser, 0)
+    parser.add_argument("--calls", type=int, default=3, help="calls of each provider on each cell")
+    args = parser.parse_args(argv)
+    cfg = config_from_args(args)
+    providers = cfg.providers or ("fused",)
+    unknown = [name for name in providers if name not in FACTORIES]
+    if unknown:
+        parser.error(f"--providers: unknown {', '.join(unknown)} (known: {', '.join(FACTORIES)})")
+    done = []
+    for cell in wanted_cells(cfg):
+        inputs = Inputs(cell.problem, cfg.device, cfg.seed, cell.page_order)
+        for name in providers:
+            runner, reason = FACTORIES[name](cell, inputs)
+            if runner is None:
+                done.append((cell.name, name, f"cannot run it: {reason}"))
+            else:
+                calls = max(1, args.calls)
+                for _ in range(calls):
+                    runner.fn()
+                synchronize(cfg.device)
+                done.append((cell.name, name, f"ran {calls} call{'s' if calls > 1 else ''}"))
+            print(" | ".join(done[-1]), flush=True)
+    return done
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
