@@ -15,7 +15,8 @@ default's output; writes the table with the run's header (date, commit, GPU, ver
 
 A variant is ``NAME=VAR=VALUE[;VAR=VALUE...]`` (an empty VALUE unsets VAR); ``default``, the environment the
 process started with, always runs and is the one the others are compared with. ``--cells`` picks cells of
-bench_decode, bench_mixed (whole batches, their parts and probes) and bench_prefill by substring, as the suites do.
+bench_decode, bench_mixed (whole batches, their parts and probes) and bench_prefill by substring, as the suites do;
+every picked cell's inputs stay on the GPU for the whole run (the large decode cells hold 1-4 GB of K/V each).
 """
 
 from __future__ import annotations
