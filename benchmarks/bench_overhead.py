@@ -71,7 +71,7 @@ def _measure(row: Row, fn: Callable[[], Any], cfg: BenchConfig, calls: int, repe
     if kernel:
         timing = time_fn(fn, cuda_graph=True, cfg=cfg)
         row.us_eager, row.us_graph = timing.us_eager, timing.us_graph
-        row.us = timing.us_graph if timing.us_graph is not None else timing.us_eager
+        row.us = timing.us
         notes.append("kernel = graph replay" if timing.us_graph is not None else "kernel = eager")
         notes.append(timing.note)
         if cfg.cuda and row.us and row.host_us < row.us:

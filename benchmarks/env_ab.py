@@ -113,8 +113,7 @@ def run(cfg: BenchConfig, variants: dict[str, dict[str, str]], rounds: int) -> l
                         reference.setdefault(name, out)
                     elif round_ == 0:
                         max_diff = (out - reference[name]).abs().max().item()
-                    timing = time_fn(runner.fn, cell.latency, cfg, settled=cell.settle)
-                    us = timing.us_graph if timing.us_graph is not None else timing.us_eager
+                    us = time_fn(runner.fn, cell.latency, cfg, settled=cell.settle).us
                     measurements.append(Measurement(round_, variant, name, us, max_diff))
                     if cfg.verbose:
                         print(f"round {round_} {variant:>12} {name:52} {us:10.1f} µs", flush=True)

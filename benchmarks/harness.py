@@ -218,7 +218,7 @@ def _measure(cell: Cell, name: str, runner: Runner, row: Row, cfg: BenchConfig, 
         cfg.memo[key] = (timing, cell.name)
         fresh = timing
     row.us_eager, row.p20, row.p80, row.us_graph = timing.us_eager, timing.p20, timing.p80, timing.us_graph
-    row.us = timing.us_graph if timing.us_graph is not None else timing.us_eager
+    row.us = timing.us
     if timing.note:
         row.note = "; ".join(x for x in (row.note, timing.note) if x)
     return fresh if fresh is not None and fresh.us_graph is not None else None

@@ -53,6 +53,11 @@ class Timing:
     us_graph: float | None = None
     note: str = ""
 
+    @property
+    def us(self) -> float | None:
+        """The call's time: the graph replay's when measured, else the eager median."""
+        return self.us_graph if self.us_graph is not None else self.us_eager
+
 
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
