@@ -9,11 +9,13 @@ way FlashAttention-3 does on Hopper:
   * a 1-warp producer partition issues every load by TMA: the two 64-row halves of the Q tile once,
     then K and V tiles of BLOCK_N keys into a ring of STAGES buffers, each with a ready and an empty
     mbarrier (K and V separately: K is released as soon as QK^T is done, V after PV);
-  * two 4-warp consumer partitions (one warp group each) own 64 query rows each. Each overlaps its
-    own softmax with its tensor cores: in step t it issues S_t = Q K_t^T and O += P_{t-1} V_{t-1}
-    (both async), waits for S_t only, runs the online softmax of tile t while the PV wgmma runs,
-    then waits for PV and rescales O. The two warp groups interleave on the SM's tensor cores; with PINGPONG (the
-    host's choice at head dim 64) they take turns to issue a step's wgmmas, on named barriers 8 and 9.
+  * two 4-warp consumer partitions (one warp group each) own 64 query rows each. In step t each issues
+    S_t = Q K_t^T and O += P_{t-1} V_{t-1} (both async), waits for S_t, runs the online softmax of tile t,
+    waits for PV and rescales O. The PTX waits for PV after the softmax, but ptxas hoists that wait
+    above it, so a group's softmax overlaps the other group's wgmmas rather than its own PV (holding the
+    wait back ran the d128 prefill 5-6 % slower on the H200; docs/benchmarks_log.md, forty-second
+    session). The two warp groups interleave on the SM's tensor cores; with PINGPONG (the host's choice
+    at head dim 64) they take turns to issue a step's wgmmas, on named barriers 8 and 9.
   * masking (keys past the sequence end, the causal band) only on the tiles that need it (a
     runtime test per tile), exp2 with the scale folded into one FMA; P goes to the PV wgmma from
     registers.
@@ -238,7 +240,8 @@ def _prefill_tiles(q, ring, count, first_tile, num_tiles, first_masked, rows, kv
     """A consumer warp group's 64 query rows (``q``, ready in shared memory; ``rows``: their query indices) through
     KV tiles first_tile .. first_tile + num_tiles - 1 of the K / V ring (k_smem, v_smem, k_ready, k_empty, v_ready,
     v_empty), from ring position ``count``. In step t it issues S_t = Q K_t^T and O += P_{t-1} V_{t-1} (both async),
-    waits for S_t only, runs the online softmax of tile t while the PV wgmma runs, then waits for PV and rescales O.
+    waits for S_t only, runs the online softmax of tile t, then waits for PV and rescales O (ptxas moves that
+    wait above the softmax: see the module docstring).
     Returns O [ROWS, D] (fp32, not yet divided by the sums), the rows' running max (log2 units) and their sums.
     PINGPONG_GROUP 0 / 1 (two groups on the same tiles): the groups take turns to issue a step's wgmmas (group 0
     first), so one group's softmax runs while the other's wgmmas do (FlashAttention-3's schedule); -1: no turns."""
