@@ -2,11 +2,14 @@
 
 Each cell named by ``--cells`` (substrings, any suite's: benchmarks/suites.py) is built once and each provider of
 ``--providers`` (default ``fused``) called ``--calls`` times, untimed, then the GPU drained. Profile one call of one
-kernel, ours beside flash-attn-4's on the same cell, e.g.:
+kernel, ours beside flash-attn-4's on the same cell (its kernel names hold ``flash``), e.g. (``--clock-control none``
+leaves the clocks as the lent H200 runs them; ``--import-source yes`` and then ``ncu --import R.ncu-rep --page source
+--csv --print-source sass`` give each SASS instruction's count and stall samples):
 
-    ncu --kernel-name regex:attention_fwd_hopper --launch-skip 2 --launch-count 1 --set full \\
-        python3 -m benchmarks.run_cell --cells "M2 part: prefill" --providers fused --calls 3
-    nsys profile -o m2 python3 -m benchmarks.run_cell --cells "M2 2k chunk" --providers fused,flash4
+    ncu --clock-control none --kernel-name regex:attention_fwd_hopper --launch-skip 2 --launch-count 1 --set full \\
+        -o R python3 -m benchmarks.run_cell --cells "M2 part: prefill" --providers fused --calls 3
+
+(Nsight Systems makes no report on the lent machines: the workplace's device notes.)
 """
 
 from __future__ import annotations
