@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# Prepared for the next session, not run (this session's device time ran out): the prefill producer loading K a
-# tile ahead of V (k-ahead.diff), with and without the held-back PV wait. Four trees in turn (abtree/: main;
+# Prepared for the next session, not run (this session's device time ran out): the prefill and mixed kernels'
+# producers loading K a tile ahead of V (k-ahead.diff), with and without the held-back PV wait. Four trees in turn (abtree/: main;
 # .: main + k-ahead.diff; abtree2/: main + wait-after-softmax.diff; abtree3/: both diffs), env_ab's default only,
 # three rounds a tree, then a second pass while the time lasts. Add GPU tests of the kept variant before merging.
 # Usage: bash ab4.sh (from the repository root, abtree/, abtree2/, abtree3/ carried; $OUT)
 set -u
 export PYTHONUNBUFFERED=1
 R=$OUT/ab4 && mkdir -p $R
-C="M2 part: prefill,chunk 2k on 30k p16"
+C="M2 part: prefill,chunk 2k on 30k p16,M2 2k chunk,M1 2k prefill"
 for pass in 1 2; do
   [ $pass = 2 ] && [ $SECONDS -gt 120 ] && break
   for tree in base kahead held heldk; do
     dir=.; [ $tree = base ] && dir=abtree; [ $tree = held ] && dir=abtree2; [ $tree = heldk ] && dir=abtree3
-    ( cd $dir && PYTHONPATH=$PWD timeout 60 python3 -m benchmarks.env_ab --cells "$C" --rounds 3 --quiet \
+    ( cd $dir && PYTHONPATH=$PWD timeout 90 python3 -m benchmarks.env_ab --cells "$C" --rounds 3 --quiet \
         --out $R/$tree-$pass > $R/$tree-$pass.log 2>&1; echo "$tree $pass rc=$? at ${SECONDS}s" )
     grep -E "^\| (M2|chunk)" $R/$tree-$pass/env_ab.md | cut -d'|' -f2-6
   done
