@@ -3,6 +3,10 @@
 # producers loading K a tile ahead of V (k-ahead.diff), with and without the held-back PV wait. Four trees in turn (abtree/: main;
 # .: main + k-ahead.diff; abtree2/: main + wait-after-softmax.diff; abtree3/: both diffs), env_ab's default only,
 # three rounds a tree, then a second pass while the time lasts. Add GPU tests of the kept variant before merging.
+# Setup, here (abtree*/ listed in .git/info/exclude; S=docs/results/2026-12-03-h200-l2/scripts):
+#   for d in abtree abtree2 abtree3; do rm -rf $d; mkdir $d; git archive HEAD | tar -x -C $d; rm -rf $d/docs; done
+#   git apply $S/k-ahead.diff; (cd abtree2 && patch -p1 < ../$S/wait-after-softmax.diff)
+#   (cd abtree3 && patch -p1 < ../$S/wait-after-softmax.diff && patch -p1 < ../$S/k-ahead.diff)
 # Usage: bash ab4.sh (from the repository root, abtree/, abtree2/, abtree3/ carried; $OUT)
 set -u
 export PYTHONUNBUFFERED=1
