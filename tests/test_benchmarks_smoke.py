@@ -31,6 +31,7 @@ from benchmarks import (
     run_all,
     run_cell,
     suites,
+    tree_ab,
 )
 from benchmarks.cells import Cell, Inputs, Problem
 from benchmarks.config import BenchConfig
@@ -501,6 +502,31 @@ def test_env_ab_alternates_variants_and_compares_outputs(capsys, tmp_path) -> No
     written = (tmp_path / "env_ab.md").read_text()
     assert "`general`: `ATTN_FUSED_HOPPER=0`" in written and "| chunk 16 on 64 prefix p16 | general |" in written
     assert len((tmp_path / "env_ab.csv").read_text().splitlines()) == 1 + len(measurements)
+
+
+# ------------------------------------------------------------------------------------------------
+# benchmarks/tree_ab.py: source trees timed in alternating processes.
+
+
+def test_tree_ab_trees_parse_or_name_the_expected_form(tmp_path) -> None:
+    assert tree_ab.parse_tree(f"main={ROOT}") == ("main", ROOT)
+    for bad in ("main", f"={ROOT}", "main=", f"a/b={ROOT}"):
+        with pytest.raises(ValueError, match="NAME=PATH"):
+            tree_ab.parse_tree(bad)
+    with pytest.raises(ValueError, match="no benchmarks/"):
+        tree_ab.parse_tree(f"empty={tmp_path}")
+
+
+def test_tree_ab_alternates_trees_in_processes_and_tabulates(capsys, tmp_path) -> None:
+    _skip_unless_fused_runs()
+    measurements = tree_ab.main(["--tree", f"a={ROOT}", "--tree", f"b={ROOT}", "--cells", "chunk 16 on 64 prefix p16",
+                                 "--rounds", "1", "--passes", "2", "--out", str(tmp_path), "--", "--smoke"])
+    assert [(m.tree, m.pass_) for m in measurements] == [("a", 0), ("b", 0), ("b", 1), ("a", 1)]
+    assert all(m.us > 0 and m.cell == "chunk 16 on 64 prefix p16" for m in measurements)
+    out = capsys.readouterr().out
+    assert "| chunk 16 on 64 prefix p16 | a |" in out and "| 1.000 |" in out and "b pass 1: exit 0" in out
+    assert (tmp_path / "b-1" / "env_ab.csv").exists() and "| b |" in (tmp_path / "tree_ab.md").read_text()
+    assert len((tmp_path / "tree_ab.csv").read_text().splitlines()) == 1 + len(measurements)
 
 
 def test_run_cell_calls_the_named_cells_providers_and_says_which_cannot(capsys) -> None:
