@@ -5,8 +5,10 @@ main: each tree (a checkout, or an export with a diff applied) runs in its own p
 ``python -m benchmarks.env_ab`` (the default environment only) in each ``--tree NAME=PATH`` in turn, ``--passes``
 times, the order reversed every other pass (the H200's clock drifts under its power cap), then prints a table: per
 cell and tree the µs of every round of every pass, their mean and its ratio to the first tree's. It writes
-``OUT/tree_ab.md`` and ``OUT/tree_ab.csv`` (every measurement); each process's own env_ab output is in
-``OUT/NAME-PASS/``. Outputs are not compared across trees: run a tree's GPU tests before merging it.
+``OUT/tree_ab.md`` (the run's header: date, commit of this checkout, GPU, versions; each tree with the source files
+in which it differs from the first; the table) and ``OUT/tree_ab.csv`` (every measurement); each process's own
+env_ab output is in ``OUT/NAME-PASS/``. Outputs are not compared across trees: run a tree's GPU tests before merging
+it.
 
     python -m benchmarks.tree_ab --tree main=. --tree k-ahead=abtree2 --cells "M2 part: prefill,M2 2k chunk" \\
         --rounds 3 --passes 2 --out ab/
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import filecmp
 import os
 import statistics
 import subprocess
@@ -44,6 +47,51 @@ def parse_tree(text: str) -> tuple[str, str]:
     if not os.path.isdir(os.path.join(path, "benchmarks")):
         raise ValueError(f"--tree {text!r}: {path} holds no benchmarks/ (not a tree of this project)")
     return name, path
+
+
+SOURCE_FOLDERS = ("attention", "inference", "benchmarks", "tests", "scripts")
+"""Where trees differ in code (docs/ and results are left out: an export for an A/B usually drops them)."""
+
+
+def differing_files(reference: str, path: str) -> list[str]:
+    """Files under SOURCE_FOLDERS that differ between trees ``reference`` and ``path`` or exist in one only, as paths
+    relative to the trees' roots, sorted (``__pycache__`` folders skipped)."""
+    def files(root: str) -> set[str]:
+        found = set()
+        for folder in SOURCE_FOLDERS:
+            for directory, subfolders, names in os.walk(os.path.join(root, folder)):
+                subfolders[:] = [d for d in subfolders if d != "__pycache__"]
+                found.update(os.path.relpath(os.path.join(directory, n), root) for n in names)
+        return found
+
+    ours, theirs = files(reference), files(path)
+    return sorted((ours ^ theirs) | {f for f in ours & theirs if not filecmp.cmp(os.path.join(reference, f),
+                                                                              os.path.join(path, f), shallow=False)})
+
+
+def describe_trees(trees: dict[str, str]) -> list[str]:
+    """Markdown lines: each tree's path and the files in which it differs from the first."""
+    first, first_path = next(iter(trees.items()))
+    lines = []
+    for name, path in trees.items():
+        line = f"- `{name}`: `{os.path.abspath(path)}`"
+        if name != first:
+            changed = differing_files(first_path, path)
+            line += (f"; differs from `{first}` in " + ", ".join(f"`{f}`" for f in changed)) if changed \
+                else f"; the same source files as `{first}`"
+        lines.append(line)
+    return lines
+
+
+def header_lines() -> list[str]:
+    """The run's header (benchmarks.report's: date, this checkout's commit, GPU, versions) as a markdown table."""
+    import torch
+
+    from benchmarks import report
+
+    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    return ["|  |  |", "|---|---|", *(f"| {key} | {value} |" for key, value in report.environment_header(device).items()
+                                      if key != "L2 flush")]
 
 
 def run_tree(name: str, path: str, pass_: int, args: argparse.Namespace, extra: Sequence[str]) -> list[TreeMeasurement]:
@@ -118,8 +166,7 @@ def main(argv: Sequence[str] | None = None) -> list[TreeMeasurement]:
     print(text)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "tree_ab.md"), "w") as handle:
-        handle.write("# Tree A/B\n\n" + "\n".join(f"- `{name}`: `{os.path.abspath(path)}`"
-                                                   for name, path in trees.items()) + "\n\n" + text + "\n")
+        handle.write("\n".join(["# Tree A/B", "", *header_lines(), "", *describe_trees(trees), "", text, ""]))
     with open(os.path.join(args.out, "tree_ab.csv"), "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["tree", "pass", "round", "cell", "us"])

@@ -517,6 +517,22 @@ def test_tree_ab_trees_parse_or_name_the_expected_form(tmp_path) -> None:
         tree_ab.parse_tree(f"empty={tmp_path}")
 
 
+def test_tree_ab_names_the_files_a_tree_changes(tmp_path) -> None:
+    for tree in ("a", "b"):
+        for name, text in (("attention/kernel.py", "x = 1"), ("attention/__pycache__/kernel.pyc", tree),
+                           ("docs/notes.md", tree), ("tests/test_x.py", "ok")):
+            (tmp_path / tree / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / tree / name).write_text(text)
+    assert tree_ab.differing_files(str(tmp_path / "a"), str(tmp_path / "b")) == []
+    (tmp_path / "b" / "attention" / "kernel.py").write_text("x = 2")
+    (tmp_path / "b" / "benchmarks").mkdir()
+    (tmp_path / "b" / "benchmarks" / "new.py").write_text("")
+    assert tree_ab.differing_files(str(tmp_path / "a"), str(tmp_path / "b")) == ["attention/kernel.py",
+                                                                                  "benchmarks/new.py"]
+    lines = tree_ab.describe_trees({"a": str(tmp_path / "a"), "b": str(tmp_path / "b")})
+    assert lines[1].endswith("differs from `a` in `attention/kernel.py`, `benchmarks/new.py`")
+
+
 def test_tree_ab_alternates_trees_in_processes_and_tabulates(capsys, tmp_path) -> None:
     _skip_unless_fused_runs()
     measurements = tree_ab.main(["--tree", f"a={ROOT}", "--tree", f"b={ROOT}", "--cells", "chunk 16 on 64 prefix p16",
@@ -525,7 +541,9 @@ def test_tree_ab_alternates_trees_in_processes_and_tabulates(capsys, tmp_path) -
     assert all(m.us > 0 and m.cell == "chunk 16 on 64 prefix p16" for m in measurements)
     out = capsys.readouterr().out
     assert "| chunk 16 on 64 prefix p16 | a |" in out and "| 1.000 |" in out and "b pass 1: exit 0" in out
-    assert (tmp_path / "b-1" / "env_ab.csv").exists() and "| b |" in (tmp_path / "tree_ab.md").read_text()
+    report = (tmp_path / "tree_ab.md").read_text()
+    assert (tmp_path / "b-1" / "env_ab.csv").exists() and "| b |" in report
+    assert "| commit |" in report and "the same source files as `a`" in report
     assert len((tmp_path / "tree_ab.csv").read_text().splitlines()) == 1 + len(measurements)
 
 
