@@ -3,7 +3,8 @@
 Cells (bf16): d=128, MHA 32 heads and GQA 32/8, non-causal and causal, sequence lengths 1k, 2k, 4k,
 8k, 16k at 16k total tokens (batch = 16k / s), as ``thd`` varlen; a ragged varlen batch of 16
 sequences with lengths 128..4096 (GQA, causal); chunked prefill of a 2k chunk over a 6k and a 30k
-prefix in a paged cache (page 16 and 256) and the same work on a non-paged cache; d=64 (MHA 32) and
+prefix in a paged cache (page 16 and 256; pages in random order, and at page 16 also as InferenceParams'
+page runs place them, ``served, page runs``) and the same work on a non-paged cache; d=64 (MHA 32) and
 d=256 (MHA 16) at 4k (batch 4), non-causal and causal.
 
 TFLOP/s counts 4*h*s_q*s_k*d per sequence, halved for causal self-attention; a chunk over a prefix
@@ -44,11 +45,12 @@ def _varlen(name: str, group: str, lengths: Sequence[int], heads: tuple[int, int
     return Cell(name, group, problem, "packed", None, latency=False, metric="flops", settle=True)
 
 
-def _chunk(name: str, chunk: int, prefix: int, page: int | None, dtype, heads=(32, 8), head_dim: int = 128) -> Cell:
+def _chunk(name: str, chunk: int, prefix: int, page: int | None, dtype, heads=(32, 8), head_dim: int = 128,
+           page_order: str = "random") -> Cell:
     problem = Problem(q_lens=(chunk,), kv_lens=(prefix + chunk,), heads_q=heads[0], heads_kv=heads[1],
                       head_dim=head_dim, head_dim_v=head_dim, causal=True, dtype=dtype)
     return Cell(name, "chunked", problem, "paged" if page else "dense", page, latency=False, metric="flops",
-                settle=True)
+                settle=True, page_order=page_order)
 
 
 def ragged_prefill_lengths(count: int = 16, shortest: int = 128, longest: int = 4096, seed: int = 0) -> tuple[int, ...]:
@@ -79,6 +81,8 @@ def cells(cfg: BenchConfig) -> list[Cell]:
     ragged = [_varlen(f"GQA 32/8 causal ragged 16 ({sum(lengths)} tok)", "ragged", lengths, (32, 8), True, dtype)]
     chunks = [_chunk(f"chunk 2k on {_k(prefix)} " + (f"p{page}" if page else "non-paged"), 2048, prefix, page, dtype)
               for prefix in (6144, 30720) for page in (16, 256, None)]
+    chunks += [_chunk(f"chunk 2k on {_k(prefix)} p16 served, page runs", 2048, prefix, 16, dtype, page_order="runs")
+               for prefix in (6144, 30720)]
     head_dims = [_varlen(f"d{d} MHA {heads[0]} {'causal' if causal else 'full'} 4x4k", f"d{d}", (4096,) * 4, heads,
                          causal, dtype, head_dim=d)
                  for d, heads in ((64, (32, 32)), (256, (16, 16))) for causal in (False, True)]
