@@ -165,9 +165,8 @@ def write(measurements: Sequence[Measurement], variants: dict[str, dict[str, str
     os.makedirs(out_dir, exist_ok=True)
     md, csv_path = os.path.join(out_dir, "env_ab.md"), os.path.join(out_dir, "env_ab.csv")
     header = report.environment_header(cfg.device, cfg.l2_flush)
-    lines = ["# Environment A/B", "", "|  |  |", "|---|---|",
-             *(f"| {key} | {value} |" for key, value in header.items()),
-             "", f"Variants against `{DEFAULT}` (the environment as started):", ""]
+    lines = ["# Environment A/B", "", report.header_table(header), "",
+             f"Variants against `{DEFAULT}` (the environment as started):", ""]
     lines += [f"- `{name}`: " + "; ".join(f"`{var}={value}`" for var, value in env.items())
               for name, env in variants.items()]
     with open(md, "w") as handle:

@@ -15,7 +15,7 @@ import torch
 from benchmarks.harness import COMPETITORS, ROW_FIELDS, Row, append_csv
 
 __all__ = [
-    "environment_header", "git_commit", "markdown_report", "plot_suite", "print_suite", "read_csv",
+    "environment_header", "git_commit", "header_table", "markdown_report", "plot_suite", "print_suite", "read_csv",
     "summary_table", "write_csv", "write_suite_outputs",
 ]
 
@@ -264,6 +264,11 @@ def _markdown_table(header: list[str], body: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def header_table(header: dict[str, str]) -> str:
+    """``environment_header``'s dict as a two-column markdown table (the top of every report)."""
+    return _markdown_table(["", ""], [[key, value] for key, value in header.items()])
+
+
 METHOD = (
     "Method: every timed call starts with L2 flushed. *eager* = `triton.testing.do_bench` median (p20–p80) of "
     "the plain call (do_bench zeroes a 256 MB buffer before each); *graph* = median of one CUDA-graph replay "
@@ -287,7 +292,7 @@ METHOD = (
 
 def markdown_report(header: dict[str, str], suites: dict[str, Sequence[Row]], extra: str = "") -> str:
     """The combined results file (paste into docs/benchmarks.md)."""
-    parts = ["# Benchmark results", "", _markdown_table(["", ""], [[k, v] for k, v in header.items()]), "", METHOD]
+    parts = ["# Benchmark results", "", header_table(header), "", METHOD]
     if extra:
         parts += ["", extra]
     for suite, rows in suites.items():

@@ -83,15 +83,16 @@ def describe_trees(trees: dict[str, str]) -> list[str]:
     return lines
 
 
-def header_lines() -> list[str]:
+def header() -> str:
     """The run's header (benchmarks.report's: date, this checkout's commit, GPU, versions) as a markdown table."""
     import torch
 
     from benchmarks import report
 
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-    return ["|  |  |", "|---|---|", *(f"| {key} | {value} |" for key, value in report.environment_header(device).items()
-                                      if key != "L2 flush")]
+    info = report.environment_header(device)
+    del info["L2 flush"]  # each tree's env_ab output has its own
+    return report.header_table(info)
 
 
 def run_tree(name: str, path: str, pass_: int, args: argparse.Namespace, extra: Sequence[str]) -> list[TreeMeasurement]:
@@ -166,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> list[TreeMeasurement]:
     print(text)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "tree_ab.md"), "w") as handle:
-        handle.write("\n".join(["# Tree A/B", "", *header_lines(), "", *describe_trees(trees), "", text, ""]))
+        handle.write("\n".join(["# Tree A/B", "", header(), "", *describe_trees(trees), "", text, ""]))
     with open(os.path.join(args.out, "tree_ab.csv"), "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["tree", "pass", "round", "cell", "us"])
