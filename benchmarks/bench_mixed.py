@@ -3,6 +3,8 @@
 Cells (bf16, d=128, GQA 32/8, paged with 16-token pages, causal bottom-right):
   M1  one fresh 2k prefill + 128 decodes at 2k context
   M2  one 2k chunk of chunked prefill on a 14k prefix + 64 decodes at 4k context
+and both again with the pages placed as InferenceParams' allocator places them ("served, page runs"; the others
+through a random page table).
 Each cell is measured whole (providers that take a mixed batch in one call: fused, DotProductAttention,
 flash-attn 2 varlen with a block table, flash-attn-4 varlen with a page table) and as its two parts,
 each part with every provider that can run it (SDPA too). Derived rows: ``X (separately)`` = part 1 +
@@ -40,7 +42,9 @@ class MixedCell:
 
 
 def _mixed(name: str, prefill: tuple[int, int], decodes: int, context: int, dtype, heads=(32, 8),
-           head_dim: int = 128, page: int = 16) -> MixedCell:
+           head_dim: int = 128, page: int = 16, page_order: str = "random") -> MixedCell:
+    """The whole batch, its two parts and the probe; ``page_order`` places the pages of all four (cells.PAGE_ORDERS;
+    the parts and probe of a served batch are named "M2 served part: ...")."""
     q_chunk, kv_chunk = prefill
     common = {"heads_q": heads[0], "heads_kv": heads[1], "head_dim": head_dim, "head_dim_v": head_dim, "dtype": dtype}
     whole = Problem(q_lens=(q_chunk,) + (1,) * decodes, kv_lens=(kv_chunk,) + (context,) * decodes, causal=True,
@@ -48,26 +52,34 @@ def _mixed(name: str, prefill: tuple[int, int], decodes: int, context: int, dtyp
     prefill_part = Problem(q_lens=(q_chunk,), kv_lens=(kv_chunk,), causal=True, **common)
     decode_part = Problem(q_lens=(1,) * decodes, kv_lens=(context,) * decodes, causal=False, **common)
     idle_decodes = Problem(q_lens=(q_chunk,) + (0,) * decodes, kv_lens=whole.kv_lens, causal=True, **common)
-    tag = name.split()[0]
+    tag = name.split()[0] + ("" if page_order == "random" else " served")
+    placed = {"latency": True, "settle": True, "page_order": page_order}
     return MixedCell(
-        whole=Cell(name, tag, whole, "paged", page, latency=True, metric="bandwidth", settle=True),
+        whole=Cell(name, tag, whole, "paged", page, metric="bandwidth", **placed),
         parts=(Cell(f"{tag} part: prefill {q_chunk}/{kv_chunk}", "part", prefill_part, "paged", page,
-                    latency=True, metric="flops", settle=True),
+                    metric="flops", **placed),
                Cell(f"{tag} part: {decodes} decodes @{context}", "part", decode_part, "paged", page,
-                    latency=True, metric="bandwidth", settle=True)),
+                    metric="bandwidth", **placed)),
         prefill_in_launch=Cell(f"{tag} probe: prefill {q_chunk}/{kv_chunk}, decodes without queries",
-                               "part", idle_decodes, "paged", page, latency=True, metric="flops", settle=True,
-                               providers=("unfused", "fused", "auto")),
+                               "part", idle_decodes, "paged", page, metric="flops",
+                               providers=("unfused", "fused", "auto"), **placed),
     )
 
 
 def cells(cfg: BenchConfig) -> list[MixedCell]:
     dtype = bench_dtype(cfg)
     if cfg.smoke:
-        return [_mixed("M1 32-token prefill + 4 decodes @48 p16", (32, 32), 4, 48, dtype, heads=(4, 2), head_dim=16)]
+        return [_mixed("M1 32-token prefill + 4 decodes @48 p16", (32, 32), 4, 48, dtype, heads=(4, 2), head_dim=16),
+                _mixed("M1 32-token prefill + 4 decodes @48 p16 served, page runs", (32, 32), 4, 48, dtype,
+                       heads=(4, 2), head_dim=16, page_order="runs")]
     return [
         _mixed("M1 2k prefill + 128 decodes @2k p16", (2048, 2048), 128, 2048, dtype),
         _mixed("M2 2k chunk on 14k prefix + 64 decodes @4k p16", (2048, 16384), 64, 4096, dtype),
+        # the same batches over pages as InferenceParams' allocator places them (runs, not a random permutation)
+        _mixed("M1 2k prefill + 128 decodes @2k p16 served, page runs", (2048, 2048), 128, 2048, dtype,
+               page_order="runs"),
+        _mixed("M2 2k chunk on 14k prefix + 64 decodes @4k p16 served, page runs", (2048, 16384), 64, 4096, dtype,
+               page_order="runs"),
     ]
 
 

@@ -163,6 +163,19 @@ def test_prefill_and_mixed_cells_settle_decode_cells_do_not() -> None:
     assert not any(cell.settle for cell in bench_decode.cells(cfg))
 
 
+@pytest.mark.parametrize("smoke", [True, False])
+def test_served_mixed_cells_place_every_part_as_runs(smoke: bool) -> None:
+    cfg = BenchConfig(device=torch.device("cpu"), smoke=smoke)
+    mixed = bench_mixed.cells(cfg)
+    served = [m for m in mixed if m.whole.name.endswith("served, page runs")]
+    assert served and len(served) == len(mixed) // 2
+    names = [cell.name for m in mixed for cell in (m.whole, *m.parts, m.prefill_in_launch)]
+    assert len(set(names)) == len(names)  # a served part is not mistaken for the random one (env_ab, targets)
+    for m in mixed:
+        order = "runs" if m in served else "random"
+        assert {cell.page_order for cell in (m.whole, *m.parts, m.prefill_in_launch)} == {order}
+
+
 def test_settled_calls_are_timed_over_the_longer_window(monkeypatch) -> None:
     import triton.testing
 
