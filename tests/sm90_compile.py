@@ -213,7 +213,8 @@ def hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
 
         kv_rows = min(block_n, page_size) if page_size else block_n  # small pages: a TMA load per page
         args = (descriptor(q, HOPPER_ROWS_PER_GROUP), descriptor(k, kv_rows), descriptor(k, kv_rows),
-                torch.zeros(256, 4, head_dim, dtype=dtype), cu, cu, cu, cu, cu, 0, 0, 0, 0, 4 * head_dim, 8, 0.18)
+                torch.zeros(256, 4, head_dim, dtype=dtype), cu, cu, cu, cu, cu, 0, 0, 0, 0, 4 * head_dim, 8, 0.18,
+                4)
         constexprs = dict(GROUP_SIZE=2, BLOCK_N=block_n, STAGES=stages, PAGE_SIZE=page_size, CAUSAL=causal,
                           BOTTOM_RIGHT=bottom_right,
                           HAS_Q_START=starts, HAS_KV_START=starts, CONSUMER_REGISTERS=registers, PINGPONG=pingpong,

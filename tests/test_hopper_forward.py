@@ -10,6 +10,7 @@ import torch
 
 from attention.kernels import hopper_forward
 from attention.kernels.hopper_forward import (
+    HOPPER_L2_SECTION_ENV,
     HOPPER_PINGPONG_ENV,
     HOPPER_SMALL_PAGES_ENV,
     HOPPER_TILE,
@@ -173,6 +174,43 @@ def test_the_consumer_ping_pong_follows_the_tile_table_unless_switched(monkeypat
     (_, _, kwargs), = kernel.calls
     assert kwargs["PINGPONG"] is (HOPPER_TILE[head_dim][3] if switch is None else switch == "1")
     assert HOPPER_TILE[64][3] and not HOPPER_TILE[128][3]
+
+
+@pytest.mark.parametrize("switch, max_seqlen_kv, causal, expected", [
+    (None, 2048, True, 32),  # 1 MiB of K/V a KV head: all 8 in one 8 MiB section
+    (None, 4096, True, 16),  # 2 MiB a KV head: 4 KV heads (16 query heads) a section
+    (None, 16384, True, 4),  # 8 MiB a KV head: one
+    (None, 2048, False, 4),  # without a causal mask: one KV head a section
+    ("0", 2048, True, 4),  # one KV head a section, the order before sections
+    ("32", 16384, True, 16),
+    ("1", 16384, True, 4),  # at least one KV head
+    ("32", 2048, False, 4),
+])
+def test_the_program_order_runs_in_sections_of_kv_heads_that_fit_l2(monkeypatch: pytest.MonkeyPatch,
+                                                                  switch: str | None, max_seqlen_kv: int,
+                                                                  causal: bool, expected: int) -> None:
+    """The launch's section_heads under a causal mask: the query heads of the KV heads whose K and V
+    (max_seqlen_kv tokens) fit HOPPER_L2_SECTION_MIB, or ATTN_FUSED_HOPPER_L2_SECTION's MiB; without one, a KV
+    head's."""
+    monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
+    if switch is None:
+        monkeypatch.delenv(HOPPER_L2_SECTION_ENV, raising=False)
+    else:
+        monkeypatch.setenv(HOPPER_L2_SECTION_ENV, switch)
+    names = hopper_forward.attention_fwd_hopper_kernel.arg_names
+    kernel = _RecordedLaunch()
+    monkeypatch.setattr(hopper_forward, "attention_fwd_hopper_kernel", kernel)
+    q = torch.randn(1, 256, 32, 128, dtype=torch.bfloat16)
+    k = v = torch.randn(1, 256, 8, 128, dtype=torch.bfloat16)
+    plan = plan_hopper_forward(q, k, v, torch.empty_like(q), num_seqs=1, max_seqlen_q=256,
+                               max_seqlen_kv=max_seqlen_kv, total_q=256, softmax_scale=0.1,
+                               window=(-1, 0) if causal else (-1, -1), bottom_right=True, page_size=0, alibi=False,
+                               sink=False, has_q_start=False,
+                               has_kv_start=False, num_sms=4)
+    cu = torch.tensor([0, 256], dtype=torch.int32)
+    plan(q, k, v, torch.empty_like(q), cu, cu, None, None, None)
+    (_, args, _), = kernel.calls
+    assert dict(zip(names, args))["section_heads"] == expected
 
 
 @pytest.mark.parametrize("q_lens, planned", [

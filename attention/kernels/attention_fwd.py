@@ -31,7 +31,14 @@ from .hopper_decode import (
     DECODE_HOPPER_TILE_ENV,
     DecodeHopperPlan,
 )
-from .hopper_forward import HOPPER_ENV, HOPPER_PINGPONG_ENV, HOPPER_SMALL_PAGES_ENV, HopperPlan, plan_hopper_forward
+from .hopper_forward import (
+    HOPPER_ENV,
+    HOPPER_L2_SECTION_ENV,
+    HOPPER_PINGPONG_ENV,
+    HOPPER_SMALL_PAGES_ENV,
+    HopperPlan,
+    plan_hopper_forward,
+)
 from .hopper_mixed import MIXED_HOPPER_ENV, MIXED_HOPPER_TILE_ENV, MixedHopperPlan
 from .hopper_mixed_roles import MIXED_ROLES_ENV, MIXED_ROLES_SPLITS_ENV, MixedRolesPlan
 from .launch import KernelLaunch, tensor_key
@@ -45,9 +52,10 @@ _MAX_PLANS = 512
 _NO_PLAN = object()
 _SAME_AS_CU_SEQLENS = "cu_seqlens"
 plan_environment = token_reader(VARIANTS_ENV, HOPPER_ENV, HOPPER_PINGPONG_ENV, HOPPER_SMALL_PAGES_ENV,
-                                 MIXED_HOPPER_ENV, MIXED_HOPPER_TILE_ENV, MIXED_ROLES_ENV, MIXED_ROLES_SPLITS_ENV,
-                                 DECODE_HOPPER_ENV, DECODE_HOPPER_TILE_ENV, DECODE_HOPPER_MERGE_ENV,
-                                 DECODE_HOPPER_ROUNDS_ENV, DECODE_HOPPER_GATHER_ENV, "TRITON_INTERPRET")
+                                 HOPPER_L2_SECTION_ENV, MIXED_HOPPER_ENV, MIXED_HOPPER_TILE_ENV, MIXED_ROLES_ENV,
+                                 MIXED_ROLES_SPLITS_ENV, DECODE_HOPPER_ENV, DECODE_HOPPER_TILE_ENV,
+                                 DECODE_HOPPER_MERGE_ENV, DECODE_HOPPER_ROUNDS_ENV, DECODE_HOPPER_GATHER_ENV,
+                                 "TRITON_INTERPRET")
 """The environment a plan depends on (configuration variants, the Hopper kernel switch, the interpreter),
 as key tokens."""
 

@@ -4,8 +4,10 @@ The general kernel (attention_fwd_kernel.py) leaves scheduling to Triton's pipel
 d128 prefill at 413-501 TFLOP/s against flash-attn-4's 616-734. This kernel places the work by hand, the
 way FlashAttention-3 does on Hopper:
 
-  * one program per (query head, tile of 128 query tokens, sequence); a KV head's query heads and
-    q tiles are neighbours (they share its K/V in L2), the heaviest (last) q tiles first;
+  * one program per (query head, tile of 128 query tokens, sequence), in sections of whole KV heads (under a
+    causal mask those whose K/V the host fits in a part of L2, else one): within a section the heaviest (last)
+    q tiles first, a q tile's query heads side by side (the longest causal walks start first, and the programs
+    in flight share the section's K/V in L2);
   * a 1-warp producer partition issues every load by TMA: the two 64-row halves of the Q tile once,
     then K and V tiles of BLOCK_N keys into a ring of STAGES buffers, each with a ready and an empty
     mbarrier (K and V separately: K is released as soon as QK^T is done, V after PV);
@@ -382,10 +384,26 @@ def _tile_walk(seq, first_query, q_len, cu_seqlens_kv_ptr, q_start_ptr, kv_start
 
 
 @gluon.jit
+def _program_tile(section_heads, GROUP_SIZE: gl.constexpr):
+    """This program's (q tile, query head, sequence) in a grid (q tiles x GROUP_SIZE, H_kv, sequences), launched in
+    the order of the programs' linear ids. A sequence's programs run in sections of ``section_heads`` query heads
+    (whole KV heads; the last section may hold fewer): within a section the q tiles from the last (the longest walk
+    under a causal mask) to the first, each q tile's query heads side by side. One KV head a section is the order of
+    KV heads one after another."""
+    q_tiles = gl.num_programs(0) // GROUP_SIZE
+    heads_q = gl.num_programs(1) * GROUP_SIZE
+    index = gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)  # within the sequence's q_tiles x heads_q
+    first_head = index // (q_tiles * section_heads) * section_heads
+    heads = gl.minimum(section_heads, heads_q - first_head)
+    local = index - first_head * q_tiles
+    return q_tiles - 1 - local // heads, first_head + local % heads, gl.program_id(2)
+
+
+@gluon.jit
 def attention_fwd_hopper_kernel(
     q_desc, k_desc, v_desc, out_ptr,
     cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr,
-    q_batch_rows, k_batch_rows, v_batch_rows, out_batch_rows, stride_os, page_table_stride, qk_scale,
+    q_batch_rows, k_batch_rows, v_batch_rows, out_batch_rows, stride_os, page_table_stride, qk_scale, section_heads,
     GROUP_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
     CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr, HAS_KV_START: gl.constexpr,
     CONSUMER_REGISTERS: gl.constexpr, PINGPONG: gl.constexpr = False,
@@ -395,16 +413,11 @@ def attention_fwd_hopper_kernel(
     row b * *_batch_rows + start[b] + i (start: q_start / kv_start, or 0). With PAGE_SIZE (a multiple of
     BLOCK_N; 0: not paged) k / v are page pools [pages x PAGE_SIZE rows, H_kv x D] and key j of sequence b
     is row page_table[b, j // PAGE_SIZE] * PAGE_SIZE + j % PAGE_SIZE. out: element offsets
-    (b * out_batch_rows + q_start[b] + i) * stride_os + h * D + d. qk_scale in log2 units."""
+    (b * out_batch_rows + q_start[b] + i) * stride_os + h * D + d. qk_scale in log2 units. section_heads: query
+    heads a section of the program order (_program_tile), a multiple of GROUP_SIZE."""
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
-    # Program ids: the query heads of one KV head, q tile by q tile (heaviest, i.e. last, first), then
-    # the next KV head. The programs in flight share a few KV heads' tiles in L2: MHA with the heads
-    # varying fastest re-read K/V from DRAM (H200: full 4x4k at 536 TFLOP/s, GQA 32/8 at 592).
-    q_tiles = gl.num_programs(0) // GROUP_SIZE
-    tile = q_tiles - 1 - gl.program_id(0) // GROUP_SIZE
-    q_head = gl.program_id(1) * GROUP_SIZE + gl.program_id(0) % GROUP_SIZE
-    seq = gl.program_id(2)
+    tile, q_head, seq = _program_tile(section_heads, GROUP_SIZE)
     q_begin = gl.load(cu_seqlens_q_ptr + seq)
     q_len = gl.load(cu_seqlens_q_ptr + seq + 1) - q_begin
     first_query = tile * (2 * ROWS)

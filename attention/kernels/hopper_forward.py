@@ -25,9 +25,10 @@ from .hopper_mixed import MixedHopperPlan, plan_mixed_hopper
 from .launch import KernelLaunch
 
 __all__ = [
-    "HOPPER_ENV", "HOPPER_PINGPONG_ENV", "HOPPER_SMALL_PAGES_ENV", "HOPPER_TILE", "HopperPlan",
+    "HOPPER_ENV", "HOPPER_L2_SECTION_ENV", "HOPPER_PINGPONG_ENV", "HOPPER_SMALL_PAGES_ENV", "HOPPER_TILE", "HopperPlan",
     "hopper_unsupported_reason",
     "plan_hopper_forward",
+    "section_heads",
 ]
 
 HOPPER_ENV = "ATTN_FUSED_HOPPER"
@@ -59,6 +60,21 @@ d128 bf16 causal, settled, 300 ms windows; docs/results/2026-12-01-h200-5956217/
 copied first: a 2k chunk on a 6k / 14k / 30k prefix at page 16 1.011x / 1.008x / 0.989x, page 32 1.049x /
 1.026x / 1.015x; page 64 (which the copy rule leaves to the general kernel) 1.26-1.30x; 8 chunks of 2k on 62k
 prefixes (a copy past GATHER_MAX_BYTES: the general kernel over the pages) 1.26-1.33x. Nothing is copied."""
+
+HOPPER_L2_SECTION_MIB = 8
+"""K and V bytes (MiB) of the KV heads in one section of the program order under a causal mask
+(attention_fwd_hopper._program_tile): the longest walks start first among the section's heads, whose K/V the
+programs in flight share in L2. Without a mask every walk is as long, and a section is one KV head (the order
+before). H200, 2026-12-03 (env_ab, graph replays, settled, three rounds; docs/results/2026-12-03-h200-early-rows),
+against one KV head a section: 8 MiB took M1's prefill part (one 2k causal sequence, GQA 32/8) from 89.4 to 82.3 µs
+and MHA causal 4x4k from 1,142.8 to 1,114.5, the other causal cells within 0.7 %; 32 MiB lost up to 2 % on the 16k
+causal cells, and sections without a mask 2-7 % (MHA full 4x4k 1,875 µs one KV head a section, 1,915 at 8 MiB,
+1,996-2,008 at 32). A q tile's heads side by side over every head re-read K/V from DRAM (2026-12-01: MHA full
+4x4k 536 TFLOP/s against 593 one KV head a section)."""
+
+HOPPER_L2_SECTION_ENV = "ATTN_FUSED_HOPPER_L2_SECTION"
+"""MiB of K/V a section of the program order holds under a causal mask (A/B measurements); ``0``: one KV head a
+section; unset: HOPPER_L2_SECTION_MIB."""
 
 HOPPER_MIN_PAGE_SIZE = 16
 """Smallest page read in place: a KV tile of 128 keys takes 8 TMA loads of 16 rows each. Smaller pages (1, 2,
@@ -196,6 +212,8 @@ class HopperPlan:
     bottom_right: bool
     has_q_start: bool
     has_kv_start: bool
+    section_heads: int
+    """Query heads a section of the program order (section_heads)."""
     descriptors: tuple[RowsDescriptor, RowsDescriptor, RowsDescriptor]
     """Q's, K's and V's TMA descriptor makers."""
     launches: dict = field(default_factory=dict, compare=False, repr=False)
@@ -220,13 +238,28 @@ class HopperPlan:
         block_n, stages, consumer_registers, pingpong = HOPPER_TILE[head_dim]
         return KernelLaunch(
             attention_fwd_hopper_kernel, self.grid,
-            scalars=(*self.batch_rows, self.out_token_stride, table_stride, self.softmax_scale_log2),
+            scalars=(*self.batch_rows, self.out_token_stride, table_stride, self.softmax_scale_log2,
+                     self.section_heads),
             constexprs={"GROUP_SIZE": self.group_size, "BLOCK_N": block_n, "STAGES": stages,
                         "PAGE_SIZE": self.page_size, "CAUSAL": self.causal, "BOTTOM_RIGHT": self.bottom_right,
                         "HAS_Q_START": self.has_q_start, "HAS_KV_START": self.has_kv_start,
                         "CONSUMER_REGISTERS": consumer_registers,
                         "PINGPONG": {"1": True, "0": False}.get(getenv(HOPPER_PINGPONG_ENV, ""), pingpong)},
             options={"num_warps": 4, "maxnreg": 168}, descriptors=self.descriptors)
+
+
+def section_heads(heads_q: int, heads_kv: int, max_seqlen_kv: int, kv_bytes_per_token: int) -> int:
+    """Query heads a section of the prefill kernel's program order under a causal mask: the KV heads whose K and V
+    (``max_seqlen_kv`` tokens of ``kv_bytes_per_token`` bytes a KV head) fit HOPPER_L2_SECTION_MIB (or
+    HOPPER_L2_SECTION_ENV's), at least one, at most all, with their query heads.
+
+    Example (GQA 32/8, d 128, bf16: 512 bytes a token a KV head):
+        >>> section_heads(32, 8, 2048, 512), section_heads(32, 8, 16384, 512)
+        (32, 4)
+    """
+    budget = int(getenv(HOPPER_L2_SECTION_ENV, str(HOPPER_L2_SECTION_MIB))) << 20
+    kv_heads = min(heads_kv, max(1, budget // max(1, max_seqlen_kv * kv_bytes_per_token)))
+    return kv_heads * (heads_q // heads_kv)
 
 
 def plan_hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, *, num_seqs: int,
@@ -269,4 +302,6 @@ def plan_hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
         grid=(-(-max_seqlen_q // HOPPER_BLOCK_M) * group_size, heads_kv, num_seqs), group_size=group_size,
         batch_rows=batch_rows, out_token_stride=out.stride(-3),
         softmax_scale_log2=scale_log2(softmax_scale), page_size=page_size, causal=window[1] == 0,
-        bottom_right=bool(bottom_right), has_q_start=has_q_start, has_kv_start=has_kv_start)
+        bottom_right=bool(bottom_right), has_q_start=has_q_start, has_kv_start=has_kv_start,
+        section_heads=section_heads(heads_q, heads_kv, max_seqlen_kv, (k.shape[-1] + v.shape[-1]) * k.element_size())
+        if window[1] == 0 else group_size)  # without a causal mask every walk is as long: KV head by KV head

@@ -11,6 +11,7 @@ from attention.kernels import attention_forward
 from attention.kernels import attention_fwd as launcher
 from attention.kernels.hopper_forward import (
     HOPPER_ENV,
+    HOPPER_L2_SECTION_ENV,
     HOPPER_PINGPONG_ENV,
     HOPPER_SMALL_PAGES_ENV,
     HopperPlan,
@@ -89,6 +90,22 @@ PINGPONG_CASES = [  # empty and key-less q tiles (both groups skip their turns),
     C(RAGGED_Q, RAGGED_KV, heads=(16, 2), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="paged", page_size=256,
       causal=True, bottom_right=True),
 ]
+
+
+@pytest.mark.parametrize("section_mib", ["0", "2", "1000"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_program_order_sections(section_mib: str, causal: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ATTN_FUSED_HOPPER_L2_SECTION under a causal mask: one KV head a section (0), sections of 2 and 1 of 3 KV heads
+    (2 MiB, 1,500 keys of 512 bytes a KV head), or every head in one (1000); without a mask always one KV head a
+    section. Each program still gets its own (q tile, head)."""
+    monkeypatch.setenv(HOPPER_L2_SECTION_ENV, section_mib)
+    case = C(RAGGED_Q, RAGGED_KV, heads=(24, 3), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="thd",
+             causal=causal, bottom_right=causal)
+    inputs = build_inputs(case, "cuda")
+    _run(case, inputs)
+    expected = {"0": 8, "2": 16, "1000": 24}[section_mib] if causal else 8
+    assert [plan.section_heads for plan in launcher._plans.values()] == [expected]
+    check_output(case, inputs)
 
 
 @pytest.mark.parametrize("pingpong", ["1", "0"])
