@@ -67,7 +67,7 @@ HOPPER_L2_SECTION_MIB = 8
 programs in flight share in L2. Without a mask every walk is as long, and a section is one KV head (the order
 before). H200, 2026-12-03 (env_ab, graph replays, settled, three rounds; docs/results/2026-12-03-h200-early-rows),
 against one KV head a section: 8 MiB took M1's prefill part (one 2k causal sequence, GQA 32/8) from 89.4 to 82.3 µs
-and MHA causal 4x4k from 1,142.8 to 1,114.5, the other causal cells within 0.7 %; 32 MiB lost up to 2 % on the 16k
+and MHA causal 4x4k from 1,142.8 to 1,114.5, the other causal cells within 0.7 %; 32 MiB lost up to 1.2 % on the 16k
 causal cells, and sections without a mask 2-7 % (MHA full 4x4k 1,875 µs one KV head a section, 1,915 at 8 MiB,
 1,996-2,008 at 32). A q tile's heads side by side over every head re-read K/V from DRAM (2026-12-01: MHA full
 4x4k 536 TFLOP/s against 593 one KV head a section)."""
