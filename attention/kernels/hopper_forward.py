@@ -248,17 +248,22 @@ class HopperPlan:
             options={"num_warps": 4, "maxnreg": 168}, descriptors=self.descriptors)
 
 
-def section_heads(heads_q: int, heads_kv: int, max_seqlen_kv: int, kv_bytes_per_token: int) -> int:
-    """Query heads a section of the prefill kernel's program order under a causal mask: the KV heads whose K and V
+def section_heads(heads_q: int, heads_kv: int, max_seqlen_kv: int, kv_bytes_per_token: int, causal: bool) -> int:
+    """Query heads a section of the prefill kernel's program order. Under a causal mask: the KV heads whose K and V
     (``max_seqlen_kv`` tokens of ``kv_bytes_per_token`` bytes a KV head) fit HOPPER_L2_SECTION_MIB (or
-    HOPPER_L2_SECTION_ENV's), at least one, at most all, with their query heads.
+    HOPPER_L2_SECTION_ENV's), at least one, at most all, with their query heads. Without one every walk is as long:
+    one KV head's.
 
     Example (GQA 32/8, d 128, bf16: 512 bytes a token a KV head):
-        >>> section_heads(32, 8, 2048, 512), section_heads(32, 8, 16384, 512)
+        >>> section_heads(32, 8, 2048, 512, True), section_heads(32, 8, 16384, 512, True)
         (32, 4)
+        >>> section_heads(32, 8, 2048, 512, False)
+        4
     """
-    budget = int(getenv(HOPPER_L2_SECTION_ENV, str(HOPPER_L2_SECTION_MIB))) << 20
-    kv_heads = min(heads_kv, max(1, budget // max(1, max_seqlen_kv * kv_bytes_per_token)))
+    kv_heads = 1
+    if causal:
+        budget = int(getenv(HOPPER_L2_SECTION_ENV, str(HOPPER_L2_SECTION_MIB))) << 20
+        kv_heads = min(heads_kv, max(1, budget // max(1, max_seqlen_kv * kv_bytes_per_token)))
     return kv_heads * (heads_q // heads_kv)
 
 
@@ -296,12 +301,13 @@ def plan_hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
         return None  # decode-like, or too few programs without split-KV
     group_size = heads_q // heads_kv
     block_n = HOPPER_TILE[q.shape[-1]][0]
+    causal = window[1] == 0
     return HopperPlan(
         descriptors=(RowsDescriptor.of(q, HOPPER_ROWS_PER_GROUP), RowsDescriptor.of(k, block_n, page_size),
                      RowsDescriptor.of(v, block_n, page_size)),
         grid=(-(-max_seqlen_q // HOPPER_BLOCK_M) * group_size, heads_kv, num_seqs), group_size=group_size,
         batch_rows=batch_rows, out_token_stride=out.stride(-3),
-        softmax_scale_log2=scale_log2(softmax_scale), page_size=page_size, causal=window[1] == 0,
+        softmax_scale_log2=scale_log2(softmax_scale), page_size=page_size, causal=causal,
         bottom_right=bool(bottom_right), has_q_start=has_q_start, has_kv_start=has_kv_start,
-        section_heads=section_heads(heads_q, heads_kv, max_seqlen_kv, (k.shape[-1] + v.shape[-1]) * k.element_size())
-        if window[1] == 0 else group_size)  # without a causal mask every walk is as long: KV head by KV head
+        section_heads=section_heads(heads_q, heads_kv, max_seqlen_kv, (k.shape[-1] + v.shape[-1]) * k.element_size(),
+                                    causal))
