@@ -10,12 +10,14 @@
 #   call1  carry [".device/fa2-built"]  flash-attn 2 installed; the layout-variant sweep picks
 #          ATTN_FUSED_VARIANTS (the GPU to itself); where an eager call's host time goes; with
 #          SWEEP_CELLS="M1,1x8k" also tiles and split counts on those cells (TILE_BUDGET s) ~4-10 min
-#   call2  carry [".device/fa4-a"]      first half of flash-attn-4 staged; the GPU suite (flash-attn 2
+#   call2  carry [".device/fa4-a"]      first third of flash-attn-4 staged; the GPU suite (flash-attn 2
 #          cases included); host-overhead suite                                           ~4 min
-#   call3  carry [".device/fa4-b"]      flash-attn-4 installed; its tests, serving simulation and
-#          share of the cross-backend grid                                                  ~5 min
-#   call4  (no carry)                   benchmarks decode, mixed, prefill with call1's variants ~3 min
-#   call3-bench  carry [".device/fa4-b"]  instead of call3 + call4 when flash-attn-4's tests need no re-run
+#   call3  carry [".device/fa4-b"]      second third of flash-attn-4 staged                 seconds
+#   call4  carry [".device/fa4-c"]      flash-attn-4 installed; its tests, serving simulation and share of
+#          the cross-backend grid; then benchmarks decode, mixed, prefill with call1's variants  ~8 min
+#   call4-bench  carry [".device/fa4-c"]  instead of call4 when flash-attn-4's tests need no re-run
+# flash-attn-4 travels in three parts (`prepare` splits its 92 MB wheel 40 / 40 / 12 MB, the small wheels with the
+# last): a call carries at most 64 MiB with the tracked tree (18 MB on 2026-12-03), which two halves no longer fit.
 # SWEEP_ONLY / BENCH_ONLY (comma lists of decode, mixed, prefill) narrow the sweep and the benchmarks.
 # Each call leaves $OUT/callN.tar.gz (all logs and reports so far).
 # Without .device/fa2-built: `fa2-build` as call1 (carry [".device/fa2"]; starts the build in the
@@ -64,8 +66,8 @@ sweep() {
   stamp "sweep done"
 }
 install_fa4() {
-  cp .device/fa4-b/* /tmp/fa4w/
-  cat /tmp/fa4w/cu13.part.aa /tmp/fa4w/cu13.part.ab > "/tmp/fa4w/$(cat /tmp/fa4w/big-wheel-name)" && rm /tmp/fa4w/cu13.part.*
+  cp .device/fa4-c/* /tmp/fa4w/
+  cat /tmp/fa4w/cu13.part.a? > "/tmp/fa4w/$(cat /tmp/fa4w/big-wheel-name)" && rm /tmp/fa4w/cu13.part.*
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir /tmp/fa4w/*.whl 2>&1 | tail -3
   python3 -c "import flash_attn.cute as c; print('flash-attn-4 ready:', c.flash_attn_varlen_func.__name__)"
   python3 -m pip list 2>/dev/null | grep -iE "^(flash|nvidia-cutlass|torch |triton)" | tee -a $L/env.txt
@@ -85,9 +87,15 @@ bench() {
   stamp "benchmarks done"
 }
 case "${1:-help}" in
-prepare)
-  [ -d .device/fa4-a ] || PYTHON=${PYTHON:-.venv/bin/python} bash ../shared/device/flash_attn.sh prepare
-  mv .device/fa4-a/apache_tvm_ffi-*.whl .device/fa4-b/ 2>/dev/null; du -sh .device/*;;
+prepare)  # the shared script's two parts, then three: 40 / 40 MB of the big wheel, the rest with the small wheels
+  [ -d .device/fa4-c ] || {
+    [ -d .device/fa4-a ] || PYTHON=${PYTHON:-.venv/bin/python} bash ../shared/device/flash_attn.sh prepare
+    big=.device/$(cat .device/fa4-a/big-wheel-name) && mkdir -p .device/fa4-c && mv .device/fa4-a/*.whl .device/fa4-c/
+    cat .device/fa4-a/cu13.part.aa .device/fa4-b/cu13.part.ab > "$big" && rm .device/fa4-[ab]/cu13.part.*
+    split -b 40m "$big" .device/cu13.part. && rm "$big"
+    mv .device/cu13.part.aa .device/fa4-a/ && mv .device/cu13.part.ab .device/fa4-b/ && mv .device/cu13.part.ac .device/fa4-c/
+  }
+  du -sh .device/*;;
 call1)
   stamp call1; environment
   cat .device/fa2-built/fa2-built.part.* | tar xzf - -C "$(site)" && fa2_ready | tee -a $L/env.txt
@@ -110,14 +118,14 @@ call2)
   timeout 120 python3 -m benchmarks.run_all --out $L/overhead --only overhead > $L/overhead.log 2>&1; echo "overhead rc=$?"
   stamp "call2 done"; pack call2;;
 call3)
-  stamp call3; install_fa4
-  stamp "fa4 tests, serving simulation and share of the cross-backend grid"
-  shards flash4 12 300 -m "gpu or not gpu" tests/gpu/test_flash_gpu.py tests/test_serving_simulation.py \
-    tests/gpu/test_attention_grid_gpu.py -k "flash4 or cuda_graph"
-  stamp "call3 done"; pack call3;;
+  stamp call3; cp .device/fa4-b/* /tmp/fa4w/ && ls /tmp/fa4w;;
 call4)
-  stamp call4; bench; pack call4;;
-call3-bench)  # flash-attn-4 installed, then the benchmarks (when its tests need no re-run)
-  stamp call3-bench; install_fa4; bench; pack call3-bench;;
+  stamp call4; install_fa4
+  stamp "fa4 tests, serving simulation and share of the cross-backend grid"
+  shards flash4 12 240 -m "gpu or not gpu" tests/gpu/test_flash_gpu.py tests/test_serving_simulation.py \
+    tests/gpu/test_attention_grid_gpu.py -k "flash4 or cuda_graph"
+  stamp "fa4 tests done"; pack call4; bench; pack call4;;
+call4-bench)  # flash-attn-4 installed, then the benchmarks (when its tests need no re-run)
+  stamp call4-bench; install_fa4; bench; pack call4-bench;;
 *) sed -n 2,25p "$0";;
 esac
