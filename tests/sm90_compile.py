@@ -187,7 +187,7 @@ def configurations() -> list[dict]:
 
 
 def hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
-    """Launches of the Gluon sm90 kernel (attention_fwd_hopper.py): head dims 64 and 128, causal top-left /
+    """Launches of the Gluon sm90 kernel (attention_fwd_hopper.py): head dims 64, 128 and 256, causal top-left /
     bottom-right and full, with and without start offsets, bf16 and fp16, with a plan's launch options."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -201,7 +201,8 @@ def hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
             (128, torch.bfloat16, True, False, True, 0), (128, torch.bfloat16, True, True, False, 0),
             (128, torch.float16, False, False, True, 0), (64, torch.bfloat16, True, True, True, 0),
             (64, torch.float16, False, False, False, 0), (128, torch.bfloat16, True, True, False, 256),
-            (128, torch.bfloat16, True, True, False, 16), (64, torch.float16, False, False, False, 32)):
+            (128, torch.bfloat16, True, True, False, 16), (64, torch.float16, False, False, False, 32),
+            (256, torch.bfloat16, True, True, True, 0), (256, torch.float16, False, False, False, 16)):
         block_n, stages, registers, pingpong = HOPPER_TILE[head_dim]
         element = gl.bfloat16 if dtype == torch.bfloat16 else gl.float16
         q = torch.zeros(256, 4 * head_dim, dtype=dtype)

@@ -129,15 +129,17 @@ def test_the_module_hands_a_hopper_plan_its_flat_output(monkeypatch: pytest.Monk
     assert launched["out_ptr"].data_ptr() == out.data_ptr() and launched["stride_os"] == heads * head_dim
 
 
-@pytest.mark.parametrize("page_size, kv_block_rows", [(16, 16), (64, 64), (256, 128)])
-def test_a_paged_plan_loads_a_page_or_a_tile_per_tma_load(monkeypatch: pytest.MonkeyPatch, page_size: int,
-                                                          kv_block_rows: int) -> None:
-    """K / V descriptors over the page pool have blocks of one page when pages are smaller than a tile."""
+@pytest.mark.parametrize("head_dim, page_size, kv_block_rows", [
+    (128, 16, 16), (128, 64, 64), (128, 256, 128), (256, 16, 16), (256, 64, 64), (256, 256, 64)])
+def test_a_paged_plan_loads_a_page_or_a_tile_per_tma_load(monkeypatch: pytest.MonkeyPatch, head_dim: int,
+                                                          page_size: int, kv_block_rows: int) -> None:
+    """K / V descriptors over the page pool have blocks of one page when pages are smaller than a tile (128 keys, 64
+    at head dim 256)."""
     monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
     names = hopper_forward.attention_fwd_hopper_kernel.arg_names
     kernel = _RecordedLaunch()
     monkeypatch.setattr(hopper_forward, "attention_fwd_hopper_kernel", kernel)
-    tokens, heads, heads_kv, head_dim = 256, 4, 2, 128
+    tokens, heads, heads_kv = 256, 4, 2
     q = torch.randn(1, tokens, heads, head_dim, dtype=torch.bfloat16)
     k = v = torch.randn(2048 // page_size, page_size, heads_kv, head_dim, dtype=torch.bfloat16)
     plan = plan_hopper_forward(q, k, v, torch.empty_like(q), num_seqs=1, max_seqlen_q=tokens, max_seqlen_kv=tokens,
@@ -149,7 +151,7 @@ def test_a_paged_plan_loads_a_page_or_a_tile_per_tma_load(monkeypatch: pytest.Mo
     (_, args, kwargs), = kernel.calls
     launched = dict(zip(names, args))
     assert list(launched["k_desc"].block_shape) == list(launched["v_desc"].block_shape) == [kv_block_rows, head_dim]
-    assert kwargs["PAGE_SIZE"] == page_size
+    assert kwargs["PAGE_SIZE"] == page_size and kwargs["BLOCK_N"] == HOPPER_TILE[head_dim][0]
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])

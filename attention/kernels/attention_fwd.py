@@ -170,9 +170,10 @@ def attention_forward(
     directly (``attention.kernels.launch``).
 
     On an sm90 GPU, prefill-sized calls the Gluon kernel serves (attention/kernels/hopper_forward.py: fp16 /
-    bf16, head dim 64 or 128, no window, ALiBi or sinks, packed K/V, a non-paged cache, pages of a multiple
-    of 128 tokens or of 16 to 64 tokens) run attention_fwd_hopper.py's kernel unless a config or split count is
-    passed or ``ATTN_FUSED_HOPPER=0`` (``ATTN_FUSED_HOPPER_SMALL_PAGES=0``: pages under 128 tokens are not its).
+    bf16, head dim 64, 128 or 256, no window, ALiBi or sinks, packed K/V, a non-paged cache, pages of a multiple
+    of its KV tile (128 tokens, 64 at d256) or of 16 tokens to half a tile) run attention_fwd_hopper.py's kernel
+    unless a config or split count is passed or ``ATTN_FUSED_HOPPER=0`` (``ATTN_FUSED_HOPPER_SMALL_PAGES=0``: pages
+    smaller than a tile are not its).
 
     `config` overrides the launch configuration `select_forward_config` would pick (tuning sweeps:
     `python -m benchmarks.sweep`); it must pack whole query tokens (block_q * group <= block_m).

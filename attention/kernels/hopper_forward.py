@@ -34,10 +34,14 @@ __all__ = [
 HOPPER_ENV = "ATTN_FUSED_HOPPER"
 """``0`` sends every call to the general kernel; unset or ``1``: calls the Hopper kernel serves go to it."""
 
-HOPPER_TILE = {64: (128, 2, 240, True), 128: (128, 2, 240, False)}
+HOPPER_TILE = {64: (128, 2, 240, True), 128: (128, 2, 240, False), 256: (64, 2, 240, False)}
 """Head dim -> (BLOCK_N, STAGES, consumer registers, ping-pong). 128 keys per tile and two stages: Q (32 KiB) and the
 K and V rings (2 x 2 x 32 KiB at d128) fill most of sm90's shared memory, one program per SM; each consumer
-warp group holds O, S and two P tiles in 240 registers. H200, 2026-11-30 (abtree harness, bf16 thd 16k
+warp group holds O, S and two P tiles in 240 registers. At d256, 64 keys a tile: Q 64 KiB and the rings 2 x 2 x 32
+KiB (192 KiB), O alone 128 registers a thread; compiled for sm90 (Triton 3.6) without spills, where 128-key tiles at
+one stage spill 1,140 B. H200, 2026-12-03 (env_ab, two rounds, against the general kernel, where d256 ran before;
+docs/results/2026-12-03-h200-d904944/out/call9): MHA 16 full 4x4k 1,776.3 against 2,211.9 us, causal 987.7 against
+1,231.0 (1.25x both). H200, 2026-11-30 (abtree harness, bf16 thd 16k
 tokens, against this tile in the same process): three stages lost 1-7 % on every d128 / d64 cell (MHA full
 4x4k 593.4 -> 578.8 TFLOP/s).
 

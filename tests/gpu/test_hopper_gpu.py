@@ -50,6 +50,13 @@ CASES = [
                                                                          (64, 128, False), (16, 64, True))],
     C((2048,), (2048 + 6144,), heads=(32, 8), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="paged", page_size=16,
       causal=True, bottom_right=True),
+    # head dim 256 (64-key tiles): packed, a cache with bottom-right causal rows, pages of whole tiles and of 16 keys
+    *[C(RAGGED_Q, RAGGED_Q, heads=heads, d_qk=256, d_v=256, dtype=dtype, layout="thd", causal=causal)
+      for heads, dtype in (((16, 4), torch.bfloat16), ((8, 8), torch.float16)) for causal in (False, True)],
+    C(RAGGED_Q, RAGGED_KV, heads=(16, 2), d_qk=256, d_v=256, dtype=torch.bfloat16, layout="cache", causal=True,
+      bottom_right=True),
+    *[C(RAGGED_Q, RAGGED_KV, heads=(16, 4), d_qk=256, d_v=256, dtype=torch.bfloat16, layout="paged",
+        page_size=page_size, causal=causal, bottom_right=causal) for page_size, causal in ((64, False), (16, True))],
 ]
 
 
