@@ -27,7 +27,8 @@ What it serves (the host side checks, hopper_forward.py): fp16 / bf16, head dims
 q/k and v), no window, ALiBi or sinks, one KV split; packed K/V, a non-paged cache or a paged one: pages
 holding whole KV tiles (page_size % BLOCK_N == 0, BLOCK_N 128 keys, 64 at d256: one page id and one TMA load per
 tile, read by the producer), or pages of 16 keys to half a tile (a tile's page ids in one load, then one TMA load
-per page into its rows of the tile's buffer); q, k, v, out whose tokens are rows of a 2-D matrix with heads packed along it (thd, bshd; not sbhd).
+per page into its rows of the tile's buffer); q, k, v, out whose tokens are rows of a 2-D matrix with heads packed
+along it (thd, bshd; not sbhd).
 Query i of a sequence sees key j iff j < len_kv and, causal, j <= i + off (off = len_kv - len_q when
 bottom_right, else 0); a row that sees no key gets zeros.
 

@@ -37,21 +37,22 @@ HOPPER_ENV = "ATTN_FUSED_HOPPER"
 HOPPER_TILE = {64: (128, 2, 240, True), 128: (128, 2, 240, False), 256: (64, 2, 240, False)}
 """Head dim -> (BLOCK_N, STAGES, consumer registers, ping-pong). 128 keys per tile and two stages: Q (32 KiB) and the
 K and V rings (2 x 2 x 32 KiB at d128) fill most of sm90's shared memory, one program per SM; each consumer
-warp group holds O, S and two P tiles in 240 registers. At d256, 64 keys a tile: Q 64 KiB and the rings 2 x 2 x 32
-KiB (192 KiB), O alone 128 registers a thread; compiled for sm90 (Triton 3.6) without spills, where 128-key tiles at
-one stage spill 1,140 B. H200, 2026-12-03 (env_ab, two rounds, against the general kernel, where d256 ran before;
-docs/results/2026-12-03-h200-d904944/out/call9): MHA 16 full 4x4k 1,776.3 against 2,211.9 us, causal 987.7 against
-1,231.0 (1.25x both). H200, 2026-11-30 (abtree harness, bf16 thd 16k
+warp group holds O, S and two P tiles in 240 registers. H200, 2026-11-30 (abtree harness, bf16 thd 16k
 tokens, against this tile in the same process): three stages lost 1-7 % on every d128 / d64 cell (MHA full
 4x4k 593.4 -> 578.8 TFLOP/s).
 
-Ping-pong (the two consumer groups take turns to issue their wgmmas, FlashAttention-3's schedule, on named
-barriers): on at d64, off at d128. H200, 2026-12-03, graph replays, settled, alternated in one process, 3-4 rounds,
-mean µs, free issue -> ping-pong (docs/results/2026-12-03-h200-pingpong): d64 GQA 32/8 causal 1x16k 2,522 -> 2,419,
-4x4k 727 -> 703, MHA causal 16x1k 299 -> 285, 4x4k 743 -> 723, full cells 0.3-1.3 % faster, a 2k chunk on 14k over
-16-token pages 609 -> 611; d128 within 1 % on four cells, 1.1-3.1 % slower on the 2k chunks on 14k and 30k over
-16-token pages and GQA causal 1x16k (3,611 -> 3,724): there the warp schedulers already interleave the two groups
-(an earlier ping-pong on an mbarrier pair lost 0-3 % at d128 too)."""
+At d256, 64 keys a tile: Q 64 KiB and the rings 2 x 2 x 32 KiB (192 KiB), O alone 128 registers a thread; compiled
+for sm90 (Triton 3.6) without spills, where 128-key tiles at one stage spill 1,140 B. H200, 2026-12-03 (env_ab, two
+rounds, against the general kernel, where d256 ran before; docs/results/2026-12-03-h200-d904944/out/call9): MHA 16
+full 4x4k 1,776.3 against 2,211.9 us, causal 987.7 against 1,231.0 (1.25x both).
+
+Ping-pong (the two consumer groups take turns to issue their wgmmas, FlashAttention-3's schedule, on named barriers): on
+at d64, off at d128 and d256 (not measured there). H200, 2026-12-03, graph replays, settled, alternated in one process,
+3-4 rounds, mean µs, free issue -> ping-pong (docs/results/2026-12-03-h200-pingpong): d64 GQA 32/8 causal 1x16k 2,522 ->
+2,419, 4x4k 727 -> 703, MHA causal 16x1k 299 -> 285, 4x4k 743 -> 723, full cells 0.3-1.3 % faster, a 2k chunk on 14k
+over 16-token pages 609 -> 611; d128 within 1 % on four cells, 1.1-3.1 % slower on the 2k chunks on 14k and 30k over
+16-token pages and GQA causal 1x16k (3,611 -> 3,724): there the warp schedulers already interleave the two groups (an
+earlier ping-pong on an mbarrier pair lost 0-3 % at d128 too)."""
 
 HOPPER_PINGPONG_ENV = "ATTN_FUSED_HOPPER_PINGPONG"
 """``1`` / ``0``: the consumer groups' ping-pong on / off at every head dim (A/B measurements); unset: HOPPER_TILE's."""
