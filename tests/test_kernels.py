@@ -58,6 +58,7 @@ class AttentionCase:
     seed: int = 0
     num_pages: int | None = None  # paged cache capacity (default: just enough + 2)
     max_pages: int | None = None  # page-table width (default: just enough + 1)
+    score_drift: float = 0.0  # scores rise (alternate 24-query blocks: fall) this much (log2 units) every 128 keys
 
     def __str__(self) -> str:
         parts = [self.layout, f"q{list(self.q_lens)}", f"kv{list(self.kv_lens)}", f"h{self.heads[0]}/{self.heads[1]}",
@@ -75,6 +76,8 @@ class AttentionCase:
         if self.sink:
             parts.append("sink")
         parts.append(f"splits{self.num_splits}")
+        if self.score_drift:
+            parts.append(f"drift{self.score_drift:g}")
         return "-".join(parts)
 
 
@@ -135,6 +138,21 @@ def _paged_cache(ks, vs, case: AttentionCase, generator, device):
             page_table.to(device))
 
 
+def _drift_scores(qs: list[torch.Tensor], ks: list[torch.Tensor], drift: float,
+                  scale: float) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Add a shared direction to q and k so that a query's scores (log2 units) rise by ``drift`` every 128 keys, or
+    fall for alternate blocks of 24 queries: a kernel's running row max then moves tile after tile (a rescale of the
+    rows' outputs) or stays on the first keys, in different rows of one query tile."""
+    dim = qs[0].shape[-1]
+    direction = torch.ones(dim) / math.sqrt(dim)
+    q_part = 4.0
+    k_step = drift / (128 * scale * math.log2(math.e) * q_part)
+    qs = [q + torch.where(torch.arange(q.shape[0]) // 24 % 2 == 0, q_part, -q_part)[:, None, None] * direction
+          for q in qs]
+    ks = [k + (k_step * torch.arange(k.shape[0]))[:, None, None] * direction for k in ks]
+    return qs, ks
+
+
 def build_inputs(case: AttentionCase, device: str = DEVICE) -> dict:
     """Random per-sequence q/k/v, the kernel's arguments for `case`, and the expected rows.
 
@@ -145,8 +163,12 @@ def build_inputs(case: AttentionCase, device: str = DEVICE) -> dict:
     h_q, h_kv = case.heads
     num_seqs = len(case.q_lens)
     dtype = case.dtype
-    qs = [torch.randn(n, h_q, case.d_qk, generator=generator).to(dtype) for n in case.q_lens]
-    ks = [torch.randn(n, h_kv, case.d_qk, generator=generator).to(dtype) for n in case.kv_lens]
+    qs = [torch.randn(n, h_q, case.d_qk, generator=generator) for n in case.q_lens]
+    ks = [torch.randn(n, h_kv, case.d_qk, generator=generator) for n in case.kv_lens]
+    if case.score_drift:
+        qs, ks = _drift_scores(qs, ks, case.score_drift, 1.0 / math.sqrt(case.d_qk))
+    qs = [t.to(dtype) for t in qs]
+    ks = [t.to(dtype) for t in ks]
     vs = [torch.randn(n, h_kv, case.d_v, generator=generator).to(dtype) for n in case.kv_lens]
 
     q_layout = case.layout if case.layout in ("bshd", "sbhd", "thd") else "thd"

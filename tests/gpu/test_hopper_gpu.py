@@ -57,6 +57,14 @@ CASES = [
       bottom_right=True),
     *[C(RAGGED_Q, RAGGED_KV, heads=(16, 4), d_qk=256, d_v=256, dtype=torch.bfloat16, layout="paged",
         page_size=page_size, causal=causal, bottom_right=causal) for page_size, causal in ((64, False), (16, True))],
+    # scores that rise along the keys in some rows of a tile: their running max moves every few tiles (within the
+    # softmax's slack: P above 1) or every tile (a rescale of those rows' O); falling in the other rows
+    *[C(RAGGED_Q, RAGGED_KV, heads=(16, 4), d_qk=d, d_v=d, dtype=dtype, layout=layout, page_size=16, causal=causal,
+        bottom_right=causal, score_drift=drift)
+      for d, dtype, layout, causal, drift in ((128, torch.bfloat16, "thd", True, 3.0),
+                                              (128, torch.float16, "cache", False, 10.0),
+                                              (64, torch.float16, "paged", True, 5.0),
+                                              (256, torch.bfloat16, "cache", False, 10.0))],
 ]
 
 

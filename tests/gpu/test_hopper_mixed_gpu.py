@@ -59,6 +59,9 @@ CASES = [
     # sequences with no queries or no keys between the others
     C((1, 0, 1) + DECODES_Q + (400, 1), (300, 20, 0) + DECODES_KV + (900, 128), heads=(32, 8), d_qk=128, d_v=128,
       dtype=torch.bfloat16, layout="paged", page_size=16, causal=True, bottom_right=True),
+    # scores rising along the keys in some rows (running maxes that move every few tiles), falling in others
+    C(MIXED_Q, MIXED_KV, heads=(32, 8), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="paged", page_size=16,
+      causal=True, bottom_right=True, score_drift=3.0),
 ]
 """Every batch is mixed (configs.mixed_batch: the longest sequence has at least 8x the average queries)."""
 
