@@ -313,6 +313,11 @@ CASES = [
     # split-KV forced on: decode / long kv, heuristic choice (None)
     C((1, 1), (37, 40), layout="cache", heads=(4, 2), num_splits=3, window=(9, 0), bottom_right=True),
     C((1, 3), (37, 40), layout="paged", page_size=16, heads=(4, 2), num_splits=None, causal=True, bottom_right=True),
+    # scores rising steeply along the keys in some rows, falling in others: running maxes that move every tile, splits
+    # whose maxes differ by hundreds of log2 units
+    C((30, 5), (30, 70), layout="thd", heads=(4, 2), causal=True, bottom_right=True, score_drift=200.0),
+    C((30, 5), (40, 70), layout="paged", page_size=3, heads=(4, 2), num_splits=3, dtype=torch.float16,
+      score_drift=300.0),
 ]
 
 
