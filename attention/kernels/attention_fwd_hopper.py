@@ -13,8 +13,8 @@ way FlashAttention-3 does on Hopper:
     mbarrier (K and V separately: K is released as soon as QK^T is done, V after PV);
   * two 4-warp consumer partitions (one warp group each) own 64 query rows each. In step t each issues
     S_t = Q K_t^T and O += P_{t-1} V_{t-1} (both async), waits for S_t, runs the online softmax of tile t,
-    waits for PV and rescales O (at head dim 256 only the warps whose rows' running max moved, which it
-    lets lag by up to 2^8: LAZY_RESCALE_MIN_HEAD_DIM). The PTX waits for PV after the softmax, but ptxas
+    waits for PV and rescales O (at head dim 256 P is taken against the rows' previous max while the tile's
+    reduces, and only the warps whose rows' max moved, which lags by up to 2^8, rescale: hopper_softmax.py). The PTX waits for PV after the softmax, but ptxas
     hoists that wait above it, so a group's softmax overlaps the other group's wgmmas rather than its own PV (holding
     the wait back ran the d128 prefill 5-6 % slower on the H200, this producer's next K load then waiting on
     the later V release; docs/benchmarks_log.md, forty-second session). The two warp groups interleave
@@ -51,21 +51,14 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+from .hopper_softmax import EXP_AHEAD_MIN_HEAD_DIM, rescale_moved_rows, softmax_tile, softmax_tile_ahead
+
 __all__ = ["HOPPER_BLOCK_M", "HOPPER_ROWS_PER_GROUP", "attention_fwd_hopper_kernel"]
 
 HOPPER_ROWS_PER_GROUP = 64
 """Query rows per consumer warp group (wgmma's M is 64 per warp group)."""
 HOPPER_BLOCK_M = 2 * HOPPER_ROWS_PER_GROUP
 """Query rows per program: two consumer warp groups."""
-LAZY_RESCALE_MIN_HEAD_DIM = gl.constexpr(256)
-"""From this head dim on, a row's running max (log2 units) moves only when a tile's exceeds it by more than
-RESCALE_SLACK, and a warp whose rows all kept theirs skips its O rescale (_rescale_rows). H200, 2026-12-03 (tree_ab,
-two passes, mean µs; docs/results/2026-12-03-h200-ca5d363/out/): at d256 alone (call5, three rounds a pass) MHA 16
-full 4x4k 1,752.4 -> 1,702.5, causal 1,015.6 -> 993.5 (O is 128 registers a thread there); at every head dim (call3,
-two rounds) d128 0.1-1.5 % slower (M2's prefill part 868.8 -> 869.6, MHA full 4x4k 1,927.9 -> 1,956.4) and d64 MHA
-32 causal 4x4k 2.7 % slower: there the vote and the branch cost more than the 64 or 32 multiplies they skip."""
-RESCALE_SLACK = gl.constexpr(8.0)
-"""P <= 2^8 under a kept max: fp16 and bf16 hold it, O and the sums are fp32."""
 PINGPONG_BARRIER = gl.constexpr(8)
 """The consumer groups' ping-pong uses named barriers 8 and 9 (Triton's partitions use the lowest ids)."""
 
@@ -178,55 +171,6 @@ def _load_tile_by_pages(desc, tile, ready, empty, phase, page_rows, kv_col, PAGE
 
 
 @gluon.jit
-def _softmax_tile(s, m_i, l_i, tile, masked, rows, kv_len, diag, qk_scale,
-                  CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, col_layout: gl.constexpr, SLACK: gl.constexpr = 0.0):
-    """Online softmax of one score tile (raw Q K^T): returns P (fp32), the rescale of the previous
-    tiles' sums, and the new running max (log2 units) and sum. ``rows``: the rows' query indices. SLACK > 0: a row's
-    max moves only when the tile's exceeds it by more than SLACK (P stays below 2^SLACK; alpha 1 where it stays)."""
-    if masked:
-        cols = tile * BLOCK_N + gl.arange(0, BLOCK_N, layout=col_layout)
-        keep = cols[None, :] < kv_len
-        if CAUSAL:
-            keep = keep & (cols[None, :] <= rows[:, None] + diag)
-        s = gl.where(keep, s, float("-inf"))
-    m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
-    if SLACK > 0:
-        m_new = gl.where(m_new > m_i + SLACK, m_new, m_i)
-    m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: p = 0, not NaN
-    p = gl.exp2(s * qk_scale - m_use[:, None])
-    alpha = gl.exp2(m_i - m_use)
-    l_i = l_i * alpha + gl.sum(p, axis=1)
-    return p, alpha, m_new, l_i
-
-
-_PACK = 32
-"""O elements a thread rescales in one asm block (64 at d128, 128 at d256: a branch a block)."""
-RESCALE_PACK = gl.constexpr(_PACK)
-# A thread's two rows' alphas in, the warp's "any row below 1" out (twice: one per row).
-_WARP_ANY_ASM = gl.constexpr(
-    "{ .reg .pred p, q; setp.lt.f32 p, $2, 0f3F800000; setp.lt.f32 q, $3, 0f3F800000; or.pred p, p, q;"
-    " vote.sync.any.pred p, p, -1; selp.s32 $0, 1, 0, p; mov.b32 $1, $0; }")
-# Operands (PACK 32): $0-$31 O out, tied to the O inputs $32-$63 (updated in place), $64-$95 the alphas, $96-$127 the
-# warp's flag (all equal: $96 decides).
-_RESCALE_ASM = gl.constexpr(
-    f"{{ .reg .pred skip; setp.eq.s32 skip, ${3 * _PACK}, 0; @skip bra.uni DONE;\n"
-    + "\n".join(f"mul.f32 ${i}, ${i}, ${2 * _PACK + i};" for i in range(_PACK)) + "\nDONE: }")
-_RESCALE_CONSTRAINTS = gl.constexpr(
-    ",".join(["=f"] * _PACK + [str(i) for i in range(_PACK)] + ["f"] * _PACK + ["r"] * _PACK))
-
-
-@gluon.jit
-def _rescale_rows(o, alpha):
-    """o * alpha[:, None] (O [ROWS, D] in a wgmma accumulator layout, alpha [ROWS] in its row layout), skipped by every
-    warp whose rows all keep alpha 1 (a warp vote, then a branch over the warp's O registers): under RESCALE_SLACK most
-    tiles need no rescale."""
-    # a thread's two rows (r and r + 8 of its warp's 16) in one block: the vote covers the warp's 16 rows
-    warp_any = gl.inline_asm_elementwise(_WARP_ANY_ASM, "=r,=r,f,f", [alpha], dtype=gl.int32, is_pure=False, pack=2)
-    return gl.inline_asm_elementwise(_RESCALE_ASM, _RESCALE_CONSTRAINTS, [o, alpha[:, None], warp_any[:, None]],
-                                     dtype=gl.float32, is_pure=True, pack=RESCALE_PACK)
-
-
-@gluon.jit
 def _zero_rows_from(tile, first_row, KEYS: gl.constexpr = 0):
     """Zero rows >= first_row of a [BLOCK_N, D] shared tile, in halves (32 registers a thread), for the
     wgmma that reads it next. Both consumer groups run this before their own PV on the tile: each
@@ -284,8 +228,8 @@ def _prefill_tiles(q, ring, count, first_tile, num_tiles, first_masked, rows, kv
     KV tiles first_tile .. first_tile + num_tiles - 1 of the K / V ring (k_smem, v_smem, k_ready, k_empty, v_ready,
     v_empty), from ring position ``count``. In step t it issues S_t = Q K_t^T and O += P_{t-1} V_{t-1} (both async),
     waits for S_t only, runs the online softmax of tile t, then waits for PV and rescales O (ptxas moves that
-    wait above the softmax: see the module docstring; from LAZY_RESCALE_MIN_HEAD_DIM on, only warps whose rows' max
-    moved rescale).
+    wait above the softmax: see the module docstring; from EXP_AHEAD_MIN_HEAD_DIM on, P is taken before the tile's
+    max is known and only warps whose rows' max moved rescale: hopper_softmax.py).
     Returns O [ROWS, D] (fp32, not yet divided by the sums), the rows' running max (log2 units) and their sums.
     PINGPONG_GROUP 0 / 1 (two groups on the same tiles): the groups take turns to issue a step's wgmmas (group 0
     first), so one group's softmax runs while the other's wgmmas do (FlashAttention-3's schedule); -1: no turns."""
@@ -302,7 +246,7 @@ def _prefill_tiles(q, ring, count, first_tile, num_tiles, first_masked, rows, kv
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-    SLACK: gl.constexpr = RESCALE_SLACK if HEAD_DIM >= LAZY_RESCALE_MIN_HEAD_DIM else 0.0
+    AHEAD: gl.constexpr = HEAD_DIM >= EXP_AHEAD_MIN_HEAD_DIM
     m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=row_s)
     l_i = gl.zeros([ROWS], gl.float32, layout=row_s)
     o = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
@@ -318,8 +262,8 @@ def _prefill_tiles(q, ring, count, first_tile, num_tiles, first_masked, rows, kv
         _pass_turn(PINGPONG_GROUP)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         mbarrier.arrive(k_empty.index(stage), count=1)
-        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, first_tile, first_tile >= first_masked, rows, kv_len, diag,
-                                           qk_scale, CAUSAL, BLOCK_N, col_s)
+        p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, first_tile, first_tile >= first_masked, rows, kv_len, diag,
+                                          qk_scale, CAUSAL, BLOCK_N, col_s)
         p16 = gl.convert_layout(p.to(dtype), p_layout)
         for i in range(1, num_tiles):
             stage = (count + i) % STAGES
@@ -333,15 +277,20 @@ def _prefill_tiles(q, ring, count, first_tile, num_tiles, first_masked, rows, kv
             s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))  # S_t done, PV_{t-1} may still run
             mbarrier.arrive(k_empty.index(stage), count=1)
             t = first_tile + i
-            p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, t, t >= first_masked, rows, kv_len, diag, qk_scale,
-                                               CAUSAL, BLOCK_N, col_s, SLACK)
+            if AHEAD:
+                p_low, alpha, m_i, l_i, moved = softmax_tile_ahead(s, m_i, l_i, t, t >= first_masked, rows, kv_len,
+                                                                   diag, qk_scale, CAUSAL, BLOCK_N, col_s, dtype)
+            else:
+                p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, t, t >= first_masked, rows, kv_len, diag, qk_scale,
+                                                  CAUSAL, BLOCK_N, col_s)
+                p_low = p.to(dtype)
             o, p16 = warpgroup_mma_wait(num_outstanding=0, deps=(o, p16))
             mbarrier.arrive(v_empty.index(prev), count=1)
-            if SLACK > 0:
-                o = _rescale_rows(o, gl.convert_layout(alpha, row_o))
+            if AHEAD:
+                o = rescale_moved_rows(o, gl.convert_layout(alpha, row_o), gl.convert_layout(moved, row_o))
             else:
                 o = o * gl.convert_layout(alpha, row_o)[:, None]
-            p16 = gl.convert_layout(p.to(dtype), p_layout)
+            p16 = gl.convert_layout(p_low, p_layout)
         last = (count + num_tiles - 1) % STAGES
         last_tile = first_tile + num_tiles - 1
         mbarrier.wait(v_ready.index(last), ((count + num_tiles - 1) // STAGES) & 1)
