@@ -2,11 +2,11 @@
 
 Two schedules:
 
-  * softmax_tile: the tile's row max first, then P = exp2(S * scale - max) against it (every head dim up to
-    EXP_AHEAD_MIN_HEAD_DIM), O rescaled by every warp;
+  * softmax_tile: the tile's row max first, then P = exp2(S * scale - max) against it, O rescaled by every warp
+    (head dims below EXP_AHEAD_MIN_HEAD_DIM, and every walk's first tile);
   * softmax_tile_ahead (from EXP_AHEAD_MIN_HEAD_DIM on): P taken against the rows' running max while the tile's max
     reduces, so the exponentials need not wait for it. A row's max moves only when the tile's passes it by more than
-    RESCALE_SLACK (P stays below 2^8 otherwise); a warp with a row whose max moved takes its P again against the new
+    RESCALE_SLACK (P stays <= 2^8 otherwise); a warp with a row whose max moved takes its P again against the new
     max and rescales its O (a warp vote, then a branch in inline PTX: rescale_moved_rows).
 
 Layouts: S and P [ROWS, BLOCK_N] in a wgmma accumulator layout, the rows' max and sums [ROWS] in its row slice.
