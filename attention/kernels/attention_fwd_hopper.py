@@ -14,12 +14,12 @@ way FlashAttention-3 does on Hopper:
   * two 4-warp consumer partitions (one warp group each) own 64 query rows each. In step t each issues
     S_t = Q K_t^T and O += P_{t-1} V_{t-1} (both async), waits for S_t, runs the online softmax of tile t,
     waits for PV and rescales O (at head dim 256 P is taken against the rows' previous max while the tile's
-    reduces, and only the warps whose rows' max moved, which lags by up to 2^8, rescale: hopper_softmax.py). The PTX waits for PV after the softmax, but ptxas
-    hoists that wait above it, so a group's softmax overlaps the other group's wgmmas rather than its own PV (holding
-    the wait back ran the d128 prefill 5-6 % slower on the H200, this producer's next K load then waiting on
-    the later V release; docs/benchmarks_log.md, forty-second session). The two warp groups interleave
-    on the SM's tensor cores; with PINGPONG (the host's choice at head dim 64) they take turns to issue
-    a step's wgmmas, on named barriers 8 and 9.
+    reduces, and only the warps whose rows' max moved, which lags by up to 2^8, rescale: hopper_softmax.py). The PTX
+    waits for PV after the softmax, but ptxas hoists that wait above it, so a group's softmax overlaps the other
+    group's wgmmas rather than its own PV (holding the wait back ran the d128 prefill 5-6 % slower on the H200, this
+    producer's next K load then waiting on the later V release; docs/benchmarks_log.md, forty-second session). The two
+    warp groups interleave on the SM's tensor cores; with PINGPONG (the host's choice at head dim 64) they take turns
+    to issue a step's wgmmas, on named barriers 8 and 9.
   * masking (keys past the sequence end, the causal band) only on the tiles that need it (a
     runtime test per tile), exp2 with the scale folded into one FMA; P goes to the PV wgmma from
     registers.

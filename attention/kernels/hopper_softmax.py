@@ -23,11 +23,12 @@ EXP_AHEAD_MIN_HEAD_DIM = gl.constexpr(256)
 """From this head dim on the prefill loop takes softmax_tile_ahead. H200, 2026-12-04 (tree_ab against 088fc97, two
 passes of three rounds, mean µs; docs/results/2026-12-04-h200-088fc97/out/call2/): d256 MHA 16 full 4x4k 1,726.3 ->
 1,667.8, causal 987.3 -> 948.7 (3.4 / 3.9 % faster than the lazy O rescale it replaced: softmax_tile with the same
-slack, itself 2.2-2.8 % faster than the eager rescale). At every head dim (call1, two passes of two rounds) d128 6.6-11 %
-slower (M2's prefill part 854.1 -> 948.0, MHA full 4x4k 1,889.6 -> 2,015.2) and d64 MHA 32 causal 4x4k 7.6 % slower:
-there a tile's exponentials are 32 or 64 a thread, the 16-bit P's widening for the sums and the exp-again branches
-(they split the loop's basic block: ptxas no longer hoists the PV wait above the softmax, d128's SASS) cost more than
-the wait for the max they hide. At d256 O is 128 registers a thread, and a warp's skipped rescale pays for the branch."""
+slack, itself 2.2-2.8 % faster than the eager rescale). At every head dim (call1, two passes of two rounds) d128
+6.6-11 % slower (M2's prefill part 854.1 -> 948.0, MHA full 4x4k 1,889.6 -> 2,015.2) and d64 MHA 32 causal 4x4k 7.6 %
+slower: there the 16-bit P's widening for the sums (call2's fp32-sum diagnostic: 1.041 at d128) and the exp-again
+branches (they split the loop's basic block: ptxas no longer hoists the PV wait above the softmax, d128's SASS) cost
+more than the wait for the max they hide. At d256 O is 128 registers a thread, and a warp's skipped rescale pays for
+the branch."""
 RESCALE_SLACK = gl.constexpr(8.0)
 """A row's running max (log2 units) lags the true one by up to this: P <= 2^8, which fp16 and bf16 hold."""
 
@@ -51,12 +52,13 @@ def _exp_again_asm(cvt: str) -> str:
     """Operands (PACK 32, P 16-bit: two a register): $0-$15 P out, tied to the P inputs $16-$31, $32-$63 S, $64-$95
     -max, $96-$127 the scale, $128-$159 the warp's flag ($128 decides): P = 2^(S * scale - max) as Triton's exp2
     (ex2.approx.ftz), rounded as Triton's conversion."""
-    h = _PACK // 2
-    lines = [f"{{ .reg .pred skip; .reg .f32 x, y; setp.eq.s32 skip, ${2 * h + 3 * _PACK}, 0; @skip bra.uni DONE;"]
-    for i in range(h):
+    s0 = _PACK  # the operands' first S (after 16 P outs and 16 P ins), then -max, the scale and the flag
+    neg_max0, scale0, flag = s0 + _PACK, s0 + 2 * _PACK, s0 + 3 * _PACK
+    lines = [f"{{ .reg .pred skip; .reg .f32 x, y; setp.eq.s32 skip, ${flag}, 0; @skip bra.uni DONE;"]
+    for i in range(_PACK // 2):
         a, b = 2 * i, 2 * i + 1
-        lines.append(f"fma.rn.f32 x, ${2 * h + a}, ${2 * h + 2 * _PACK + a}, ${2 * h + _PACK + a}; ex2.approx.ftz.f32 x, x;"
-                     f" fma.rn.f32 y, ${2 * h + b}, ${2 * h + 2 * _PACK + b}, ${2 * h + _PACK + b};"
+        lines.append(f"fma.rn.f32 x, ${s0 + a}, ${scale0 + a}, ${neg_max0 + a}; ex2.approx.ftz.f32 x, x;"
+                     f" fma.rn.f32 y, ${s0 + b}, ${scale0 + b}, ${neg_max0 + b};"
                      f" ex2.approx.ftz.f32 y, y; {cvt} ${i}, y, x;")
     return "\n".join(lines) + "\nDONE: }"
 
