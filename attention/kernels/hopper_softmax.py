@@ -71,11 +71,19 @@ _EXP_AGAIN_CONSTRAINTS = gl.constexpr(
 
 @gluon.jit
 def _mask_tile(s, tile, rows, kv_len, diag, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, col_layout: gl.constexpr):
-    """-inf where key j (tile * BLOCK_N + column) is past kv_len or, CAUSAL, past row i's band (j > i + diag)."""
-    cols = tile * BLOCK_N + gl.arange(0, BLOCK_N, layout=col_layout)
-    keep = cols[None, :] < kv_len
+    """-inf where key j (tile * BLOCK_N + column) is past kv_len or, CAUSAL, past row i's band (j > i + diag): a row
+    keeps the columns below its limit. In wgmma's accumulator layout a thread's columns are 2 * (lane % 4) (bits 1-2)
+    plus constants of its registers (8k and 8k + 1); comparing the constants with (limit - lane bits) needs one
+    register a row, where whole column indices, hoisted out of the KV loop by LLVM, held one a column (32 at 128-key
+    tiles: with three consumer groups at d64, 160 registers a thread, ptxas spilled ~30 loads a tile)."""
+    cols = gl.arange(0, BLOCK_N, layout=col_layout)
+    lane_cols = cols & 6
+    limit = kv_len - tile * BLOCK_N
     if CAUSAL:
-        keep = keep & (cols[None, :] <= rows[:, None] + diag)
+        limit = gl.minimum(limit, rows + (diag + 1 - tile * BLOCK_N))
+        keep = (cols & ~6)[None, :] < limit[:, None] - lane_cols[None, :]
+    else:
+        keep = ((cols & ~6) < limit - lane_cols)[None, :]
     return gl.where(keep, s, float("-inf"))
 
 
