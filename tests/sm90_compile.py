@@ -188,22 +188,26 @@ def configurations() -> list[dict]:
 
 def hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
     """Launches of the Gluon sm90 kernel (attention_fwd_hopper.py): head dims 64, 128 and 256, causal top-left /
-    bottom-right and full, with and without start offsets, bf16 and fp16, with a plan's launch options."""
+    bottom-right and full, with and without start offsets, bf16 and fp16, two consumer groups and (d64) three, with a
+    plan's launch options."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from attention.kernels.attention_fwd_hopper import HOPPER_ROWS_PER_GROUP, attention_fwd_hopper_kernel
-    from attention.kernels.hopper_forward import HOPPER_TILE
+    from attention.kernels.hopper_forward import HOPPER_TILE, THREE_GROUP_REGISTERS
 
     launches = []
     cu = torch.zeros(3, dtype=torch.int32)
-    for head_dim, dtype, causal, bottom_right, starts, page_size in (
-            (128, torch.bfloat16, True, False, True, 0), (128, torch.bfloat16, True, True, False, 0),
-            (128, torch.float16, False, False, True, 0), (64, torch.bfloat16, True, True, True, 0),
-            (64, torch.float16, False, False, False, 0), (128, torch.bfloat16, True, True, False, 256),
-            (128, torch.bfloat16, True, True, False, 16), (64, torch.float16, False, False, False, 32),
-            (256, torch.bfloat16, True, True, True, 0), (256, torch.float16, False, False, False, 16)):
-        block_n, stages, registers, pingpong = HOPPER_TILE[head_dim]
+    for head_dim, dtype, causal, bottom_right, starts, page_size, groups in (
+            (128, torch.bfloat16, True, False, True, 0, 2), (128, torch.bfloat16, True, True, False, 0, 2),
+            (128, torch.float16, False, False, True, 0, 2), (64, torch.bfloat16, True, True, True, 0, 2),
+            (64, torch.float16, False, False, False, 0, 2), (128, torch.bfloat16, True, True, False, 256, 2),
+            (128, torch.bfloat16, True, True, False, 16, 2), (64, torch.float16, False, False, False, 32, 2),
+            (256, torch.bfloat16, True, True, True, 0, 2), (256, torch.float16, False, False, False, 16, 2),
+            (64, torch.bfloat16, True, True, True, 0, 3), (64, torch.float16, False, False, False, 16, 3)):
+        block_n, stages, registers, pingpong, _ = HOPPER_TILE[head_dim]
+        if groups == 3:
+            registers = min(registers, THREE_GROUP_REGISTERS)
         element = gl.bfloat16 if dtype == torch.bfloat16 else gl.float16
         q = torch.zeros(256, 4 * head_dim, dtype=dtype)
         k = torch.zeros(256, 2 * head_dim, dtype=dtype)
@@ -219,9 +223,10 @@ def hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
         constexprs = dict(GROUP_SIZE=2, BLOCK_N=block_n, STAGES=stages, PAGE_SIZE=page_size, CAUSAL=causal,
                           BOTTOM_RIGHT=bottom_right,
                           HAS_Q_START=starts, HAS_KV_START=starts, CONSUMER_REGISTERS=registers, PINGPONG=pingpong,
-                          maxnreg=168)
+                          GROUPS=groups, maxnreg=168 if groups == 2 else 128)
         label = (f"d{head_dim} {str(dtype)[6:]} {'causal' if causal else 'full'}{' bottom-right' if bottom_right else ''}"
-                 f"{' + starts' if starts else ''}{f' page {page_size}' if page_size else ''}")
+                 f"{' + starts' if starts else ''}{f' page {page_size}' if page_size else ''}"
+                 f"{' 3 groups' if groups == 3 else ''}")
         launches.append((label, attention_fwd_hopper_kernel, args, constexprs, 4, 1))
     return launches
 

@@ -10,12 +10,15 @@ import torch
 
 from attention.kernels import hopper_forward
 from attention.kernels.hopper_forward import (
+    HOPPER_GROUPS_ENV,
     HOPPER_L2_SECTION_ENV,
     HOPPER_PINGPONG_ENV,
     HOPPER_SMALL_PAGES_ENV,
     HOPPER_TILE,
+    THREE_GROUP_REGISTERS,
     _page_size_reason,
     _rows_matrix,
+    consumer_groups,
     hopper_unsupported_reason,
     plan_hopper_forward,
 )
@@ -176,6 +179,40 @@ def test_the_consumer_ping_pong_follows_the_tile_table_unless_switched(monkeypat
     (_, _, kwargs), = kernel.calls
     assert kwargs["PINGPONG"] is (HOPPER_TILE[head_dim][3] if switch is None else switch == "1")
     assert HOPPER_TILE[64][3] and not HOPPER_TILE[128][3]
+
+
+@pytest.mark.parametrize("head_dim, switch, groups", [
+    (64, None, 3), (64, "2", 2), (64, "3", 3), (128, None, 2), (128, "3", 2), (256, "3", 2)])
+def test_consumer_groups_set_the_q_tile_and_the_registers(monkeypatch: pytest.MonkeyPatch, head_dim: int,
+                                                          switch: str | None, groups: int) -> None:
+    """HOPPER_TILE's consumer groups (three at d64), or ATTN_FUSED_HOPPER_GROUPS's at d64 only: q tiles of groups x 64
+    queries in the grid, and the launch's GROUPS and registers (three groups: 16 warps at maxnreg 128)."""
+    monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
+    if switch is None:
+        monkeypatch.delenv(HOPPER_GROUPS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(HOPPER_GROUPS_ENV, switch)
+    kernel = _RecordedLaunch()
+    monkeypatch.setattr(hopper_forward, "attention_fwd_hopper_kernel", kernel)
+    tokens = 1000
+    q = torch.randn(1, tokens, 4, head_dim, dtype=torch.bfloat16)
+    k = v = torch.randn(1, tokens, 2, head_dim, dtype=torch.bfloat16)
+    plan = plan_hopper_forward(q, k, v, torch.empty_like(q), num_seqs=1, max_seqlen_q=tokens, max_seqlen_kv=tokens,
+                               total_q=tokens, softmax_scale=0.1, window=(-1, 0), bottom_right=False, page_size=0,
+                               alibi=False, sink=False, has_q_start=False, has_kv_start=False, num_sms=4)
+    cu = torch.tensor([0, tokens], dtype=torch.int32)
+    plan(q, k, v, torch.empty_like(q), cu, cu, None, None, None)
+    (grid, _, kwargs), = kernel.calls
+    assert grid == (-(-tokens // (64 * groups)) * 2, 2, 1)
+    assert kwargs["GROUPS"] == groups and kwargs["maxnreg"] == {2: 168, 3: 128}[groups]
+    assert kwargs["CONSUMER_REGISTERS"] == {2: HOPPER_TILE[head_dim][2], 3: THREE_GROUP_REGISTERS}[groups]
+
+
+@pytest.mark.parametrize("value", ["4", "three"])
+def test_a_consumer_group_count_other_than_2_or_3_is_refused(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv(HOPPER_GROUPS_ENV, value)
+    with pytest.raises(ValueError, match=f"ATTN_FUSED_HOPPER_GROUPS must be 2 or 3 .*got '{value}'"):
+        consumer_groups(64)
 
 
 @pytest.mark.parametrize("switch, max_seqlen_kv, causal, expected", [

@@ -33,6 +33,7 @@ from .hopper_decode import (
 )
 from .hopper_forward import (
     HOPPER_ENV,
+    HOPPER_GROUPS_ENV,
     HOPPER_L2_SECTION_ENV,
     HOPPER_PINGPONG_ENV,
     HOPPER_SMALL_PAGES_ENV,
@@ -51,9 +52,9 @@ _MAX_PLANS = 512
 """Launch plans kept (all dropped when full: a decode makes a new one per kv_length_bucket)."""
 _NO_PLAN = object()
 _SAME_AS_CU_SEQLENS = "cu_seqlens"
-plan_environment = token_reader(VARIANTS_ENV, HOPPER_ENV, HOPPER_PINGPONG_ENV, HOPPER_SMALL_PAGES_ENV,
-                                 HOPPER_L2_SECTION_ENV, MIXED_HOPPER_ENV, MIXED_HOPPER_TILE_ENV, MIXED_ROLES_ENV,
-                                 MIXED_ROLES_SPLITS_ENV, DECODE_HOPPER_ENV, DECODE_HOPPER_TILE_ENV,
+plan_environment = token_reader(VARIANTS_ENV, HOPPER_ENV, HOPPER_GROUPS_ENV, HOPPER_PINGPONG_ENV,
+                                 HOPPER_SMALL_PAGES_ENV, HOPPER_L2_SECTION_ENV, MIXED_HOPPER_ENV, MIXED_HOPPER_TILE_ENV,
+                                 MIXED_ROLES_ENV, MIXED_ROLES_SPLITS_ENV, DECODE_HOPPER_ENV, DECODE_HOPPER_TILE_ENV,
                                  DECODE_HOPPER_MERGE_ENV, DECODE_HOPPER_ROUNDS_ENV, DECODE_HOPPER_GATHER_ENV,
                                  "TRITON_INTERPRET")
 """The environment a plan depends on (configuration variants, the Hopper kernel switch, the interpreter),

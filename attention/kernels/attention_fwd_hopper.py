@@ -1,25 +1,26 @@
-"""A Hopper (sm90) attention forward written in Gluon: a TMA producer warp and two wgmma consumer warp groups.
+"""A Hopper (sm90) attention forward written in Gluon: a TMA producer warp and two or three wgmma consumer warp groups.
 
 The general kernel (attention_fwd_kernel.py) leaves scheduling to Triton's pipeliner; on the H200 it runs
 d128 prefill at 413-501 TFLOP/s against flash-attn-4's 616-734. This kernel places the work by hand, the
 way FlashAttention-3 does on Hopper:
 
-  * one program per (query head, tile of 128 query tokens, sequence), in sections of whole KV heads (under a
+  * one program per (query head, tile of GROUPS x 64 query tokens, sequence), in sections of whole KV heads (under a
     causal mask those whose K/V the host fits in a part of L2, else one): within a section the heaviest (last)
     q tiles first, a q tile's query heads side by side (the longest causal walks start first, and the programs
     in flight share the section's K/V in L2);
-  * a 1-warp producer partition issues every load by TMA: the two 64-row halves of the Q tile once,
+  * a 1-warp producer partition issues every load by TMA: the Q tile's 64-row blocks once,
     then K and V tiles of BLOCK_N keys into a ring of STAGES buffers, each with a ready and an empty
     mbarrier (K and V separately: K is released as soon as QK^T is done, V after PV);
-  * two 4-warp consumer partitions (one warp group each) own 64 query rows each. In step t each issues
+  * GROUPS (2, or 3 at d64: the host's HOPPER_TILE) 4-warp consumer partitions (one warp group each) own 64 query
+    rows each. In step t each issues
     S_t = Q K_t^T and O += P_{t-1} V_{t-1} (both async), waits for S_t, runs the online softmax of tile t,
     waits for PV and rescales O (at head dim 256 P is taken against the rows' previous max while the tile's
     reduces, and only the warps whose rows' max moved, which lags by up to 2^8, rescale: hopper_softmax.py). The PTX
     waits for PV after the softmax, but ptxas hoists that wait above it, so a group's softmax overlaps the other
     group's wgmmas rather than its own PV (holding the wait back ran the d128 prefill 5-6 % slower on the H200, this
-    producer's next K load then waiting on the later V release; docs/benchmarks_log.md, forty-second session). The two
+    producer's next K load then waiting on the later V release; docs/benchmarks_log.md, forty-second session). The
     warp groups interleave on the SM's tensor cores; with PINGPONG (the host's choice at head dim 64) they take turns
-    to issue a step's wgmmas, on named barriers 8 and 9.
+    (round robin) to issue a step's wgmmas, on named barriers 8 to 7 + GROUPS.
   * masking (keys past the sequence end, the causal band) only on the tiles that need it (a
     runtime test per tile), exp2 with the scale folded into one FMA; P goes to the PV wgmma from
     registers.
@@ -53,12 +54,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from .hopper_softmax import EXP_AHEAD_MIN_HEAD_DIM, rescale_moved_rows, softmax_tile, softmax_tile_ahead
 
-__all__ = ["HOPPER_BLOCK_M", "HOPPER_ROWS_PER_GROUP", "attention_fwd_hopper_kernel"]
+__all__ = ["HOPPER_ROWS_PER_GROUP", "attention_fwd_hopper_kernel"]
 
 HOPPER_ROWS_PER_GROUP = 64
 """Query rows per consumer warp group (wgmma's M is 64 per warp group)."""
-HOPPER_BLOCK_M = 2 * HOPPER_ROWS_PER_GROUP
-"""Query rows per program: two consumer warp groups."""
 PINGPONG_BARRIER = gl.constexpr(8)
 """The consumer groups' ping-pong uses named barriers 8 and 9 (Triton's partitions use the lowest ids)."""
 
@@ -70,15 +69,17 @@ _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 @gluon.jit
 def _producer(descriptors, buffers, loads, walk, output, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr,
               STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr, PINGPONG: gl.constexpr):
-    """1 warp: TMA loads of the Q halves, then K_t / V_t into the stage ring as the consumers free it."""
+    """1 warp: TMA loads of the Q tile's 64-row blocks (one a consumer group), then K_t / V_t into the stage ring as
+    the consumers free it."""
     q_desc, k_desc, v_desc = descriptors
     q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty = buffers
     q_row0, q_col, k_row0, v_row0, kv_col, num_tiles, pages = loads
     kv_len = walk[2]
     rows: gl.constexpr = q_desc.block_type.shape[0]
-    mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
-    _tma_load(q_desc, [q_row0, q_col], q_bar, q_smem.index(0))
-    _tma_load(q_desc, [q_row0 + rows, q_col], q_bar, q_smem.index(1))
+    GROUPS: gl.constexpr = q_smem.type.shape[0]
+    mbarrier.expect(q_bar, GROUPS * q_desc.block_type.nbytes)
+    for g in gl.static_range(GROUPS):
+        _tma_load(q_desc, [q_row0 + g * rows, q_col], q_bar, q_smem.index(g))
     for t in range(num_tiles):
         _load_kv_tile((k_desc, v_desc), (k_smem, v_smem, k_ready, k_empty, v_ready, v_empty), t % STAGES,
                       (t // STAGES) & 1, t, k_row0, v_row0, kv_col, pages, kv_len, BLOCK_N, PAGE_SIZE)
@@ -208,22 +209,23 @@ def _named_barrier(barrier, ARRIVE: gl.constexpr):
 
 @gluon.jit
 def _take_turn(PINGPONG_GROUP: gl.constexpr):
-    """Ping-pong of two consumer warp groups (PINGPONG_GROUP 0 / 1; -1: off): wait for this group's turn to issue
+    """Ping-pong of the consumer warp groups (PINGPONG_GROUP 0, 1, ...; -1: off): wait for this group's turn to issue
     its wgmmas (its named barrier, PINGPONG_BARRIER + group)."""
     if PINGPONG_GROUP >= 0:
         _named_barrier(PINGPONG_BARRIER + PINGPONG_GROUP, False)
 
 
 @gluon.jit
-def _pass_turn(PINGPONG_GROUP: gl.constexpr):
-    """Give the other consumer warp group its turn (arrive on its named barrier)."""
+def _pass_turn(PINGPONG_GROUP: gl.constexpr, GROUPS: gl.constexpr):
+    """Give the next of GROUPS consumer warp groups (round robin) its turn: arrive on its named barrier."""
     if PINGPONG_GROUP >= 0:
-        _named_barrier(PINGPONG_BARRIER + 1 - PINGPONG_GROUP, True)
+        _named_barrier(PINGPONG_BARRIER + (PINGPONG_GROUP + 1) % GROUPS, True)
 
 
 @gluon.jit
 def _prefill_tiles(q, ring, count, first_tile, num_tiles, first_masked, rows, kv_len, diag, qk_scale,
-                   CAUSAL: gl.constexpr, STAGES: gl.constexpr, PINGPONG_GROUP: gl.constexpr = -1):
+                   CAUSAL: gl.constexpr, STAGES: gl.constexpr, PINGPONG_GROUP: gl.constexpr = -1,
+                   GROUPS: gl.constexpr = 2):
     """A consumer warp group's 64 query rows (``q``, ready in shared memory; ``rows``: their query indices) through
     KV tiles first_tile .. first_tile + num_tiles - 1 of the K / V ring (k_smem, v_smem, k_ready, k_empty, v_ready,
     v_empty), from ring position ``count``. In step t it issues S_t = Q K_t^T and O += P_{t-1} V_{t-1} (both async),
@@ -231,8 +233,9 @@ def _prefill_tiles(q, ring, count, first_tile, num_tiles, first_masked, rows, kv
     wait above the softmax: see the module docstring; from EXP_AHEAD_MIN_HEAD_DIM on, P is taken before the tile's
     max is known and only warps whose rows' max moved rescale: hopper_softmax.py).
     Returns O [ROWS, D] (fp32, not yet divided by the sums), the rows' running max (log2 units) and their sums.
-    PINGPONG_GROUP 0 / 1 (two groups on the same tiles): the groups take turns to issue a step's wgmmas (group 0
-    first), so one group's softmax runs while the other's wgmmas do (FlashAttention-3's schedule); -1: no turns."""
+    PINGPONG_GROUP 0 .. GROUPS - 1 (GROUPS groups on the same tiles): the groups take turns to issue a step's wgmmas
+    (group 0 first, round robin), so one group's softmax runs while the others' wgmmas do (FlashAttention-3's
+    schedule); -1: no turns."""
     k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
     ROWS: gl.constexpr = q.type.shape[0]
     HEAD_DIM: gl.constexpr = q.type.shape[1]
@@ -253,13 +256,13 @@ def _prefill_tiles(q, ring, count, first_tile, num_tiles, first_masked, rows, kv
     s = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
     p16 = gl.zeros([ROWS, BLOCK_N], dtype, layout=p_layout)
     if num_tiles > 0:
-        if PINGPONG_GROUP == 1:
-            _pass_turn(PINGPONG_GROUP)  # group 0 goes first
+        if PINGPONG_GROUP == GROUPS - 1:
+            _pass_turn(PINGPONG_GROUP, GROUPS)  # group 0 goes first
         stage = count % STAGES
         mbarrier.wait(k_ready.index(stage), (count // STAGES) & 1)
         _take_turn(PINGPONG_GROUP)
         s = warpgroup_mma(q, k_smem.index(stage).permute((1, 0)), s, use_acc=False, is_async=True)
-        _pass_turn(PINGPONG_GROUP)
+        _pass_turn(PINGPONG_GROUP, GROUPS)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         mbarrier.arrive(k_empty.index(stage), count=1)
         p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, first_tile, first_tile >= first_masked, rows, kv_len, diag,
@@ -273,7 +276,7 @@ def _prefill_tiles(q, ring, count, first_tile, num_tiles, first_masked, rows, kv
             s = warpgroup_mma(q, k_smem.index(stage).permute((1, 0)), s, use_acc=False, is_async=True)
             mbarrier.wait(v_ready.index(prev), ((count + i - 1) // STAGES) & 1)
             o = warpgroup_mma(p16, v_smem.index(prev), o, is_async=True)
-            _pass_turn(PINGPONG_GROUP)
+            _pass_turn(PINGPONG_GROUP, GROUPS)
             s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))  # S_t done, PV_{t-1} may still run
             mbarrier.arrive(k_empty.index(stage), count=1)
             t = first_tile + i
@@ -300,7 +303,7 @@ def _prefill_tiles(q, ring, count, first_tile, num_tiles, first_masked, rows, kv
         o, p16 = warpgroup_mma_wait(num_outstanding=0, deps=(o, p16))
         mbarrier.arrive(v_empty.index(last), count=1)
         if PINGPONG_GROUP == 0:
-            _take_turn(PINGPONG_GROUP)  # group 1's last pass: the barrier ends as it began
+            _take_turn(PINGPONG_GROUP)  # the last group's last pass: the barrier ends as it began
     return o, m_i, l_i
 
 
@@ -308,10 +311,12 @@ def _prefill_tiles(q, ring, count, first_tile, num_tiles, first_masked, rows, kv
 def _consume(buffers, walk, output,
              GROUP: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
              PINGPONG: gl.constexpr):
-    """4 warps (one warp group): 64 query rows through every KV tile, then the normalized output."""
+    """4 warps (one warp group): the program's GROUP-th 64 query rows through every KV tile, then the normalized
+    output."""
     q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty = buffers
     num_tiles, first_masked, kv_len, diag, qk_scale = walk
     out_ptr, out_row0, stride_os, out_col, rows_left = output
+    GROUPS: gl.constexpr = q_smem.type.shape[0]
     ROWS: gl.constexpr = q_smem.type.shape[1]
     HEAD_DIM: gl.constexpr = q_smem.type.shape[2]
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -322,12 +327,12 @@ def _consume(buffers, walk, output,
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
     col_o: gl.constexpr = gl.SliceLayout(0, o_layout)
 
-    first_row = GROUP * ROWS  # of the program's 128
+    first_row = GROUP * ROWS  # of the program's GROUPS * ROWS
     rows = first_row + gl.arange(0, ROWS, layout=row_s)  # query index within the tile
     mbarrier.wait(q_bar, 0)
     o, _, l_i = _prefill_tiles(q_smem.index(GROUP), (k_smem, v_smem, k_ready, k_empty, v_ready, v_empty), 0, 0,
                                  num_tiles, first_masked, rows, kv_len, diag, qk_scale, CAUSAL, STAGES,
-                                 GROUP if PINGPONG else -1)
+                                 GROUP if PINGPONG else -1, GROUPS)
 
     l_o = gl.convert_layout(l_i, row_o)
     o = o / gl.where(l_o == 0.0, 1.0, l_o)[:, None]
@@ -338,16 +343,22 @@ def _consume(buffers, walk, output,
 
 
 @gluon.jit
-def _consume_first_half(descriptors, buffers, loads, walk, output, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr,
-                        STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr, PINGPONG: gl.constexpr):
+def _consume_group0(descriptors, buffers, loads, walk, output, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr,
+                    STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr, PINGPONG: gl.constexpr):
     _consume(buffers, walk, output, 0, CAUSAL, BLOCK_N, STAGES, PINGPONG)
 
 
 @gluon.jit
-def _consume_second_half(descriptors, buffers, loads, walk, output, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr,
-                         STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr, PINGPONG: gl.constexpr):
+def _consume_group1(descriptors, buffers, loads, walk, output, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr,
+                    STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr, PINGPONG: gl.constexpr):
     """A worker partition: the same signature as the producer's (Gluon's rule for workers)."""
     _consume(buffers, walk, output, 1, CAUSAL, BLOCK_N, STAGES, PINGPONG)
+
+
+@gluon.jit
+def _consume_group2(descriptors, buffers, loads, walk, output, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr,
+                    STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr, PINGPONG: gl.constexpr):
+    _consume(buffers, walk, output, 2, CAUSAL, BLOCK_N, STAGES, PINGPONG)
 
 
 @gluon.jit
@@ -400,7 +411,7 @@ def attention_fwd_hopper_kernel(
     q_batch_rows, k_batch_rows, v_batch_rows, out_batch_rows, stride_os, page_table_stride, qk_scale, section_heads,
     GROUP_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
     CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr, HAS_KV_START: gl.constexpr,
-    CONSUMER_REGISTERS: gl.constexpr, PINGPONG: gl.constexpr = False,
+    CONSUMER_REGISTERS: gl.constexpr, PINGPONG: gl.constexpr = False, GROUPS: gl.constexpr = 2,
 ):
     """Grid (q tiles of the longest sequence x GROUP_SIZE, H_kv, sequences). q_desc / k_desc / v_desc: descriptors over
     2-D views [token rows, heads x head dim] with blocks [64, D] / [BLOCK_N, D]; sequence b's token i is
@@ -408,19 +419,20 @@ def attention_fwd_hopper_kernel(
     BLOCK_N; 0: not paged) k / v are page pools [pages x PAGE_SIZE rows, H_kv x D] and key j of sequence b
     is row page_table[b, j // PAGE_SIZE] * PAGE_SIZE + j % PAGE_SIZE. out: element offsets
     (b * out_batch_rows + q_start[b] + i) * stride_os + h * D + d. qk_scale in log2 units. section_heads: query
-    heads a section of the program order (_program_tile), a multiple of GROUP_SIZE."""
+    heads a section of the program order (_program_tile), a multiple of GROUP_SIZE. GROUPS (2 or 3) consumer warp
+    groups of 64 query rows each: a q tile is GROUPS * 64 queries."""
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     tile, q_head, seq = _program_tile(section_heads, GROUP_SIZE)
     q_begin = gl.load(cu_seqlens_q_ptr + seq)
     q_len = gl.load(cu_seqlens_q_ptr + seq + 1) - q_begin
-    first_query = tile * (2 * ROWS)
+    first_query = tile * (GROUPS * ROWS)
     if first_query < q_len:
         kv_len, q_first, kv_first, diag, num_tiles, first_masked = _tile_walk(
-            seq, first_query, q_len, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, 2 * ROWS, BLOCK_N, CAUSAL,
+            seq, first_query, q_len, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, GROUPS * ROWS, BLOCK_N, CAUSAL,
             BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START)
 
-        q_smem = gl.allocate_shared_memory(q_desc.dtype, [2, ROWS, HEAD_DIM], q_desc.layout)
+        q_smem = gl.allocate_shared_memory(q_desc.dtype, [GROUPS, ROWS, HEAD_DIM], q_desc.layout)
         k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
         v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
         q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -432,8 +444,8 @@ def attention_fwd_hopper_kernel(
         for i in gl.static_range(STAGES):
             mbarrier.init(k_ready.index(i), count=1)
             mbarrier.init(v_ready.index(i), count=1)
-            mbarrier.init(k_empty.index(i), count=2)  # both consumer groups release a stage
-            mbarrier.init(v_empty.index(i), count=2)
+            mbarrier.init(k_empty.index(i), count=GROUPS)  # every consumer group releases a stage
+            mbarrier.init(v_empty.index(i), count=GROUPS)
 
         kv_head = q_head // GROUP_SIZE
         q_row0 = seq * q_batch_rows + q_first + first_query
@@ -444,11 +456,21 @@ def attention_fwd_hopper_kernel(
         walk = (num_tiles, first_masked, kv_len, diag + first_query, qk_scale)  # rows count from the tile's first
         output = (out_ptr, (seq * out_batch_rows + q_first + first_query).to(gl.int64), stride_os, q_head * HEAD_DIM,
                   q_len - first_query)
-        gl.warp_specialize([  # (constexprs stay constexprs only as direct members of an argument tuple)
-            (_consume_first_half, (descriptors, buffers, loads, walk, output,
-                                 CAUSAL, BLOCK_N, STAGES, PAGE_SIZE, PINGPONG)),
-            (_consume_second_half, (descriptors, buffers, loads, walk, output,
-                                  CAUSAL, BLOCK_N, STAGES, PAGE_SIZE, PINGPONG)),
-            (_producer, (descriptors, buffers, loads, walk, output,
-                       CAUSAL, BLOCK_N, STAGES, PAGE_SIZE, PINGPONG)),
-        ], [4, 1], [CONSUMER_REGISTERS, 24])
+        if GROUPS == 3:  # (constexprs stay constexprs only as direct members of an argument tuple literal)
+            gl.warp_specialize([
+                (_consume_group0, (descriptors, buffers, loads, walk, output,
+                                   CAUSAL, BLOCK_N, STAGES, PAGE_SIZE, PINGPONG)),
+                (_consume_group1, (descriptors, buffers, loads, walk, output,
+                                   CAUSAL, BLOCK_N, STAGES, PAGE_SIZE, PINGPONG)),
+                (_consume_group2, (descriptors, buffers, loads, walk, output,
+                                   CAUSAL, BLOCK_N, STAGES, PAGE_SIZE, PINGPONG)),
+                (_producer, (descriptors, buffers, loads, walk, output, CAUSAL, BLOCK_N, STAGES, PAGE_SIZE, PINGPONG)),
+            ], [4, 4, 1], [CONSUMER_REGISTERS, CONSUMER_REGISTERS, 24])
+        else:
+            gl.warp_specialize([
+                (_consume_group0, (descriptors, buffers, loads, walk, output,
+                                   CAUSAL, BLOCK_N, STAGES, PAGE_SIZE, PINGPONG)),
+                (_consume_group1, (descriptors, buffers, loads, walk, output,
+                                   CAUSAL, BLOCK_N, STAGES, PAGE_SIZE, PINGPONG)),
+                (_producer, (descriptors, buffers, loads, walk, output, CAUSAL, BLOCK_N, STAGES, PAGE_SIZE, PINGPONG)),
+            ], [4, 1], [CONSUMER_REGISTERS, 24])

@@ -17,7 +17,7 @@ from attention.environment import getenv
 
 from .arguments import scale_log2
 from .attention_decode_hopper import MAX_DECODE_ROWS
-from .attention_fwd_hopper import HOPPER_BLOCK_M, HOPPER_ROWS_PER_GROUP, attention_fwd_hopper_kernel
+from .attention_fwd_hopper import HOPPER_ROWS_PER_GROUP, attention_fwd_hopper_kernel
 from .availability import interpreter_enabled
 from .configs import mixed_batch
 from .hopper_decode import DecodeHopperPlan, plan_decode_hopper
@@ -25,7 +25,9 @@ from .hopper_mixed import MixedHopperPlan, plan_mixed_hopper
 from .launch import KernelLaunch
 
 __all__ = [
-    "HOPPER_ENV", "HOPPER_L2_SECTION_ENV", "HOPPER_PINGPONG_ENV", "HOPPER_SMALL_PAGES_ENV", "HOPPER_TILE", "HopperPlan",
+    "HOPPER_ENV", "HOPPER_GROUPS_ENV", "HOPPER_L2_SECTION_ENV", "HOPPER_PINGPONG_ENV", "HOPPER_SMALL_PAGES_ENV",
+    "HOPPER_TILE", "HopperPlan", "THREE_GROUP_REGISTERS",
+    "consumer_groups",
     "hopper_unsupported_reason",
     "plan_hopper_forward",
     "section_heads",
@@ -34,10 +36,10 @@ __all__ = [
 HOPPER_ENV = "ATTN_FUSED_HOPPER"
 """``0`` sends every call to the general kernel; unset or ``1``: calls the Hopper kernel serves go to it."""
 
-HOPPER_TILE = {64: (128, 2, 240, True), 128: (128, 2, 240, False), 256: (64, 2, 240, False)}
-"""Head dim -> (BLOCK_N, STAGES, consumer registers, ping-pong). 128 keys per tile and two stages: Q (32 KiB) and the
-K and V rings (2 x 2 x 32 KiB at d128) fill most of sm90's shared memory, one program per SM; each consumer
-warp group holds O, S and two P tiles in 240 registers. H200, 2026-11-30 (abtree harness, bf16 thd 16k
+HOPPER_TILE = {64: (128, 2, 240, True, 3), 128: (128, 2, 240, False, 2), 256: (64, 2, 240, False, 2)}
+"""Head dim -> (BLOCK_N, STAGES, consumer registers, ping-pong, consumer groups). 128 keys per tile and two stages:
+Q (32 KiB) and the K and V rings (2 x 2 x 32 KiB at d128) fill most of sm90's shared memory, one program per SM;
+each consumer warp group holds O, S and two P tiles in 240 registers. H200, 2026-11-30 (abtree harness, bf16 thd 16k
 tokens, against this tile in the same process): three stages lost 1-7 % on every d128 / d64 cell (MHA full
 4x4k 593.4 -> 578.8 TFLOP/s).
 
@@ -52,7 +54,25 @@ at d64, off at d128 and d256 (not measured there). H200, 2026-12-03, graph repla
 2,419, 4x4k 727 -> 703, MHA causal 16x1k 299 -> 285, 4x4k 743 -> 723, full cells 0.3-1.3 % faster, a 2k chunk on 14k
 over 16-token pages 609 -> 611; d128 within 1 % on four cells, 1.1-3.1 % slower on the 2k chunks on 14k and 30k over
 16-token pages and GQA causal 1x16k (3,611 -> 3,724): there the warp schedulers already interleave the two groups (an
-earlier ping-pong on an mbarrier pair lost 0-3 % at d128 too)."""
+earlier ping-pong on an mbarrier pair lost 0-3 % at d128 too).
+
+Three consumer groups at d64 (a q tile of 192 queries, FlashAttention-3's d64 shape; their ping-pong a round robin),
+at THREE_GROUP_REGISTERS. H200, 2026-12-04, tree_ab two passes of two rounds, bf16 thd, against the commit before
+(two groups) (docs/results/2026-12-04-h200-aff6109/out/call4): MHA 32 full 4x4k 1,284.7 -> 1,244.0 us (0.968),
+causal 719.5 -> 686.7 (0.954); two groups with the same mask code 0.995 / 0.991. (Before the mask code of
+hopper_softmax._mask_tile, ptxas spilled ~30 loads a tile at 160 registers and three groups ran causal 2.7 % slower;
+64-key tiles with three groups, spill-free then, 4-5 % slower.) d128's S and O do not fit 160 registers."""
+
+HOPPER_GROUPS_ENV = "ATTN_FUSED_HOPPER_GROUPS"
+"""``2`` / ``3``: consumer warp groups (64 query rows each, a q tile of 128 / 192 queries) at head dim 64 (A/B
+measurements); unset: HOPPER_TILE's. Other head dims keep HOPPER_TILE's (three groups' registers do not hold d128's
+S and O)."""
+
+THREE_GROUP_REGISTERS = 160
+"""Registers a worker consumer thread with three consumer groups. Triton pads the worker partitions (4 + 4 + 1 warps)
+to whole warp groups, so the launch has 16 warps at maxnreg 128 (65,536 / 512 threads); setmaxnreg then gives the
+worker consumers 160 each, the producer's warp group 24 and the default partition (the first consumer) the rest,
+168 (Triton's AllocateWarpGroups)."""
 
 HOPPER_PINGPONG_ENV = "ATTN_FUSED_HOPPER_PINGPONG"
 """``1`` / ``0``: the consumer groups' ping-pong on / off at every head dim (A/B measurements); unset: HOPPER_TILE's."""
@@ -219,6 +239,8 @@ class HopperPlan:
     has_kv_start: bool
     section_heads: int
     """Query heads a section of the program order (section_heads)."""
+    groups: int
+    """Consumer warp groups of 64 query rows a program (consumer_groups)."""
     descriptors: tuple[RowsDescriptor, RowsDescriptor, RowsDescriptor]
     """Q's, K's and V's TMA descriptor makers."""
     launches: dict = field(default_factory=dict, compare=False, repr=False)
@@ -240,7 +262,9 @@ class HopperPlan:
 
     def _kernel_launch(self, head_dim: int, table_stride: int) -> KernelLaunch:
         """attention_fwd_hopper_kernel's launch, all but its 9 tensor arguments fixed."""
-        block_n, stages, consumer_registers, pingpong = HOPPER_TILE[head_dim]
+        block_n, stages, consumer_registers, pingpong, _ = HOPPER_TILE[head_dim]
+        if self.groups == 3:
+            consumer_registers = min(consumer_registers, THREE_GROUP_REGISTERS)
         return KernelLaunch(
             attention_fwd_hopper_kernel, self.grid,
             scalars=(*self.batch_rows, self.out_token_stride, table_stride, self.softmax_scale_log2,
@@ -249,8 +273,26 @@ class HopperPlan:
                         "PAGE_SIZE": self.page_size, "CAUSAL": self.causal, "BOTTOM_RIGHT": self.bottom_right,
                         "HAS_Q_START": self.has_q_start, "HAS_KV_START": self.has_kv_start,
                         "CONSUMER_REGISTERS": consumer_registers,
-                        "PINGPONG": {"1": True, "0": False}.get(getenv(HOPPER_PINGPONG_ENV, ""), pingpong)},
-            options={"num_warps": 4, "maxnreg": 168}, descriptors=self.descriptors)
+                        "PINGPONG": {"1": True, "0": False}.get(getenv(HOPPER_PINGPONG_ENV, ""), pingpong),
+                        "GROUPS": self.groups},
+            # the launch's registers a thread, before setmaxnreg splits them: 12 or 16 warps' share of 65,536
+            options={"num_warps": 4, "maxnreg": 168 if self.groups == 2 else 128}, descriptors=self.descriptors)
+
+
+def consumer_groups(head_dim: int) -> int:
+    """Consumer warp groups (64 query rows each) of the prefill kernel at ``head_dim``: HOPPER_TILE's, or at head dim
+    64 HOPPER_GROUPS_ENV's.
+
+        >>> consumer_groups(128)
+        2
+    """
+    groups = HOPPER_TILE[head_dim][4]
+    value = getenv(HOPPER_GROUPS_ENV, "") if head_dim == 64 else ""
+    if value:
+        if value not in ("2", "3"):
+            raise ValueError(f"{HOPPER_GROUPS_ENV} must be 2 or 3 (consumer warp groups at head dim 64), got {value!r}")
+        groups = int(value)
+    return groups
 
 
 def section_heads(heads_q: int, heads_kv: int, max_seqlen_kv: int, kv_bytes_per_token: int, causal: bool) -> int:
@@ -302,7 +344,9 @@ def plan_hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
                                   causal=window[1] == 0, bottom_right=bottom_right, page_size=page_size,
                                   has_q_start=has_q_start, has_kv_start=has_kv_start, num_sms=num_sms,
                                   num_splits=num_splits, mean_seqlen_kv=mean_seqlen_kv)
-    if total_q < HOPPER_MIN_QUERIES_PER_SEQUENCE * num_seqs or -(-total_q // HOPPER_BLOCK_M) * heads_q < num_sms:
+    groups = consumer_groups(q.shape[-1])
+    block_m = groups * HOPPER_ROWS_PER_GROUP
+    if total_q < HOPPER_MIN_QUERIES_PER_SEQUENCE * num_seqs or -(-total_q // block_m) * heads_q < num_sms:
         return None  # decode-like, or too few programs without split-KV
     group_size = heads_q // heads_kv
     block_n = HOPPER_TILE[q.shape[-1]][0]
@@ -310,7 +354,7 @@ def plan_hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
     return HopperPlan(
         descriptors=(RowsDescriptor.of(q, HOPPER_ROWS_PER_GROUP), RowsDescriptor.of(k, block_n, page_size),
                      RowsDescriptor.of(v, block_n, page_size)),
-        grid=(-(-max_seqlen_q // HOPPER_BLOCK_M) * group_size, heads_kv, num_seqs), group_size=group_size,
+        grid=(-(-max_seqlen_q // block_m) * group_size, heads_kv, num_seqs), group_size=group_size, groups=groups,
         batch_rows=batch_rows, out_token_stride=out.stride(-3),
         softmax_scale_log2=scale_log2(softmax_scale), page_size=page_size, causal=causal,
         bottom_right=bool(bottom_right), has_q_start=has_q_start, has_kv_start=has_kv_start,

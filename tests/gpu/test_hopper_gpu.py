@@ -11,6 +11,7 @@ from attention.kernels import attention_forward
 from attention.kernels import attention_fwd as launcher
 from attention.kernels.hopper_forward import (
     HOPPER_ENV,
+    HOPPER_GROUPS_ENV,
     HOPPER_L2_SECTION_ENV,
     HOPPER_PINGPONG_ENV,
     HOPPER_SMALL_PAGES_ENV,
@@ -131,6 +132,20 @@ def test_consumer_groups_with_and_without_ping_pong(case: AttentionCase, pingpon
     monkeypatch.setenv(HOPPER_PINGPONG_ENV, pingpong)
     inputs = build_inputs(case, "cuda")
     _run(case, inputs)
+    check_output(case, inputs)
+
+
+@pytest.mark.parametrize("pingpong", ["1", "0"])
+@pytest.mark.parametrize("case", [case for case in PINGPONG_CASES if case.d_qk == 64], ids=str)
+def test_head_dim_64_on_two_consumer_groups(case: AttentionCase, pingpong: str,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """ATTN_FUSED_HOPPER_GROUPS=2: d64 on two consumer groups (128-query tiles; HOPPER_TILE's three when unset), with
+    and without ping-pong."""
+    monkeypatch.setenv(HOPPER_GROUPS_ENV, "2")
+    monkeypatch.setenv(HOPPER_PINGPONG_ENV, pingpong)
+    inputs = build_inputs(case, "cuda")
+    _run(case, inputs)
+    assert [plan.groups for plan in launcher._plans.values() if type(plan) is HopperPlan] == [2]
     check_output(case, inputs)
 
 
