@@ -31,7 +31,8 @@ against 1,107-1,123, its prefill in the launch (decodes without queries) 890-893
 alone: 852-857); M1 (a 2k prefill + 128 decodes at 2k) 354-355 against 279-281. Its prefill is the faster, its
 decodes the slower: ~160 us a GB of K / V on M2 against the mixed kernel's ~105, since a program's decode walks read
 ~60 GB/s (8 decodes at 32k, two walks on the busiest programs: 553-601 us) and the decodes' SM time is theirs
-alone."""
+alone. Again on 2026-12-04, after the mask code cut its spills (env_ab, three rounds;
+docs/results/2026-12-04-h200-aff6109/out/call9): M2 1,075.9 against 1,111.8 us, M1 311.0 against 280.7."""
 
 MIXED_ROLES_SPLITS_ENV = "ATTN_FUSED_HOPPER_MIXED_ROLES_SPLITS"
 """Override of the prefill key splits (A/B measurements): a positive integer."""
@@ -44,7 +45,8 @@ merge reads at a time."""
 MIXED_ROLES_SPLITS = 1
 """Key splits of a prefill q tile. Three (items of ~70 us on M2 instead of ~213, a shorter tail) measured slower:
 M2's prefill in the launch 1,160.0-1,162.6 us against 927.7-929.1 at one (the partial rows' writes and merges, 12
-items a program instead of 4, and ~750 B of register spills in the consumers, sm90 ptxas, Triton 3.6)."""
+items a program instead of 4, and ~750 B of register spills in the consumers, sm90 ptxas, Triton 3.6). With the
+spills at 136 B (the mask code, 2026-12-04) M2 still 1,298.1 against 1,075.9 at one split, M1 545.8 against 311.0."""
 
 
 def use_mixed_roles() -> bool:
