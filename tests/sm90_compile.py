@@ -245,8 +245,8 @@ def mixed_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
     cu = torch.zeros(3, dtype=torch.int32)
     for head_dim, page_size, causal, starts, decode_rows in ((128, 16, True, False, 8), (128, 0, True, True, 16),
                                                              (64, 256, False, False, 64)):
-        block_n, stages, decode_block_n, decode_stages, consumer_registers, decode_registers, maxnreg = \
-            _tile(head_dim, decode_rows)
+        tile = _tile(head_dim, decode_rows)
+        block_n, stages, decode_block_n, decode_stages, consumer_registers, decode_registers, maxnreg = tile[:7]
         q = torch.zeros(256, 4 * head_dim, dtype=torch.bfloat16)
         k = torch.zeros(256, 2 * head_dim, dtype=torch.bfloat16)
 
@@ -260,6 +260,7 @@ def mixed_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
         constexprs = dict(GROUP_SIZE=2, BLOCK_N=block_n, STAGES=stages, DECODE_BLOCK_N=decode_block_n,
                           DECODE_STAGES=decode_stages, PAGE_SIZE=page_size, CAUSAL=causal, BOTTOM_RIGHT=causal,
                           HAS_Q_START=starts, HAS_KV_START=starts, LOG2_MAX_SEQS=8, DECODE_ROWS=decode_rows,
+                          DECODE_V_STAGES=(*tile, 0)[7],
                           CONSUMER_REGISTERS=consumer_registers, DECODE_REGISTERS=decode_registers, maxnreg=maxnreg)
         label = f"mixed d{head_dim} {f'page {page_size}' if page_size else 'non-paged'}{' causal' if causal else ''}"
         launches.append((label, attention_mixed_hopper_kernel, args, constexprs, 4, 1))

@@ -163,6 +163,7 @@ def _gather_tile(kv_pointers, ring, stage, phase, rows, kv_col, WARPS: gl.conste
     consumers freed its slot; each lane's arrival on the slot's ready barrier lands with its copies."""
     k_ptr, v_ptr, k_row_stride, v_row_stride = kv_pointers
     k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
+    gl.static_assert(v_smem.type.shape[0] == k_smem.type.shape[0], "a gathered ring has as many V slots as K slots")
     HALF: gl.constexpr = k_smem.type.shape[1] // 2
     HEAD_DIM: gl.constexpr = k_smem.type.shape[2]
     dims = kv_col + gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, _gather_layout(HEAD_DIM, WARPS)))
@@ -220,6 +221,7 @@ def _decode_tiles(decode_buffers, count, first_tile, num_tiles, first_masked, kv
     ROWS: gl.constexpr = dq_smem.type.shape[0]
     HEAD_DIM: gl.constexpr = dq_smem.type.shape[1]
     DECODE_STAGES: gl.constexpr = dk_smem.type.shape[0]
+    V_STAGES: gl.constexpr = dv_smem.type.shape[0]  # DECODE_STAGES, or a divisor of it (a shorter V ring)
     DECODE_BLOCK_N: gl.constexpr = dk_smem.type.shape[1]
     dtype: gl.constexpr = dq_smem.dtype
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -244,6 +246,7 @@ def _decode_tiles(decode_buffers, count, first_tile, num_tiles, first_masked, kv
     for i in range(num_tiles):
         t = first_tile + i
         stage = (count + i) % DECODE_STAGES
+        v_stage = (count + i) % V_STAGES
         if HEADS > 1:
             s = gl.where(same_head, s, float("-inf"))
         if t >= first_masked:
@@ -258,14 +261,14 @@ def _decode_tiles(decode_buffers, count, first_tile, num_tiles, first_masked, kv
         alpha = gl.exp2(m_i - m_use)
         m_i = m_new
         l_i = l_i * alpha[None, :] + p
-        mbarrier.wait(dv_ready.index(stage), ((count + i) // DECODE_STAGES) & 1)
+        mbarrier.wait(dv_ready.index(v_stage), ((count + i) // V_STAGES) & 1)
         if (t + 1) * KEYS > kv_len:
-            _zero_rows_from(dv_smem.index(stage), kv_len - t * KEYS, KEYS)
+            _zero_rows_from(dv_smem.index(v_stage), kv_len - t * KEYS, KEYS)
         dp_smem.store(gl.permute(p.to(dtype), (1, 0)))
         fence_async_shared()
         _cta_barrier()  # all of P in place for the wgmma
         o = o * alpha[None, :]
-        o = warpgroup_mma(dv_smem.index(stage).permute((1, 0)), dp_smem.permute((1, 0)), o, is_async=True)
+        o = warpgroup_mma(dv_smem.index(v_stage).permute((1, 0)), dp_smem.permute((1, 0)), o, is_async=True)
         # the next tile's scores while PV runs (the last tile's again: one shape for both branches)
         ahead = count + gl.minimum(i + 1, num_tiles - 1)
         mbarrier.wait(dk_ready.index(ahead % DECODE_STAGES), (ahead // DECODE_STAGES) & 1)
@@ -280,7 +283,7 @@ def _decode_tiles(decode_buffers, count, first_tile, num_tiles, first_masked, kv
         ahead_stage = (count + i + 1) % DECODE_STAGES
         mbarrier.arrive(dk_empty.index(ahead_stage), count=1, pred=i + 2 < num_tiles)
         mbarrier.arrive(dk_empty.index(stage), count=1, pred=(i == 0) | (i + 1 == num_tiles))
-        mbarrier.arrive(dv_empty.index(stage), count=1)
+        mbarrier.arrive(dv_empty.index(v_stage), count=1)
     return o, m_i, gl.sum(l_i, axis=0)
 
 

@@ -95,6 +95,7 @@ def _load_kv_tile(kv_descriptors, ring, stage, phase, t, k_row0, v_row0, kv_col,
     one TMA load a head (a head a page over pages smaller than BLOCK_N)."""
     k_desc, v_desc = kv_descriptors
     k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
+    v_stage, v_phase = v_slot(stage, phase, k_smem.type.shape[0], v_smem.type.shape[0])
     if PAGE_SIZE >= BLOCK_N or PAGE_SIZE == 0:
         k_row = k_row0 + t * BLOCK_N
         v_row = v_row0 + t * BLOCK_N
@@ -106,12 +107,24 @@ def _load_kv_tile(kv_descriptors, ring, stage, phase, t, k_row0, v_row0, kv_col,
         mbarrier.wait(k_empty.index(stage), phase ^ 1)  # a fresh barrier counts as released
         mbarrier.expect(k_ready.index(stage), HEADS * k_desc.block_type.nbytes)
         _tma_load_heads(k_desc, [k_row, kv_col], k_ready.index(stage), k_smem.index(stage), HEADS)
-        mbarrier.wait(v_empty.index(stage), phase ^ 1)
-        mbarrier.expect(v_ready.index(stage), HEADS * v_desc.block_type.nbytes)
-        _tma_load_heads(v_desc, [v_row, kv_col], v_ready.index(stage), v_smem.index(stage), HEADS)
+        mbarrier.wait(v_empty.index(v_stage), v_phase ^ 1)
+        mbarrier.expect(v_ready.index(v_stage), HEADS * v_desc.block_type.nbytes)
+        _tma_load_heads(v_desc, [v_row, kv_col], v_ready.index(v_stage), v_smem.index(v_stage), HEADS)
     else:
         _load_paged_tile(kv_descriptors, ring, stage, phase, _tile_page_rows(pages, t, kv_len, BLOCK_N, PAGE_SIZE),
                          kv_col, PAGE_SIZE, HEADS)
+
+
+@gluon.jit
+def v_slot(stage, phase, K_STAGES: gl.constexpr, V_STAGES: gl.constexpr):
+    """V's slot and phase in a ring of V_STAGES V slots (dividing the K_STAGES K slots) at the ring position where
+    K's are (stage, phase): position mod 2 * K_STAGES is stage + K_STAGES * phase. Equal stages: K's."""
+    v_stage = stage
+    v_phase = phase
+    if V_STAGES != K_STAGES:
+        v_stage = stage % V_STAGES
+        v_phase = ((stage + K_STAGES * phase) // V_STAGES) & 1
+    return v_stage, v_phase
 
 
 @gluon.jit
@@ -145,10 +158,11 @@ def _load_paged_tile(kv_descriptors, ring, stage, phase, page_rows, kv_col, PAGE
     (HEADS: as _load_kv_tile's)."""
     k_desc, v_desc = kv_descriptors
     k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
+    v_stage, v_phase = v_slot(stage, phase, k_smem.type.shape[0], v_smem.type.shape[0])
     _load_tile_by_pages(k_desc, k_smem.index(stage), k_ready.index(stage), k_empty.index(stage), phase, page_rows,
                         kv_col, PAGE_SIZE, HEADS)
-    _load_tile_by_pages(v_desc, v_smem.index(stage), v_ready.index(stage), v_empty.index(stage), phase, page_rows,
-                        kv_col, PAGE_SIZE, HEADS)
+    _load_tile_by_pages(v_desc, v_smem.index(v_stage), v_ready.index(v_stage), v_empty.index(v_stage), v_phase,
+                        page_rows, kv_col, PAGE_SIZE, HEADS)
 
 
 @gluon.jit

@@ -285,7 +285,7 @@ def attention_mixed_hopper_kernel(
     GROUP_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, DECODE_BLOCK_N: gl.constexpr,
     DECODE_STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr, CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr,
     HAS_Q_START: gl.constexpr, HAS_KV_START: gl.constexpr, LOG2_MAX_SEQS: gl.constexpr, DECODE_ROWS: gl.constexpr,
-    CONSUMER_REGISTERS: gl.constexpr, DECODE_REGISTERS: gl.constexpr,
+    CONSUMER_REGISTERS: gl.constexpr, DECODE_REGISTERS: gl.constexpr, DECODE_V_STAGES: gl.constexpr = 0,
 ):
     """Grid (programs,): persistent, one per SM. Tensors as attention_fwd_hopper_kernel's: q_desc / k_desc / v_desc
     over 2-D views [token rows, heads x head dim] with blocks [64, D] / [min(BLOCK_N, PAGE_SIZE), D], and
@@ -294,10 +294,13 @@ def attention_mixed_hopper_kernel(
     pointer). 2**LOG2_MAX_SEQS > num_seqs bounds the schedule's buffer. qk_scale in log2 units. DECODE_ROWS: the
     packed rows of a decode tile (wgmma's N, a power of 2 from 8 to MAX_DECODE_ROWS); sequences with more are
     prefill items. tail_rows > 0 (thd, sequences back to back): out's rows cu_seqlens_q[num_seqs] ..
-    tail_rows - 1 are written as zeros, a row per program in turn."""
+    tail_rows - 1 are written as zeros, a row per program in turn. DECODE_V_STAGES (a divisor of DECODE_STAGES; 0:
+    DECODE_STAGES): V slots of the decode ring, fewer than K's to leave shared memory to the prefill ring (K_t+1 is
+    awaited while K_t is held: K needs two)."""
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     MAX_SEQS: gl.constexpr = 1 << LOG2_MAX_SEQS
+    V_STAGES: gl.constexpr = DECODE_STAGES if DECODE_V_STAGES == 0 else DECODE_V_STAGES
     heads_q = heads_kv * GROUP_SIZE
 
     tile_ends, prefill_tiles = _prefill_schedule(cu_seqlens_q_ptr, num_seqs, out_ptr, tail_rows, stride_os, heads_q,
@@ -314,7 +317,7 @@ def attention_mixed_hopper_kernel(
                                                                              q_desc.dtype))
     dk_smem = gl.allocate_shared_memory(k_decode_desc.dtype, [DECODE_STAGES, DECODE_BLOCK_N, HEAD_DIM],
                                         k_decode_desc.layout)
-    dv_smem = gl.allocate_shared_memory(v_decode_desc.dtype, [DECODE_STAGES, DECODE_BLOCK_N, HEAD_DIM],
+    dv_smem = gl.allocate_shared_memory(v_decode_desc.dtype, [V_STAGES, DECODE_BLOCK_N, HEAD_DIM],
                                         v_decode_desc.layout)
     q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -324,8 +327,8 @@ def attention_mixed_hopper_kernel(
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     dk_ready = gl.allocate_shared_memory(gl.int64, [DECODE_STAGES, 1], mbarrier.MBarrierLayout())
     dk_empty = gl.allocate_shared_memory(gl.int64, [DECODE_STAGES, 1], mbarrier.MBarrierLayout())
-    dv_ready = gl.allocate_shared_memory(gl.int64, [DECODE_STAGES, 1], mbarrier.MBarrierLayout())
-    dv_empty = gl.allocate_shared_memory(gl.int64, [DECODE_STAGES, 1], mbarrier.MBarrierLayout())
+    dv_ready = gl.allocate_shared_memory(gl.int64, [V_STAGES, 1], mbarrier.MBarrierLayout())
+    dv_empty = gl.allocate_shared_memory(gl.int64, [V_STAGES, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_ready, count=1)
     mbarrier.init(q_empty, count=2)  # both consumer groups release Q
     for i in gl.static_range(STAGES):
@@ -335,7 +338,8 @@ def attention_mixed_hopper_kernel(
         mbarrier.init(v_empty.index(i), count=2)
     for i in gl.static_range(DECODE_STAGES):
         for barrier in gl.static_range(4):
-            mbarrier.init((dk_ready, dk_empty, dv_ready, dv_empty)[barrier].index(i), count=1)
+            if barrier < 2 or i < V_STAGES:
+                mbarrier.init((dk_ready, dk_empty, dv_ready, dv_empty)[barrier].index(i), count=1)
     _cta_barrier()  # the schedule is in shared memory before any partition reads it
 
     descriptors = (q_desc, k_desc, v_desc, k_decode_desc, v_decode_desc)

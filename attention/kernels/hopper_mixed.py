@@ -69,7 +69,9 @@ in the decode loops (3-7 loads / stores a tile against 1-5), so the consumers ga
 measured: it keeps MIXED_HOPPER_TILE's."""
 
 MIXED_HOPPER_TILE_ENV = "ATTN_FUSED_HOPPER_MIXED_TILE"
-"""Override of MIXED_HOPPER_TILE's entry (A/B measurements): seven integers, e.g. ``64,2,64,3,168,152,128``."""
+"""Override of MIXED_HOPPER_TILE's entry (A/B measurements): seven integers, e.g. ``64,2,64,3,168,152,128``, and an
+optional eighth, the decode ring's V slots when fewer than its K slots (a divisor of DECODE_STAGES), e.g.
+``128,2,64,2,208,72,128,1``: 128-key prefill tiles beside a decode ring of two K slots and one V slot."""
 
 MIXED_HOPPER_MAX_SEQS = 512
 """Batches of fewer sequences only: the schedule's running sums cost each program MAX_SEQS**2 / 128 compares a
@@ -114,8 +116,9 @@ class PersistentLaunch:
 class MixedHopperPlan(PersistentLaunch):
     """One call's launch of attention_mixed_hopper_kernel, all but the tensors' addresses."""
 
-    tile: tuple[int, int, int, int, int, int, int]
-    """MIXED_HOPPER_TILE's entry (or MIXED_HOPPER_TILE_ENV's)."""
+    tile: tuple[int, ...]
+    """(BLOCK_N, STAGES, DECODE_BLOCK_N, DECODE_STAGES, consumer registers, decode registers, maxnreg[, decode V
+    stages]): MIXED_HOPPER_TILE's entry or MIXED_HOPPER_TILE_ENV's."""
     decode_rows: int
     """Packed rows of a decode tile (mixed_decode_rows): sequences with more go to the prefill partitions."""
     descriptors: tuple[Any, ...] = ()
@@ -135,7 +138,7 @@ class MixedHopperPlan(PersistentLaunch):
 
     def _kernel_launch(self, zero_tail: bool, table_stride: int) -> KernelLaunch:
         """attention_mixed_hopper_kernel's launch, all but its 12 tensor arguments fixed."""
-        block_n, stages, decode_block_n, decode_stages, consumer_registers, decode_registers, maxnreg = self.tile
+        block_n, stages, decode_block_n, decode_stages, consumer_registers, decode_registers, maxnreg = self.tile[:7]
         return KernelLaunch(
             attention_mixed_hopper_kernel, (self.programs,),
             scalars=(self.num_seqs, self.heads_kv, *self.batch_rows, self.q_token_stride, self.out_token_stride,
@@ -146,7 +149,7 @@ class MixedHopperPlan(PersistentLaunch):
                 "CAUSAL": self.causal, "BOTTOM_RIGHT": self.bottom_right, "HAS_Q_START": self.has_q_start,
                 "HAS_KV_START": self.has_kv_start, "LOG2_MAX_SEQS": max(5, self.num_seqs.bit_length()),
                 "DECODE_ROWS": self.decode_rows, "CONSUMER_REGISTERS": consumer_registers,
-                "DECODE_REGISTERS": decode_registers,
+                "DECODE_REGISTERS": decode_registers, "DECODE_V_STAGES": (*self.tile, 0)[7],
             },
             options={"num_warps": 4, "maxnreg": maxnreg}, descriptors=self.descriptors)
 
@@ -230,12 +233,15 @@ def mixed_decode_rows(group_size: int, num_seqs: int, total_q: int, max_seqlen_q
     return decode_tile_rows(group_size if one_query_each else max(16, group_size))
 
 
-def _tile(head_dim: int, decode_rows: int = 0) -> tuple[int, int, int, int, int, int, int]:
+def _tile(head_dim: int, decode_rows: int = 0) -> tuple[int, ...]:
     """MIXED_HOPPER_TILE's entry for ``head_dim`` (MIXED_HOPPER_TILE_ENV's where set), with
     MIXED_HOPPER_SMALL_DECODE_REGISTERS's split for decode tiles of ``decode_rows`` == SMALL_DECODE_ROWS rows."""
     override = getenv(MIXED_HOPPER_TILE_ENV, "")
     if override:
-        return tuple(int(x) for x in override.split(","))
+        values = tuple(int(x) for x in override.split(","))
+        if len(values) not in (7, 8):
+            raise ValueError(f"{MIXED_HOPPER_TILE_ENV} must hold 7 or 8 comma-separated integers, got {override!r}")
+        return values
     tile = MIXED_HOPPER_TILE[head_dim]
     registers = MIXED_HOPPER_SMALL_DECODE_REGISTERS.get(head_dim)
     if decode_rows == SMALL_DECODE_ROWS and registers:
