@@ -52,7 +52,11 @@ decode producer warp (eighteenth session, docs/benchmarks_log.md): 184 / 120 and
 8-row decode tiles (2026-12-02, docs/results/2026-12-02-h200-24b6f69/, six rounds): 192 / 104 ran M2 1.1-1.8 %
 faster and M1 ~1 us slower, and spills in the decode loops (64-row tiles most); 216 / 56 ran M1 4 % slower. 128-key
 prefill tiles leave shared memory for one decode stage, on which the decode loop (K_t kept while K_t+1 is awaited)
-deadlocks."""
+deadlocks; with two K slots and one V slot (MIXED_HOPPER_TILE_ENV's eighth field, 217,688 B) they fit. H200,
+2026-12-04, env_ab, two rounds, against this tile (docs/results/2026-12-04-h200-aff6109/out/call11):
+``128,2,64,2,208,72,128,1`` ran M2 in 990.1 against 1,105.2 us (0.896; served page runs 0.893) and M1 in 396.2
+against 278.3 (1.424): the long prefill walk gains more than the decodes' single V slot costs on M2, not on M1. Not
+the default until a rule picks it per batch (unmeasured between the two)."""
 
 MIXED_HOPPER_SMALL_DECODE_REGISTERS = {128: (192, 104)}
 """Head dim -> (consumer registers, decode registers) in place of MIXED_HOPPER_TILE's when the decode tiles have
