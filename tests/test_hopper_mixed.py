@@ -107,6 +107,34 @@ def test_a_plan_launches_one_program_per_sm_with_page_sized_boxes(monkeypatch: p
     assert kernel.calls[-1][1][-1] == total  # zero_tail: the kernel zeroes rows cu_seqlens_q[-1] .. total - 1
 
 
+@pytest.mark.parametrize("override, launched", [
+    ("64,2,64,3,176,136,128", (64, 3, 0)),  # BLOCK_N, DECODE_STAGES, DECODE_V_STAGES (0: as many as K's)
+    ("128,2,64,2,208,72,128,1", (128, 2, 1)),
+])
+def test_the_tile_override_may_name_fewer_decode_v_slots(monkeypatch: pytest.MonkeyPatch, override: str,
+                                                         launched: tuple[int, int, int]) -> None:
+    """ATTN_FUSED_HOPPER_MIXED_TILE's optional eighth integer: the decode ring's V slots (0, K's, when absent)."""
+    monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
+    monkeypatch.setenv(MIXED_HOPPER_TILE_ENV, override)
+    kernel = _RecordedLaunch()
+    monkeypatch.setattr(hopper_mixed, "attention_mixed_hopper_kernel", kernel)
+    q, k, total = _paged_mixed_batch(num_decodes=300)
+    plan = plan_hopper_forward(q, k, k, q, num_seqs=301, max_seqlen_q=2048, max_seqlen_kv=4096, total_q=total,
+                               softmax_scale=0.1, window=(-1, 0), bottom_right=True, page_size=16, alibi=False,
+                               sink=False, has_q_start=False, has_kv_start=False, num_sms=132)
+    cu = torch.zeros(302, dtype=torch.int32)
+    plan(q, k, k, q, cu, cu, None, None, torch.zeros(301, 1024, dtype=torch.int32))
+    (_, _, kwargs), = kernel.calls
+    assert (kwargs["BLOCK_N"], kwargs["DECODE_STAGES"], kwargs["DECODE_V_STAGES"]) == launched
+
+
+@pytest.mark.parametrize("override", ["64,2,64", "128,2,64,2,208,72,128,1,9"])
+def test_a_tile_override_of_another_length_is_refused(monkeypatch: pytest.MonkeyPatch, override: str) -> None:
+    monkeypatch.setenv(MIXED_HOPPER_TILE_ENV, override)
+    with pytest.raises(ValueError, match="ATTN_FUSED_HOPPER_MIXED_TILE must hold 7 or 8 comma-separated integers"):
+        hopper_mixed._tile(128)
+
+
 @pytest.mark.parametrize("override, head_dim, decode_rows, registers", [
     (None, 128, 8, (192, 104)),  # one-token decodes of groups up to 8: the prefill consumers take the decodes' spare
     (None, 128, 16, (176, 136)),  # verification steps: the decode loop keeps its registers
