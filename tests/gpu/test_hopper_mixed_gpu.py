@@ -11,7 +11,7 @@ import torch
 
 from attention.kernels import attention_forward
 from attention.kernels import attention_fwd as launcher
-from attention.kernels.hopper_mixed import MIXED_HOPPER_ENV
+from attention.kernels.hopper_mixed import MIXED_HOPPER_ENV, MIXED_HOPPER_TILE_ENV
 from tests.test_kernels import AttentionCase, build_inputs, check_output, load_inputs_into
 
 pytestmark = [
@@ -77,6 +77,23 @@ def _run(inputs: dict) -> None:
 def test_mixed_kernel_matches_the_reference(case: AttentionCase) -> None:
     inputs = build_inputs(case, "cuda")
     _run(inputs)
+    check_output(case, inputs)
+
+
+ONE_V_SLOT_TILE = "128,2,64,2,208,72,128,1"
+"""128-key prefill tiles beside a decode ring of two K slots and one V slot (hopper_mixed.MIXED_HOPPER_TILE's
+docstring has its M1 / M2 figures)."""
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_mixed_kernel_with_one_decode_v_slot(case: AttentionCase, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same batches on ONE_V_SLOT_TILE: the decode loop's V slot and phase (attention_fwd_hopper.v_slot) and the
+    wider prefill tiles."""
+    monkeypatch.setenv(MIXED_HOPPER_TILE_ENV, ONE_V_SLOT_TILE)
+    inputs = build_inputs(case, "cuda")
+    _run(inputs)
+    (plan,) = launcher._plans.values()
+    assert plan.tile[0] == 128 and plan.tile[7] == 1, plan.tile
     check_output(case, inputs)
 
 
