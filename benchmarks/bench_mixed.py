@@ -83,6 +83,31 @@ def cells(cfg: BenchConfig) -> list[MixedCell]:
     ]
 
 
+TILE_RULE_BATCHES = (  # (chunk, its KV length), decodes, their context: M2's shape, one quantity moved at a time
+    ((2048, 6144), 64, 4096), ((2048, 30720), 64, 4096), ((1024, 16384), 64, 4096), ((4096, 16384), 64, 4096),
+    ((2048, 16384), 32, 4096), ((2048, 16384), 128, 4096), ((2048, 16384), 64, 8192), ((2048, 16384), 128, 2048),
+    ((2048, 2048), 32, 2048), ((2048, 8192), 128, 2048), ((4096, 4096), 64, 2048),
+)
+
+
+def tile_rule_cells(cfg: BenchConfig) -> list[Cell]:
+    """Whole mixed batches (page 16, bf16, d128, GQA 32/8) between M1 and M2, for a rule that picks the mixed
+    kernel's prefill tile per batch (hopper_mixed.MIXED_HOPPER_TILE's docstring): cells for env_ab, not part of this
+    suite's run; none under --smoke."""
+    if cfg.smoke:
+        return []
+    def name(chunk: int, kv: int, decodes: int, context: int) -> str:
+        prefill = f"{_k(chunk)} chunk on {_k(kv - chunk)} prefix" if kv > chunk else f"{_k(chunk)} prefill"
+        return f"MX {prefill} + {decodes} decodes @{_k(context)} p16"
+
+    return [_mixed(name(chunk, kv, decodes, context), (chunk, kv), decodes, context, bench_dtype(cfg)).whole
+            for (chunk, kv), decodes, context in TILE_RULE_BATCHES]
+
+
+def _k(tokens: int) -> str:
+    return f"{tokens // 1024}k" if tokens % 1024 == 0 else str(tokens)
+
+
 def _ok(rows: Sequence[Row]) -> dict[str, Row]:
     return {r.provider: r for r in rows if r.status == "ok" and r.us}
 

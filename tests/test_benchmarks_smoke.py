@@ -578,3 +578,16 @@ def test_every_suite_cell_once_and_cells_picked_by_substring() -> None:
     assert [cell.name for cell in suites.wanted_cells(cfg)] == [n for n in names if "M1 part" in n]
     with pytest.raises(SystemExit, match="--cells"):
         suites.wanted_cells(BenchConfig(device=torch.device("cpu"), smoke=True, cells=("nonesuch",)))
+
+
+def test_tile_rule_cells_are_mixed_batches_env_ab_can_pick() -> None:
+    """bench_mixed.tile_rule_cells: whole batches the mixed kernel takes (configs.mixed_batch), picked by name from
+    every_cell, none under --smoke."""
+    cfg = BenchConfig(device=torch.device("cpu"), cells=("MX ",))
+    cells = bench_mixed.tile_rule_cells(cfg)
+    assert len(cells) == len(bench_mixed.TILE_RULE_BATCHES) and len({cell.name for cell in cells}) == len(cells)
+    for cell in cells:
+        q_lens = cell.problem.q_lens
+        assert configs.mixed_batch(len(q_lens), sum(q_lens), max(q_lens)), cell.name
+    assert [cell.name for cell in suites.wanted_cells(cfg)] == [cell.name for cell in cells]
+    assert bench_mixed.tile_rule_cells(BenchConfig(device=torch.device("cpu"), smoke=True)) == []
