@@ -4,7 +4,8 @@ Cells (bf16, d=128, GQA 32/8, paged with 16-token pages, causal bottom-right):
   M1  one fresh 2k prefill + 128 decodes at 2k context
   M2  one 2k chunk of chunked prefill on a 14k prefix + 64 decodes at 4k context
 and both again with the pages placed as InferenceParams' allocator places them ("served, page runs"; the others
-through a random page table).
+through a random page table). ``tile_rule_cells`` adds eleven batches between the two ("MX ...") for env_ab to
+pick (not part of this suite's run).
 Each cell is measured whole (providers that take a mixed batch in one call: fused, DotProductAttention,
 flash-attn 2 varlen with a block table, flash-attn-4 varlen with a page table) and as its two parts,
 each part with every provider that can run it (SDPA too). Derived rows: ``X (separately)`` = part 1 +
