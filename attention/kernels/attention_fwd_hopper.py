@@ -59,7 +59,7 @@ __all__ = ["HOPPER_ROWS_PER_GROUP", "attention_fwd_hopper_kernel"]
 HOPPER_ROWS_PER_GROUP = 64
 """Query rows per consumer warp group (wgmma's M is 64 per warp group)."""
 PINGPONG_BARRIER = gl.constexpr(8)
-"""The consumer groups' ping-pong uses named barriers 8 and 9 (Triton's partitions use the lowest ids)."""
+"""The consumer groups' ping-pong uses named barriers 8 to 7 + GROUPS (Triton's partitions use the lowest ids)."""
 
 # Triton 3.6 names (the H200's) and their later renames (3.9, the CPU CI's): the kernel compiles with both.
 _cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
@@ -95,7 +95,7 @@ def _load_kv_tile(kv_descriptors, ring, stage, phase, t, k_row0, v_row0, kv_col,
     one TMA load a head (a head a page over pages smaller than BLOCK_N)."""
     k_desc, v_desc = kv_descriptors
     k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
-    v_stage, v_phase = v_slot(stage, phase, k_smem.type.shape[0], v_smem.type.shape[0])
+    v_stage, v_phase = _v_slot(stage, phase, k_smem.type.shape[0], v_smem.type.shape[0])
     if PAGE_SIZE >= BLOCK_N or PAGE_SIZE == 0:
         k_row = k_row0 + t * BLOCK_N
         v_row = v_row0 + t * BLOCK_N
@@ -116,7 +116,7 @@ def _load_kv_tile(kv_descriptors, ring, stage, phase, t, k_row0, v_row0, kv_col,
 
 
 @gluon.jit
-def v_slot(stage, phase, K_STAGES: gl.constexpr, V_STAGES: gl.constexpr):
+def _v_slot(stage, phase, K_STAGES: gl.constexpr, V_STAGES: gl.constexpr):
     """V's slot and phase in a ring of V_STAGES V slots (dividing the K_STAGES K slots) at the ring position where
     K's are (stage, phase): position mod 2 * K_STAGES is stage + K_STAGES * phase. Equal stages: K's."""
     v_stage = stage
@@ -158,7 +158,7 @@ def _load_paged_tile(kv_descriptors, ring, stage, phase, page_rows, kv_col, PAGE
     (HEADS: as _load_kv_tile's)."""
     k_desc, v_desc = kv_descriptors
     k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
-    v_stage, v_phase = v_slot(stage, phase, k_smem.type.shape[0], v_smem.type.shape[0])
+    v_stage, v_phase = _v_slot(stage, phase, k_smem.type.shape[0], v_smem.type.shape[0])
     _load_tile_by_pages(k_desc, k_smem.index(stage), k_ready.index(stage), k_empty.index(stage), phase, page_rows,
                         kv_col, PAGE_SIZE, HEADS)
     _load_tile_by_pages(v_desc, v_smem.index(v_stage), v_ready.index(v_stage), v_empty.index(v_stage), v_phase,

@@ -87,7 +87,7 @@ docstring has its M1 / M2 figures)."""
 
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_mixed_kernel_with_one_decode_v_slot(case: AttentionCase, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The same batches on ONE_V_SLOT_TILE: the decode loop's V slot and phase (attention_fwd_hopper.v_slot) and the
+    """The same batches on ONE_V_SLOT_TILE: the decode loop's V slot and phase (attention_fwd_hopper._v_slot) and the
     wider prefill tiles."""
     monkeypatch.setenv(MIXED_HOPPER_TILE_ENV, ONE_V_SLOT_TILE)
     inputs = build_inputs(case, "cuda")
