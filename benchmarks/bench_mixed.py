@@ -4,8 +4,8 @@ Cells (bf16, d=128, GQA 32/8, paged with 16-token pages, causal bottom-right):
   M1  one fresh 2k prefill + 128 decodes at 2k context
   M2  one 2k chunk of chunked prefill on a 14k prefix + 64 decodes at 4k context
 and both again with the pages placed as InferenceParams' allocator places them ("served, page runs"; the others
-through a random page table). ``tile_rule_cells`` adds eleven batches between the two ("MX ...") for env_ab to
-pick (not part of this suite's run).
+through a random page table). ``tile_rule_cells`` adds eleven batches between the two ("MX ...", three of them
+non-paged too) for env_ab to pick (not part of this suite's run).
 Each cell is measured whole (providers that take a mixed batch in one call: fused, DotProductAttention,
 flash-attn 2 varlen with a block table, flash-attn-4 varlen with a page table) and as its two parts,
 each part with every provider that can run it (SDPA too). Derived rows: ``X (separately)`` = part 1 +
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from benchmarks import harness
 from benchmarks.cells import Cell, Problem
@@ -91,18 +91,26 @@ TILE_RULE_BATCHES = (  # (chunk, its KV length), decodes, their context: M2's sh
 )
 
 
+TILE_RULE_NON_PAGED = ("MX 2k chunk on 14k prefix + 128 decodes @2k", "MX 2k prefill + 32 decodes @2k",
+                       "MX 4k prefill + 64 decodes @2k")
+"""tile_rule_cells' batches that run over a non-paged cache too: one on each side of the rule and one near it."""
+
+
 def tile_rule_cells(cfg: BenchConfig) -> list[Cell]:
-    """Whole mixed batches (page 16, bf16, d128, GQA 32/8) between M1 and M2, for a rule that picks the mixed
-    kernel's prefill tile per batch (hopper_mixed.MIXED_HOPPER_TILE's docstring): cells for env_ab, not part of this
-    suite's run; none under --smoke."""
+    """Whole mixed batches (page 16, bf16, d128, GQA 32/8) between M1 and M2, and three of them over a non-paged
+    cache, for the rule that picks the mixed kernel's prefill tile per batch
+    (hopper_mixed.prefill_outweighs_decodes): cells for env_ab, not part of this suite's run; none under --smoke."""
     if cfg.smoke:
         return []
     def name(chunk: int, kv: int, decodes: int, context: int) -> str:
         prefill = f"{_k(chunk)} chunk on {_k(kv - chunk)} prefix" if kv > chunk else f"{_k(chunk)} prefill"
         return f"MX {prefill} + {decodes} decodes @{_k(context)} p16"
 
-    return [_mixed(name(chunk, kv, decodes, context), (chunk, kv), decodes, context, bench_dtype(cfg)).whole
-            for (chunk, kv), decodes, context in TILE_RULE_BATCHES]
+    paged = [_mixed(name(chunk, kv, decodes, context), (chunk, kv), decodes, context, bench_dtype(cfg)).whole
+             for (chunk, kv), decodes, context in TILE_RULE_BATCHES]
+    non_paged = [replace(cell, name=cell.name.replace(" p16", " non-paged"), kv_source="dense", page_size=None)
+                 for cell in paged if cell.name.startswith(TILE_RULE_NON_PAGED)]
+    return paged + non_paged
 
 
 def _k(tokens: int) -> str:

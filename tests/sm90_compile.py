@@ -234,7 +234,8 @@ def hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
 def mixed_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
     """Launches of the Gluon sm90 mixed-batch kernel (attention_mixed_hopper.py) with its plans' tiles: 16-token
     pages causal bottom-right at d128 (decode tiles of 8 rows), a non-paged cache with start offsets (16 rows),
-    256-token pages at d64 without a mask (64 rows)."""
+    256-token pages at d64 without a mask (64 rows), and the first again with a heavy prefill's tile (128-key
+    prefill tiles, one decode V slot)."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -243,9 +244,10 @@ def mixed_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
 
     launches = []
     cu = torch.zeros(3, dtype=torch.int32)
-    for head_dim, page_size, causal, starts, decode_rows in ((128, 16, True, False, 8), (128, 0, True, True, 16),
-                                                             (64, 256, False, False, 64)):
-        tile = _tile(head_dim, decode_rows)
+    for head_dim, page_size, causal, starts, decode_rows, heavy_prefill in (
+            (128, 16, True, False, 8, False), (128, 0, True, True, 16, False), (64, 256, False, False, 64, False),
+            (128, 16, True, False, 8, True)):
+        tile = _tile(head_dim, decode_rows, heavy_prefill, page_size)
         block_n, stages, decode_block_n, decode_stages, consumer_registers, decode_registers, maxnreg = tile[:7]
         q = torch.zeros(256, 4 * head_dim, dtype=torch.bfloat16)
         k = torch.zeros(256, 2 * head_dim, dtype=torch.bfloat16)
@@ -262,7 +264,8 @@ def mixed_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
                           HAS_Q_START=starts, HAS_KV_START=starts, LOG2_MAX_SEQS=8, DECODE_ROWS=decode_rows,
                           DECODE_V_STAGES=(*tile, 0)[7],
                           CONSUMER_REGISTERS=consumer_registers, DECODE_REGISTERS=decode_registers, maxnreg=maxnreg)
-        label = f"mixed d{head_dim} {f'page {page_size}' if page_size else 'non-paged'}{' causal' if causal else ''}"
+        label = (f"mixed d{head_dim} {f'page {page_size}' if page_size else 'non-paged'}{' causal' if causal else ''}"
+                 f"{' prefill tile' if heavy_prefill else ''}")
         launches.append((label, attention_mixed_hopper_kernel, args, constexprs, 4, 1))
     return launches
 

@@ -585,7 +585,9 @@ def test_tile_rule_cells_are_mixed_batches_env_ab_can_pick() -> None:
     every_cell, none under --smoke."""
     cfg = BenchConfig(device=torch.device("cpu"), cells=("MX ",))
     cells = bench_mixed.tile_rule_cells(cfg)
-    assert len(cells) == len(bench_mixed.TILE_RULE_BATCHES) and len({cell.name for cell in cells}) == len(cells)
+    non_paged = [cell for cell in cells if cell.kv_source == "dense"]
+    assert len(cells) == len(bench_mixed.TILE_RULE_BATCHES) + len(bench_mixed.TILE_RULE_NON_PAGED) == 14
+    assert len({cell.name for cell in cells}) == len(cells) and all("non-paged" in c.name for c in non_paged)
     for cell in cells:
         q_lens = cell.problem.q_lens
         assert configs.mixed_batch(len(q_lens), sum(q_lens), max(q_lens)), cell.name

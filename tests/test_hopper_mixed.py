@@ -8,14 +8,17 @@ import pytest
 import torch
 
 from attention.kernels import hopper_forward, hopper_mixed
+from attention.kernels.attention_fwd import kv_length_buckets
 from attention.kernels.hopper_forward import plan_hopper_forward
 from attention.kernels.hopper_mixed import (
     MIXED_HOPPER_ENV,
+    MIXED_HOPPER_PREFILL_TILE,
     MIXED_HOPPER_TILE_ENV,
     MixedHopperPlan,
     decode_tile_rows,
     mixed_decode_rows,
     mixed_hopper_unsupported_reason,
+    prefill_outweighs_decodes,
 )
 from tests.test_hopper_forward import _RecordedLaunch
 
@@ -156,3 +159,59 @@ def test_register_split_follows_the_decode_tiles(monkeypatch: pytest.MonkeyPatch
     assert type(plan) is MixedHopperPlan and plan.decode_rows == decode_rows
     consumer, decode = plan.tile[4:6]
     assert (consumer, decode) == registers and 2 * consumer + decode + 24 <= 512  # 65,536 registers / 128 lanes
+
+
+@pytest.mark.parametrize("chunk, kv, decodes, context, heavy", [
+    # bench_mixed's M1 / M2 and tile_rule_cells' batches: True where the prefill tile measured faster on the H200
+    # (MIXED_HOPPER_PREFILL_TILE's docstring), False where slower
+    (2048, 16384, 64, 4096, True), (2048, 2048, 128, 2048, False),
+    (2048, 6144, 64, 4096, False), (2048, 30720, 64, 4096, True), (1024, 16384, 64, 4096, True),
+    (4096, 16384, 64, 4096, True), (2048, 16384, 32, 4096, True), (2048, 16384, 128, 4096, True),
+    (2048, 16384, 64, 8192, True), (2048, 16384, 128, 2048, True), (2048, 2048, 32, 2048, False),
+    (2048, 8192, 128, 2048, True), (4096, 4096, 64, 2048, True),
+])
+def test_the_prefill_tile_goes_to_the_batches_it_measured_faster_on(chunk: int, kv: int, decodes: int, context: int,
+                                                                    heavy: bool) -> None:
+    """The rule on the host values a call's plan sees (attention_forward's buckets of the lengths)."""
+    kv_length, mean_kv = kv_length_buckets(kv, kv + decodes * context, decodes + 1)
+    assert prefill_outweighs_decodes(decodes + 1, chunk, kv_length, mean_kv, causal=True) is heavy
+
+
+def test_without_a_mean_kv_length_the_decodes_count_as_heavy() -> None:
+    assert not prefill_outweighs_decodes(65, 2048, 16384, None, causal=True)
+    assert prefill_outweighs_decodes(2, 2048, 16384, 16384, causal=True)  # one decode as long as the prefill
+    assert not prefill_outweighs_decodes(65, 2048, 16384, 16384, causal=True)  # 64 decodes as long as it
+    # without the causal mask the prefill's rows see all 4k keys: twice the pairs of the causal prefill
+    assert prefill_outweighs_decodes(65, 4096, 4096, 2176, causal=False)
+
+
+@pytest.mark.parametrize("head_dim, queries, page_size, mean_kv, heavy_tile", [
+    (128, 1, 16, 4352, True),  # M2: one-token decodes, page 16
+    (128, 1, 0, 4352, True),  # non-paged
+    (128, 1, 64, 4352, True), (128, 1, 256, 4352, True),  # pages that divide or hold 128-key boxes
+    (128, 1, 16, 16384, False),  # decodes as long as the prefill: they outweigh it
+    (128, 1, 16, None, False),  # no total_kv: the decodes' reads unknown
+    (128, 4, 16, 4352, False),  # verification steps (16-row decode tiles): not measured
+    (64, 1, 16, 4352, False),  # d64: not measured
+])
+def test_plans_take_the_prefill_tile_where_the_rule_and_the_kernel_allow(
+        monkeypatch: pytest.MonkeyPatch, head_dim: int, queries: int, page_size: int, mean_kv: int | None,
+        heavy_tile: bool) -> None:
+    monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
+    total = 2048 + 64 * queries
+    q = torch.empty(1, total, 32, head_dim, dtype=torch.bfloat16)
+    k = (torch.empty(4096, page_size, 8, head_dim, dtype=torch.bfloat16) if page_size
+         else torch.empty(65, 16384, 8, head_dim, dtype=torch.bfloat16))
+    plan = plan_hopper_forward(q, k, k, q, num_seqs=65, max_seqlen_q=2048, max_seqlen_kv=16384, total_q=total,
+                               softmax_scale=0.1, window=(-1, 0), bottom_right=True, page_size=page_size,
+                               alibi=False, sink=False, has_q_start=False, has_kv_start=False, num_sms=132,
+                               mean_seqlen_kv=mean_kv)
+    assert type(plan) is MixedHopperPlan
+    assert (plan.tile == MIXED_HOPPER_PREFILL_TILE[128]) is heavy_tile, plan.tile
+    if heavy_tile:
+        assert plan.descriptors[1].block[0] == min(128, page_size or 128)  # prefill K boxes: 128 keys or a page
+
+
+def test_an_override_wins_over_the_prefill_tile(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(MIXED_HOPPER_TILE_ENV, "64,2,64,3,192,104,128")
+    assert hopper_mixed._tile(128, 8, heavy_prefill=True, page_size=16) == (64, 2, 64, 3, 192, 104, 128)

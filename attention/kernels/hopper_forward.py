@@ -324,7 +324,8 @@ def plan_hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
     128-row tiles, enough of them to fill the GPU); for a mixed batch (configs.mixed_batch) a MixedHopperPlan when
     the mixed kernel serves it (hopper_mixed.py); for a decode-sized call (at most 64 packed rows a sequence) a
     DecodeHopperPlan when the decode kernel serves it (hopper_decode.py; ``num_splits``: its split count, None to
-    choose; ``mean_seqlen_kv``: the sequences' mean KV length, when known, for its split rule); else None.
+    choose; ``mean_seqlen_kv``: the sequences' mean KV length, when known, for its split rule and the mixed kernel's
+    tile rule); else None.
     Tensors as attention_forward's (4-D views; k / v paged caches [pages, page_size, H_kv, D] when page_size > 0)."""
     heads_q, heads_kv = q.shape[2], k.shape[2]
     mixed = mixed_batch(num_seqs, total_q, max_seqlen_q)
@@ -337,7 +338,8 @@ def plan_hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
         return plan_mixed_hopper(q, k, v, heads_kv, batch_rows, num_seqs=num_seqs, out_token_stride=out.stride(-3),
                                  softmax_scale=softmax_scale, causal=window[1] == 0, bottom_right=bottom_right,
                                  page_size=page_size, has_q_start=has_q_start, has_kv_start=has_kv_start,
-                                 num_sms=num_sms, total_q=total_q, max_seqlen_q=max_seqlen_q)
+                                 num_sms=num_sms, total_q=total_q, max_seqlen_q=max_seqlen_q,
+                                 max_seqlen_kv=max_seqlen_kv, mean_seqlen_kv=mean_seqlen_kv)
     if decode_sized:
         return plan_decode_hopper(q, k, v, out, heads_kv, batch_rows, num_seqs=num_seqs, max_seqlen_q=max_seqlen_q,
                                   max_seqlen_kv=max_seqlen_kv, total_q=total_q, softmax_scale=softmax_scale,

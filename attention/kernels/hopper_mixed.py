@@ -20,8 +20,9 @@ from .attention_fwd_hopper import HOPPER_ROWS_PER_GROUP
 from .attention_mixed_hopper import attention_mixed_hopper_kernel
 from .launch import KernelLaunch
 
-__all__ = ["MIXED_HOPPER_ENV", "MIXED_HOPPER_SMALL_DECODE_REGISTERS", "MIXED_HOPPER_TILE", "MIXED_HOPPER_TILE_ENV",
-           "MixedHopperPlan", "PersistentLaunch", "mixed_hopper_unsupported_reason", "plan_mixed_hopper"]
+__all__ = ["MIXED_HOPPER_ENV", "MIXED_HOPPER_PREFILL_TILE", "MIXED_HOPPER_SMALL_DECODE_REGISTERS", "MIXED_HOPPER_TILE",
+           "MIXED_HOPPER_TILE_ENV", "PREFILL_TO_DECODE_RATIO", "MixedHopperPlan", "PersistentLaunch",
+           "mixed_hopper_unsupported_reason", "plan_mixed_hopper", "prefill_outweighs_decodes"]
 
 MIXED_HOPPER_ENV = "ATTN_FUSED_HOPPER_MIXED"
 """``0``: mixed batches go to the general kernel; unset or ``1``: to attention_mixed_hopper_kernel, every one it can
@@ -55,8 +56,25 @@ prefill tiles leave shared memory for one decode stage, on which the decode loop
 deadlocks; with two K slots and one V slot (MIXED_HOPPER_TILE_ENV's eighth field, 217,688 B) they fit. H200,
 2026-12-04, env_ab, two rounds, against this tile (docs/results/2026-12-04-h200-aff6109/out/call11):
 ``128,2,64,2,208,72,128,1`` ran M2 in 990.1 against 1,105.2 us (0.896; served page runs 0.893) and M1 in 396.2
-against 278.3 (1.424): the long prefill walk gains more than the decodes' single V slot costs on M2, not on M1. Not
-the default until a rule picks it per batch (unmeasured between the two)."""
+against 278.3 (1.424): the long prefill walk gains more than the decodes' single V slot costs on M2, not on M1.
+MIXED_HOPPER_PREFILL_TILE holds that tile, and prefill_outweighs_decodes picks it per batch."""
+
+MIXED_HOPPER_PREFILL_TILE = {128: (128, 2, 64, 2, 208, 72, 128, 1)}
+"""Head dim -> the tile in place of MIXED_HOPPER_TILE's for batches of one-token decodes (8-row decode tiles) whose
+prefill outweighs their decodes (prefill_outweighs_decodes): 128-key prefill tiles, a decode ring of two K slots
+and one V slot (217,688 B of shared memory), consumers 208 / decode 72. H200, 2026-12-04, env_ab, two rounds,
+graph replays, settled, page 16, against MIXED_HOPPER_TILE's with 192 / 104
+(docs/results/2026-12-04-h200-9d5f604/out/call1, "MX" cells: M2's shape with one quantity moved at a time), time
+ratio and the host values' prefill / decode ratio: wins from ratio 54 up (a 2k chunk on 6k + 128 decodes at 2k
+0.981 at 54, 128 decodes at 4k on M2's chunk 0.928 at 58, a 4k prefill + 64 decodes at 2k 0.903 at 61, M2 0.927 at
+118, a 2k chunk on 28k 0.875 at 226), losses up to 38 (a 2k chunk on 4k + 64 decodes at 4k 1.047 at 38, a 2k prefill +
+32 decodes at 2k 1.083 at 32, M1 1.415 at 8). 200 / 88 ran within noise of 208 / 72. d64 (half the shared memory, so
+room for more) and 16-row decode tiles (verification steps; more decode registers) were not measured: they keep
+MIXED_HOPPER_TILE's."""
+
+PREFILL_TO_DECODE_RATIO = 48
+"""prefill_outweighs_decodes' threshold: query-key pairs of the prefill per decode KV token (between the measured
+loss at 38 and gain at 54, MIXED_HOPPER_PREFILL_TILE's docstring)."""
 
 MIXED_HOPPER_SMALL_DECODE_REGISTERS = {128: (192, 104)}
 """Head dim -> (consumer registers, decode registers) in place of MIXED_HOPPER_TILE's when the decode tiles have
@@ -169,20 +187,30 @@ def mixed_hopper_unsupported_reason(head_dim: int, group_size: int, num_seqs: in
         return f"needs at most {MAX_DECODE_ROWS} query heads per KV head"
     if num_seqs >= MIXED_HOPPER_MAX_SEQS:
         return f"needs fewer than {MIXED_HOPPER_MAX_SEQS} sequences"
-    block_n, _, decode_block_n, *_ = _tile(head_dim)
-    if page_size and page_size % block_n and (block_n % page_size or decode_block_n % page_size or page_size < 16):
-        return f"needs pages of 16 to {decode_block_n} tokens dividing {decode_block_n}, or a multiple of {block_n}"
+    tile = _tile(head_dim)
+    if not _tile_takes_pages(tile, page_size):
+        return f"needs pages of 16 to {tile[2]} tokens dividing {tile[2]}, or a multiple of {tile[0]}"
     return None
+
+
+def _tile_takes_pages(tile: tuple[int, ...], page_size: int) -> bool:
+    """Whether a tile's KV boxes can load pages of ``page_size`` tokens (0: a non-paged cache): whole pages of at
+    least 16 tokens in every box, or whole prefill boxes in every page."""
+    block_n, _, decode_block_n = tile[:3]
+    return not page_size or page_size % block_n == 0 or (
+        block_n % page_size == 0 and decode_block_n % page_size == 0 and page_size >= 16)
 
 
 def plan_mixed_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads_kv: int,
                       batch_rows: tuple[int, int, int, int], *, num_seqs: int, out_token_stride: int,
                       softmax_scale: float, causal: bool,
                       bottom_right: bool, page_size: int, has_q_start: bool, has_kv_start: bool,
-                      num_sms: int, total_q: int, max_seqlen_q: int) -> MixedHopperPlan | None:
+                      num_sms: int, total_q: int, max_seqlen_q: int, max_seqlen_kv: int,
+                      mean_seqlen_kv: int | None) -> MixedHopperPlan | None:
     """A MixedHopperPlan for a mixed batch the Hopper kernel serves (plan_hopper_forward checked the tensors), or a
-    MixedRolesPlan when the one-role-a-program kernel is switched on (hopper_mixed_roles.py), else None. q: a 4-D view [B, S, H_q, D]; k / v: as attention_forward's (their geometry sizes the TMA
-    descriptors); batch_rows as HopperPlan's."""
+    MixedRolesPlan when the one-role-a-program kernel is switched on (hopper_mixed_roles.py), else None. q: a 4-D
+    view [B, S, H_q, D]; k / v: as attention_forward's (their geometry sizes the TMA descriptors); batch_rows as
+    HopperPlan's; the lengths pick the tile (prefill_outweighs_decodes)."""
     group_size = q.shape[2] // heads_kv
     if mixed_hopper_unsupported_reason(q.shape[3], group_size, num_seqs, page_size):
         return None
@@ -197,7 +225,8 @@ def plan_mixed_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads_k
                              num_sms=num_sms, total_q=total_q, decode_rows=decode_rows)
     if roles is not None:
         return roles
-    tile = _tile(q.shape[3], decode_rows)
+    heavy_prefill = prefill_outweighs_decodes(num_seqs, max_seqlen_q, max_seqlen_kv, mean_seqlen_kv, causal)
+    tile = _tile(q.shape[3], decode_rows, heavy_prefill, page_size)
     block_n, decode_block_n = tile[0], tile[2]
     return MixedHopperPlan(
         descriptors=(RowsDescriptor.of(q, HOPPER_ROWS_PER_GROUP), RowsDescriptor.of(k, block_n, page_size),
@@ -237,17 +266,44 @@ def mixed_decode_rows(group_size: int, num_seqs: int, total_q: int, max_seqlen_q
     return decode_tile_rows(group_size if one_query_each else max(16, group_size))
 
 
-def _tile(head_dim: int, decode_rows: int = 0) -> tuple[int, ...]:
-    """MIXED_HOPPER_TILE's entry for ``head_dim`` (MIXED_HOPPER_TILE_ENV's where set), with
-    MIXED_HOPPER_SMALL_DECODE_REGISTERS's split for decode tiles of ``decode_rows`` == SMALL_DECODE_ROWS rows."""
+def prefill_outweighs_decodes(num_seqs: int, max_seqlen_q: int, max_seqlen_kv: int, mean_seqlen_kv: int | None,
+                              causal: bool) -> bool:
+    """Whether a mixed batch's prefill work outweighs its decodes' reads enough for MIXED_HOPPER_PREFILL_TILE: the
+    longest query sequence's query-key pairs (taken as the prefill, over the longest KV; causal: its rows see
+    max_seqlen_kv - max_seqlen_q / 2 keys on average) at least PREFILL_TO_DECODE_RATIO times the other sequences'
+    KV tokens (num_seqs x the mean KV length less the prefill's). Without a mean KV length (no ``total_kv``) the
+    decodes' reads are unknown: False. A wrong guess costs speed, never correctness.
+
+    Example:
+        >>> prefill_outweighs_decodes(65, 2048, 16384, 4352, causal=True)  # 2k chunk on 14k + 64 decodes at 4k
+        True
+        >>> prefill_outweighs_decodes(129, 2048, 2048, 2048, causal=True)  # 2k prefill + 128 decodes at 2k
+        False
+    """
+    if mean_seqlen_kv is None:
+        return False
+    prefill_pairs = max_seqlen_q * (max_seqlen_kv - max_seqlen_q / 2 if causal else max_seqlen_kv)
+    decode_tokens = num_seqs * mean_seqlen_kv - max_seqlen_kv
+    return prefill_pairs >= PREFILL_TO_DECODE_RATIO * decode_tokens
+
+
+def _tile(head_dim: int, decode_rows: int = 0, heavy_prefill: bool = False, page_size: int = 0) -> tuple[int, ...]:
+    """MIXED_HOPPER_TILE's entry for ``head_dim`` (MIXED_HOPPER_TILE_ENV's where set); MIXED_HOPPER_PREFILL_TILE's
+    for a ``heavy_prefill`` batch (prefill_outweighs_decodes) with decode tiles of ``decode_rows`` ==
+    SMALL_DECODE_ROWS rows when its boxes take the pages, else for such decode tiles with
+    MIXED_HOPPER_SMALL_DECODE_REGISTERS's split."""
     override = getenv(MIXED_HOPPER_TILE_ENV, "")
     if override:
         values = tuple(int(x) for x in override.split(","))
         if len(values) not in (7, 8):
             raise ValueError(f"{MIXED_HOPPER_TILE_ENV} must hold 7 or 8 comma-separated integers, got {override!r}")
         return values
+    small_decode_tiles = decode_rows == SMALL_DECODE_ROWS
+    prefill_tile = MIXED_HOPPER_PREFILL_TILE.get(head_dim)
+    if heavy_prefill and small_decode_tiles and prefill_tile and _tile_takes_pages(prefill_tile, page_size):
+        return prefill_tile
     tile = MIXED_HOPPER_TILE[head_dim]
     registers = MIXED_HOPPER_SMALL_DECODE_REGISTERS.get(head_dim)
-    if decode_rows == SMALL_DECODE_ROWS and registers:
+    if small_decode_tiles and registers:
         tile = (*tile[:4], *registers, tile[6])
     return tile

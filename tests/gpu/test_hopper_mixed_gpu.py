@@ -11,7 +11,7 @@ import torch
 
 from attention.kernels import attention_forward
 from attention.kernels import attention_fwd as launcher
-from attention.kernels.hopper_mixed import MIXED_HOPPER_ENV, MIXED_HOPPER_TILE_ENV
+from attention.kernels.hopper_mixed import MIXED_HOPPER_ENV, MIXED_HOPPER_PREFILL_TILE, MIXED_HOPPER_TILE_ENV
 from tests.test_kernels import AttentionCase, build_inputs, check_output, load_inputs_into
 
 pytestmark = [
@@ -114,6 +114,19 @@ def test_mixed_kernel_with_eight_row_decode_tiles(case: AttentionCase) -> None:
     _run(inputs)
     (plan,) = launcher._plans.values()
     assert plan.decode_rows == 8, plan.decode_rows
+    check_output(case, inputs)
+
+
+@pytest.mark.parametrize("case", EIGHT_ROW_CASES, ids=str)
+def test_a_heavy_prefill_runs_on_the_prefill_tile(case: AttentionCase) -> None:
+    """The same batches with total_kv as a serving step passes it: their prefill outweighs the decodes
+    (hopper_mixed.prefill_outweighs_decodes), so the plan takes MIXED_HOPPER_PREFILL_TILE without an override."""
+    inputs = build_inputs(case, "cuda")
+    inputs["call"]["total_q"] = sum(case.q_lens)
+    inputs["call"]["total_kv"] = sum(case.kv_lens)
+    _run(inputs)
+    (plan,) = launcher._plans.values()
+    assert plan.tile == MIXED_HOPPER_PREFILL_TILE[128], plan.tile
     check_output(case, inputs)
 
 
