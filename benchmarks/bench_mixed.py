@@ -43,15 +43,16 @@ class MixedCell:
 
 
 def _mixed(name: str, prefill: tuple[int, int], decodes: int, context: int, dtype, heads=(32, 8),
-           head_dim: int = 128, page: int = 16, page_order: str = "random") -> MixedCell:
+           head_dim: int = 128, page: int = 16, page_order: str = "random", queries: int = 1) -> MixedCell:
     """The whole batch, its two parts and the probe; ``page_order`` places the pages of all four (cells.PAGE_ORDERS;
-    the parts and probe of a served batch are named "M2 served part: ...")."""
+    the parts and probe of a served batch are named "M2 served part: ..."); ``queries``: each decode's query tokens
+    (more than one: speculative verification steps, causal bottom-right)."""
     q_chunk, kv_chunk = prefill
     common = {"heads_q": heads[0], "heads_kv": heads[1], "head_dim": head_dim, "head_dim_v": head_dim, "dtype": dtype}
-    whole = Problem(q_lens=(q_chunk,) + (1,) * decodes, kv_lens=(kv_chunk,) + (context,) * decodes, causal=True,
-                    **common)
+    whole = Problem(q_lens=(q_chunk,) + (queries,) * decodes, kv_lens=(kv_chunk,) + (context,) * decodes,
+                    causal=True, **common)
     prefill_part = Problem(q_lens=(q_chunk,), kv_lens=(kv_chunk,), causal=True, **common)
-    decode_part = Problem(q_lens=(1,) * decodes, kv_lens=(context,) * decodes, causal=False, **common)
+    decode_part = Problem(q_lens=(queries,) * decodes, kv_lens=(context,) * decodes, causal=queries > 1, **common)
     idle_decodes = Problem(q_lens=(q_chunk,) + (0,) * decodes, kv_lens=whole.kv_lens, causal=True, **common)
     tag = name.split()[0] + ("" if page_order == "random" else " served")
     placed = {"latency": True, "settle": True, "page_order": page_order}
@@ -94,12 +95,15 @@ TILE_RULE_BATCHES = (  # (chunk, its KV length), decodes, their context: M2's sh
 TILE_RULE_NON_PAGED = ("MX 2k chunk on 14k prefix + 128 decodes @2k", "MX 2k prefill + 32 decodes @2k",
                        "MX 4k prefill + 64 decodes @2k")
 """tile_rule_cells' batches that run over a non-paged cache too: one on each side of the rule and one near it."""
+TILE_RULE_OTHER_BATCHES = (((2048, 16384), 64, 4096), ((2048, 2048), 128, 2048), ((4096, 4096), 64, 2048))
+"""M2's, M1's and a batch between them, for tile_rule_cells' verification-step ("MXV") and d64 ("MXD") cells."""
 
 
 def tile_rule_cells(cfg: BenchConfig) -> list[Cell]:
     """Whole mixed batches (page 16, bf16, d128, GQA 32/8) between M1 and M2, and three of them over a non-paged
     cache, for the rule that picks the mixed kernel's prefill tile per batch
-    (hopper_mixed.prefill_outweighs_decodes): cells for env_ab, not part of this suite's run; none under --smoke."""
+    (hopper_mixed.prefill_outweighs_decodes); then TILE_RULE_OTHER_BATCHES with verification steps and at d64.
+    Cells for env_ab, not part of this suite's run; none under --smoke."""
     if cfg.smoke:
         return []
     def name(chunk: int, kv: int, decodes: int, context: int) -> str:
@@ -110,7 +114,15 @@ def tile_rule_cells(cfg: BenchConfig) -> list[Cell]:
              for (chunk, kv), decodes, context in TILE_RULE_BATCHES]
     non_paged = [replace(cell, name=cell.name.replace(" p16", " non-paged"), kv_source="dense", page_size=None)
                  for cell in paged if cell.name.startswith(TILE_RULE_NON_PAGED)]
-    return paged + non_paged
+    # not yet under the rule (other tiles or register splits may suit them): verification steps of 4 queries
+    # (16-row decode tiles), "MXV ...", and head dim 64, "MXD ..."
+    verify = [_mixed(name(chunk, kv, decodes, context).replace("MX ", "MXV ").replace("decodes", "verify q4"),
+                     (chunk, kv), decodes, context, bench_dtype(cfg), queries=4).whole
+              for (chunk, kv), decodes, context in TILE_RULE_OTHER_BATCHES]
+    d64 = [_mixed(name(chunk, kv, decodes, context).replace("MX ", "MXD d64 "), (chunk, kv), decodes, context,
+                  bench_dtype(cfg), head_dim=64).whole
+           for (chunk, kv), decodes, context in TILE_RULE_OTHER_BATCHES]
+    return paged + non_paged + verify + d64
 
 
 def _k(tokens: int) -> str:

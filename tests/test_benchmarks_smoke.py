@@ -586,10 +586,14 @@ def test_tile_rule_cells_are_mixed_batches_env_ab_can_pick() -> None:
     cfg = BenchConfig(device=torch.device("cpu"), cells=("MX ",))
     cells = bench_mixed.tile_rule_cells(cfg)
     non_paged = [cell for cell in cells if cell.kv_source == "dense"]
-    assert len(cells) == len(bench_mixed.TILE_RULE_BATCHES) + len(bench_mixed.TILE_RULE_NON_PAGED) == 14
+    ruled = [cell for cell in cells if cell.name.startswith("MX ")]
+    assert len(ruled) == len(bench_mixed.TILE_RULE_BATCHES) + len(bench_mixed.TILE_RULE_NON_PAGED) == 14
+    assert len(cells) == len(ruled) + 2 * len(bench_mixed.TILE_RULE_OTHER_BATCHES)
     assert len({cell.name for cell in cells}) == len(cells) and all("non-paged" in c.name for c in non_paged)
+    assert all(cell.problem.head_dim == 64 for cell in cells if cell.name.startswith("MXD d64 "))
+    assert all(set(cell.problem.q_lens[1:]) == {4} for cell in cells if cell.name.startswith("MXV "))
     for cell in cells:
         q_lens = cell.problem.q_lens
         assert configs.mixed_batch(len(q_lens), sum(q_lens), max(q_lens)), cell.name
-    assert [cell.name for cell in suites.wanted_cells(cfg)] == [cell.name for cell in cells]
+    assert [cell.name for cell in suites.wanted_cells(cfg)] == [cell.name for cell in ruled]
     assert bench_mixed.tile_rule_cells(BenchConfig(device=torch.device("cpu"), smoke=True)) == []
