@@ -141,7 +141,8 @@ def test_a_tile_override_of_another_length_is_refused(monkeypatch: pytest.Monkey
 @pytest.mark.parametrize("override, head_dim, decode_rows, registers", [
     (None, 128, 8, (192, 104)),  # one-token decodes of groups up to 8: the prefill consumers take the decodes' spare
     (None, 128, 16, (176, 136)),  # verification steps: the decode loop keeps its registers
-    (None, 64, 8, (176, 136)),  # d64: not measured, MIXED_HOPPER_TILE's
+    (None, 64, 8, (208, 72)),  # d64: MIXED_HOPPER_PREFILL_TILE's (its whole decode ring fits beside 128-key tiles)
+    (None, 64, 16, (176, 136)),  # d64's 16-row decode tiles: not measured, MIXED_HOPPER_TILE's
     ("64,2,64,3,176,136,128", 128, 8, (176, 136)),  # the A/B override wins
 ])
 def test_register_split_follows_the_decode_tiles(monkeypatch: pytest.MonkeyPatch, override: str | None,
@@ -191,8 +192,10 @@ def test_without_a_mean_kv_length_the_decodes_count_as_heavy() -> None:
     (128, 1, 64, 4352, True), (128, 1, 256, 4352, True),  # pages that divide or hold 128-key boxes
     (128, 1, 16, 16384, False),  # decodes as long as the prefill: they outweigh it
     (128, 1, 16, None, False),  # no total_kv: the decodes' reads unknown
-    (128, 4, 16, 4352, False),  # verification steps (16-row decode tiles): not measured
-    (64, 1, 16, 4352, False),  # d64: not measured
+    (128, 4, 16, 4352, True),  # verification steps (16-row decode tiles): their own register split
+    (128, 4, 16, None, False),
+    (64, 1, 16, None, True),  # d64: the whole decode ring fits beside 128-key tiles, every batch takes them
+    (64, 4, 16, 4352, False),  # d64 with 16-row decode tiles: not measured
 ])
 def test_plans_take_the_prefill_tile_where_the_rule_and_the_kernel_allow(
         monkeypatch: pytest.MonkeyPatch, head_dim: int, queries: int, page_size: int, mean_kv: int | None,
@@ -207,7 +210,7 @@ def test_plans_take_the_prefill_tile_where_the_rule_and_the_kernel_allow(
                                alibi=False, sink=False, has_q_start=False, has_kv_start=False, num_sms=132,
                                mean_seqlen_kv=mean_kv)
     assert type(plan) is MixedHopperPlan
-    assert (plan.tile == MIXED_HOPPER_PREFILL_TILE[128]) is heavy_tile, plan.tile
+    assert (plan.tile == MIXED_HOPPER_PREFILL_TILE.get((head_dim, plan.decode_rows))) is heavy_tile, plan.tile
     if heavy_tile:
         assert plan.descriptors[1].block[0] == min(128, page_size or 128)  # prefill K boxes: 128 keys or a page
 
@@ -215,3 +218,10 @@ def test_plans_take_the_prefill_tile_where_the_rule_and_the_kernel_allow(
 def test_an_override_wins_over_the_prefill_tile(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(MIXED_HOPPER_TILE_ENV, "64,2,64,3,192,104,128")
     assert hopper_mixed._tile(128, 8, heavy_prefill=True, page_size=16) == (64, 2, 64, 3, 192, 104, 128)
+
+
+@pytest.mark.parametrize("page_size, block_n", [(16, 128), (64, 128), (256, 128), (0, 128), (192, 64), (320, 64)])
+def test_pages_the_prefill_tile_cannot_box_keep_the_64_key_tile(page_size: int, block_n: int) -> None:
+    """Pages of a multiple of 64 keys that neither divide 128 nor hold whole 128-key boxes."""
+    assert hopper_mixed._tile(64, 8, page_size=page_size)[0] == block_n
+    assert hopper_mixed._tile(128, 8, heavy_prefill=True, page_size=page_size)[0] == block_n

@@ -57,24 +57,36 @@ deadlocks; with two K slots and one V slot (MIXED_HOPPER_TILE_ENV's eighth field
 2026-12-04, env_ab, two rounds, against this tile (docs/results/2026-12-04-h200-aff6109/out/call11):
 ``128,2,64,2,208,72,128,1`` ran M2 in 990.1 against 1,105.2 us (0.896; served page runs 0.893) and M1 in 396.2
 against 278.3 (1.424): the long prefill walk gains more than the decodes' single V slot costs on M2, not on M1.
-MIXED_HOPPER_PREFILL_TILE holds that tile, and prefill_outweighs_decodes picks it per batch."""
+MIXED_HOPPER_PREFILL_TILE holds that tile (and others), and prefill_outweighs_decodes picks it per batch."""
 
-MIXED_HOPPER_PREFILL_TILE = {128: (128, 2, 64, 2, 208, 72, 128, 1)}
-"""Head dim -> the tile in place of MIXED_HOPPER_TILE's for batches of one-token decodes (8-row decode tiles) whose
-prefill outweighs their decodes (prefill_outweighs_decodes): 128-key prefill tiles, a decode ring of two K slots
-and one V slot (217,688 B of shared memory), consumers 208 / decode 72. H200, 2026-12-04, env_ab, two rounds,
-graph replays, settled, page 16, against MIXED_HOPPER_TILE's with 192 / 104
-(docs/results/2026-12-04-h200-9d5f604/out/call1, "MX" cells: M2's shape with one quantity moved at a time), time
-ratio and the host values' prefill / decode ratio: wins from ratio 54 up (a 2k chunk on 6k + 128 decodes at 2k
-0.981 at 54, 128 decodes at 4k on M2's chunk 0.928 at 58, a 4k prefill + 64 decodes at 2k 0.903 at 61, M2 0.927 at
-118, a 2k chunk on 28k 0.875 at 226), losses up to 38 (a 2k chunk on 4k + 64 decodes at 4k 1.047 at 38, a 2k prefill +
-32 decodes at 2k 1.083 at 32, M1 1.415 at 8). 200 / 88 ran within noise of 208 / 72. d64 (half the shared memory, so
-room for more) and 16-row decode tiles (verification steps; more decode registers) were not measured: they keep
-MIXED_HOPPER_TILE's."""
+MIXED_HOPPER_PREFILL_TILE = {
+    (128, 8): (128, 2, 64, 2, 208, 72, 128, 1),
+    (128, 16): (128, 2, 64, 2, 192, 104, 128, 1),
+    (64, 8): (128, 2, 64, 3, 208, 72, 128),
+}
+"""(head dim, decode tile rows) -> a tile of 128-key prefill tiles in place of MIXED_HOPPER_TILE's (_tile): at d128
+its decode ring holds two K slots and one V slot (217,688 B of shared memory), which costs the decodes, so only
+batches whose prefill outweighs them (prefill_outweighs_decodes) take it; at d64 the whole three-stage ring fits, and
+every batch does. H200, 2026-12-04, env_ab, two rounds, graph replays, settled, page 16, time against
+MIXED_HOPPER_TILE's (with 192 / 104 at d128, 8 rows), with the host values' prefill / decode ratio:
+
+- d128, one-token decodes (8 rows; docs/results/2026-12-04-h200-9d5f604/out/call1, "MX" cells: M2's shape with one
+  quantity moved at a time): wins from ratio 54 up (a 2k chunk on 6k + 128 decodes at 2k 0.981 at 54, 128 decodes
+  at 4k beside M2's chunk 0.928 at 58, a 4k prefill + 64 decodes at 2k 0.903 at 61, M2 0.927 at 118, a 2k chunk on
+  28k 0.875 at 226), losses up to 38 (a 2k chunk on 4k + 64 decodes at 4k 1.047 at 38, a 2k prefill + 32 decodes
+  at 2k 1.083 at 32, M1 1.415 at 8); 200 / 88 within noise of 208 / 72. Read back under the rule (out/call2): every
+  cell, non-paged ones too, within noise of the faster tile.
+- d128, verification steps of 4 queries (16 rows; out/call5/verify): M2's shape 0.896, a 4k prefill + 64 steps at 2k
+  0.885, M1's 1.401 at 192 / 104; 208 / 72 and 200 / 88 slower (0.908 / 0.904, 0.960 / 0.898, 1.548 / 1.430).
+- d64, GQA 32/8, one-token decodes (out/call5/d64): M2's shape 0.856, a 4k prefill + 64 decodes at 2k 0.893, M1's
+  1.001 at 208 / 72; 176 / 136 0.869 / 0.909 / 0.993; one V slot (the d128 tile) 0.854 / 0.898 / 1.808.
+
+Other decode tile rows (32 and 64: MQA, longer verification steps) were not measured: MIXED_HOPPER_TILE's."""
 
 PREFILL_TO_DECODE_RATIO = 48
 """prefill_outweighs_decodes' threshold: query-key pairs of the prefill per decode KV token (between the measured
-loss at 38 and gain at 54, MIXED_HOPPER_PREFILL_TILE's docstring)."""
+loss at 38 and gain at 54 with one-token decodes, MIXED_HOPPER_PREFILL_TILE's docstring; with 4-query verification
+steps the measured batches fall on the same sides)."""
 
 MIXED_HOPPER_SMALL_DECODE_REGISTERS = {128: (192, 104)}
 """Head dim -> (consumer registers, decode registers) in place of MIXED_HOPPER_TILE's when the decode tiles have
@@ -87,8 +99,8 @@ against 1,100.2-1,118.8 at 176 / 136 (its prefill alone, the decodes without que
 (docs/results/2026-12-02-h200-24b6f69/): M2 1.1-1.8 % faster in six rounds, M1 ~1 us slower; 216 / 56 ran M1 4 %
 slower. Compiled for sm90 (Triton 3.6, nvdisasm of the d128 page-16 launch; the results folder's
 out/mixed-register-splits-sass.txt): 200 / 88 and 208 / 72 leave the consumers' loops as 192 / 104 does and spill more
-in the decode loops (3-7 loads / stores a tile against 1-5), so the consumers gain nothing past 192. d64 was not
-measured: it keeps MIXED_HOPPER_TILE's."""
+in the decode loops (3-7 loads / stores a tile against 1-5), so the consumers gain nothing past 192. d64's 8-row
+decode tiles take MIXED_HOPPER_PREFILL_TILE's tile."""
 
 MIXED_HOPPER_TILE_ENV = "ATTN_FUSED_HOPPER_MIXED_TILE"
 """Override of MIXED_HOPPER_TILE's entry (A/B measurements): seven integers, e.g. ``64,2,64,3,168,152,128``, and an
@@ -288,22 +300,27 @@ def prefill_outweighs_decodes(num_seqs: int, max_seqlen_q: int, max_seqlen_kv: i
 
 
 def _tile(head_dim: int, decode_rows: int = 0, heavy_prefill: bool = False, page_size: int = 0) -> tuple[int, ...]:
-    """MIXED_HOPPER_TILE's entry for ``head_dim`` (MIXED_HOPPER_TILE_ENV's where set); MIXED_HOPPER_PREFILL_TILE's
-    for a ``heavy_prefill`` batch (prefill_outweighs_decodes) with decode tiles of ``decode_rows`` ==
-    SMALL_DECODE_ROWS rows when its boxes take the pages, else for such decode tiles with
-    MIXED_HOPPER_SMALL_DECODE_REGISTERS's split."""
+    """The launch tile for ``head_dim`` and decode tiles of ``decode_rows`` rows: MIXED_HOPPER_TILE_ENV's where set;
+    MIXED_HOPPER_PREFILL_TILE's entry where there is one whose boxes take the pages and whose decode ring is whole
+    or the batch's prefill is ``heavy_prefill`` (prefill_outweighs_decodes); else MIXED_HOPPER_TILE's, with
+    MIXED_HOPPER_SMALL_DECODE_REGISTERS's split for 8-row decode tiles."""
     override = getenv(MIXED_HOPPER_TILE_ENV, "")
     if override:
         values = tuple(int(x) for x in override.split(","))
         if len(values) not in (7, 8):
             raise ValueError(f"{MIXED_HOPPER_TILE_ENV} must hold 7 or 8 comma-separated integers, got {override!r}")
         return values
-    small_decode_tiles = decode_rows == SMALL_DECODE_ROWS
-    prefill_tile = MIXED_HOPPER_PREFILL_TILE.get(head_dim)
-    if heavy_prefill and small_decode_tiles and prefill_tile and _tile_takes_pages(prefill_tile, page_size):
+    prefill_tile = MIXED_HOPPER_PREFILL_TILE.get((head_dim, decode_rows))
+    if prefill_tile and (heavy_prefill or _whole_decode_ring(prefill_tile)) \
+            and _tile_takes_pages(prefill_tile, page_size):
         return prefill_tile
     tile = MIXED_HOPPER_TILE[head_dim]
     registers = MIXED_HOPPER_SMALL_DECODE_REGISTERS.get(head_dim)
-    if small_decode_tiles and registers:
+    if decode_rows == SMALL_DECODE_ROWS and registers:
         tile = (*tile[:4], *registers, tile[6])
     return tile
+
+
+def _whole_decode_ring(tile: tuple[int, ...]) -> bool:
+    """Whether a tile's decode ring has a V slot for each K slot (its optional eighth field absent)."""
+    return len(tile) == 7

@@ -117,16 +117,31 @@ def test_mixed_kernel_with_eight_row_decode_tiles(case: AttentionCase) -> None:
     check_output(case, inputs)
 
 
-@pytest.mark.parametrize("case", EIGHT_ROW_CASES, ids=str)
+HEAVY_PREFILL_CASES = [
+    *EIGHT_ROW_CASES,
+    # verification steps of 2-4 queries at group 4 (16-row decode tiles)
+    C((1, 4, 1, 3, 2) + DECODES_Q + (700,), (50, 900, 1, 2049, 64) + DECODES_KV + (2000,), heads=(32, 8), d_qk=128,
+      d_v=128, dtype=torch.bfloat16, layout="paged", page_size=16, causal=True, bottom_right=True),
+    # d64: 128-key prefill tiles beside the whole decode ring, over pages and a non-paged cache
+    C(DECODES_Q + (700,), DECODES_KV + (2000,), heads=(32, 8), d_qk=64, d_v=64, dtype=torch.bfloat16, layout="paged",
+      page_size=16, causal=True, bottom_right=True),
+    C(DECODES_Q + (700,), DECODES_KV + (2000,), heads=(16, 4), d_qk=64, d_v=64, dtype=torch.float16, layout="cache",
+      causal=True, bottom_right=True),
+]
+"""Mixed batches whose prefill outweighs their decodes (hopper_mixed.prefill_outweighs_decodes) with decode tiles of
+8 or 16 rows, at d128 and d64: MIXED_HOPPER_PREFILL_TILE's tiles."""
+
+
+@pytest.mark.parametrize("case", HEAVY_PREFILL_CASES, ids=str)
 def test_a_heavy_prefill_runs_on_the_prefill_tile(case: AttentionCase) -> None:
-    """The same batches with total_kv as a serving step passes it: their prefill outweighs the decodes
-    (hopper_mixed.prefill_outweighs_decodes), so the plan takes MIXED_HOPPER_PREFILL_TILE without an override."""
+    """The batches with their real token count and total_kv, as a serving step passes them: the plan takes
+    MIXED_HOPPER_PREFILL_TILE's tile for its head dim and decode tile rows without an override."""
     inputs = build_inputs(case, "cuda")
     inputs["call"]["total_q"] = sum(case.q_lens)
     inputs["call"]["total_kv"] = sum(case.kv_lens)
     _run(inputs)
     (plan,) = launcher._plans.values()
-    assert plan.tile == MIXED_HOPPER_PREFILL_TILE[128], plan.tile
+    assert plan.tile == MIXED_HOPPER_PREFILL_TILE[case.d_qk, plan.decode_rows], (plan.tile, plan.decode_rows)
     check_output(case, inputs)
 
 
