@@ -81,6 +81,8 @@ MIXED_HOPPER_TILE's (with 192 / 104 at d128, 8 rows), with the host values' pref
 - d64, GQA 32/8, one-token decodes (out/call5/d64): M2's shape 0.856, a 4k prefill + 64 decodes at 2k 0.893, M1's
   1.001 at 208 / 72; 176 / 136 0.869 / 0.909 / 0.993; one V slot (the d128 tile) 0.854 / 0.898 / 1.808.
 
+Read back as the defaults (out/call6), against MIXED_HOPPER_TILE's: verification steps 1,012.1 / 286.5 / 320.7 against
+1,115.0 / 287.6 / 351.6 us (M2's shape, M1's, the 4k prefill); d64 655.9 / 169.6 / 201.7 against 758.3 / 169.3 / 224.2.
 Other decode tile rows (32 and 64: MQA, longer verification steps) were not measured: MIXED_HOPPER_TILE's."""
 
 PREFILL_TO_DECODE_RATIO = 48
