@@ -96,13 +96,15 @@ TILE_RULE_NON_PAGED = ("MX 2k chunk on 14k prefix + 128 decodes @2k", "MX 2k pre
                        "MX 4k prefill + 64 decodes @2k")
 """tile_rule_cells' batches that run over a non-paged cache too: one on each side of the rule and one near it."""
 TILE_RULE_OTHER_BATCHES = (((2048, 16384), 64, 4096), ((2048, 2048), 128, 2048), ((4096, 4096), 64, 2048))
-"""M2's, M1's and a batch between them, for tile_rule_cells' verification-step ("MXV") and d64 ("MXD") cells."""
+"""M2's, M1's and a batch between them, for tile_rule_cells' verification-step ("MXV"), d64 ("MXD"), MQA ("MXQ") and d64
+verification-step ("MXDV") cells."""
 
 
 def tile_rule_cells(cfg: BenchConfig) -> list[Cell]:
     """Whole mixed batches (page 16, bf16, d128, GQA 32/8) between M1 and M2, and three of them over a non-paged
     cache, for the rule that picks the mixed kernel's prefill tile per batch
-    (hopper_mixed.prefill_outweighs_decodes); then TILE_RULE_OTHER_BATCHES with verification steps and at d64.
+    (hopper_mixed.prefill_outweighs_decodes); then TILE_RULE_OTHER_BATCHES with verification steps, at d64, with MQA
+    and at d64 with verification steps.
     Cells for env_ab, not part of this suite's run; none under --smoke."""
     if cfg.smoke:
         return []
@@ -114,15 +116,21 @@ def tile_rule_cells(cfg: BenchConfig) -> list[Cell]:
              for (chunk, kv), decodes, context in TILE_RULE_BATCHES]
     non_paged = [replace(cell, name=cell.name.replace(" p16", " non-paged"), kv_source="dense", page_size=None)
                  for cell in paged if cell.name.startswith(TILE_RULE_NON_PAGED)]
-    # not yet under the rule (other tiles or register splits may suit them): verification steps of 4 queries
-    # (16-row decode tiles), "MXV ...", and head dim 64, "MXD ..."
+    # measured for MIXED_HOPPER_PREFILL_TILE's other entries: verification steps of 4 queries (16-row decode tiles),
+    # "MXV ...", head dim 64, "MXD ...", MQA (32-row decode tiles), "MXQ ...", d64 verification steps, "MXDV ..."
     verify = [_mixed(name(chunk, kv, decodes, context).replace("MX ", "MXV ").replace("decodes", "verify q4"),
                      (chunk, kv), decodes, context, bench_dtype(cfg), queries=4).whole
               for (chunk, kv), decodes, context in TILE_RULE_OTHER_BATCHES]
     d64 = [_mixed(name(chunk, kv, decodes, context).replace("MX ", "MXD d64 "), (chunk, kv), decodes, context,
                   bench_dtype(cfg), head_dim=64).whole
            for (chunk, kv), decodes, context in TILE_RULE_OTHER_BATCHES]
-    return paged + non_paged + verify + d64
+    mqa = [_mixed(name(chunk, kv, decodes, context).replace("MX ", "MXQ MQA 32/1 "), (chunk, kv), decodes, context,
+                  bench_dtype(cfg), heads=(32, 1)).whole
+           for (chunk, kv), decodes, context in TILE_RULE_OTHER_BATCHES]
+    d64_verify = [_mixed(name(chunk, kv, decodes, context).replace("MX ", "MXDV d64 ").replace("decodes", "verify q4"),
+                         (chunk, kv), decodes, context, bench_dtype(cfg), head_dim=64, queries=4).whole
+                  for (chunk, kv), decodes, context in TILE_RULE_OTHER_BATCHES]
+    return paged + non_paged + verify + d64 + mqa + d64_verify
 
 
 def _k(tokens: int) -> str:

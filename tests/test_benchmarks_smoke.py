@@ -588,10 +588,11 @@ def test_tile_rule_cells_are_mixed_batches_env_ab_can_pick() -> None:
     non_paged = [cell for cell in cells if cell.kv_source == "dense"]
     ruled = [cell for cell in cells if cell.name.startswith("MX ")]
     assert len(ruled) == len(bench_mixed.TILE_RULE_BATCHES) + len(bench_mixed.TILE_RULE_NON_PAGED) == 14
-    assert len(cells) == len(ruled) + 2 * len(bench_mixed.TILE_RULE_OTHER_BATCHES)
+    assert len(cells) == len(ruled) + 4 * len(bench_mixed.TILE_RULE_OTHER_BATCHES)
     assert len({cell.name for cell in cells}) == len(cells) and all("non-paged" in c.name for c in non_paged)
     assert all(cell.problem.head_dim == 64 for cell in cells if cell.name.startswith("MXD d64 "))
-    assert all(set(cell.problem.q_lens[1:]) == {4} for cell in cells if cell.name.startswith("MXV "))
+    assert all(set(cell.problem.q_lens[1:]) == {4} for cell in cells if cell.name.startswith(("MXV ", "MXDV ")))
+    assert all(cell.problem.heads_kv == 1 for cell in cells if cell.name.startswith("MXQ "))
     for cell in cells:
         q_lens = cell.problem.q_lens
         assert configs.mixed_batch(len(q_lens), sum(q_lens), max(q_lens)), cell.name
