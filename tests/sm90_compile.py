@@ -235,7 +235,8 @@ def mixed_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
     """Launches of the Gluon sm90 mixed-batch kernel (attention_mixed_hopper.py) with its plans' tiles: 16-token
     pages causal bottom-right at d128 (decode tiles of 8 rows), a non-paged cache with start offsets (16 rows),
     256-token pages at d64 without a mask (64 rows); the first two again with a heavy prefill's tiles (128-key
-    prefill tiles, one decode V slot), and 16-token pages at d64 (8 rows: 128-key prefill tiles, the whole ring)."""
+    prefill tiles, one decode V slot) and 64-token pages with 32-row decode tiles on one, and 16-token pages and a
+    non-paged cache at d64 (8 and 16 rows: 128-key prefill tiles, the whole ring)."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -246,7 +247,8 @@ def mixed_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
     cu = torch.zeros(3, dtype=torch.int32)
     for head_dim, page_size, causal, starts, decode_rows, heavy_prefill in (
             (128, 16, True, False, 8, False), (128, 0, True, True, 16, False), (64, 256, False, False, 64, False),
-            (128, 16, True, False, 8, True), (128, 0, True, True, 16, True), (64, 16, True, False, 8, False)):
+            (128, 16, True, False, 8, True), (128, 0, True, True, 16, True), (128, 64, True, False, 32, True),
+            (64, 16, True, False, 8, False), (64, 0, True, True, 16, False)):
         tile = _tile(head_dim, decode_rows, heavy_prefill, page_size)
         block_n, stages, decode_block_n, decode_stages, consumer_registers, decode_registers, maxnreg = tile[:7]
         q = torch.zeros(256, 4 * head_dim, dtype=torch.bfloat16)

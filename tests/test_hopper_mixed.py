@@ -142,7 +142,7 @@ def test_a_tile_override_of_another_length_is_refused(monkeypatch: pytest.Monkey
     (None, 128, 8, (192, 104)),  # one-token decodes of groups up to 8: the prefill consumers take the decodes' spare
     (None, 128, 16, (176, 136)),  # verification steps: the decode loop keeps its registers
     (None, 64, 8, (208, 72)),  # d64: MIXED_HOPPER_PREFILL_TILE's (its whole decode ring fits beside 128-key tiles)
-    (None, 64, 16, (176, 136)),  # d64's 16-row decode tiles: not measured, MIXED_HOPPER_TILE's
+    (None, 64, 16, (192, 104)),  # d64's 16-row decode tiles: MIXED_HOPPER_PREFILL_TILE's too
     ("64,2,64,3,176,136,128", 128, 8, (176, 136)),  # the A/B override wins
 ])
 def test_register_split_follows_the_decode_tiles(monkeypatch: pytest.MonkeyPatch, override: str | None,
@@ -195,7 +195,7 @@ def test_without_a_mean_kv_length_the_decodes_count_as_heavy() -> None:
     (128, 4, 16, 4352, True),  # verification steps (16-row decode tiles): their own register split
     (128, 4, 16, None, False),
     (64, 1, 16, None, True),  # d64: the whole decode ring fits beside 128-key tiles, every batch takes them
-    (64, 4, 16, 4352, False),  # d64 with 16-row decode tiles: not measured
+    (64, 4, 16, None, True),  # d64 with 16-row decode tiles: the whole ring too
 ])
 def test_plans_take_the_prefill_tile_where_the_rule_and_the_kernel_allow(
         monkeypatch: pytest.MonkeyPatch, head_dim: int, queries: int, page_size: int, mean_kv: int | None,

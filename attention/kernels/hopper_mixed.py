@@ -62,7 +62,9 @@ MIXED_HOPPER_PREFILL_TILE holds that tile (and others), and prefill_outweighs_de
 MIXED_HOPPER_PREFILL_TILE = {
     (128, 8): (128, 2, 64, 2, 208, 72, 128, 1),
     (128, 16): (128, 2, 64, 2, 192, 104, 128, 1),
+    (128, 32): (128, 2, 64, 2, 192, 104, 128, 1),
     (64, 8): (128, 2, 64, 3, 208, 72, 128),
+    (64, 16): (128, 2, 64, 3, 192, 104, 128),
 }
 """(head dim, decode tile rows) -> a tile of 128-key prefill tiles in place of MIXED_HOPPER_TILE's (_tile): at d128
 its decode ring holds two K slots and one V slot (217,688 B of shared memory), which costs the decodes, so only
@@ -83,7 +85,13 @@ MIXED_HOPPER_TILE's (with 192 / 104 at d128, 8 rows), with the host values' pref
 
 Read back as the defaults (out/call6), against MIXED_HOPPER_TILE's: verification steps 1,012.1 / 286.5 / 320.7 against
 1,115.0 / 287.6 / 351.6 us (M2's shape, M1's, the 4k prefill); d64 655.9 / 169.6 / 201.7 against 758.3 / 169.3 / 224.2.
-Other decode tile rows (32 and 64: MQA, longer verification steps) were not measured: MIXED_HOPPER_TILE's."""
+
+- d128, MQA 32/1, one-token decodes (32 rows; out/call7/mqa): 0.898 / 1.002 / 0.922 at 192 / 104, 1.138 / 1.098 /
+  1.148 at 176 / 136 (the decode loop's 32 rows spill at the prefill consumers' 176).
+- d64, verification steps of 4 (16 rows; out/call7/d64v), the whole ring: 0.877 / 0.992 / 0.924 at 192 / 104, 0.885 /
+  0.997 / 0.927 at 176 / 136.
+
+64-row decode tiles (16 query heads a KV head with 4 queries, or 64 with one) were not measured: MIXED_HOPPER_TILE's."""
 
 PREFILL_TO_DECODE_RATIO = 48
 """prefill_outweighs_decodes' threshold: query-key pairs of the prefill per decode KV token (between the measured

@@ -122,6 +122,12 @@ HEAVY_PREFILL_CASES = [
     # verification steps of 2-4 queries at group 4 (16-row decode tiles)
     C((1, 4, 1, 3, 2) + DECODES_Q + (700,), (50, 900, 1, 2049, 64) + DECODES_KV + (2000,), heads=(32, 8), d_qk=128,
       d_v=128, dtype=torch.bfloat16, layout="paged", page_size=16, causal=True, bottom_right=True),
+    # MQA (32-row decode tiles)
+    C(DECODES_Q + (700,), DECODES_KV + (2000,), heads=(32, 1), d_qk=128, d_v=128, dtype=torch.bfloat16,
+      layout="paged", page_size=64, causal=True, bottom_right=True),
+    # d64 verification steps (16 rows)
+    C((1, 4, 1, 3, 2) + DECODES_Q + (700,), (50, 900, 1, 2049, 64) + DECODES_KV + (2000,), heads=(32, 8), d_qk=64,
+      d_v=64, dtype=torch.bfloat16, layout="paged", page_size=16, causal=True, bottom_right=True),
     # d64: 128-key prefill tiles beside the whole decode ring, over pages and a non-paged cache
     C(DECODES_Q + (700,), DECODES_KV + (2000,), heads=(32, 8), d_qk=64, d_v=64, dtype=torch.bfloat16, layout="paged",
       page_size=16, causal=True, bottom_right=True),
@@ -129,7 +135,7 @@ HEAVY_PREFILL_CASES = [
       causal=True, bottom_right=True),
 ]
 """Mixed batches whose prefill outweighs their decodes (hopper_mixed.prefill_outweighs_decodes) with decode tiles of
-8 or 16 rows, at d128 and d64: MIXED_HOPPER_PREFILL_TILE's tiles."""
+8, 16 or 32 rows, at d128 and d64: MIXED_HOPPER_PREFILL_TILE's tiles."""
 
 
 @pytest.mark.parametrize("case", HEAVY_PREFILL_CASES, ids=str)
