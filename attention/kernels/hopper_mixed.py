@@ -82,15 +82,13 @@ MIXED_HOPPER_TILE's (with 192 / 104 at d128, 8 rows), with the host values' pref
   0.885, M1's 1.401 at 192 / 104; 208 / 72 and 200 / 88 slower (0.908 / 0.904, 0.960 / 0.898, 1.548 / 1.430).
 - d64, GQA 32/8, one-token decodes (out/call5/d64): M2's shape 0.856, a 4k prefill + 64 decodes at 2k 0.893, M1's
   1.001 at 208 / 72; 176 / 136 0.869 / 0.909 / 0.993; one V slot (the d128 tile) 0.854 / 0.898 / 1.808.
-
-Read back as the defaults (out/call6), against MIXED_HOPPER_TILE's: verification steps 1,012.1 / 286.5 / 320.7 against
-1,115.0 / 287.6 / 351.6 us (M2's shape, M1's, the 4k prefill); d64 655.9 / 169.6 / 201.7 against 758.3 / 169.3 / 224.2.
-
-- d128, MQA 32/1, one-token decodes (32 rows; out/call7/mqa): 0.898 / 1.002 / 0.922 at 192 / 104, 1.138 / 1.098 /
-  1.148 at 176 / 136 (the decode loop's 32 rows spill at the prefill consumers' 176).
+- d128, MQA 32/1, one-token decodes (32 rows; out/call7/mqa), the same three shapes: 0.898 / 1.002 / 0.922 at 192 /
+  104, 1.138 / 1.098 / 1.148 at 176 / 136.
 - d64, verification steps of 4 (16 rows; out/call7/d64v), the whole ring: 0.877 / 0.992 / 0.924 at 192 / 104, 0.885 /
   0.997 / 0.927 at 176 / 136.
 
+Read back as the defaults (out/call6), against MIXED_HOPPER_TILE's: verification steps 1,012.1 / 286.5 / 320.7 against
+1,115.0 / 287.6 / 351.6 us (M2's shape, M1's, the 4k prefill); d64 655.9 / 169.6 / 201.7 against 758.3 / 169.3 / 224.2.
 64-row decode tiles (16 query heads a KV head with 4 queries, or 64 with one) were not measured: MIXED_HOPPER_TILE's."""
 
 PREFILL_TO_DECODE_RATIO = 48
