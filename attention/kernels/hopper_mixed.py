@@ -91,10 +91,13 @@ Read back as the defaults (out/call6), against MIXED_HOPPER_TILE's: verification
 1,115.0 / 287.6 / 351.6 us (M2's shape, M1's, the 4k prefill); d64 655.9 / 169.6 / 201.7 against 758.3 / 169.3 / 224.2.
 64-row decode tiles (16 query heads a KV head with 4 queries, or 64 with one) were not measured: MIXED_HOPPER_TILE's."""
 
-PREFILL_TO_DECODE_RATIO = 48
-"""prefill_outweighs_decodes' threshold: query-key pairs of the prefill per decode KV token (between the measured
-loss at 38 and gain at 54 with one-token decodes, MIXED_HOPPER_PREFILL_TILE's docstring; with 4-query verification
-steps the measured batches fall on the same sides)."""
+PREFILL_TO_DECODE_RATIO = 192
+"""prefill_outweighs_decodes' threshold: query-key pairs of the prefill times the query heads a KV head, per decode KV
+token. Measured at GQA 32/8 (4 heads a KV head; MIXED_HOPPER_PREFILL_TILE's docstring, whose ratios are pairs per
+token): between the loss at 4 x 38 and the gain at 4 x 54 with one-token decodes, and 4-query verification steps fall
+on the same sides. The heads weigh the prefill's work against the decodes' bytes, which one V slot slows: with MQA
+(32 heads a KV head) M1's shape, at 32 x 8 = 256, ran 1.002x the 64-key tile's time (a tie) and the heavier two
+0.90 / 0.92; MHA (1) was not measured, and takes the tile only from 192 pairs a decode KV token."""
 
 MIXED_HOPPER_SMALL_DECODE_REGISTERS = {128: (192, 104)}
 """Head dim -> (consumer registers, decode registers) in place of MIXED_HOPPER_TILE's when the decode tiles have
@@ -245,7 +248,8 @@ def plan_mixed_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads_k
                              num_sms=num_sms, total_q=total_q, decode_rows=decode_rows)
     if roles is not None:
         return roles
-    heavy_prefill = prefill_outweighs_decodes(num_seqs, max_seqlen_q, max_seqlen_kv, mean_seqlen_kv, causal)
+    heavy_prefill = prefill_outweighs_decodes(num_seqs, max_seqlen_q, max_seqlen_kv, mean_seqlen_kv, causal,
+                                              group_size)
     tile = _tile(q.shape[3], decode_rows, heavy_prefill, page_size)
     block_n, decode_block_n = tile[0], tile[2]
     return MixedHopperPlan(
@@ -287,24 +291,27 @@ def mixed_decode_rows(group_size: int, num_seqs: int, total_q: int, max_seqlen_q
 
 
 def prefill_outweighs_decodes(num_seqs: int, max_seqlen_q: int, max_seqlen_kv: int, mean_seqlen_kv: int | None,
-                              causal: bool) -> bool:
+                              causal: bool, group_size: int) -> bool:
     """Whether a mixed batch's prefill work outweighs its decodes' reads enough for MIXED_HOPPER_PREFILL_TILE: the
     longest query sequence's query-key pairs (taken as the prefill, over the longest KV; causal: its rows see
-    max_seqlen_kv - max_seqlen_q / 2 keys on average) at least PREFILL_TO_DECODE_RATIO times the other sequences'
-    KV tokens (num_seqs x the mean KV length less the prefill's). Without a mean KV length (no ``total_kv``) the
-    decodes' reads are unknown: False. A wrong guess costs speed, never correctness.
+    max_seqlen_kv - max_seqlen_q / 2 keys on average) times ``group_size`` (query heads a KV head: the prefill's
+    work per KV head's bytes) at least PREFILL_TO_DECODE_RATIO times the other sequences' KV tokens (num_seqs x the
+    mean KV length less the prefill's). Without a mean KV length (no ``total_kv``) the decodes' reads are unknown:
+    False. A wrong guess costs speed, never correctness.
 
     Example:
-        >>> prefill_outweighs_decodes(65, 2048, 16384, 4352, causal=True)  # 2k chunk on 14k + 64 decodes at 4k
+        >>> prefill_outweighs_decodes(65, 2048, 16384, 4352, causal=True, group_size=4)  # M2: 2k chunk on 14k + 64
         True
-        >>> prefill_outweighs_decodes(129, 2048, 2048, 2048, causal=True)  # 2k prefill + 128 decodes at 2k
+        >>> prefill_outweighs_decodes(129, 2048, 2048, 2048, causal=True, group_size=4)  # M1: 2k + 128 decodes @2k
+        False
+        >>> prefill_outweighs_decodes(65, 2048, 16384, 4352, causal=True, group_size=1)  # M2 with MHA: 4x the reads
         False
     """
     if mean_seqlen_kv is None:
         return False
     prefill_pairs = max_seqlen_q * (max_seqlen_kv - max_seqlen_q / 2 if causal else max_seqlen_kv)
     decode_tokens = num_seqs * mean_seqlen_kv - max_seqlen_kv
-    return prefill_pairs >= PREFILL_TO_DECODE_RATIO * decode_tokens
+    return prefill_pairs * group_size >= PREFILL_TO_DECODE_RATIO * decode_tokens
 
 
 def _tile(head_dim: int, decode_rows: int = 0, heavy_prefill: bool = False, page_size: int = 0) -> tuple[int, ...]:
