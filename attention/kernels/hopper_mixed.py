@@ -70,7 +70,8 @@ MIXED_HOPPER_PREFILL_TILE = {
 its decode ring holds two K slots and one V slot (217,688 B of shared memory), which costs the decodes, so only
 batches whose prefill outweighs them (prefill_outweighs_decodes) take it; at d64 the whole three-stage ring fits, and
 every batch does. H200, 2026-12-04, env_ab, two rounds, graph replays, settled, page 16, time against
-MIXED_HOPPER_TILE's (with 192 / 104 at d128, 8 rows), with the host values' prefill / decode ratio:
+MIXED_HOPPER_TILE's (with 192 / 104 at d128, 8 rows), with the host values' prefill / decode ratio (query-key pairs
+a decode KV token; PREFILL_TO_DECODE_RATIO weighs them by the 4 query heads a KV head):
 
 - d128, one-token decodes (8 rows; docs/results/2026-12-04-h200-9d5f604/out/call1, "MX" cells: M2's shape with one
   quantity moved at a time): wins from ratio 54 up (a 2k chunk on 6k + 128 decodes at 2k 0.981 at 54, 128 decodes
