@@ -96,8 +96,12 @@ TILE_RULE_NON_PAGED = ("MX 2k chunk on 14k prefix + 128 decodes @2k", "MX 2k pre
                        "MX 4k prefill + 64 decodes @2k")
 """tile_rule_cells' batches that run over a non-paged cache too: one on each side of the rule and one near it."""
 TILE_RULE_OTHER_BATCHES = (((2048, 16384), 64, 4096), ((2048, 2048), 128, 2048), ((4096, 4096), 64, 2048))
-"""M2's, M1's and a batch between them, for tile_rule_cells' verification-step ("MXV"), d64 ("MXD"), MQA ("MXQ") and d64
-verification-step ("MXDV") cells."""
+"""M2's, M1's and a batch between them, for tile_rule_cells' cells of TILE_RULE_OTHER_SHAPES."""
+TILE_RULE_OTHER_SHAPES = (("MXV ", {"queries": 4}), ("MXD d64 ", {"head_dim": 64}),
+                          ("MXQ MQA 32/1 ", {"heads": (32, 1)}), ("MXDV d64 ", {"head_dim": 64, "queries": 4}))
+"""(name prefix, _mixed's arguments) of the batches measured for MIXED_HOPPER_PREFILL_TILE's other entries:
+verification steps of 4 queries (16-row decode tiles), head dim 64, MQA (32-row decode tiles), d64 verification
+steps."""
 
 
 def tile_rule_cells(cfg: BenchConfig) -> list[Cell]:
@@ -108,29 +112,19 @@ def tile_rule_cells(cfg: BenchConfig) -> list[Cell]:
     Cells for env_ab, not part of this suite's run; none under --smoke."""
     if cfg.smoke:
         return []
-    def name(chunk: int, kv: int, decodes: int, context: int) -> str:
+    def name(chunk: int, kv: int, decodes: int, context: int, prefix: str = "MX ", steps: str = "decodes") -> str:
         prefill = f"{_k(chunk)} chunk on {_k(kv - chunk)} prefix" if kv > chunk else f"{_k(chunk)} prefill"
-        return f"MX {prefill} + {decodes} decodes @{_k(context)} p16"
+        return f"{prefix}{prefill} + {decodes} {steps} @{_k(context)} p16"
 
     paged = [_mixed(name(chunk, kv, decodes, context), (chunk, kv), decodes, context, bench_dtype(cfg)).whole
              for (chunk, kv), decodes, context in TILE_RULE_BATCHES]
     non_paged = [replace(cell, name=cell.name.replace(" p16", " non-paged"), kv_source="dense", page_size=None)
                  for cell in paged if cell.name.startswith(TILE_RULE_NON_PAGED)]
-    # measured for MIXED_HOPPER_PREFILL_TILE's other entries: verification steps of 4 queries (16-row decode tiles),
-    # "MXV ...", head dim 64, "MXD ...", MQA (32-row decode tiles), "MXQ ...", d64 verification steps, "MXDV ..."
-    verify = [_mixed(name(chunk, kv, decodes, context).replace("MX ", "MXV ").replace("decodes", "verify q4"),
-                     (chunk, kv), decodes, context, bench_dtype(cfg), queries=4).whole
+    others = [_mixed(name(chunk, kv, decodes, context, prefix, "verify q4" if "queries" in shape else "decodes"),
+                     (chunk, kv), decodes, context, bench_dtype(cfg), **shape).whole
+              for prefix, shape in TILE_RULE_OTHER_SHAPES
               for (chunk, kv), decodes, context in TILE_RULE_OTHER_BATCHES]
-    d64 = [_mixed(name(chunk, kv, decodes, context).replace("MX ", "MXD d64 "), (chunk, kv), decodes, context,
-                  bench_dtype(cfg), head_dim=64).whole
-           for (chunk, kv), decodes, context in TILE_RULE_OTHER_BATCHES]
-    mqa = [_mixed(name(chunk, kv, decodes, context).replace("MX ", "MXQ MQA 32/1 "), (chunk, kv), decodes, context,
-                  bench_dtype(cfg), heads=(32, 1)).whole
-           for (chunk, kv), decodes, context in TILE_RULE_OTHER_BATCHES]
-    d64_verify = [_mixed(name(chunk, kv, decodes, context).replace("MX ", "MXDV d64 ").replace("decodes", "verify q4"),
-                         (chunk, kv), decodes, context, bench_dtype(cfg), head_dim=64, queries=4).whole
-                  for (chunk, kv), decodes, context in TILE_RULE_OTHER_BATCHES]
-    return paged + non_paged + verify + d64 + mqa + d64_verify
+    return paged + non_paged + others
 
 
 def _k(tokens: int) -> str:
