@@ -5,6 +5,7 @@ against the reference and that padding rows of out were not written."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 import torch
@@ -33,6 +34,10 @@ ONE_TOKEN_DECODE_CASES = [
 ]
 """A prefill beside one-token decodes (groups 4, 8 and 1), and a 2-query decode beside a sequence of none: with the
 call's real token count, decode tiles of 8 rows (a group's rows; 2 queries x 4 heads)."""
+VERIFICATION_STEPS_CASE = C((1, 4, 1, 3, 2) + DECODES_Q + (700,), (50, 900, 1, 2049, 64) + DECODES_KV + (2000,),
+                            heads=(32, 8), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="paged", page_size=16,
+                            causal=True, bottom_right=True)
+"""Group 4 with verification steps of 2-4 queries beside a prefill (decode tiles of 16 rows)."""
 CASES = [
     *[C(MIXED_Q, MIXED_KV, heads=(32, 8), d_qk=128, d_v=128, dtype=dtype, layout="paged", page_size=page_size,
         causal=True, bottom_right=True)
@@ -47,9 +52,7 @@ CASES = [
     # a prefill beside one-token decodes (with build_inputs' padded total_q the host plans 16-row decode tiles;
     # test_mixed_kernel_with_eight_row_decode_tiles runs them on 8)
     *ONE_TOKEN_DECODE_CASES,
-    # group 4 with verification steps of 2-4 queries (decode tiles of 16 rows)
-    C((1, 4, 1, 3, 2) + DECODES_Q + (700,), (50, 900, 1, 2049, 64) + DECODES_KV + (2000,), heads=(32, 8), d_qk=128,
-      d_v=128, dtype=torch.bfloat16, layout="paged", page_size=16, causal=True, bottom_right=True),
+    VERIFICATION_STEPS_CASE,
     # MQA (group 32: decode tiles of 32 rows, full at one query token)
     C(MIXED_Q, MIXED_KV, heads=(32, 1), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="paged", page_size=64,
       causal=True, bottom_right=True),
@@ -119,20 +122,12 @@ def test_mixed_kernel_with_eight_row_decode_tiles(case: AttentionCase) -> None:
 
 HEAVY_PREFILL_CASES = [
     *EIGHT_ROW_CASES,
-    # verification steps of 2-4 queries at group 4 (16-row decode tiles)
-    C((1, 4, 1, 3, 2) + DECODES_Q + (700,), (50, 900, 1, 2049, 64) + DECODES_KV + (2000,), heads=(32, 8), d_qk=128,
-      d_v=128, dtype=torch.bfloat16, layout="paged", page_size=16, causal=True, bottom_right=True),
-    # MQA (32-row decode tiles)
-    C(DECODES_Q + (700,), DECODES_KV + (2000,), heads=(32, 1), d_qk=128, d_v=128, dtype=torch.bfloat16,
-      layout="paged", page_size=64, causal=True, bottom_right=True),
-    # d64 verification steps (16 rows)
-    C((1, 4, 1, 3, 2) + DECODES_Q + (700,), (50, 900, 1, 2049, 64) + DECODES_KV + (2000,), heads=(32, 8), d_qk=64,
-      d_v=64, dtype=torch.bfloat16, layout="paged", page_size=16, causal=True, bottom_right=True),
+    VERIFICATION_STEPS_CASE,  # 16-row decode tiles
+    replace(ONE_TOKEN_DECODE_CASES[0], heads=(32, 1), page_size=64),  # MQA (32-row decode tiles)
+    replace(VERIFICATION_STEPS_CASE, d_qk=64, d_v=64),  # d64 verification steps (16 rows)
     # d64: 128-key prefill tiles beside the whole decode ring, over pages and a non-paged cache
-    C(DECODES_Q + (700,), DECODES_KV + (2000,), heads=(32, 8), d_qk=64, d_v=64, dtype=torch.bfloat16, layout="paged",
-      page_size=16, causal=True, bottom_right=True),
-    C(DECODES_Q + (700,), DECODES_KV + (2000,), heads=(16, 4), d_qk=64, d_v=64, dtype=torch.float16, layout="cache",
-      causal=True, bottom_right=True),
+    replace(ONE_TOKEN_DECODE_CASES[0], d_qk=64, d_v=64),
+    replace(EIGHT_ROW_CASES[-1], heads=(16, 4), d_qk=64, d_v=64, dtype=torch.float16),
 ]
 """Mixed batches whose prefill outweighs their decodes (hopper_mixed.prefill_outweighs_decodes) with decode tiles of
 8, 16 or 32 rows, at d128 and d64: MIXED_HOPPER_PREFILL_TILE's tiles."""
