@@ -178,7 +178,7 @@ def test_the_prefill_tile_goes_to_the_batches_it_measured_faster_on(chunk: int, 
     assert prefill_outweighs_decodes(decodes + 1, chunk, kv_length, mean_kv, causal=True, group_size=4) is heavy
 
 
-def test_without_a_mean_kv_length_the_decodes_count_as_heavy() -> None:
+def test_the_rule_without_a_mean_kv_length_and_at_its_edges() -> None:
     assert not prefill_outweighs_decodes(65, 2048, 16384, None, causal=True, group_size=4)
     # one decode as long as the prefill; 64 of them
     assert prefill_outweighs_decodes(2, 2048, 16384, 16384, causal=True, group_size=4)
