@@ -83,7 +83,9 @@ def _prefill_first_step():
     (num_programs - 1 - p)-th of the second, and so on; its steps alternate between 2 * num_programs - 1 - 2p and
     2p + 1. Items run heaviest first, so a program that takes a round's heaviest item takes the next one's lightest.
     (A while loop over (item, step): a `for` over the rounds cost the 2k chunk on 14k + 64 decodes 5 % on the H200,
-    its consumers' inner loops compiled longer.)"""
+    its consumers' inner loops compiled longer. Items off a queue (an atomic counter) in the prefill kernel's L2
+    sections of KV heads measured within 2 % of this deal either way, across two leases: docs/benchmarks_log.md,
+    fifty-first session.)"""
     return 2 * gl.num_programs(0) - 1 - 2 * gl.program_id(0)
 
 
@@ -207,7 +209,10 @@ def _decode_producer(descriptors, buffers, decode_buffers, schedule, sequences, 
                      GROUP_SIZE: gl.constexpr):
     """1 warp: the K / V tiles of the program's decode items into the decode ring, as the decode warp group frees
     it (the prefill producer's loads: one TMA load a tile, or a page; a warp group issuing them itself paid a
-    barrier of its 4 warps before each). The next item's walk is loaded before this item's tiles."""
+    barrier of its 4 warps before each). The next item's walk is loaded before this item's tiles. Its loads run as
+    fast as the ring frees: paced to spread over the prefill's time (by %globaltimer, or by the prefill producer's
+    progress) they measured no faster on the 2k chunk on 14k + 64 decodes (docs/benchmarks_log.md, fifty-first
+    session)."""
     dq_smem = decode_buffers[0]
     page_table_ptr, page_table_stride, num_seqs, heads_kv = output[5], output[6], output[8], output[9]
     ROWS: gl.constexpr = dq_smem.type.shape[0]

@@ -78,7 +78,8 @@ a decode KV token; PREFILL_TO_DECODE_RATIO weighs them by the 4 query heads a KV
   at 4k beside M2's chunk 0.928 at 58, a 4k prefill + 64 decodes at 2k 0.903 at 61, M2 0.927 at 118, a 2k chunk on
   28k 0.875 at 226), losses up to 38 (a 2k chunk on 4k + 64 decodes at 4k 1.047 at 38, a 2k prefill + 32 decodes
   at 2k 1.083 at 32, M1 1.415 at 8); 200 / 88 within noise of 208 / 72. Read back under the rule (out/call2): every
-  cell, non-paged ones too, within noise of the faster tile.
+  cell, non-paged ones too, within noise of the faster tile. 192 / 104 on M2 (docs/results/2026-12-04-h200-7be5989,
+  calls 7-8): 0.987 / 0.981 of 208 / 72's time in four rounds, 0.989 / 1.000 in six (random pages / page runs), noise.
 - d128, verification steps of 4 queries (16 rows; out/call5/verify): M2's shape 0.896, a 4k prefill + 64 steps at 2k
   0.885, M1's 1.401 at 192 / 104; 208 / 72 and 200 / 88 slower (0.908 / 0.904, 0.960 / 0.898, 1.548 / 1.430).
 - d64, GQA 32/8, one-token decodes (out/call5/d64): M2's shape 0.856, a 4k prefill + 64 decodes at 2k 0.893, M1's
@@ -97,8 +98,9 @@ PREFILL_TO_DECODE_RATIO = 192
 token. Measured at GQA 32/8 (4 heads a KV head; MIXED_HOPPER_PREFILL_TILE's docstring, whose ratios are pairs per
 token): between the loss at 4 x 38 and the gain at 4 x 54 with one-token decodes, and 4-query verification steps fall
 on the same sides. The heads weigh the prefill's work against the decodes' bytes, which one V slot slows: with MQA
-(32 heads a KV head) M1's shape, at 32 x 8 = 256, ran 1.002x the 64-key tile's time (a tie) and the heavier two
-0.90 / 0.92; MHA (1) was not measured, and takes the tile only from 192 pairs a decode KV token."""
+(32 heads a KV head) M1's shape, at 32 x 8 = 256, ran 1.002x the 64-key tile's time (a tie; read back under the rule
+1.008x, 108.0 against 107.1 us: docs/results/2026-12-04-h200-7be5989/out/call1) and the heavier two 0.90 / 0.92; MHA
+(1) was not measured, and takes the tile only from 192 pairs a decode KV token."""
 
 MIXED_HOPPER_SMALL_DECODE_REGISTERS = {128: (192, 104)}
 """Head dim -> (consumer registers, decode registers) in place of MIXED_HOPPER_TILE's when the decode tiles have
