@@ -127,7 +127,7 @@ def _prefill_producer(descriptors, buffers, decode_buffers, schedule, sequences,
                       CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
                       HAS_KV_START: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                       DECODE_BLOCK_N: gl.constexpr, DECODE_STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
-                      GROUP_SIZE: gl.constexpr, DECODE_PREFETCH: gl.constexpr):
+                      GROUP_SIZE: gl.constexpr):
     """1 warp: for each of the program's prefill items, TMA loads of its Q halves (once the consumers released
     the previous item's), then its K / V tiles into the ring."""
     q_desc, k_desc, v_desc, _, _ = descriptors
@@ -206,7 +206,7 @@ def _decode_producer(descriptors, buffers, decode_buffers, schedule, sequences, 
                      CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
                      HAS_KV_START: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                      DECODE_BLOCK_N: gl.constexpr, DECODE_STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
-                     GROUP_SIZE: gl.constexpr, DECODE_PREFETCH: gl.constexpr):
+                     GROUP_SIZE: gl.constexpr):
     """1 warp: the K / V tiles of the program's decode items into the decode ring, as the decode warp group frees
     it (the prefill producer's loads: one TMA load a tile, or a page; a warp group issuing them itself paid a
     barrier of its 4 warps before each). The next item's walk is loaded before this item's tiles. Its loads run as
@@ -215,7 +215,6 @@ def _decode_producer(descriptors, buffers, decode_buffers, schedule, sequences, 
     session)."""
     dq_smem = decode_buffers[0]
     page_table_ptr, page_table_stride, num_seqs, heads_kv = output[5], output[6], output[8], output[9]
-    kv_pointers = output[10]
     ROWS: gl.constexpr = dq_smem.type.shape[0]
     HEAD_DIM: gl.constexpr = dq_smem.type.shape[1]
     num_items = num_seqs * heads_kv
@@ -230,54 +229,9 @@ def _decode_producer(descriptors, buffers, decode_buffers, schedule, sequences, 
                             BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START, GROUP_SIZE)
         if is_decode:
             pages = page_table_ptr + seq.to(gl.int64) * page_table_stride
-            if DECODE_PREFETCH == 0:
-                _load_decode_tiles((descriptors[3], descriptors[4]), decode_buffers, count, 0, num_tiles, k_row0,
-                                   v_row0, kv_head * HEAD_DIM, pages, kv_len, PAGE_SIZE, False)
-            else:
-                # the stream of this item's tiles, then the next item's, prefetched into L2 DECODE_PREFETCH tiles
-                # ahead of the tile whose loads wait for their slots
-                next_decode, next_seq, next_head, next_kv_len, next_tiles = walk[0], walk[1], walk[2], walk[4], walk[7]
-                next_decode = next_decode & (item < num_items)
-                next_pages = page_table_ptr + next_seq.to(gl.int64) * page_table_stride
-                for i in range(num_tiles):
-                    ahead = i + DECODE_PREFETCH
-                    if ahead < num_tiles:
-                        _prefetch_decode_tile(kv_pointers, k_row0, v_row0, kv_head * HEAD_DIM, pages, kv_len, ahead,
-                                              DECODE_BLOCK_N, PAGE_SIZE, HEAD_DIM)
-                    elif next_decode & (ahead - num_tiles < next_tiles):
-                        _prefetch_decode_tile(kv_pointers, walk[9], walk[10], next_head * HEAD_DIM, next_pages,
-                                              next_kv_len, ahead - num_tiles, DECODE_BLOCK_N, PAGE_SIZE, HEAD_DIM)
-                    _load_decode_tiles((descriptors[3], descriptors[4]), decode_buffers, count + i, i, 1, k_row0,
-                                       v_row0, kv_head * HEAD_DIM, pages, kv_len, PAGE_SIZE, False)
+            _load_decode_tiles((descriptors[3], descriptors[4]), decode_buffers, count, 0, num_tiles, k_row0, v_row0,
+                               kv_head * HEAD_DIM, pages, kv_len, PAGE_SIZE, False)
             count += num_tiles
-
-
-@gluon.jit
-def _prefetch_decode_tile(kv_pointers, k_row0, v_row0, kv_col, pages, kv_len, tile, BLOCK_N: gl.constexpr,
-                          PAGE_SIZE: gl.constexpr, HEAD_DIM: gl.constexpr):
-    """prefetch.global.L2 of KV tile ``tile``'s K and V rows of one KV head (a 128-byte line a lane at a time;
-    keys past kv_len repeat its last): the TMA loads that follow find them in L2."""
-    k_ptr, v_ptr, stride_ks, stride_vs = kv_pointers
-    LINE: gl.constexpr = 1024 // k_ptr.dtype.element_ty.primitive_bitwidth  # elements in 128 bytes
-    LINES: gl.constexpr = HEAD_DIM // LINE
-    layout: gl.constexpr = gl.BlockedLayout([1, LINES], [32, 1], [1, 1], [1, 0])
-    keys = tile * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
-    keys = gl.minimum(keys, gl.maximum(kv_len - 1, 0))
-    if PAGE_SIZE > 0:
-        k_rows = gl.load(pages + keys // PAGE_SIZE) * PAGE_SIZE + keys % PAGE_SIZE
-        v_rows = k_rows
-    else:
-        k_rows = k_row0 + keys
-        v_rows = v_row0 + keys
-    cols = kv_col + gl.arange(0, LINES, layout=gl.SliceLayout(0, layout)) * LINE
-    _prefetch_l2(k_ptr + (k_rows.to(gl.int64) * stride_ks)[:, None] + cols[None, :])
-    _prefetch_l2(v_ptr + (v_rows.to(gl.int64) * stride_vs)[:, None] + cols[None, :])
-
-
-@gluon.jit
-def _prefetch_l2(pointers):
-    gl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [pointers], dtype=gl.int32,
-                              is_pure=False, pack=1)
 
 
 @gluon.jit
@@ -285,7 +239,7 @@ def _decode(descriptors, buffers, decode_buffers, schedule, sequences, output,
             CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
             HAS_KV_START: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
             DECODE_BLOCK_N: gl.constexpr, DECODE_STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
-            GROUP_SIZE: gl.constexpr, DECODE_PREFETCH: gl.constexpr):
+            GROUP_SIZE: gl.constexpr):
     """4 warps: the program's decode items, each a KV head's query heads x the sequence's queries (at most
     DECODE_ROWS rows) through the sequence's KV tiles (the decode producer's ring of DECODE_STAGES), the way
     attention_decode_hopper.py's kernel runs a split (its ``_decode_tiles``)."""
@@ -311,7 +265,7 @@ def _first_consumer(descriptors, buffers, decode_buffers, schedule, sequences, o
                     CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
                     HAS_KV_START: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                     DECODE_BLOCK_N: gl.constexpr, DECODE_STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
-                    GROUP_SIZE: gl.constexpr, DECODE_PREFETCH: gl.constexpr):
+                    GROUP_SIZE: gl.constexpr):
     _prefill_consumer(buffers, schedule, sequences, output, 0, CAUSAL, BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START,
                       BLOCK_N, STAGES)
 
@@ -321,7 +275,7 @@ def _second_consumer(descriptors, buffers, decode_buffers, schedule, sequences, 
                      CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
                      HAS_KV_START: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                      DECODE_BLOCK_N: gl.constexpr, DECODE_STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
-                     GROUP_SIZE: gl.constexpr, DECODE_PREFETCH: gl.constexpr):
+                     GROUP_SIZE: gl.constexpr):
     """A worker partition: the same signature as the others (Gluon's rule for workers)."""
     _prefill_consumer(buffers, schedule, sequences, output, 1, CAUSAL, BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START,
                       BLOCK_N, STAGES)
@@ -330,14 +284,13 @@ def _second_consumer(descriptors, buffers, decode_buffers, schedule, sequences, 
 @gluon.jit
 def attention_mixed_hopper_kernel(
     q_desc, k_desc, v_desc, k_decode_desc, v_decode_desc, q_ptr, out_ptr,
-    cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr, k_ptr, v_ptr,
-    num_seqs, heads_kv, q_batch_rows, k_batch_rows, v_batch_rows, out_batch_rows, stride_qs, stride_os, stride_ks,
-    stride_vs, page_table_stride, qk_scale, tail_rows,
+    cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr,
+    num_seqs, heads_kv, q_batch_rows, k_batch_rows, v_batch_rows, out_batch_rows, stride_qs, stride_os,
+    page_table_stride, qk_scale, tail_rows,
     GROUP_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, DECODE_BLOCK_N: gl.constexpr,
     DECODE_STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr, CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr,
     HAS_Q_START: gl.constexpr, HAS_KV_START: gl.constexpr, LOG2_MAX_SEQS: gl.constexpr, DECODE_ROWS: gl.constexpr,
     CONSUMER_REGISTERS: gl.constexpr, DECODE_REGISTERS: gl.constexpr, DECODE_V_STAGES: gl.constexpr = 0,
-    DECODE_PREFETCH: gl.constexpr = 0,
 ):
     """Grid (programs,): persistent, one per SM. Tensors as attention_fwd_hopper_kernel's: q_desc / k_desc / v_desc
     over 2-D views [token rows, heads x head dim] with blocks [64, D] / [min(BLOCK_N, PAGE_SIZE), D], and
@@ -401,21 +354,21 @@ def attention_mixed_hopper_kernel(
     sequences = (cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, q_batch_rows, k_batch_rows,
                  v_batch_rows, out_batch_rows)
     output = (out_ptr, stride_os, qk_scale, q_ptr, stride_qs, page_table_ptr, page_table_stride, prefill_items,
-              num_seqs, heads_kv, (k_ptr, v_ptr, stride_ks, stride_vs))
+              num_seqs, heads_kv)
     gl.warp_specialize([  # (constexprs stay constexprs only as direct members of an argument tuple literal)
         (_first_consumer, (descriptors, buffers, decode_buffers, schedule, sequences, output, CAUSAL, BOTTOM_RIGHT,
                            HAS_Q_START, HAS_KV_START, BLOCK_N, STAGES, DECODE_BLOCK_N, DECODE_STAGES, PAGE_SIZE,
-                           GROUP_SIZE, DECODE_PREFETCH)),
+                           GROUP_SIZE)),
         (_second_consumer, (descriptors, buffers, decode_buffers, schedule, sequences, output, CAUSAL, BOTTOM_RIGHT,
                             HAS_Q_START, HAS_KV_START, BLOCK_N, STAGES, DECODE_BLOCK_N, DECODE_STAGES, PAGE_SIZE,
-                            GROUP_SIZE, DECODE_PREFETCH)),
+                            GROUP_SIZE)),
         (_prefill_producer, (descriptors, buffers, decode_buffers, schedule, sequences, output, CAUSAL, BOTTOM_RIGHT,
                              HAS_Q_START, HAS_KV_START, BLOCK_N, STAGES, DECODE_BLOCK_N, DECODE_STAGES, PAGE_SIZE,
-                             GROUP_SIZE, DECODE_PREFETCH)),
+                             GROUP_SIZE)),
         (_decode, (descriptors, buffers, decode_buffers, schedule, sequences, output, CAUSAL, BOTTOM_RIGHT,
                    HAS_Q_START, HAS_KV_START, BLOCK_N, STAGES, DECODE_BLOCK_N, DECODE_STAGES, PAGE_SIZE,
-                   GROUP_SIZE, DECODE_PREFETCH)),
+                   GROUP_SIZE)),
         (_decode_producer, (descriptors, buffers, decode_buffers, schedule, sequences, output, CAUSAL, BOTTOM_RIGHT,
                             HAS_Q_START, HAS_KV_START, BLOCK_N, STAGES, DECODE_BLOCK_N, DECODE_STAGES, PAGE_SIZE,
-                            GROUP_SIZE, DECODE_PREFETCH)),
+                            GROUP_SIZE)),
     ], [4, 1, 4, 1], [CONSUMER_REGISTERS, 24, DECODE_REGISTERS, 24])

@@ -121,10 +121,6 @@ MIXED_HOPPER_TILE_ENV = "ATTN_FUSED_HOPPER_MIXED_TILE"
 optional eighth, the decode ring's V slots when fewer than its K slots (a divisor of DECODE_STAGES), e.g.
 ``128,2,64,2,208,72,128,1``: 128-key prefill tiles beside a decode ring of two K slots and one V slot."""
 
-MIXED_HOPPER_PREFETCH_ENV = "ATTN_FUSED_HOPPER_MIXED_PREFETCH"
-"""Decode tiles the mixed kernel's decode producer prefetches into L2 (prefetch.global.L2) ahead of its TMA loads;
-unset or 0: none."""
-
 MIXED_HOPPER_MAX_SEQS = 512
 """Batches of fewer sequences only: the schedule's running sums cost each program MAX_SEQS**2 / 128 compares a
 thread before it starts (MAX_SEQS: the sequence count rounded up to a power of 2, at least 32)."""
@@ -178,10 +174,6 @@ class MixedHopperPlan(PersistentLaunch):
     (hopper_forward.RowsDescriptor)."""
     total_q: int = 0
     """The call's token rows: with ``zero_tail`` the launch zeroes out's rows cu_seqlens_q[num_seqs] .. total_q - 1."""
-    kv_token_strides: tuple[int, int] = (0, 0)
-    """K's and V's elements from one token row to the next (the decode producer's L2 prefetches address rows)."""
-    decode_prefetch: int = 0
-    """Decode tiles the decode producer prefetches into L2 ahead of its loads (MIXED_HOPPER_PREFETCH_ENV)."""
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor, q_start: torch.Tensor | None,
@@ -190,15 +182,15 @@ class MixedHopperPlan(PersistentLaunch):
         its rows past the last sequence are written as zeros too."""
         self._launch_for(zero_tail, page_table)(
             q, k, v, k, v, q, out, cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q if q_start is None else q_start,
-            cu_seqlens_kv if kv_start is None else kv_start, cu_seqlens_q if page_table is None else page_table, k, v)
+            cu_seqlens_kv if kv_start is None else kv_start, cu_seqlens_q if page_table is None else page_table)
 
     def _kernel_launch(self, zero_tail: bool, table_stride: int) -> KernelLaunch:
-        """attention_mixed_hopper_kernel's launch, all but its 14 tensor arguments fixed."""
+        """attention_mixed_hopper_kernel's launch, all but its 12 tensor arguments fixed."""
         block_n, stages, decode_block_n, decode_stages, consumer_registers, decode_registers, maxnreg = self.tile[:7]
         return KernelLaunch(
             attention_mixed_hopper_kernel, (self.programs,),
             scalars=(self.num_seqs, self.heads_kv, *self.batch_rows, self.q_token_stride, self.out_token_stride,
-                     *self.kv_token_strides, table_stride, self.softmax_scale_log2, self.total_q if zero_tail else 0),
+                     table_stride, self.softmax_scale_log2, self.total_q if zero_tail else 0),
             constexprs={
                 "GROUP_SIZE": self.group_size, "BLOCK_N": block_n, "STAGES": stages,
                 "DECODE_BLOCK_N": decode_block_n, "DECODE_STAGES": decode_stages, "PAGE_SIZE": self.page_size,
@@ -206,7 +198,6 @@ class MixedHopperPlan(PersistentLaunch):
                 "HAS_KV_START": self.has_kv_start, "LOG2_MAX_SEQS": max(5, self.num_seqs.bit_length()),
                 "DECODE_ROWS": self.decode_rows, "CONSUMER_REGISTERS": consumer_registers,
                 "DECODE_REGISTERS": decode_registers, "DECODE_V_STAGES": (*self.tile, 0)[7],
-                "DECODE_PREFETCH": self.decode_prefetch,
             },
             options={"num_warps": 4, "maxnreg": maxnreg}, descriptors=self.descriptors)
 
@@ -264,17 +255,15 @@ def plan_mixed_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads_k
                                               group_size)
     tile = _tile(q.shape[3], decode_rows, heavy_prefill, page_size)
     block_n, decode_block_n = tile[0], tile[2]
-    descriptors = (RowsDescriptor.of(q, HOPPER_ROWS_PER_GROUP), RowsDescriptor.of(k, block_n, page_size),
-                   RowsDescriptor.of(v, block_n, page_size), RowsDescriptor.of(k, decode_block_n, page_size),
-                   RowsDescriptor.of(v, decode_block_n, page_size))
     return MixedHopperPlan(
-        descriptors=descriptors,
+        descriptors=(RowsDescriptor.of(q, HOPPER_ROWS_PER_GROUP), RowsDescriptor.of(k, block_n, page_size),
+                     RowsDescriptor.of(v, block_n, page_size), RowsDescriptor.of(k, decode_block_n, page_size),
+                     RowsDescriptor.of(v, decode_block_n, page_size)),
         programs=num_sms, group_size=group_size, heads_kv=heads_kv, num_seqs=num_seqs, batch_rows=batch_rows,
         q_token_stride=q.stride(-3), out_token_stride=out_token_stride,
         softmax_scale_log2=scale_log2(softmax_scale), page_size=page_size, causal=causal,
         bottom_right=bool(bottom_right), has_q_start=has_q_start, has_kv_start=has_kv_start,
-        tile=tile, decode_rows=decode_rows, total_q=total_q,
-        kv_token_strides=(descriptors[1].token_stride, descriptors[2].token_stride), decode_prefetch=int(getenv(MIXED_HOPPER_PREFETCH_ENV, "0")))
+        tile=tile, decode_rows=decode_rows, total_q=total_q)
 
 
 def decode_tile_rows(rows: int) -> int:
