@@ -212,6 +212,9 @@ def _decode_producer(descriptors, buffers, decode_buffers, schedule, sequences, 
     barrier of its 4 warps before each). The next item's walk is loaded before this item's tiles. Its loads run as
     fast as the ring frees: paced to spread over the prefill's time (by %globaltimer, or by the prefill producer's
     progress) they measured no faster on the 2k chunk on 14k + 64 decodes (docs/benchmarks_log.md, fifty-first
+    session), and with their tiles prefetched into L2 a few tiles ahead 2-17 % slower (fifty-second). What they cost
+    the prefill beside them is their DRAM traffic's power: the launch runs at the H200's 700 W cap, and the decodes'
+    reads lower its SM clock (M2 1,515 against 1,680 MHz without them; in cycles they are free: fifty-second
     session)."""
     dq_smem = decode_buffers[0]
     page_table_ptr, page_table_stride, num_seqs, heads_kv = output[5], output[6], output[8], output[9]
