@@ -1,0 +1,204 @@
+"""SM clock and board power while a cell's calls run back to back: what the power cap takes from a launch.
+
+The H200 runs a long prefill at its 700 W cap, and a mixed launch's decodes (DRAM traffic) take their power out of the
+SM clock (docs/benchmarks_log.md, fifty-second session: M2's one launch at 1,515 MHz, its prefill alone at 1,665). Each
+cell named by ``--cells`` (substrings, any suite's) is built once per provider (``--providers``, default ``fused``),
+called back to back for ``--warmup-s``, then for ``--seconds`` while ``nvidia-smi`` samples the SM clock, the power
+draw and the clock-limit reasons every ``--interval-ms``. Prints and writes (``power.md``, ``power.csv``) per cell and
+provider: the samples, the median SM clock (p10-p90), the median power and how many samples the software power cap
+held. Needs ``nvidia-smi``; runs eager calls (a call shorter than the host's launch time leaves gaps: decode cells
+read low).
+
+    python -m benchmarks.power --cells "M2 2k chunk,M2 probe,M2 part" --out /tmp/power
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+SW_POWER_CAP = 0x4
+"""nvidia-smi's clocks_event_reasons bit for the software power cap (the board's power limit)."""
+
+QUERY = "timestamp,clocks.sm,power.draw,clocks_throttle_reasons.active"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One nvidia-smi reading."""
+
+    at: datetime.datetime
+    sm_mhz: float
+    power_w: float
+    reasons: int
+
+
+def parse_samples(lines: Iterable[str]) -> list[Sample]:
+    """nvidia-smi ``--query-gpu={QUERY} --format=csv,noheader,nounits`` lines -> samples (unreadable lines dropped).
+
+    Example:
+        >>> parse_samples(["2026/12/04 15:30:33.262, 1515, 691.20, 0x0000000000000004"])[0].sm_mhz
+        1515.0
+    """
+    samples = []
+    for line in lines:
+        fields = [field.strip() for field in line.split(",")]
+        if len(fields) != 4:
+            continue
+        try:
+            samples.append(Sample(datetime.datetime.strptime(fields[0], "%Y/%m/%d %H:%M:%S.%f"), float(fields[1]),
+                                  float(fields[2]), int(fields[3], 16)))
+        except ValueError:
+            continue
+    return samples
+
+
+def summarize(samples: Sequence[Sample]) -> dict[str, float]:
+    """Median SM clock with its 10th / 90th percentiles, median power, and the share of samples power-capped.
+
+    Example:
+        >>> at = datetime.datetime(2026, 12, 4)
+        >>> summarize([Sample(at, 1500.0, 690.0, SW_POWER_CAP), Sample(at, 1700.0, 600.0, 0)])["capped"]
+        0.5
+    """
+    if not samples:
+        raise ValueError("no samples: the cell ran shorter than the sampling interval, or nvidia-smi printed nothing")
+    clocks = sorted(sample.sm_mhz for sample in samples)
+    count = len(clocks)
+    return {
+        "samples": count, "sm_mhz": statistics.median(clocks), "sm_mhz_p10": clocks[count // 10],
+        "sm_mhz_p90": clocks[(9 * count) // 10], "power_w": statistics.median(sample.power_w for sample in samples),
+        "capped": sum(bool(sample.reasons & SW_POWER_CAP) for sample in samples) / count,
+    }
+
+
+class Sampler:
+    """nvidia-smi sampling GPU ``index`` every ``interval_ms`` in the background; ``between`` reads the samples
+    taken in a wall-clock window (nvidia-smi stamps them with this machine's local time)."""
+
+    def __init__(self, index: int, interval_ms: int) -> None:
+        if shutil.which("nvidia-smi") is None:
+            raise SystemExit("benchmarks.power needs nvidia-smi on PATH (it samples the clock and power)")
+        gpu = nvidia_smi_id(index, os.environ.get("CUDA_VISIBLE_DEVICES", ""))
+        self.process = subprocess.Popen(
+            ["nvidia-smi", "-i", gpu, f"--query-gpu={QUERY}", "--format=csv,noheader,nounits",
+             "-lms", str(interval_ms)], stdout=subprocess.PIPE, text=True)
+
+    def stop(self) -> list[Sample]:
+        """Ends the sampling; every sample taken."""
+        self.process.terminate()
+        output, _ = self.process.communicate(timeout=10)
+        return parse_samples(output.splitlines())
+
+
+def nvidia_smi_id(index: int, visible_devices: str = "") -> str:
+    """nvidia-smi's ``-i`` for CUDA device ``index`` under CUDA_VISIBLE_DEVICES ``visible_devices``: its entry where
+    set (an index or a UUID, which nvidia-smi takes either), else the index.
+
+    Example:
+        >>> nvidia_smi_id(1, "3,5"), nvidia_smi_id(1)
+        ('5', '1')
+    """
+    visible = [entry.strip() for entry in visible_devices.split(",") if entry.strip()]
+    return visible[index] if index < len(visible) else str(index)
+
+
+def _run_for(fn: Callable[[], None], seconds: float, synchronize: Callable[[], None]) -> int:
+    """Calls fn back to back for ``seconds`` (the GPU drained at the end); returns the calls made."""
+    calls, end = 0, time.monotonic() + seconds
+    while time.monotonic() < end:
+        for _ in range(16):  # a host clock read every 16 calls
+            fn()
+        calls += 16
+    synchronize()
+    return calls
+
+
+def measure(runs: Iterable[tuple[str, str, Callable[[], None]]], sampler: Sampler, seconds: float, warmup_s: float,
+            synchronize: Callable[[], None]) -> list[dict]:
+    """Each (cell, provider, call) of ``runs`` called back to back for ``warmup_s``, then for ``seconds`` in a window
+    of ``sampler``'s samples (stopped at the end, also on an error); a row per run: summarize's figures with the cell,
+    provider and calls."""
+    windows = []
+    try:
+        for cell, provider, fn in runs:
+            _run_for(fn, warmup_s, synchronize)
+            start = datetime.datetime.now()
+            calls = _run_for(fn, seconds, synchronize)
+            windows.append((cell, provider, calls, start, datetime.datetime.now()))
+    finally:
+        samples = sampler.stop()
+    return [{"cell": cell, "provider": provider, "calls": calls,
+             **summarize([sample for sample in samples if start <= sample.at <= end])}
+            for cell, provider, calls, start, end in windows]
+
+
+def main(argv: Sequence[str] | None = None) -> list[dict]:
+    """Returns measure's rows (also written to ``--out``)."""
+    import torch
+
+    from benchmarks.cells import Inputs
+    from benchmarks.config import add_common_arguments, config_from_args
+    from benchmarks.providers import FACTORIES
+    from benchmarks.suites import wanted_cells
+    from benchmarks.timing import synchronize
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_common_arguments(parser, 0)
+    parser.add_argument("--seconds", type=float, default=3.0, help="sampled time of each cell's calls")
+    parser.add_argument("--warmup-s", type=float, default=0.5, help="calls before the sampled window")
+    parser.add_argument("--interval-ms", type=int, default=50, help="nvidia-smi's sampling period")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("benchmarks.power measures a GPU's clock and power: no CUDA device here")
+    cfg = config_from_args(args)
+    providers = cfg.providers or ("fused",)
+    unknown = [name for name in providers if name not in FACTORIES]
+    if unknown:
+        parser.error(f"--providers: unknown {', '.join(unknown)} (known: {', '.join(FACTORIES)})")
+
+    def runs():
+        for cell in wanted_cells(cfg):
+            inputs = Inputs(cell.problem, cfg.device, cfg.seed, cell.page_order)
+            for name in providers:
+                runner, reason = FACTORIES[name](cell, inputs)
+                if runner is None:
+                    print(f"{cell.name} | {name} | cannot run it: {reason}", flush=True)
+                else:
+                    yield cell.name, name, runner.fn
+
+    rows = measure(runs(), Sampler(torch.cuda.current_device(), args.interval_ms), args.seconds, args.warmup_s,
+                   lambda: synchronize(cfg.device))
+    _write(rows, Path(args.out))
+    return rows
+
+
+def _write(rows: list[dict], out: Path) -> None:
+    lines = ["| cell | provider | calls | samples | SM MHz median (p10-p90) | power W | power-capped |",
+             "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        lines.append(f"| {row['cell']} | {row['provider']} | {row['calls']} | {row['samples']} | "
+                     f"{row['sm_mhz']:,.0f} ({row['sm_mhz_p10']:,.0f}-{row['sm_mhz_p90']:,.0f}) | "
+                     f"{row['power_w']:.0f} | {row['capped']:.0%} |")
+    table = "\n".join(lines)
+    print(table, flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "power.md").write_text(table + "\n")
+    with open(out / "power.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["cell", "provider"])
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
