@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import argparse
 import csv
-import datetime
 import os
 import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -30,45 +30,40 @@ from pathlib import Path
 SW_POWER_CAP = 0x4
 """nvidia-smi's clocks_event_reasons bit for the software power cap (the board's power limit)."""
 
-QUERY = "timestamp,clocks.sm,power.draw,clocks_throttle_reasons.active"
+QUERY = "clocks.sm,power.draw,clocks_throttle_reasons.active"
 
 
 @dataclass(frozen=True)
 class Sample:
-    """One nvidia-smi reading."""
+    """One nvidia-smi reading, stamped with this process's time.monotonic() when it arrived."""
 
-    at: datetime.datetime
+    at: float
     sm_mhz: float
     power_w: float
     reasons: int
 
 
-def parse_samples(lines: Iterable[str]) -> list[Sample]:
-    """nvidia-smi ``--query-gpu={QUERY} --format=csv,noheader,nounits`` lines -> samples (unreadable lines dropped).
+def parse_sample(line: str, at: float) -> Sample | None:
+    """An nvidia-smi ``--query-gpu={QUERY} --format=csv,noheader,nounits`` line -> a Sample (None: unreadable).
 
     Example:
-        >>> parse_samples(["2026/12/04 15:30:33.262, 1515, 691.20, 0x0000000000000004"])[0].sm_mhz
-        1515.0
+        >>> parse_sample("1515, 691.20, 0x0000000000000004", at=12.5)
+        Sample(at=12.5, sm_mhz=1515.0, power_w=691.2, reasons=4)
     """
-    samples = []
-    for line in lines:
-        fields = [field.strip() for field in line.split(",")]
-        if len(fields) != 4:
-            continue
-        try:
-            samples.append(Sample(datetime.datetime.strptime(fields[0], "%Y/%m/%d %H:%M:%S.%f"), float(fields[1]),
-                                  float(fields[2]), int(fields[3], 16)))
-        except ValueError:
-            continue
-    return samples
+    fields = [field.strip() for field in line.split(",")]
+    if len(fields) != 3:
+        return None
+    try:
+        return Sample(at, float(fields[0]), float(fields[1]), int(fields[2], 16))
+    except ValueError:
+        return None
 
 
 def summarize(samples: Sequence[Sample]) -> dict[str, float]:
     """Median SM clock with its 10th / 90th percentiles, median power, and the share of samples power-capped.
 
     Example:
-        >>> at = datetime.datetime(2026, 12, 4)
-        >>> summarize([Sample(at, 1500.0, 690.0, SW_POWER_CAP), Sample(at, 1700.0, 600.0, 0)])["capped"]
+        >>> summarize([Sample(0.0, 1500.0, 690.0, SW_POWER_CAP), Sample(0.05, 1700.0, 600.0, 0)])["capped"]
         0.5
     """
     if not samples:
@@ -83,22 +78,39 @@ def summarize(samples: Sequence[Sample]) -> dict[str, float]:
 
 
 class Sampler:
-    """nvidia-smi sampling GPU ``index`` every ``interval_ms`` in the background; ``between`` reads the samples
-    taken in a wall-clock window (nvidia-smi stamps them with this machine's local time)."""
+    """nvidia-smi sampling GPU ``index`` every ``interval_ms`` in the background, line-buffered (stdbuf) and read by a
+    thread that stamps each line on arrival: no clock or time zone of nvidia-smi's to match."""
 
     def __init__(self, index: int, interval_ms: int) -> None:
         if shutil.which("nvidia-smi") is None:
             raise SystemExit("benchmarks.power needs nvidia-smi on PATH (it samples the clock and power)")
         gpu = nvidia_smi_id(index, os.environ.get("CUDA_VISIBLE_DEVICES", ""))
+        line_buffered = ["stdbuf", "-oL"] if shutil.which("stdbuf") else []
         self.process = subprocess.Popen(
-            ["nvidia-smi", "-i", gpu, f"--query-gpu={QUERY}", "--format=csv,noheader,nounits",
-             "-lms", str(interval_ms)], stdout=subprocess.PIPE, text=True)
+            [*line_buffered, "nvidia-smi", "-i", gpu, f"--query-gpu={QUERY}", "--format=csv,noheader,nounits",
+             "-lms", str(interval_ms)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+        self.samples: list[Sample] = []
+        self.unread: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            sample = parse_sample(line, time.monotonic())
+            if sample is None:
+                self.unread.append(line.strip())
+            else:
+                self.samples.append(sample)
 
     def stop(self) -> list[Sample]:
-        """Ends the sampling; every sample taken."""
+        """Ends the sampling; every sample taken. Raises, with nvidia-smi's words, if it gave none."""
         self.process.terminate()
-        output, _ = self.process.communicate(timeout=10)
-        return parse_samples(output.splitlines())
+        self.process.wait(timeout=10)
+        self.reader.join(timeout=10)  # (the thread alone reads stdout)
+        if not self.samples:
+            errors = self.process.stderr.read().strip()
+            raise RuntimeError(f"nvidia-smi gave no samples: {' '.join(self.unread[:3] + [errors])[:500]}")
+        return self.samples
 
 
 def nvidia_smi_id(index: int, visible_devices: str = "") -> str:
@@ -133,9 +145,9 @@ def measure(runs: Iterable[tuple[str, str, Callable[[], None]]], sampler: Sample
     try:
         for cell, provider, fn in runs:
             _run_for(fn, warmup_s, synchronize)
-            start = datetime.datetime.now()
+            start = time.monotonic()
             calls = _run_for(fn, seconds, synchronize)
-            windows.append((cell, provider, calls, start, datetime.datetime.now()))
+            windows.append((cell, provider, calls, start, time.monotonic()))
     finally:
         samples = sampler.stop()
     return [{"cell": cell, "provider": provider, "calls": calls,
