@@ -7,7 +7,9 @@ called back to back for ``--warmup-s``, then for ``--seconds`` while ``nvidia-sm
 draw and the clock-limit reasons every ``--interval-ms``. Prints and writes (``power.md``, ``power.csv``) per cell and
 provider: the samples, the median SM clock (p10-p90), the median power and how many samples the software power cap
 held. Needs ``nvidia-smi``; runs eager calls (a call shorter than the host's launch time leaves gaps: decode cells
-read low).
+read low). The figures above came from the same sampling in shell (the session's results, scripts/power.sh); this
+module's first device run lost its last window to nvidia-smi's block-buffered pipe, and the line-buffered reader
+that replaced it has run only against a stand-in nvidia-smi (tests/test_benchmarks_power.py).
 
     python -m benchmarks.power --cells "M2 2k chunk,M2 probe,M2 part" --out /tmp/power
 """
@@ -137,10 +139,10 @@ def _run_for(fn: Callable[[], None], seconds: float, synchronize: Callable[[], N
 
 
 def measure(runs: Iterable[tuple[str, str, Callable[[], None]]], sampler: Sampler, seconds: float, warmup_s: float,
-            synchronize: Callable[[], None]) -> list[dict]:
+            synchronize: Callable[[], None], tail_s: float = 0.0) -> list[dict]:
     """Each (cell, provider, call) of ``runs`` called back to back for ``warmup_s``, then for ``seconds`` in a window
-    of ``sampler``'s samples (stopped at the end, also on an error); a row per run: summarize's figures with the cell,
-    provider and calls."""
+    of ``sampler``'s samples (stopped ``tail_s`` after the last run, also on an error); a row per run: summarize's
+    figures with the cell, provider and calls (a window without samples: ``samples`` 0 and no figures)."""
     windows = []
     try:
         for cell, provider, fn in runs:
@@ -148,11 +150,15 @@ def measure(runs: Iterable[tuple[str, str, Callable[[], None]]], sampler: Sample
             start = time.monotonic()
             calls = _run_for(fn, seconds, synchronize)
             windows.append((cell, provider, calls, start, time.monotonic()))
+        time.sleep(tail_s)  # the last window's samples arrive
     finally:
         samples = sampler.stop()
-    return [{"cell": cell, "provider": provider, "calls": calls,
-             **summarize([sample for sample in samples if start <= sample.at <= end])}
-            for cell, provider, calls, start, end in windows]
+    rows = []
+    for cell, provider, calls, start, end in windows:
+        inside = [sample for sample in samples if start <= sample.at <= end]
+        rows.append({"cell": cell, "provider": provider, "calls": calls,
+                     **(summarize(inside) if inside else {"samples": 0})})
+    return rows
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict]:
@@ -190,24 +196,27 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
                     yield cell.name, name, runner.fn
 
     rows = measure(runs(), Sampler(torch.cuda.current_device(), args.interval_ms), args.seconds, args.warmup_s,
-                   lambda: synchronize(cfg.device))
+                   lambda: synchronize(cfg.device), tail_s=3 * args.interval_ms / 1000)
     _write(rows, Path(args.out))
     return rows
+
+
+FIELDS = ("cell", "provider", "calls", "samples", "sm_mhz", "sm_mhz_p10", "sm_mhz_p90", "power_w", "capped")
 
 
 def _write(rows: list[dict], out: Path) -> None:
     lines = ["| cell | provider | calls | samples | SM MHz median (p10-p90) | power W | power-capped |",
              "|---|---|---|---|---|---|---|"]
     for row in rows:
-        lines.append(f"| {row['cell']} | {row['provider']} | {row['calls']} | {row['samples']} | "
-                     f"{row['sm_mhz']:,.0f} ({row['sm_mhz_p10']:,.0f}-{row['sm_mhz_p90']:,.0f}) | "
-                     f"{row['power_w']:.0f} | {row['capped']:.0%} |")
+        figures = (f"{row['sm_mhz']:,.0f} ({row['sm_mhz_p10']:,.0f}-{row['sm_mhz_p90']:,.0f}) | {row['power_w']:.0f} | "
+                   f"{row['capped']:.0%}") if row["samples"] else "no samples | – | –"
+        lines.append(f"| {row['cell']} | {row['provider']} | {row['calls']} | {row['samples']} | {figures} |")
     table = "\n".join(lines)
     print(table, flush=True)
     out.mkdir(parents=True, exist_ok=True)
     (out / "power.md").write_text(table + "\n")
     with open(out / "power.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["cell", "provider"])
+        writer = csv.DictWriter(f, fieldnames=FIELDS, restval="")
         writer.writeheader()
         writer.writerows(rows)
 

@@ -105,3 +105,16 @@ def test_a_sampler_that_got_nothing_says_what_nvidia_smi_said(tmp_path, monkeypa
     time.sleep(0.1)
     with pytest.raises(RuntimeError, match="no samples: No devices were found NVML: not found"):
         sampler.stop()
+
+
+def test_a_window_without_samples_is_a_row_saying_so(tmp_path) -> None:
+    class Silent:
+        def stop(self) -> list[Sample]:
+            return [Sample(-1.0, 1500.0, 690.0, 0)]  # a sample from before any window
+
+    rows = measure([("cell", "fused", lambda: None)], Silent(), seconds=0.01, warmup_s=0.0, synchronize=lambda: None)
+    assert rows == [{"cell": "cell", "provider": "fused", "calls": rows[0]["calls"], "samples": 0}]
+    power._write(rows, tmp_path)
+    table = (tmp_path / "power.md").read_text()
+    assert "| cell | fused |" in table and "no samples" in table
+    assert (tmp_path / "power.csv").read_text().splitlines()[0].startswith("cell,provider,calls,samples,sm_mhz")
