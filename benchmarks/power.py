@@ -128,7 +128,8 @@ def nvidia_smi_id(index: int, visible_devices: str = "") -> str:
 
 
 def _run_for(fn: Callable[[], None], seconds: float, synchronize: Callable[[], None]) -> int:
-    """Calls fn back to back for ``seconds`` (the GPU drained at the end); returns the calls made."""
+    """Calls fn back to back for ``seconds`` (the GPU drained at the end); returns the calls made. Not
+    timing.settle: it drains the GPU after every batch, and each drain idles it, which a power reading would see."""
     calls, end = 0, time.monotonic() + seconds
     while time.monotonic() < end:
         for _ in range(16):  # a host clock read every 16 calls
@@ -165,10 +166,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     """Returns measure's rows (also written to ``--out``)."""
     import torch
 
-    from benchmarks.cells import Inputs
     from benchmarks.config import add_common_arguments, config_from_args
-    from benchmarks.providers import FACTORIES
-    from benchmarks.suites import wanted_cells
+    from benchmarks.run_cell import cell_runners
     from benchmarks.timing import synchronize
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -180,20 +179,15 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks.power measures a GPU's clock and power: no CUDA device here")
     cfg = config_from_args(args)
-    providers = cfg.providers or ("fused",)
-    unknown = [name for name in providers if name not in FACTORIES]
-    if unknown:
-        parser.error(f"--providers: unknown {', '.join(unknown)} (known: {', '.join(FACTORIES)})")
+
+    runners = cell_runners(cfg, parser)
 
     def runs():
-        for cell in wanted_cells(cfg):
-            inputs = Inputs(cell.problem, cfg.device, cfg.seed, cell.page_order)
-            for name in providers:
-                runner, reason = FACTORIES[name](cell, inputs)
-                if runner is None:
-                    print(f"{cell.name} | {name} | cannot run it: {reason}", flush=True)
-                else:
-                    yield cell.name, name, runner.fn
+        for cell_name, name, runner, reason in runners:
+            if runner is None:
+                print(f"{cell_name} | {name} | cannot run it: {reason}", flush=True)
+            else:
+                yield cell_name, name, runner.fn
 
     rows = measure(runs(), Sampler(torch.cuda.current_device(), args.interval_ms), args.seconds, args.warmup_s,
                    lambda: synchronize(cfg.device), tail_s=3 * args.interval_ms / 1000)

@@ -16,42 +16,55 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from benchmarks.cells import Inputs
-from benchmarks.config import add_common_arguments, config_from_args, environment_smoke_default
+from benchmarks.config import BenchConfig, add_common_arguments, config_from_args, environment_smoke_default
 from benchmarks.suites import wanted_cells
 from benchmarks.timing import synchronize
+
+
+def cell_runners(cfg: BenchConfig, parser: argparse.ArgumentParser) -> Iterator[tuple[str, str, Any, str]]:
+    """(cell name, provider, runner or None, why not) for every cell ``--cells`` names and every provider of
+    ``--providers`` (default ``fused``), each cell's inputs built once. An unknown provider is a parser error,
+    raised here, before any cell is built."""
+    from benchmarks.providers import FACTORIES
+
+    providers = cfg.providers or ("fused",)
+    unknown = [name for name in providers if name not in FACTORIES]
+    if unknown:
+        parser.error(f"--providers: unknown {', '.join(unknown)} (known: {', '.join(FACTORIES)})")
+
+    def runners() -> Iterator[tuple[str, str, Any, str]]:
+        for cell in wanted_cells(cfg):
+            inputs = Inputs(cell.problem, cfg.device, cfg.seed, cell.page_order)
+            for name in providers:
+                runner, reason = FACTORIES[name](cell, inputs)
+                yield cell.name, name, runner, reason
+
+    return runners()
 
 
 def main(argv: Sequence[str] | None = None) -> list[tuple[str, str, str]]:
     """Returns (cell, provider, what happened) per pair: ``ran N calls`` or why the provider cannot run it."""
     environment_smoke_default()
-    from benchmarks.providers import FACTORIES
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_common_arguments(parser, 0)
     parser.add_argument("--calls", type=int, default=3, help="calls of each provider on each cell")
     args = parser.parse_args(argv)
     cfg = config_from_args(args)
-    providers = cfg.providers or ("fused",)
-    unknown = [name for name in providers if name not in FACTORIES]
-    if unknown:
-        parser.error(f"--providers: unknown {', '.join(unknown)} (known: {', '.join(FACTORIES)})")
     done = []
-    for cell in wanted_cells(cfg):
-        inputs = Inputs(cell.problem, cfg.device, cfg.seed, cell.page_order)
-        for name in providers:
-            runner, reason = FACTORIES[name](cell, inputs)
-            if runner is None:
-                done.append((cell.name, name, f"cannot run it: {reason}"))
-            else:
-                calls = max(1, args.calls)
-                for _ in range(calls):
-                    runner.fn()
-                synchronize(cfg.device)
-                done.append((cell.name, name, f"ran {calls} call{'s' if calls > 1 else ''}"))
-            print(" | ".join(done[-1]), flush=True)
+    for cell_name, name, runner, reason in cell_runners(cfg, parser):
+        if runner is None:
+            done.append((cell_name, name, f"cannot run it: {reason}"))
+        else:
+            calls = max(1, args.calls)
+            for _ in range(calls):
+                runner.fn()
+            synchronize(cfg.device)
+            done.append((cell_name, name, f"ran {calls} call{'s' if calls > 1 else ''}"))
+        print(" | ".join(done[-1]), flush=True)
     return done
 
 
