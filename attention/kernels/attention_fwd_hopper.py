@@ -52,7 +52,13 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .hopper_softmax import EXP_AHEAD_MIN_HEAD_DIM, rescale_moved_rows, softmax_tile, softmax_tile_ahead
+from .hopper_softmax import (
+    EXP_AHEAD_MIN_HEAD_DIM,
+    packed_16bit,
+    rescale_moved_rows,
+    softmax_tile,
+    softmax_tile_ahead,
+)
 
 __all__ = ["HOPPER_ROWS_PER_GROUP", "attention_fwd_hopper_kernel"]
 
@@ -281,7 +287,7 @@ def _prefill_tiles(q, ring, count, first_tile, num_tiles, first_masked, rows, kv
         mbarrier.arrive(k_empty.index(stage), count=1)
         p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, first_tile, first_tile >= first_masked, rows, kv_len, diag,
                                           qk_scale, CAUSAL, BLOCK_N, col_s)
-        p16 = gl.convert_layout(p.to(dtype), p_layout)
+        p16 = gl.convert_layout(packed_16bit(p, dtype), p_layout)
         for i in range(1, num_tiles):
             stage = (count + i) % STAGES
             prev = (count + i - 1) % STAGES
@@ -300,7 +306,7 @@ def _prefill_tiles(q, ring, count, first_tile, num_tiles, first_masked, rows, kv
             else:
                 p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, t, t >= first_masked, rows, kv_len, diag, qk_scale,
                                                   CAUSAL, BLOCK_N, col_s)
-                p_low = p.to(dtype)
+                p_low = packed_16bit(p, dtype)
             o, p16 = warpgroup_mma_wait(num_outstanding=0, deps=(o, p16))
             mbarrier.arrive(v_empty.index(prev), count=1)
             if AHEAD:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-__all__ = ["EXP_AHEAD_MIN_HEAD_DIM", "rescale_moved_rows", "softmax_tile", "softmax_tile_ahead"]
+__all__ = ["EXP_AHEAD_MIN_HEAD_DIM", "packed_16bit", "rescale_moved_rows", "softmax_tile", "softmax_tile_ahead"]
 
 EXP_AHEAD_MIN_HEAD_DIM = gl.constexpr(256)
 """From this head dim on the prefill loop takes softmax_tile_ahead. H200, 2026-12-04 (tree_ab against 088fc97, two
@@ -65,8 +65,27 @@ def _exp_again_asm(cvt: str) -> str:
 
 _EXP_AGAIN_BF16_ASM = gl.constexpr(_exp_again_asm("cvt.rn.bf16x2.f32"))
 _EXP_AGAIN_F16_ASM = gl.constexpr(_exp_again_asm("cvt.rn.f16x2.f32"))
+_PACK_BF16_ASM = gl.constexpr("cvt.rn.bf16x2.f32 $0, $2, $1;")
+_PACK_F16_ASM = gl.constexpr("cvt.rn.f16x2.f32 $0, $2, $1;")
 _EXP_AGAIN_CONSTRAINTS = gl.constexpr(
     ",".join(["=r"] * (_PACK // 2) + [str(i) for i in range(_PACK // 2)] + ["f"] * (3 * _PACK) + ["r"] * _PACK))
+
+
+@gluon.jit
+def packed_16bit(p, dtype: gl.constexpr):
+    """``p.to(dtype)`` (fp16 / bf16, round to nearest) two elements an instruction (cvt.rn.bf16x2 / f16x2), in inline
+    PTX, as FlashAttention-4's sm90 kernel converts its P. With ``p.to(dtype)`` LLVM folds the conversions on both
+    edges into the prefill loop's phi into one after it: the loop carried P as 64 fp32 registers a thread instead of
+    32 packed ones and converted it at its head, where ptxas swapped the halves of the second consumer group's P
+    registers with 32 PRMTs a tile (sm90, Triton 3.6; the loop 628 -> 596 instructions, the first group's 595).
+    Time within noise (H200, 2026-12-04, tree_ab against 10b3ebc, docs/results/2026-12-04-h200-10b3ebc/out/calls
+    5, 8, 9): prefill cells 0.988-1.004 (M2's prefill part 0.988 / 0.998 / 0.995), M2's launch without decode queries
+    0.984 / 0.988, M1 1.000-1.013."""
+    if dtype == gl.bfloat16:
+        p16 = gl.inline_asm_elementwise(_PACK_BF16_ASM, "=r,f,f", [p], dtype=gl.bfloat16, is_pure=True, pack=2)
+    else:
+        p16 = gl.inline_asm_elementwise(_PACK_F16_ASM, "=r,f,f", [p], dtype=gl.float16, is_pure=True, pack=2)
+    return p16
 
 
 @gluon.jit
