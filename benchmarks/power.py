@@ -7,9 +7,10 @@ called back to back for ``--warmup-s``, then for ``--seconds`` while ``nvidia-sm
 draw and the clock-limit reasons every ``--interval-ms``. Prints and writes (``power.md``, ``power.csv``) per cell and
 provider: the samples, the median SM clock (p10-p90), the median power and how many samples the software power cap
 held. Needs ``nvidia-smi``; runs eager calls (a call shorter than the host's launch time leaves gaps: decode cells
-read low). The figures above came from the same sampling in shell (the session's results, scripts/power.sh); this
-module's first device run lost its last window to nvidia-smi's block-buffered pipe, and the line-buffered reader
-that replaced it has run only against a stand-in nvidia-smi (tests/test_benchmarks_power.py).
+read low). The figures above came from the same sampling in shell (the session's results, scripts/power.sh). This
+module's first device run lost its last window to nvidia-smi's block-buffered pipe; the line-buffered reader that
+replaced it ran on the H200 on 2026-12-04 (docs/results/2026-12-04-h200-10b3ebc/out/call1, call3): 42-78 samples a
+window, M2's launch at 1,575 MHz and its prefill alone at 1,702, both at the cap.
 
     python -m benchmarks.power --cells "M2 2k chunk,M2 probe,M2 part" --out /tmp/power
 """

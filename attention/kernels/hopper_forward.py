@@ -54,7 +54,9 @@ at d64, off at d128 and d256 (not measured there). H200, 2026-12-03, graph repla
 2,419, 4x4k 727 -> 703, MHA causal 16x1k 299 -> 285, 4x4k 743 -> 723, full cells 0.3-1.3 % faster, a 2k chunk on 14k
 over 16-token pages 609 -> 611; d128 within 1 % on four cells, 1.1-3.1 % slower on the 2k chunks on 14k and 30k over
 16-token pages and GQA causal 1x16k (3,611 -> 3,724): there the warp schedulers already interleave the two groups (an
-earlier ping-pong on an mbarrier pair lost 0-3 % at d128 too).
+earlier ping-pong on an mbarrier pair lost 0-3 % at d128 too). Again with P converted by PTX
+(hopper_softmax.packed_16bit; 2026-12-04, tree_ab, docs/results/2026-12-04-h200-10b3ebc/out/call9): 0.993-1.000 of the
+time without either, 1.001-1.005 of P converted by PTX alone, on M2's prefill part, MHA full 4x4k and GQA causal 1x16k.
 
 Three consumer groups at d64 (a q tile of 192 queries, FlashAttention-3's d64 shape; their ping-pong a round robin),
 at THREE_GROUP_REGISTERS. H200, 2026-12-04, tree_ab two passes of two rounds, bf16 thd, against the commit before
