@@ -16,14 +16,18 @@ way FlashAttention-3 does on Hopper:
     S_t = Q K_t^T and O += P_{t-1} V_{t-1} (both async), waits for S_t, runs the online softmax of tile t,
     waits for PV and rescales O (at head dim 256 P is taken against the rows' previous max while the tile's
     reduces, and only the warps whose rows' max moved, which lags by up to 2^8, rescale: hopper_softmax.py). The PTX
-    waits for PV after the softmax, but ptxas hoists that wait above it, so a group's softmax overlaps the other
-    group's wgmmas rather than its own PV (holding the wait back ran the d128 prefill 5-6 % slower on the H200, this
-    producer's next K load then waiting on the later V release; docs/benchmarks_log.md, forty-second session). The
+    waits for PV after the softmax, but ptxas hoists that wait above the exponentials (to just after the rows' max),
+    so a group's softmax overlaps the other group's wgmmas more than its own PV (holding the wait back ran the d128
+    prefill 5-6 % slower on the H200, this producer's next K load then waiting on the later V release;
+    docs/benchmarks_log.md, forty-second session). The
     warp groups interleave on the SM's tensor cores; with PINGPONG (the host's choice at head dim 64) they take turns
     (round robin) to issue a step's wgmmas, on named barriers 8 to 7 + GROUPS.
-  * masking (keys past the sequence end, the causal band) only on the tiles that need it (a
-    runtime test per tile), exp2 with the scale folded into one FMA; P goes to the PV wgmma from
-    registers.
+  * masking (keys past the sequence end, the causal band) only on the tiles that need it: a walk's tiles before
+    its first masked one run in a loop without the mask's code, the rest in a second loop that masks every tile
+    (a branch in one loop split its body, and ptxas put the PV wait at the top of the softmax; without it the wait
+    lands after the rows' max: H200, 2026-12-04, tree_ab against one loop, d128 prefill cells 2-3.6 % faster, d64 and
+    d256 within 0.5 %; docs/results/2026-12-04-h200-b01f509); exp2 with the scale folded into one FMA; P goes to
+    the PV wgmma from registers.
 
 What it serves (the host side checks, hopper_forward.py): fp16 / bf16, head dims 64, 128 or 256 (equal for
 q/k and v), no window, ALiBi or sinks, one KV split; packed K/V, a non-paged cache or a paged one: pages
@@ -243,6 +247,47 @@ def _pass_turn(PINGPONG_GROUP: gl.constexpr, GROUPS: gl.constexpr):
 
 
 @gluon.jit
+def _prefill_step(q, ring, count, i, first_tile, rows, kv_len, diag, qk_scale, s, o, p16, m_i, l_i,
+                  MASKED: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr, PINGPONG_GROUP: gl.constexpr,
+                  GROUPS: gl.constexpr):
+    """Step i >= 1 of _prefill_tiles' walk: S_i = Q K_i^T and O += P_{i-1} V_{i-1} issued, the online softmax of
+    tile first_tile + i (masked where MASKED), O rescaled; returns S, O, P_i (16-bit, the PV's operand), the rows'
+    running max and sums."""
+    k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
+    BLOCK_N: gl.constexpr = k_smem.type.shape[1]
+    HEAD_DIM: gl.constexpr = q.type.shape[1]
+    dtype: gl.constexpr = q.dtype
+    col_s: gl.constexpr = gl.SliceLayout(0, s.type.layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o.type.layout)
+    AHEAD: gl.constexpr = HEAD_DIM >= EXP_AHEAD_MIN_HEAD_DIM
+    stage = (count + i) % STAGES
+    prev = (count + i - 1) % STAGES
+    mbarrier.wait(k_ready.index(stage), ((count + i) // STAGES) & 1)
+    _take_turn(PINGPONG_GROUP)
+    s = warpgroup_mma(q, k_smem.index(stage).permute((1, 0)), s, use_acc=False, is_async=True)
+    mbarrier.wait(v_ready.index(prev), ((count + i - 1) // STAGES) & 1)
+    o = warpgroup_mma(p16, v_smem.index(prev), o, is_async=True)
+    _pass_turn(PINGPONG_GROUP, GROUPS)
+    s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))  # S_t done, PV_{t-1} may still run
+    mbarrier.arrive(k_empty.index(stage), count=1)
+    t = first_tile + i
+    if AHEAD:
+        p_low, alpha, m_i, l_i, moved = softmax_tile_ahead(s, m_i, l_i, t, MASKED, rows, kv_len, diag, qk_scale,
+                                                           CAUSAL, BLOCK_N, col_s, dtype)
+    else:
+        p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, t, MASKED, rows, kv_len, diag, qk_scale, CAUSAL, BLOCK_N,
+                                          col_s)
+        p_low = packed_16bit(p, dtype)
+    o, p16 = warpgroup_mma_wait(num_outstanding=0, deps=(o, p16))
+    mbarrier.arrive(v_empty.index(prev), count=1)
+    if AHEAD:
+        o = rescale_moved_rows(o, gl.convert_layout(alpha, row_o), gl.convert_layout(moved, row_o))
+    else:
+        o = o * gl.convert_layout(alpha, row_o)[:, None]
+    return s, o, gl.convert_layout(p_low, p16.type.layout), m_i, l_i
+
+
+@gluon.jit
 def _prefill_tiles(q, ring, count, first_tile, num_tiles, first_masked, rows, kv_len, diag, qk_scale,
                    CAUSAL: gl.constexpr, STAGES: gl.constexpr, PINGPONG_GROUP: gl.constexpr = -1,
                    GROUPS: gl.constexpr = 2):
@@ -251,7 +296,9 @@ def _prefill_tiles(q, ring, count, first_tile, num_tiles, first_masked, rows, kv
     v_empty), from ring position ``count``. In step t it issues S_t = Q K_t^T and O += P_{t-1} V_{t-1} (both async),
     waits for S_t only, runs the online softmax of tile t, then waits for PV and rescales O (ptxas moves that
     wait above the softmax: see the module docstring; from EXP_AHEAD_MIN_HEAD_DIM on, P is taken before the tile's
-    max is known and only warps whose rows' max moved rescale: hopper_softmax.py).
+    max is known and only warps whose rows' max moved rescale: hopper_softmax.py). The steps before the first
+    masked tile run in a loop without the mask's code, the rest in a second loop that masks every tile, as
+    FlashAttention-4 splits its loop (see the module docstring).
     Returns O [ROWS, D] (fp32, not yet divided by the sums), the rows' running max (log2 units) and their sums.
     PINGPONG_GROUP 0 .. GROUPS - 1 (GROUPS groups on the same tiles): the groups take turns to issue a step's wgmmas
     (group 0 first, round robin), so one group's softmax runs while the others' wgmmas do (FlashAttention-3's
@@ -268,8 +315,6 @@ def _prefill_tiles(q, ring, count, first_tile, num_tiles, first_masked, rows, kv
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
-    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-    AHEAD: gl.constexpr = HEAD_DIM >= EXP_AHEAD_MIN_HEAD_DIM
     m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=row_s)
     l_i = gl.zeros([ROWS], gl.float32, layout=row_s)
     o = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
@@ -288,32 +333,14 @@ def _prefill_tiles(q, ring, count, first_tile, num_tiles, first_masked, rows, kv
         p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, first_tile, first_tile >= first_masked, rows, kv_len, diag,
                                           qk_scale, CAUSAL, BLOCK_N, col_s)
         p16 = gl.convert_layout(packed_16bit(p, dtype), p_layout)
-        for i in range(1, num_tiles):
-            stage = (count + i) % STAGES
-            prev = (count + i - 1) % STAGES
-            mbarrier.wait(k_ready.index(stage), ((count + i) // STAGES) & 1)
-            _take_turn(PINGPONG_GROUP)
-            s = warpgroup_mma(q, k_smem.index(stage).permute((1, 0)), s, use_acc=False, is_async=True)
-            mbarrier.wait(v_ready.index(prev), ((count + i - 1) // STAGES) & 1)
-            o = warpgroup_mma(p16, v_smem.index(prev), o, is_async=True)
-            _pass_turn(PINGPONG_GROUP, GROUPS)
-            s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))  # S_t done, PV_{t-1} may still run
-            mbarrier.arrive(k_empty.index(stage), count=1)
-            t = first_tile + i
-            if AHEAD:
-                p_low, alpha, m_i, l_i, moved = softmax_tile_ahead(s, m_i, l_i, t, t >= first_masked, rows, kv_len,
-                                                                   diag, qk_scale, CAUSAL, BLOCK_N, col_s, dtype)
-            else:
-                p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, t, t >= first_masked, rows, kv_len, diag, qk_scale,
-                                                  CAUSAL, BLOCK_N, col_s)
-                p_low = packed_16bit(p, dtype)
-            o, p16 = warpgroup_mma_wait(num_outstanding=0, deps=(o, p16))
-            mbarrier.arrive(v_empty.index(prev), count=1)
-            if AHEAD:
-                o = rescale_moved_rows(o, gl.convert_layout(alpha, row_o), gl.convert_layout(moved, row_o))
-            else:
-                o = o * gl.convert_layout(alpha, row_o)[:, None]
-            p16 = gl.convert_layout(p_low, p_layout)
+        # the walk's tiles before first_masked need no mask: a loop without the mask's code, then one with it
+        plain_end = gl.minimum(gl.maximum(first_masked - first_tile, 1), num_tiles)
+        for i in range(1, plain_end):
+            s, o, p16, m_i, l_i = _prefill_step(q, ring, count, i, first_tile, rows, kv_len, diag, qk_scale, s, o, p16,
+                                                m_i, l_i, False, CAUSAL, STAGES, PINGPONG_GROUP, GROUPS)
+        for i in range(plain_end, num_tiles):
+            s, o, p16, m_i, l_i = _prefill_step(q, ring, count, i, first_tile, rows, kv_len, diag, qk_scale, s, o, p16,
+                                                m_i, l_i, True, CAUSAL, STAGES, PINGPONG_GROUP, GROUPS)
         last = (count + num_tiles - 1) % STAGES
         last_tile = first_tile + num_tiles - 1
         mbarrier.wait(v_ready.index(last), ((count + num_tiles - 1) // STAGES) & 1)
