@@ -60,7 +60,7 @@ against 278.3 (1.424): the long prefill walk gains more than the decodes' single
 MIXED_HOPPER_PREFILL_TILE holds that tile (and others), and prefill_outweighs_decodes picks it per batch."""
 
 MIXED_HOPPER_PREFILL_TILE = {
-    (128, 8): (128, 2, 64, 2, 208, 72, 128, 1),
+    (128, 8): (128, 2, 64, 2, 192, 104, 128, 1),
     (128, 16): (128, 2, 64, 2, 192, 104, 128, 1),
     (128, 32): (128, 2, 64, 2, 192, 104, 128, 1),
     (64, 8): (128, 2, 64, 3, 208, 72, 128),
@@ -79,7 +79,10 @@ a decode KV token; PREFILL_TO_DECODE_RATIO weighs them by the 4 query heads a KV
   28k 0.875 at 226), losses up to 38 (a 2k chunk on 4k + 64 decodes at 4k 1.047 at 38, a 2k prefill + 32 decodes
   at 2k 1.083 at 32, M1 1.415 at 8); 200 / 88 within noise of 208 / 72. Read back under the rule (out/call2): every
   cell, non-paged ones too, within noise of the faster tile. 192 / 104 on M2 (docs/results/2026-12-04-h200-7be5989,
-  calls 7-8): 0.987 / 0.981 of 208 / 72's time in four rounds, 0.989 / 1.000 in six (random pages / page runs), noise.
+  calls 7-8): 0.987 / 0.981 of 208 / 72's time in four rounds, 0.989 / 1.000 in six (random pages / page runs); with
+  the split prefill loop (docs/results/2026-12-04-h200-b01f509, calls 7-8) 0.993 / 0.982 in three rounds (216 / 56
+  1.005 / 0.991, 200 / 88 1.003 / 0.987) and 0.995 / 0.995 in six, M2's probe 0.980 / 0.992: the entry's split
+  since, as its 16- and 32-row neighbours (fewer decode spills too: MIXED_HOPPER_SMALL_DECODE_REGISTERS).
 - d128, verification steps of 4 queries (16 rows; out/call5/verify): M2's shape 0.896, a 4k prefill + 64 steps at 2k
   0.885, M1's 1.401 at 192 / 104; 208 / 72 and 200 / 88 slower (0.908 / 0.904, 0.960 / 0.898, 1.548 / 1.430).
 - d64, GQA 32/8, one-token decodes (out/call5/d64): M2's shape 0.856, a 4k prefill + 64 decodes at 2k 0.893, M1's

@@ -83,9 +83,9 @@ def test_mixed_kernel_matches_the_reference(case: AttentionCase) -> None:
     check_output(case, inputs)
 
 
-ONE_V_SLOT_TILE = "128,2,64,2,208,72,128,1"
-"""128-key prefill tiles beside a decode ring of two K slots and one V slot (hopper_mixed.MIXED_HOPPER_TILE's
-docstring has its M1 / M2 figures)."""
+ONE_V_SLOT_TILE = "128,2,64,2,192,104,128,1"
+"""128-key prefill tiles beside a decode ring of two K slots and one V slot, MIXED_HOPPER_PREFILL_TILE's d128 entry for
+8-row decode tiles (hopper_mixed.MIXED_HOPPER_TILE's docstring has its M1 / M2 figures)."""
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)
