@@ -57,6 +57,8 @@ over 16-token pages 609 -> 611; d128 within 1 % on four cells, 1.1-3.1 % slower 
 earlier ping-pong on an mbarrier pair lost 0-3 % at d128 too). Again with P converted by PTX
 (hopper_softmax.packed_16bit; 2026-12-04, tree_ab, docs/results/2026-12-04-h200-10b3ebc/out/call9): 0.993-1.000 of the
 time without either, 1.001-1.005 of P converted by PTX alone, on M2's prefill part, MHA full 4x4k and GQA causal 1x16k.
+And with the prefill loop split at the first masked tile (2026-12-04, docs/results/2026-12-04-h200-b01f509/out/call3):
+0.994-1.004 of the split loop alone on the same cells and M2.
 
 Three consumer groups at d64 (a q tile of 192 queries, FlashAttention-3's d64 shape; their ping-pong a round robin),
 at THREE_GROUP_REGISTERS. H200, 2026-12-04, tree_ab two passes of two rounds, bf16 thd, against the commit before
