@@ -295,7 +295,7 @@ def _prefill_tiles(q, ring, count, first_tile, num_tiles, first_masked, rows, kv
     KV tiles first_tile .. first_tile + num_tiles - 1 of the K / V ring (k_smem, v_smem, k_ready, k_empty, v_ready,
     v_empty), from ring position ``count``. In step t it issues S_t = Q K_t^T and O += P_{t-1} V_{t-1} (both async),
     waits for S_t only, runs the online softmax of tile t, then waits for PV and rescales O (ptxas moves that
-    wait above the softmax: see the module docstring; from EXP_AHEAD_MIN_HEAD_DIM on, P is taken before the tile's
+    wait above the exponentials: see the module docstring; from EXP_AHEAD_MIN_HEAD_DIM on, P is taken before the tile's
     max is known and only warps whose rows' max moved rescale: hopper_softmax.py). The steps before the first
     masked tile run in a loop without the mask's code, the rest in a second loop that masks every tile, as
     FlashAttention-4 splits its loop (see the module docstring).
