@@ -25,7 +25,7 @@ way FlashAttention-3 does on Hopper:
   * masking (keys past the sequence end, the causal band) only on the tiles that need it: a walk's tiles before
     its first masked one run in a loop without the mask's code, the rest in a second loop that masks every tile
     (a branch in one loop split its body, and ptxas put the PV wait at the top of the softmax; without it the wait
-    lands after the rows' max: H200, 2026-12-04, tree_ab against one loop, d128 prefill cells 2-3.6 % faster, d64 and
+    lands after the rows' max: H200, 2026-12-04, tree_ab against one loop, d128 prefill cells 1.5-3.6 % faster, d64 and
     d256 within 0.5 %; docs/results/2026-12-04-h200-b01f509); exp2 with the scale folded into one FMA; P goes to
     the PV wgmma from registers.
 
