@@ -260,7 +260,7 @@ def mixed_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
 
         args = (descriptor(q, 64, page_size=0), descriptor(k, block_n), descriptor(k, block_n),
                 descriptor(k, decode_block_n), descriptor(k, decode_block_n), q, torch.zeros(256, 4, head_dim),
-                cu, cu, cu, cu, cu, 2, 2, 0, 0, 0, 0, 4 * head_dim, 4 * head_dim, 8, 0.18, 256)
+                cu, cu, cu, cu, cu, cu, 2, 2, 0, 0, 0, 0, 4 * head_dim, 4 * head_dim, 8, 0.18, 256, 2, 1)
         constexprs = dict(GROUP_SIZE=2, BLOCK_N=block_n, STAGES=stages, DECODE_BLOCK_N=decode_block_n,
                           DECODE_STAGES=decode_stages, PAGE_SIZE=page_size, CAUSAL=causal, BOTTOM_RIGHT=causal,
                           HAS_Q_START=starts, HAS_KV_START=starts, LOG2_MAX_SEQS=8, DECODE_ROWS=decode_rows,

@@ -40,7 +40,13 @@ from .hopper_forward import (
     HopperPlan,
     plan_hopper_forward,
 )
-from .hopper_mixed import MIXED_HOPPER_ENV, MIXED_HOPPER_TILE_ENV, MixedHopperPlan
+from .hopper_mixed import (
+    MIXED_HOPPER_ENV,
+    MIXED_HOPPER_L2_SECTION_ENV,
+    MIXED_HOPPER_QUEUE_ENV,
+    MIXED_HOPPER_TILE_ENV,
+    MixedHopperPlan,
+)
 from .hopper_mixed_roles import MIXED_ROLES_ENV, MIXED_ROLES_SPLITS_ENV, MixedRolesPlan
 from .launch import KernelLaunch, tensor_key
 from .page_gather import gather_pages, gathered_page_count
@@ -54,6 +60,7 @@ _NO_PLAN = object()
 _SAME_AS_CU_SEQLENS = "cu_seqlens"
 plan_environment = token_reader(VARIANTS_ENV, HOPPER_ENV, HOPPER_GROUPS_ENV, HOPPER_PINGPONG_ENV,
                                  HOPPER_SMALL_PAGES_ENV, HOPPER_L2_SECTION_ENV, MIXED_HOPPER_ENV, MIXED_HOPPER_TILE_ENV,
+                                 MIXED_HOPPER_QUEUE_ENV, MIXED_HOPPER_L2_SECTION_ENV,
                                  MIXED_ROLES_ENV, MIXED_ROLES_SPLITS_ENV, DECODE_HOPPER_ENV, DECODE_HOPPER_TILE_ENV,
                                  DECODE_HOPPER_MERGE_ENV, DECODE_HOPPER_ROUNDS_ENV, DECODE_HOPPER_GATHER_ENV,
                                  "TRITON_INTERPRET")

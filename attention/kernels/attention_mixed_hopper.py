@@ -7,9 +7,12 @@ parts cost apart. This kernel is persistent (one program per SM) and runs two in
 
   * prefill: the partitions of attention_fwd_hopper.py (a TMA producer warp; two consumer warp groups of 64
     query rows each) looping over the program's share of the batch's prefill items (a query head x a tile of
-    128 queries of a sequence with more than DECODE_ROWS packed rows), the heaviest q tiles first, dealt round by
-    round in alternating directions (_prefill_first_step) so heavy and light items even out. The K / V ring and
-    the Q buffer carry their mbarrier phases from item to item;
+    128 queries of a sequence with more than DECODE_ROWS packed rows), the heaviest q tiles first. Where the
+    prefill's K / V outgrows a section of L2 (hopper_mixed.MIXED_HOPPER_L2_SECTION_MIB) the items run in sections
+    of a few KV heads, each program taking its next item off a queue (an atomic counter; _section_item);
+    otherwise they are dealt round by round in alternating directions (_prefill_first_step) so heavy and light
+    items even out. The producer posts each item to the consumers in shared memory. The K / V ring and the Q
+    buffer carry their mbarrier phases from item to item;
   * decode: one more warp group walking the program's share of the (sequence, KV head) decode items (at most
     DECODE_ROWS packed rows: a KV head's query heads x the sequence's query tokens, wgmma's N; keys and head dims
     are its M: S^T = K Q^T, O^T += V^T P^T), with its own Q buffer and ring of DECODE_BLOCK_N-key tiles, filled
@@ -62,7 +65,7 @@ def _prefill_schedule(cu_seqlens_q_ptr, num_seqs, out_ptr, tail_rows, stride_os,
                       MAX_SEQS: gl.constexpr):
     """A persistent mixed launch's prologue (4 warps): each sequence's prefill q tiles of 2 * ROWS queries (sequences
     of more than DECODE_ROWS packed rows) counted and their running sums stored in shared memory (the tile_ends that
-    _prefill_item reads), and out's rows past the last sequence zeroed (_zero_tail_rows). Returns (tile_ends, the
+    _tile_sequence reads), and out's rows past the last sequence zeroed (_zero_tail_rows). Returns (tile_ends, the
     batch's prefill q tiles)."""
     sum_layout: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [4, 1], [1, 0])
     seqs = gl.arange(0, MAX_SEQS, layout=gl.SliceLayout(0, sum_layout))
@@ -83,23 +86,87 @@ def _prefill_first_step():
     (num_programs - 1 - p)-th of the second, and so on; its steps alternate between 2 * num_programs - 1 - 2p and
     2p + 1. Items run heaviest first, so a program that takes a round's heaviest item takes the next one's lightest.
     (A while loop over (item, step): a `for` over the rounds cost the 2k chunk on 14k + 64 decodes 5 % on the H200,
-    its consumers' inner loops compiled longer. Items off a queue (an atomic counter) in the prefill kernel's L2
-    sections of KV heads measured within 2 % of this deal either way, across two leases: docs/benchmarks_log.md,
-    fifty-first session.)"""
+    its consumers' inner loops compiled longer.) Dealt in sections of a few KV heads, the items would not even out
+    (the sections' q tiles run heaviest first within each): sections take a queue (_next_item)."""
     return 2 * gl.num_programs(0) - 1 - 2 * gl.program_id(0)
 
 
 @gluon.jit
-def _prefill_item(item, tile_ends, heads_q, WARPS: gl.constexpr):
-    """Prefill item ``item`` -> (sequence, local q tile, query head): items run q tile by q tile, a tile's query
-    heads (a KV head's first) side by side; a sequence's q tiles last tile first (under a causal mask it sees
-    the most keys). ``tile_ends``: the running sums of the sequences' q tiles, read whole from shared memory."""
-    tile = item // heads_q
+def _tile_sequence(tile, tile_ends, WARPS: gl.constexpr):
+    """The batch's prefill q tile ``tile`` -> (sequence, local q tile): a sequence's q tiles last tile first (under
+    a causal mask it sees the most keys). ``tile_ends``: the running sums of the sequences' q tiles, read whole from
+    shared memory."""
     ends = tile_ends.load(gl.BlockedLayout([1], [32], [WARPS], [0]))
     before = ends <= tile  # the sequences whose tiles all come before `tile`
     seq = gl.sum(before.to(gl.int32), axis=0)
     end = gl.min(gl.where(before, 1 << 30, ends), axis=0)
-    return seq, end - 1 - tile, item % heads_q
+    return seq, end - 1 - tile
+
+
+@gluon.jit
+def _prefill_item(item, tile_ends, heads_q, WARPS: gl.constexpr):
+    """Prefill item ``item`` -> (sequence, local q tile, query head): items run q tile by q tile (_tile_sequence's
+    order), a tile's query heads (a KV head's first) side by side."""
+    seq, local_tile = _tile_sequence(item // heads_q, tile_ends, WARPS)
+    return seq, local_tile, item % heads_q
+
+
+@gluon.jit
+def _section_item(item, tile_ends, prefill_tiles, heads_q, section_heads, WARPS: gl.constexpr):
+    """Prefill item ``item`` -> (sequence, local q tile, query head) in sections of ``section_heads`` query heads
+    (whole KV heads; the last section may hold fewer): within a section q tile by q tile (_tile_sequence's order),
+    the section's heads side by side, so the items in flight share a few KV heads' K / V in L2 (the prefill
+    kernel's order, attention_fwd_hopper._program_tile). ``section_heads`` = heads_q: one section, q tile by
+    q tile over every head (_prefill_item's order)."""
+    first_head = item // (prefill_tiles * section_heads) * section_heads
+    heads = gl.minimum(section_heads, heads_q - first_head)
+    local = item - first_head * prefill_tiles
+    seq, local_tile = _tile_sequence(local // heads, tile_ends, WARPS)
+    return seq, local_tile, first_head + local % heads
+
+
+@gluon.jit
+def _next_item(queue_ptr, item, step, queue):
+    """This program's next prefill item and dealing step: ``queue`` (nonzero), the next one off the launch's queue (an
+    atomic counter, queue_ptr[0]); else dealt (_prefill_first_step)."""
+    if queue:
+        item = gl.atomic_add(queue_ptr, 1)
+    else:
+        item, step = item + step, 2 * gl.num_programs(0) - step
+    return item, step
+
+
+@gluon.jit
+def _first_item(queue_ptr, queue):
+    """This program's first prefill item and dealing step (_next_item's)."""
+    item = gl.program_id(0)
+    if queue:
+        item = gl.atomic_add(queue_ptr, 1)
+    return item, _prefill_first_step()
+
+
+@gluon.jit
+def _post_item(item_smem, item):
+    """The producer's item for the consumers (they read it once q_ready completes: the producer's arrive orders
+    this store before it), from every lane of its warp."""
+    item_smem.store(gl.full([1], item, gl.int32, layout=gl.BlockedLayout([1], [32], [1], [0])))
+    _cta_barrier()  # (the warp's lanes: the one that arrives on q_ready next has seen the store)
+
+
+@gluon.jit
+def _read_item(item_smem):
+    """The item the producer posted (_post_item), read by a consumer warp group."""
+    return gl.max(item_smem.load(gl.BlockedLayout([1], [32], [4], [0])), axis=0)
+
+
+@gluon.jit
+def _close_queue(queue_ptr):
+    """The last program to find the queue empty sets it back to zeros (queue_ptr[0], the next item; queue_ptr[1],
+    the programs that found it empty) for the next launch."""
+    finished = gl.atomic_add(queue_ptr + 1, 1)
+    if finished == gl.num_programs(0) - 1:
+        gl.atomic_xchg(queue_ptr, 0)
+        gl.atomic_xchg(queue_ptr + 1, 0)
 
 
 @gluon.jit
@@ -128,24 +195,27 @@ def _prefill_producer(descriptors, buffers, decode_buffers, schedule, sequences,
                       HAS_KV_START: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                       DECODE_BLOCK_N: gl.constexpr, DECODE_STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
                       GROUP_SIZE: gl.constexpr):
-    """1 warp: for each of the program's prefill items, TMA loads of its Q halves (once the consumers released
-    the previous item's), then its K / V tiles into the ring."""
+    """1 warp: for each of the program's prefill items, posted to the consumers, TMA loads of its Q halves (once
+    the consumers released the previous item's), then its K / V tiles into the ring; an item past the last, posted
+    with no Q, stops the consumers."""
     q_desc, k_desc, v_desc, _, _ = descriptors
     q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty = buffers
     page_table_ptr, page_table_stride, prefill_items = output[5], output[6], output[7]
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+    tile_ends, heads_q, prefill_tiles, section_heads, queue_ptr, item_smem, queue = schedule
     count = 0  # KV tiles loaded so far (the ring's position)
     done = 0  # items so far (the Q buffer's phase)
-    item, step = gl.program_id(0), _prefill_first_step()
+    item, step = _first_item(queue_ptr, queue)
     while item < prefill_items:
-        seq, local_tile, q_head = _prefill_item(item, schedule[0], schedule[1], 1)
+        seq, local_tile, q_head = _section_item(item, tile_ends, prefill_tiles, heads_q, section_heads, 1)
         walk = _prefill_walk(seq, local_tile, q_head, sequences, ROWS, BLOCK_N, CAUSAL, BOTTOM_RIGHT,
                              HAS_Q_START, HAS_KV_START)
         kv_len, num_tiles, q_row0, k_row0, v_row0 = walk[2], walk[4], walk[6], walk[7], walk[8]
         kv_col = (q_head // GROUP_SIZE) * HEAD_DIM
         pages = page_table_ptr + seq.to(gl.int64) * page_table_stride
         mbarrier.wait(q_empty, (done & 1) ^ 1)  # a fresh barrier counts as released
+        _post_item(item_smem, item)
         mbarrier.expect(q_ready, 2 * q_desc.block_type.nbytes)
         _tma_load(q_desc, [q_row0, q_head * HEAD_DIM], q_ready, q_smem.index(0))
         _tma_load(q_desc, [q_row0 + ROWS, q_head * HEAD_DIM], q_ready, q_smem.index(1))
@@ -154,7 +224,12 @@ def _prefill_producer(descriptors, buffers, decode_buffers, schedule, sequences,
                           (count // STAGES) & 1, t, k_row0, v_row0, kv_col, pages, kv_len, BLOCK_N, PAGE_SIZE)
             count += 1
         done += 1
-        item, step = item + step, 2 * gl.num_programs(0) - step
+        item, step = _next_item(queue_ptr, item, step, queue)
+    mbarrier.wait(q_empty, (done & 1) ^ 1)
+    _post_item(item_smem, item)  # past the last item: the consumers stop
+    mbarrier.arrive(q_ready, count=1)
+    if queue:
+        _close_queue(queue_ptr)
 
 
 @gluon.jit
@@ -178,17 +253,19 @@ def _prefill_consumer(buffers, schedule, sequences, output, GROUP: gl.constexpr,
     out_rows = first_row + gl.arange(0, ROWS, layout=row_o)
     out_cols = gl.arange(0, HEAD_DIM, layout=col_o)
     q = q_smem.index(GROUP)
+    tile_ends, heads_q, prefill_tiles, section_heads, item_smem = schedule[0], schedule[1], schedule[2], \
+        schedule[3], schedule[5]
     count = 0
     done = 0
-    item, step = gl.program_id(0), _prefill_first_step()
+    mbarrier.wait(q_ready, 0)
+    item = _read_item(item_smem)
     while item < prefill_items:
-        seq, local_tile, q_head = _prefill_item(item, schedule[0], schedule[1], 4)
+        seq, local_tile, q_head = _section_item(item, tile_ends, prefill_tiles, heads_q, section_heads, 4)
         walk = _prefill_walk(seq, local_tile, q_head, sequences, ROWS, BLOCK_N, CAUSAL, BOTTOM_RIGHT,
                              HAS_Q_START, HAS_KV_START)
         first_query, q_len, kv_len, diag, num_tiles, first_masked = walk[0], walk[1], walk[2], walk[3], walk[4], walk[5]
         out_row0 = walk[9]
         diag = diag + first_query  # rows count from the tile's first query
-        mbarrier.wait(q_ready, done & 1)
         o, _, l_i = _prefill_tiles(q, (k_smem, v_smem, k_ready, k_empty, v_ready, v_empty), count, 0, num_tiles,
                                      first_masked, rows, kv_len, diag, qk_scale, CAUSAL, STAGES)
         mbarrier.arrive(q_empty, count=1)
@@ -198,7 +275,8 @@ def _prefill_consumer(buffers, schedule, sequences, output, GROUP: gl.constexpr,
         o = o / gl.where(l_o == 0.0, 1.0, l_o)[:, None]
         offsets = (out_row0 + out_rows.to(gl.int64))[:, None] * stride_os + (q_head * HEAD_DIM + out_cols)[None, :]
         gl.store(out_ptr + offsets, o.to(out_ptr.dtype.element_ty), mask=(out_rows < q_len - first_query)[:, None])
-        item, step = item + step, 2 * gl.num_programs(0) - step
+        mbarrier.wait(q_ready, done & 1)
+        item = _read_item(item_smem)
 
 
 @gluon.jit
@@ -287,9 +365,9 @@ def _second_consumer(descriptors, buffers, decode_buffers, schedule, sequences, 
 @gluon.jit
 def attention_mixed_hopper_kernel(
     q_desc, k_desc, v_desc, k_decode_desc, v_decode_desc, q_ptr, out_ptr,
-    cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr,
+    cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr, queue_ptr,
     num_seqs, heads_kv, q_batch_rows, k_batch_rows, v_batch_rows, out_batch_rows, stride_qs, stride_os,
-    page_table_stride, qk_scale, tail_rows,
+    page_table_stride, qk_scale, tail_rows, section_heads, queue,
     GROUP_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, DECODE_BLOCK_N: gl.constexpr,
     DECODE_STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr, CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr,
     HAS_Q_START: gl.constexpr, HAS_KV_START: gl.constexpr, LOG2_MAX_SEQS: gl.constexpr, DECODE_ROWS: gl.constexpr,
@@ -304,7 +382,10 @@ def attention_mixed_hopper_kernel(
     prefill items. tail_rows > 0 (thd, sequences back to back): out's rows cu_seqlens_q[num_seqs] ..
     tail_rows - 1 are written as zeros, a row per program in turn. DECODE_V_STAGES (a divisor of DECODE_STAGES; 0:
     DECODE_STAGES): V slots of the decode ring, fewer than K's to leave shared memory to the prefill ring (K_t+1 is
-    awaited while K_t is held: K needs two)."""
+    awaited while K_t is held: K needs two). section_heads: query heads a section of the prefill items' order
+    (_section_item; heads_q: one section). queue nonzero: the programs take prefill items off a queue, queue_ptr[0]
+    (a counter; queue_ptr[1] counts the programs that found it empty; both 0 before the launch and left 0 by it);
+    0: the items are dealt (_prefill_first_step)."""
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     MAX_SEQS: gl.constexpr = 1 << LOG2_MAX_SEQS
@@ -318,6 +399,7 @@ def attention_mixed_hopper_kernel(
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [2, ROWS, HEAD_DIM], q_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+    item_smem = gl.allocate_shared_memory(gl.int32, [1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     dq_smem = gl.allocate_shared_memory(q_desc.dtype, [DECODE_ROWS, HEAD_DIM],
                                         gl.NVMMASharedLayout.get_default_for([DECODE_ROWS, HEAD_DIM], q_desc.dtype))
     dp_smem = gl.allocate_shared_memory(q_desc.dtype, [DECODE_ROWS, DECODE_BLOCK_N],
@@ -353,7 +435,7 @@ def attention_mixed_hopper_kernel(
     descriptors = (q_desc, k_desc, v_desc, k_decode_desc, v_decode_desc)
     buffers = (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty)
     decode_buffers = (dq_smem, dk_smem, dv_smem, dk_ready, dk_empty, dv_ready, dv_empty, dp_smem)
-    schedule = (tile_ends, heads_q)
+    schedule = (tile_ends, heads_q, prefill_tiles, section_heads, queue_ptr, item_smem, queue)
     sequences = (cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, q_batch_rows, k_batch_rows,
                  v_batch_rows, out_batch_rows)
     output = (out_ptr, stride_os, qk_scale, q_ptr, stride_qs, page_table_ptr, page_table_stride, prefill_items,

@@ -299,22 +299,24 @@ def consumer_groups(head_dim: int) -> int:
     return groups
 
 
-def section_heads(heads_q: int, heads_kv: int, max_seqlen_kv: int, kv_bytes_per_token: int, causal: bool) -> int:
+def section_heads(heads_q: int, heads_kv: int, max_seqlen_kv: int, kv_bytes_per_token: int, causal: bool,
+                  budget_mib: int | None = None) -> int:
     """Query heads a section of the prefill kernel's program order. Under a causal mask: the KV heads whose K and V
-    (``max_seqlen_kv`` tokens of ``kv_bytes_per_token`` bytes a KV head) fit HOPPER_L2_SECTION_MIB (or
-    HOPPER_L2_SECTION_ENV's), at least one, at most all, with their query heads. Without one every walk is as long:
-    one KV head's.
+    (``max_seqlen_kv`` tokens of ``kv_bytes_per_token`` bytes a KV head) fit ``budget_mib`` MiB (None:
+    HOPPER_L2_SECTION_MIB or HOPPER_L2_SECTION_ENV's), at least one, at most all, with their query heads. Without one
+    every walk is as long: one KV head's.
 
     Example (GQA 32/8, d 128, bf16: 512 bytes a token a KV head):
         >>> section_heads(32, 8, 2048, 512, True), section_heads(32, 8, 16384, 512, True)
         (32, 4)
-        >>> section_heads(32, 8, 2048, 512, False)
-        4
+        >>> section_heads(32, 8, 2048, 512, False), section_heads(32, 8, 16384, 512, True, budget_mib=16)
+        (4, 8)
     """
     kv_heads = 1
     if causal:
-        budget = int(getenv(HOPPER_L2_SECTION_ENV, str(HOPPER_L2_SECTION_MIB))) << 20
-        kv_heads = min(heads_kv, max(1, budget // max(1, max_seqlen_kv * kv_bytes_per_token)))
+        if budget_mib is None:
+            budget_mib = int(getenv(HOPPER_L2_SECTION_ENV, str(HOPPER_L2_SECTION_MIB)))
+        kv_heads = min(heads_kv, max(1, (budget_mib << 20) // max(1, max_seqlen_kv * kv_bytes_per_token)))
     return kv_heads * (heads_q // heads_kv)
 
 

@@ -18,9 +18,12 @@ from .arguments import scale_log2
 from .attention_decode_hopper import MAX_DECODE_ROWS, SMALL_DECODE_ROWS
 from .attention_fwd_hopper import HOPPER_ROWS_PER_GROUP
 from .attention_mixed_hopper import attention_mixed_hopper_kernel
+from .combine import split_counter_buffer
 from .launch import KernelLaunch
 
-__all__ = ["MIXED_HOPPER_ENV", "MIXED_HOPPER_PREFILL_TILE", "MIXED_HOPPER_SMALL_DECODE_REGISTERS", "MIXED_HOPPER_TILE",
+__all__ = ["MIXED_HOPPER_ENV", "MIXED_HOPPER_L2_SECTION_ENV", "MIXED_HOPPER_L2_SECTION_MIB",
+           "MIXED_HOPPER_PREFILL_TILE", "MIXED_HOPPER_QUEUE_ENV", "MIXED_HOPPER_SMALL_DECODE_REGISTERS",
+           "MIXED_HOPPER_TILE",
            "MIXED_HOPPER_TILE_ENV", "PREFILL_TO_DECODE_RATIO", "MixedHopperPlan", "PersistentLaunch",
            "mixed_hopper_unsupported_reason", "plan_mixed_hopper", "prefill_outweighs_decodes"]
 
@@ -124,6 +127,27 @@ MIXED_HOPPER_TILE_ENV = "ATTN_FUSED_HOPPER_MIXED_TILE"
 optional eighth, the decode ring's V slots when fewer than its K slots (a divisor of DECODE_STAGES), e.g.
 ``128,2,64,2,208,72,128,1``: 128-key prefill tiles beside a decode ring of two K slots and one V slot."""
 
+MIXED_HOPPER_L2_SECTION_MIB = 16
+"""K and V bytes (MiB) of the KV heads in one section of the launch's prefill items (hopper_forward.section_heads's
+budget; the prefill kernel's is HOPPER_L2_SECTION_MIB). Where the batch's prefill K / V holds more than one section,
+the programs take their prefill items off a queue, section by section, heaviest first within each; otherwise
+(M1's 2k prefill: 8 MiB for all 8 KV heads) they are dealt round by round over every head (_prefill_first_step).
+Dealt over every head, each round of 132 items re-read M2's 67 MB of K / V from DRAM: ncu read ~290 MB for the
+launch's prefill against the prefill kernel's 101, an L2 hit rate of 78.7 % against 96 %, and 4.4 % more cycles,
+its consumers waiting longer for K (docs/benchmarks_log.md, fifty-fifth session). The queue balances sections of
+two KV heads (16 MiB at 16k keys) as well as the dealt order (481 against 482 128-key tiles for the busiest
+program) and one KV head a section less well (488). H200, 2026-12-04, env_ab, graph replays, settled, eight rounds
+against the dealt order (docs/results/2026-12-04-h200-9cb74a5/out/call5): the 2k chunk on 14k + 64 decodes at 4k
+(M2) 0.993, over served page runs 0.991, its prefill in the launch (the decodes without queries) 0.985; 8 MiB
+0.996 / 0.994 / 0.989; in three rounds (call 4) 16 MiB 0.999 / 0.987 / 0.982, 32 MiB 1.009 / 1.000 / 0.994."""
+
+MIXED_HOPPER_L2_SECTION_ENV = "ATTN_FUSED_HOPPER_MIXED_L2_SECTION"
+"""Override of MIXED_HOPPER_L2_SECTION_MIB (A/B measurements)."""
+
+MIXED_HOPPER_QUEUE_ENV = "ATTN_FUSED_HOPPER_MIXED_QUEUE"
+"""``0``: the launch's prefill items are dealt round by round over every head even where they would run in sections
+off a queue (MIXED_HOPPER_L2_SECTION_MIB; A/B measurements); unset or ``1``: the rule."""
+
 MIXED_HOPPER_MAX_SEQS = 512
 """Batches of fewer sequences only: the schedule's running sums cost each program MAX_SEQS**2 / 128 compares a
 thread before it starts (MAX_SEQS: the sequence count rounded up to a power of 2, at least 32)."""
@@ -177,6 +201,9 @@ class MixedHopperPlan(PersistentLaunch):
     (hopper_forward.RowsDescriptor)."""
     total_q: int = 0
     """The call's token rows: with ``zero_tail`` the launch zeroes out's rows cu_seqlens_q[num_seqs] .. total_q - 1."""
+    section_heads: int = 0
+    """Query heads a section of the prefill items' order (MIXED_HOPPER_L2_SECTION_MIB), the items then taken off a
+    queue; 0: one section of every head, the items dealt."""
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor, q_start: torch.Tensor | None,
@@ -185,15 +212,17 @@ class MixedHopperPlan(PersistentLaunch):
         its rows past the last sequence are written as zeros too."""
         self._launch_for(zero_tail, page_table)(
             q, k, v, k, v, q, out, cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q if q_start is None else q_start,
-            cu_seqlens_kv if kv_start is None else kv_start, cu_seqlens_q if page_table is None else page_table)
+            cu_seqlens_kv if kv_start is None else kv_start, cu_seqlens_q if page_table is None else page_table,
+            split_counter_buffer(q.device, 2))
 
     def _kernel_launch(self, zero_tail: bool, table_stride: int) -> KernelLaunch:
-        """attention_mixed_hopper_kernel's launch, all but its 12 tensor arguments fixed."""
+        """attention_mixed_hopper_kernel's launch, all but its 13 tensor arguments fixed."""
         block_n, stages, decode_block_n, decode_stages, consumer_registers, decode_registers, maxnreg = self.tile[:7]
         return KernelLaunch(
             attention_mixed_hopper_kernel, (self.programs,),
             scalars=(self.num_seqs, self.heads_kv, *self.batch_rows, self.q_token_stride, self.out_token_stride,
-                     table_stride, self.softmax_scale_log2, self.total_q if zero_tail else 0),
+                     table_stride, self.softmax_scale_log2, self.total_q if zero_tail else 0,
+                     self.section_heads or self.group_size * self.heads_kv, int(self.section_heads > 0)),
             constexprs={
                 "GROUP_SIZE": self.group_size, "BLOCK_N": block_n, "STAGES": stages,
                 "DECODE_BLOCK_N": decode_block_n, "DECODE_STAGES": decode_stages, "PAGE_SIZE": self.page_size,
@@ -266,7 +295,20 @@ def plan_mixed_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads_k
         q_token_stride=q.stride(-3), out_token_stride=out_token_stride,
         softmax_scale_log2=scale_log2(softmax_scale), page_size=page_size, causal=causal,
         bottom_right=bool(bottom_right), has_q_start=has_q_start, has_kv_start=has_kv_start,
-        tile=tile, decode_rows=decode_rows, total_q=total_q)
+        tile=tile, decode_rows=decode_rows, total_q=total_q,
+        section_heads=_section_heads(q, k, v, heads_kv, max_seqlen_kv, causal))
+
+
+def _section_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads_kv: int, max_seqlen_kv: int,
+                   causal: bool) -> int:
+    """MixedHopperPlan.section_heads: hopper_forward.section_heads at MIXED_HOPPER_L2_SECTION_MIB, 0 where one
+    section holds every head or MIXED_HOPPER_QUEUE_ENV is ``0``."""
+    from .hopper_forward import section_heads  # (hopper_forward imports this module)
+
+    budget_mib = int(getenv(MIXED_HOPPER_L2_SECTION_ENV, str(MIXED_HOPPER_L2_SECTION_MIB)))
+    heads = section_heads(q.shape[2], heads_kv, max_seqlen_kv, (k.shape[-1] + v.shape[-1]) * k.element_size(),
+                          causal, budget_mib)
+    return heads if heads < q.shape[2] and getenv(MIXED_HOPPER_QUEUE_ENV, "1") != "0" else 0
 
 
 def decode_tile_rows(rows: int) -> int:

@@ -12,7 +12,12 @@ import torch
 
 from attention.kernels import attention_forward
 from attention.kernels import attention_fwd as launcher
-from attention.kernels.hopper_mixed import MIXED_HOPPER_ENV, MIXED_HOPPER_PREFILL_TILE, MIXED_HOPPER_TILE_ENV
+from attention.kernels.hopper_mixed import (
+    MIXED_HOPPER_ENV,
+    MIXED_HOPPER_L2_SECTION_ENV,
+    MIXED_HOPPER_PREFILL_TILE,
+    MIXED_HOPPER_TILE_ENV,
+)
 from tests.test_kernels import AttentionCase, build_inputs, check_output, load_inputs_into
 
 pytestmark = [
@@ -146,6 +151,19 @@ def test_a_heavy_prefill_runs_on_the_prefill_tile(case: AttentionCase) -> None:
     check_output(case, inputs)
 
 
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_prefill_items_in_l2_sections_off_the_queue(case: AttentionCase, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same batches with sections of one KV head (a 0 MiB budget), their prefill items taken off the queue
+    (MQA: one section, dealt)."""
+    monkeypatch.setenv(MIXED_HOPPER_L2_SECTION_ENV, "0")
+    inputs = build_inputs(case, "cuda")
+    _run(inputs)
+    (plan,) = launcher._plans.values()
+    heads_q, heads_kv = case.heads
+    assert plan.section_heads == (heads_q // heads_kv if heads_kv > 1 else 0), plan.section_heads
+    check_output(case, inputs)
+
+
 def test_the_switch_sends_mixed_batches_to_the_general_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     """A 2k chunk on a 2k prefix beside decodes over 16-token pages: the mixed kernel by default, the general one
     with ATTN_FUSED_HOPPER_MIXED=0; both match the reference."""
@@ -187,3 +205,16 @@ def test_cuda_graph_replay_with_new_lengths() -> None:
     """The schedule is built on the device from cu_seqlens_q: a graph captured once replays a batch whose prefill
     moved to another sequence."""
     replay_with_new_lengths(_run)
+
+
+def test_cuda_graph_replays_leave_the_queue_empty(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replays of a launch whose prefill items come off the queue: each launch leaves the queue at zero for the
+    next, so every replay runs every item."""
+    monkeypatch.setenv(MIXED_HOPPER_L2_SECTION_ENV, "0")
+
+    def run(inputs: dict) -> None:
+        _run(inputs)
+        (plan,) = launcher._plans.values()
+        assert plan.section_heads == 4, plan.section_heads
+
+    replay_with_new_lengths(run, replays=3)
