@@ -236,7 +236,8 @@ def mixed_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
     pages causal bottom-right at d128 (decode tiles of 8 rows), a non-paged cache with start offsets (16 rows),
     256-token pages at d64 without a mask (64 rows); the first two again with a heavy prefill's tiles (128-key
     prefill tiles, one decode V slot) and 64-token pages with 32-row decode tiles on one, and 16-token pages and a
-    non-paged cache at d64 (8 and 16 rows: 128-key prefill tiles, the whole ring)."""
+    non-paged cache at d64 (8 and 16 rows: 128-key prefill tiles, the whole ring). The heavy prefills' launches
+    take their prefill items off the queue in L2 sections (QUEUE), as a long prefill's do."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -260,12 +261,13 @@ def mixed_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
 
         args = (descriptor(q, 64, page_size=0), descriptor(k, block_n), descriptor(k, block_n),
                 descriptor(k, decode_block_n), descriptor(k, decode_block_n), q, torch.zeros(256, 4, head_dim),
-                cu, cu, cu, cu, cu, cu, 2, 2, 0, 0, 0, 0, 4 * head_dim, 4 * head_dim, 8, 0.18, 256, 2, 1)
+                cu, cu, cu, cu, cu, cu, 2, 2, 0, 0, 0, 0, 4 * head_dim, 4 * head_dim, 8, 0.18, 256, 2)
         constexprs = dict(GROUP_SIZE=2, BLOCK_N=block_n, STAGES=stages, DECODE_BLOCK_N=decode_block_n,
                           DECODE_STAGES=decode_stages, PAGE_SIZE=page_size, CAUSAL=causal, BOTTOM_RIGHT=causal,
                           HAS_Q_START=starts, HAS_KV_START=starts, LOG2_MAX_SEQS=8, DECODE_ROWS=decode_rows,
                           DECODE_V_STAGES=(*tile, 0)[7],
-                          CONSUMER_REGISTERS=consumer_registers, DECODE_REGISTERS=decode_registers, maxnreg=maxnreg)
+                          CONSUMER_REGISTERS=consumer_registers, DECODE_REGISTERS=decode_registers, QUEUE=heavy_prefill,
+                          maxnreg=maxnreg)
         label = (f"mixed d{head_dim} {f'page {page_size}' if page_size else 'non-paged'}{' causal' if causal else ''}"
                  f"{' prefill tile' if heavy_prefill else ''}")
         launches.append((label, attention_mixed_hopper_kernel, args, constexprs, 4, 1))

@@ -105,24 +105,24 @@ def test_a_plan_launches_one_program_per_sm_with_page_sized_boxes(monkeypatch: p
     assert all(list(d.block_shape) == [16, 128] for d in (k_desc, v_desc, k_decode_desc, v_decode_desc))
     assert args[5] is q and args[13] == 301 and args[14] == 8  # q by pointer (decode rows), sequences, KV heads
     assert args[12].dtype == torch.int32 and args[12].numel() >= 2  # the prefill items' queue (left zeros)
-    assert args[-2:] == (32, 0)  # 16 MiB hold all 8 KV heads' 4k keys: one section of every head, the items dealt
+    assert args[-1] == 32 and not kwargs["QUEUE"]  # 16 MiB hold all 8 KV heads' 4k keys: one section, items dealt
     assert kwargs["LOG2_MAX_SEQS"] == 9 and 2 ** kwargs["LOG2_MAX_SEQS"] > 301
     assert (kwargs["BLOCK_N"], kwargs["DECODE_BLOCK_N"], kwargs["PAGE_SIZE"], kwargs["maxnreg"]) == (64, 64, 16, 128)
     assert kwargs["DECODE_ROWS"] == 8  # one query token each beside the prefill: a 4-head group's rows, at least 8
-    assert args[-3] == 0  # no rows past the last sequence to zero
+    assert args[-2] == 0  # no rows past the last sequence to zero
     plan(q, k, k, q, cu, cu, None, None, torch.zeros(301, 1024, dtype=torch.int32), zero_tail=True)
-    assert kernel.calls[-1][1][-3] == total  # zero_tail: the kernel zeroes rows cu_seqlens_q[-1] .. total - 1
+    assert kernel.calls[-1][1][-2] == total  # zero_tail: the kernel zeroes rows cu_seqlens_q[-1] .. total - 1
 
 
 @pytest.mark.parametrize("max_seqlen_kv, env, sections", [
-    (4096, {}, (32, 0)),  # 2 MiB a KV head: every head in one 16 MiB section, dealt
-    (16384, {}, (8, 1)),  # 8 MiB a KV head (M2's 14k prefix + 2k chunk): sections of 2 KV heads off the queue
-    (65536, {}, (4, 1)),  # past the budget: one KV head a section
-    (16384, {MIXED_HOPPER_L2_SECTION_ENV: "8"}, (4, 1)),
-    (16384, {MIXED_HOPPER_QUEUE_ENV: "0"}, (32, 0)),  # the dealt order forced
+    (4096, {}, (32, False)),  # 2 MiB a KV head: every head in one 16 MiB section, dealt
+    (16384, {}, (8, True)),  # 8 MiB a KV head (M2's 14k prefix + 2k chunk): sections of 2 KV heads off the queue
+    (65536, {}, (4, True)),  # past the budget: one KV head a section
+    (16384, {MIXED_HOPPER_L2_SECTION_ENV: "8"}, (4, True)),
+    (16384, {MIXED_HOPPER_QUEUE_ENV: "0"}, (32, False)),  # the dealt order forced
 ])
 def test_long_prefills_run_in_l2_sections_off_a_queue(monkeypatch: pytest.MonkeyPatch, max_seqlen_kv: int,
-                                                      env: dict[str, str], sections: tuple[int, int]) -> None:
+                                                      env: dict[str, str], sections: tuple[int, bool]) -> None:
     monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -134,8 +134,8 @@ def test_long_prefills_run_in_l2_sections_off_a_queue(monkeypatch: pytest.Monkey
                                alibi=False, sink=False, has_q_start=False, has_kv_start=False, num_sms=132)
     plan(q, k, k, q, torch.zeros(302, dtype=torch.int32), torch.zeros(302, dtype=torch.int32), None, None,
          torch.zeros(301, 1024, dtype=torch.int32))
-    (_, args, _), = kernel.calls
-    assert args[-2:] == sections  # (query heads a section, the queue on)
+    (_, args, kwargs), = kernel.calls
+    assert (args[-1], kwargs["QUEUE"]) == sections  # (query heads a section, the queue on)
 
 
 @pytest.mark.parametrize("override, launched", [

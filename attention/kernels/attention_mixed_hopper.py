@@ -126,10 +126,10 @@ def _section_item(item, tile_ends, prefill_tiles, heads_q, section_heads, WARPS:
 
 
 @gluon.jit
-def _next_item(queue_ptr, item, step, queue):
-    """This program's next prefill item and dealing step: ``queue`` (nonzero), the next one off the launch's queue (an
-    atomic counter, queue_ptr[0]); else dealt (_prefill_first_step)."""
-    if queue:
+def _next_item(queue_ptr, item, step, QUEUE: gl.constexpr):
+    """This program's next prefill item and dealing step: QUEUE, the next one off the launch's queue (an atomic
+    counter, queue_ptr[0]); else dealt (_prefill_first_step)."""
+    if QUEUE:
         item = gl.atomic_add(queue_ptr, 1)
     else:
         item, step = item + step, 2 * gl.num_programs(0) - step
@@ -137,12 +137,24 @@ def _next_item(queue_ptr, item, step, queue):
 
 
 @gluon.jit
-def _first_item(queue_ptr, queue):
+def _first_item(queue_ptr, QUEUE: gl.constexpr):
     """This program's first prefill item and dealing step (_next_item's)."""
     item = gl.program_id(0)
-    if queue:
+    if QUEUE:
         item = gl.atomic_add(queue_ptr, 1)
     return item, _prefill_first_step()
+
+
+@gluon.jit
+def _item_at(item, schedule, WARPS: gl.constexpr, QUEUE: gl.constexpr):
+    """Prefill item ``item`` -> (sequence, local q tile, query head): in sections off the queue (_section_item),
+    else q tile by q tile over every head (_prefill_item)."""
+    tile_ends, heads_q, prefill_tiles, section_heads = schedule[0], schedule[1], schedule[2], schedule[3]
+    if QUEUE:
+        seq, local_tile, q_head = _section_item(item, tile_ends, prefill_tiles, heads_q, section_heads, WARPS)
+    else:
+        seq, local_tile, q_head = _prefill_item(item, tile_ends, heads_q, WARPS)
+    return seq, local_tile, q_head
 
 
 @gluon.jit
@@ -194,7 +206,7 @@ def _prefill_producer(descriptors, buffers, decode_buffers, schedule, sequences,
                       CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
                       HAS_KV_START: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                       DECODE_BLOCK_N: gl.constexpr, DECODE_STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
-                      GROUP_SIZE: gl.constexpr):
+                      GROUP_SIZE: gl.constexpr, QUEUE: gl.constexpr):
     """1 warp: for each of the program's prefill items, posted to the consumers, TMA loads of its Q halves (once
     the consumers released the previous item's), then its K / V tiles into the ring; an item past the last, posted
     with no Q, stops the consumers."""
@@ -203,19 +215,20 @@ def _prefill_producer(descriptors, buffers, decode_buffers, schedule, sequences,
     page_table_ptr, page_table_stride, prefill_items = output[5], output[6], output[7]
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
-    tile_ends, heads_q, prefill_tiles, section_heads, queue_ptr, item_smem, queue = schedule
+    queue_ptr, item_smem = schedule[4], schedule[5]
     count = 0  # KV tiles loaded so far (the ring's position)
     done = 0  # items so far (the Q buffer's phase)
-    item, step = _first_item(queue_ptr, queue)
+    item, step = _first_item(queue_ptr, QUEUE)
     while item < prefill_items:
-        seq, local_tile, q_head = _section_item(item, tile_ends, prefill_tiles, heads_q, section_heads, 1)
+        seq, local_tile, q_head = _item_at(item, schedule, 1, QUEUE)
         walk = _prefill_walk(seq, local_tile, q_head, sequences, ROWS, BLOCK_N, CAUSAL, BOTTOM_RIGHT,
                              HAS_Q_START, HAS_KV_START)
         kv_len, num_tiles, q_row0, k_row0, v_row0 = walk[2], walk[4], walk[6], walk[7], walk[8]
         kv_col = (q_head // GROUP_SIZE) * HEAD_DIM
         pages = page_table_ptr + seq.to(gl.int64) * page_table_stride
         mbarrier.wait(q_empty, (done & 1) ^ 1)  # a fresh barrier counts as released
-        _post_item(item_smem, item)
+        if QUEUE:
+            _post_item(item_smem, item)
         mbarrier.expect(q_ready, 2 * q_desc.block_type.nbytes)
         _tma_load(q_desc, [q_row0, q_head * HEAD_DIM], q_ready, q_smem.index(0))
         _tma_load(q_desc, [q_row0 + ROWS, q_head * HEAD_DIM], q_ready, q_smem.index(1))
@@ -224,18 +237,18 @@ def _prefill_producer(descriptors, buffers, decode_buffers, schedule, sequences,
                           (count // STAGES) & 1, t, k_row0, v_row0, kv_col, pages, kv_len, BLOCK_N, PAGE_SIZE)
             count += 1
         done += 1
-        item, step = _next_item(queue_ptr, item, step, queue)
-    mbarrier.wait(q_empty, (done & 1) ^ 1)
-    _post_item(item_smem, item)  # past the last item: the consumers stop
-    mbarrier.arrive(q_ready, count=1)
-    if queue:
+        item, step = _next_item(queue_ptr, item, step, QUEUE)
+    if QUEUE:
+        mbarrier.wait(q_empty, (done & 1) ^ 1)
+        _post_item(item_smem, item)  # past the last item: the consumers stop
+        mbarrier.arrive(q_ready, count=1)
         _close_queue(queue_ptr)
 
 
 @gluon.jit
 def _prefill_consumer(buffers, schedule, sequences, output, GROUP: gl.constexpr,
                       CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
-                      HAS_KV_START: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+                      HAS_KV_START: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, QUEUE: gl.constexpr):
     """4 warps: 64 query rows (half GROUP of each item's 128) through the item's KV tiles, then its output."""
     q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty = buffers
     out_ptr, stride_os, qk_scale, prefill_items = output[0], output[1], output[2], output[7]
@@ -253,19 +266,22 @@ def _prefill_consumer(buffers, schedule, sequences, output, GROUP: gl.constexpr,
     out_rows = first_row + gl.arange(0, ROWS, layout=row_o)
     out_cols = gl.arange(0, HEAD_DIM, layout=col_o)
     q = q_smem.index(GROUP)
-    tile_ends, heads_q, prefill_tiles, section_heads, item_smem = schedule[0], schedule[1], schedule[2], \
-        schedule[3], schedule[5]
+    item_smem = schedule[5]
     count = 0
     done = 0
-    mbarrier.wait(q_ready, 0)
-    item = _read_item(item_smem)
+    item, step = gl.program_id(0), _prefill_first_step()
+    if QUEUE:  # the producer posts each item
+        mbarrier.wait(q_ready, 0)
+        item = _read_item(item_smem)
     while item < prefill_items:
-        seq, local_tile, q_head = _section_item(item, tile_ends, prefill_tiles, heads_q, section_heads, 4)
+        seq, local_tile, q_head = _item_at(item, schedule, 4, QUEUE)
         walk = _prefill_walk(seq, local_tile, q_head, sequences, ROWS, BLOCK_N, CAUSAL, BOTTOM_RIGHT,
                              HAS_Q_START, HAS_KV_START)
         first_query, q_len, kv_len, diag, num_tiles, first_masked = walk[0], walk[1], walk[2], walk[3], walk[4], walk[5]
         out_row0 = walk[9]
         diag = diag + first_query  # rows count from the tile's first query
+        if not QUEUE:
+            mbarrier.wait(q_ready, done & 1)
         o, _, l_i = _prefill_tiles(q, (k_smem, v_smem, k_ready, k_empty, v_ready, v_empty), count, 0, num_tiles,
                                      first_masked, rows, kv_len, diag, qk_scale, CAUSAL, STAGES)
         mbarrier.arrive(q_empty, count=1)
@@ -275,8 +291,11 @@ def _prefill_consumer(buffers, schedule, sequences, output, GROUP: gl.constexpr,
         o = o / gl.where(l_o == 0.0, 1.0, l_o)[:, None]
         offsets = (out_row0 + out_rows.to(gl.int64))[:, None] * stride_os + (q_head * HEAD_DIM + out_cols)[None, :]
         gl.store(out_ptr + offsets, o.to(out_ptr.dtype.element_ty), mask=(out_rows < q_len - first_query)[:, None])
-        mbarrier.wait(q_ready, done & 1)
-        item = _read_item(item_smem)
+        if QUEUE:
+            mbarrier.wait(q_ready, done & 1)
+            item = _read_item(item_smem)
+        else:
+            item, step = item + step, 2 * gl.num_programs(0) - step
 
 
 @gluon.jit
@@ -284,7 +303,7 @@ def _decode_producer(descriptors, buffers, decode_buffers, schedule, sequences, 
                      CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
                      HAS_KV_START: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                      DECODE_BLOCK_N: gl.constexpr, DECODE_STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
-                     GROUP_SIZE: gl.constexpr):
+                     GROUP_SIZE: gl.constexpr, QUEUE: gl.constexpr):
     """1 warp: the K / V tiles of the program's decode items into the decode ring, as the decode warp group frees
     it (the prefill producer's loads: one TMA load a tile, or a page; a warp group issuing them itself paid a
     barrier of its 4 warps before each). The next item's walk is loaded before this item's tiles. Its loads run as
@@ -320,7 +339,7 @@ def _decode(descriptors, buffers, decode_buffers, schedule, sequences, output,
             CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
             HAS_KV_START: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
             DECODE_BLOCK_N: gl.constexpr, DECODE_STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
-            GROUP_SIZE: gl.constexpr):
+            GROUP_SIZE: gl.constexpr, QUEUE: gl.constexpr):
     """4 warps: the program's decode items, each a KV head's query heads x the sequence's queries (at most
     DECODE_ROWS rows) through the sequence's KV tiles (the decode producer's ring of DECODE_STAGES), the way
     attention_decode_hopper.py's kernel runs a split (its ``_decode_tiles``)."""
@@ -346,9 +365,9 @@ def _first_consumer(descriptors, buffers, decode_buffers, schedule, sequences, o
                     CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
                     HAS_KV_START: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                     DECODE_BLOCK_N: gl.constexpr, DECODE_STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
-                    GROUP_SIZE: gl.constexpr):
+                    GROUP_SIZE: gl.constexpr, QUEUE: gl.constexpr):
     _prefill_consumer(buffers, schedule, sequences, output, 0, CAUSAL, BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START,
-                      BLOCK_N, STAGES)
+                      BLOCK_N, STAGES, QUEUE)
 
 
 @gluon.jit
@@ -356,10 +375,10 @@ def _second_consumer(descriptors, buffers, decode_buffers, schedule, sequences, 
                      CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr,
                      HAS_KV_START: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                      DECODE_BLOCK_N: gl.constexpr, DECODE_STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
-                     GROUP_SIZE: gl.constexpr):
+                     GROUP_SIZE: gl.constexpr, QUEUE: gl.constexpr):
     """A worker partition: the same signature as the others (Gluon's rule for workers)."""
     _prefill_consumer(buffers, schedule, sequences, output, 1, CAUSAL, BOTTOM_RIGHT, HAS_Q_START, HAS_KV_START,
-                      BLOCK_N, STAGES)
+                      BLOCK_N, STAGES, QUEUE)
 
 
 @gluon.jit
@@ -367,11 +386,12 @@ def attention_mixed_hopper_kernel(
     q_desc, k_desc, v_desc, k_decode_desc, v_decode_desc, q_ptr, out_ptr,
     cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr, queue_ptr,
     num_seqs, heads_kv, q_batch_rows, k_batch_rows, v_batch_rows, out_batch_rows, stride_qs, stride_os,
-    page_table_stride, qk_scale, tail_rows, section_heads, queue,
+    page_table_stride, qk_scale, tail_rows, section_heads,
     GROUP_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, DECODE_BLOCK_N: gl.constexpr,
     DECODE_STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr, CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr,
     HAS_Q_START: gl.constexpr, HAS_KV_START: gl.constexpr, LOG2_MAX_SEQS: gl.constexpr, DECODE_ROWS: gl.constexpr,
     CONSUMER_REGISTERS: gl.constexpr, DECODE_REGISTERS: gl.constexpr, DECODE_V_STAGES: gl.constexpr = 0,
+    QUEUE: gl.constexpr = False,
 ):
     """Grid (programs,): persistent, one per SM. Tensors as attention_fwd_hopper_kernel's: q_desc / k_desc / v_desc
     over 2-D views [token rows, heads x head dim] with blocks [64, D] / [min(BLOCK_N, PAGE_SIZE), D], and
@@ -383,9 +403,9 @@ def attention_mixed_hopper_kernel(
     tail_rows - 1 are written as zeros, a row per program in turn. DECODE_V_STAGES (a divisor of DECODE_STAGES; 0:
     DECODE_STAGES): V slots of the decode ring, fewer than K's to leave shared memory to the prefill ring (K_t+1 is
     awaited while K_t is held: K needs two). section_heads: query heads a section of the prefill items' order
-    (_section_item; heads_q: one section). queue nonzero: the programs take prefill items off a queue, queue_ptr[0]
-    (a counter; queue_ptr[1] counts the programs that found it empty; both 0 before the launch and left 0 by it);
-    0: the items are dealt (_prefill_first_step)."""
+    (_section_item) when QUEUE: the programs then take prefill items off a queue, queue_ptr[0] (a counter;
+    queue_ptr[1] counts the programs that found it empty; both 0 before the launch and left 0 by it), the producer
+    posting each to the consumers. Else the items are dealt (_prefill_first_step) over every head."""
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     MAX_SEQS: gl.constexpr = 1 << LOG2_MAX_SEQS
@@ -435,7 +455,7 @@ def attention_mixed_hopper_kernel(
     descriptors = (q_desc, k_desc, v_desc, k_decode_desc, v_decode_desc)
     buffers = (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty)
     decode_buffers = (dq_smem, dk_smem, dv_smem, dk_ready, dk_empty, dv_ready, dv_empty, dp_smem)
-    schedule = (tile_ends, heads_q, prefill_tiles, section_heads, queue_ptr, item_smem, queue)
+    schedule = (tile_ends, heads_q, prefill_tiles, section_heads, queue_ptr, item_smem)
     sequences = (cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, q_batch_rows, k_batch_rows,
                  v_batch_rows, out_batch_rows)
     output = (out_ptr, stride_os, qk_scale, q_ptr, stride_qs, page_table_ptr, page_table_stride, prefill_items,
@@ -443,17 +463,17 @@ def attention_mixed_hopper_kernel(
     gl.warp_specialize([  # (constexprs stay constexprs only as direct members of an argument tuple literal)
         (_first_consumer, (descriptors, buffers, decode_buffers, schedule, sequences, output, CAUSAL, BOTTOM_RIGHT,
                            HAS_Q_START, HAS_KV_START, BLOCK_N, STAGES, DECODE_BLOCK_N, DECODE_STAGES, PAGE_SIZE,
-                           GROUP_SIZE)),
+                           GROUP_SIZE, QUEUE)),
         (_second_consumer, (descriptors, buffers, decode_buffers, schedule, sequences, output, CAUSAL, BOTTOM_RIGHT,
                             HAS_Q_START, HAS_KV_START, BLOCK_N, STAGES, DECODE_BLOCK_N, DECODE_STAGES, PAGE_SIZE,
-                            GROUP_SIZE)),
+                            GROUP_SIZE, QUEUE)),
         (_prefill_producer, (descriptors, buffers, decode_buffers, schedule, sequences, output, CAUSAL, BOTTOM_RIGHT,
                              HAS_Q_START, HAS_KV_START, BLOCK_N, STAGES, DECODE_BLOCK_N, DECODE_STAGES, PAGE_SIZE,
-                             GROUP_SIZE)),
+                             GROUP_SIZE, QUEUE)),
         (_decode, (descriptors, buffers, decode_buffers, schedule, sequences, output, CAUSAL, BOTTOM_RIGHT,
                    HAS_Q_START, HAS_KV_START, BLOCK_N, STAGES, DECODE_BLOCK_N, DECODE_STAGES, PAGE_SIZE,
-                   GROUP_SIZE)),
+                   GROUP_SIZE, QUEUE)),
         (_decode_producer, (descriptors, buffers, decode_buffers, schedule, sequences, output, CAUSAL, BOTTOM_RIGHT,
                             HAS_Q_START, HAS_KV_START, BLOCK_N, STAGES, DECODE_BLOCK_N, DECODE_STAGES, PAGE_SIZE,
-                            GROUP_SIZE)),
+                            GROUP_SIZE, QUEUE)),
     ], [4, 1, 4, 1], [CONSUMER_REGISTERS, 24, DECODE_REGISTERS, 24])

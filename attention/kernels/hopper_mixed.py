@@ -222,7 +222,7 @@ class MixedHopperPlan(PersistentLaunch):
             attention_mixed_hopper_kernel, (self.programs,),
             scalars=(self.num_seqs, self.heads_kv, *self.batch_rows, self.q_token_stride, self.out_token_stride,
                      table_stride, self.softmax_scale_log2, self.total_q if zero_tail else 0,
-                     self.section_heads or self.group_size * self.heads_kv, int(self.section_heads > 0)),
+                     self.section_heads or self.group_size * self.heads_kv),
             constexprs={
                 "GROUP_SIZE": self.group_size, "BLOCK_N": block_n, "STAGES": stages,
                 "DECODE_BLOCK_N": decode_block_n, "DECODE_STAGES": decode_stages, "PAGE_SIZE": self.page_size,
@@ -230,6 +230,7 @@ class MixedHopperPlan(PersistentLaunch):
                 "HAS_KV_START": self.has_kv_start, "LOG2_MAX_SEQS": max(5, self.num_seqs.bit_length()),
                 "DECODE_ROWS": self.decode_rows, "CONSUMER_REGISTERS": consumer_registers,
                 "DECODE_REGISTERS": decode_registers, "DECODE_V_STAGES": (*self.tile, 0)[7],
+                "QUEUE": self.section_heads > 0,
             },
             options={"num_warps": 4, "maxnreg": maxnreg}, descriptors=self.descriptors)
 
