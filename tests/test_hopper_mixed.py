@@ -138,6 +138,16 @@ def test_long_prefills_run_in_l2_sections_off_a_queue(monkeypatch: pytest.Monkey
     assert (args[-1], kwargs["QUEUE"]) == sections  # (query heads a section, the queue on)
 
 
+def test_a_section_budget_that_is_not_a_number_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
+    monkeypatch.setenv(MIXED_HOPPER_L2_SECTION_ENV, "16MiB")
+    q, k, total = _paged_mixed_batch(num_decodes=300)
+    with pytest.raises(ValueError, match=MIXED_HOPPER_L2_SECTION_ENV):
+        plan_hopper_forward(q, k, k, q, num_seqs=301, max_seqlen_q=2048, max_seqlen_kv=16384, total_q=total,
+                            softmax_scale=0.1, window=(-1, 0), bottom_right=True, page_size=16, alibi=False,
+                            sink=False, has_q_start=False, has_kv_start=False, num_sms=132)
+
+
 @pytest.mark.parametrize("override, launched", [
     ("64,2,64,3,176,136,128", (64, 3, 0)),  # BLOCK_N, DECODE_STAGES, DECODE_V_STAGES (0: as many as K's)
     ("128,2,64,2,208,72,128,1", (128, 2, 1)),

@@ -129,11 +129,12 @@ optional eighth, the decode ring's V slots when fewer than its K slots (a diviso
 
 MIXED_HOPPER_L2_SECTION_MIB = 16
 """K and V bytes (MiB) of the KV heads in one section of the launch's prefill items (hopper_forward.section_heads's
-budget; the prefill kernel's is HOPPER_L2_SECTION_MIB). Where the batch's prefill K / V holds more than one section,
-the programs take their prefill items off a queue, section by section, heaviest first within each; otherwise
-(M1's 2k prefill: 8 MiB for all 8 KV heads) they are dealt round by round over every head (_prefill_first_step).
-Dealt over every head, each round of 132 items re-read M2's 67 MB of K / V from DRAM: ncu read ~290 MB for the
-launch's prefill against the prefill kernel's 101, an L2 hit rate of 78.7 % against 96 %, and 4.4 % more cycles,
+budget; the prefill kernel's is HOPPER_L2_SECTION_MIB). Where one section does not hold every KV head's K / V at
+the call's longest key length (under a causal mask; without one a section is one KV head), the programs take their
+prefill items off a queue, section by section, heaviest first within each; otherwise (M1's 2k prefill: 8 MiB for all
+8 KV heads) they are dealt round by round over every head (_prefill_first_step). Dealt over every head, each round of
+132 items re-read M2's 67 MB of K / V from DRAM: ncu counted ~290 MB of DRAM traffic for the launch's prefill
+against the prefill kernel's 101, an L2 hit rate of 78.7 % against 96 %, and 4.4 % more cycles,
 its consumers waiting longer for K (docs/benchmarks_log.md, fifty-fifth session). The queue balances sections of
 two KV heads (16 MiB at 16k keys) as well as the dealt order (481 against 482 128-key tiles for the busiest
 program) and one KV head a section less well (488). H200, 2026-12-04, env_ab, graph replays, settled, eight rounds
@@ -306,7 +307,11 @@ def _section_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads_kv: 
     section holds every head or MIXED_HOPPER_QUEUE_ENV is ``0``."""
     from .hopper_forward import section_heads  # (hopper_forward imports this module)
 
-    budget_mib = int(getenv(MIXED_HOPPER_L2_SECTION_ENV, str(MIXED_HOPPER_L2_SECTION_MIB)))
+    value = getenv(MIXED_HOPPER_L2_SECTION_ENV, str(MIXED_HOPPER_L2_SECTION_MIB))
+    try:
+        budget_mib = int(value)
+    except ValueError:
+        raise ValueError(f"{MIXED_HOPPER_L2_SECTION_ENV} must be a whole number of MiB, got {value!r}") from None
     heads = section_heads(q.shape[2], heads_kv, max_seqlen_kv, (k.shape[-1] + v.shape[-1]) * k.element_size(),
                           causal, budget_mib)
     return heads if heads < q.shape[2] and getenv(MIXED_HOPPER_QUEUE_ENV, "1") != "0" else 0
