@@ -443,12 +443,22 @@ def _program_tile(section_heads, GROUP_SIZE: gl.constexpr):
     under a causal mask) to the first, each q tile's query heads side by side. One KV head a section is the order of
     KV heads one after another."""
     q_tiles = gl.num_programs(0) // GROUP_SIZE
-    heads_q = gl.num_programs(1) * GROUP_SIZE
     index = gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)  # within the sequence's q_tiles x heads_q
+    rank, head = _section_order(index, q_tiles, gl.num_programs(1) * GROUP_SIZE, section_heads)
+    return q_tiles - 1 - rank, head, gl.program_id(2)
+
+
+@gluon.jit
+def _section_order(index, q_tiles, heads_q, section_heads):
+    """Position ``index`` of an order over q_tiles x heads_q (q tile, query head) pairs in sections of
+    ``section_heads`` query heads (whole KV heads; the last section may hold fewer), within a section q tile by q
+    tile, a q tile's heads side by side -> (the q tile's rank in its section's order, query head). The prefill
+    kernel's program order (_program_tile) and the mixed launch's items in sections
+    (attention_mixed_hopper._section_item) both run in it."""
     first_head = index // (q_tiles * section_heads) * section_heads
     heads = gl.minimum(section_heads, heads_q - first_head)
     local = index - first_head * q_tiles
-    return q_tiles - 1 - local // heads, first_head + local % heads, gl.program_id(2)
+    return local // heads, first_head + local % heads
 
 
 @gluon.jit

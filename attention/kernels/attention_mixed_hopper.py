@@ -42,7 +42,7 @@ from .attention_decode_hopper import (
     _load_decode_tiles,
     _zero_tail_rows,
 )
-from .attention_fwd_hopper import _cta_barrier, _load_kv_tile, _prefill_tiles, _tile_walk, _tma_load
+from .attention_fwd_hopper import _cta_barrier, _load_kv_tile, _prefill_tiles, _section_order, _tile_walk, _tma_load
 
 __all__ = ["MAX_DECODE_ROWS", "attention_mixed_hopper_kernel"]
 
@@ -116,13 +116,11 @@ def _section_item(item, tile_ends, prefill_tiles, heads_q, section_heads, WARPS:
     """Prefill item ``item`` -> (sequence, local q tile, query head) in sections of ``section_heads`` query heads
     (whole KV heads; the last section may hold fewer): within a section q tile by q tile (_tile_sequence's order),
     the section's heads side by side, so the items in flight share a few KV heads' K / V in L2 (the prefill
-    kernel's order, attention_fwd_hopper._program_tile). ``section_heads`` = heads_q: one section, q tile by
+    kernel's order: attention_fwd_hopper._section_order). ``section_heads`` = heads_q: one section, q tile by
     q tile over every head (_prefill_item's order)."""
-    first_head = item // (prefill_tiles * section_heads) * section_heads
-    heads = gl.minimum(section_heads, heads_q - first_head)
-    local = item - first_head * prefill_tiles
-    seq, local_tile = _tile_sequence(local // heads, tile_ends, WARPS)
-    return seq, local_tile, first_head + local % heads
+    rank, q_head = _section_order(item, prefill_tiles, heads_q, section_heads)
+    seq, local_tile = _tile_sequence(rank, tile_ends, WARPS)
+    return seq, local_tile, q_head
 
 
 @gluon.jit
