@@ -104,7 +104,7 @@ def test_a_plan_launches_one_program_per_sm_with_page_sized_boxes(monkeypatch: p
     assert list(q_desc.block_shape) == [64, 128]
     assert all(list(d.block_shape) == [16, 128] for d in (k_desc, v_desc, k_decode_desc, v_decode_desc))
     assert args[5] is q and args[13] == 301 and args[14] == 8  # q by pointer (decode rows), sequences, KV heads
-    assert args[12].dtype == torch.int32 and args[12].numel() >= 2  # the prefill items' queue (left zeros)
+    assert args[12] is cu  # the queue's slot, unread by a dealt launch: no counters looked up
     assert args[-1] == 32 and not kwargs["QUEUE"]  # 16 MiB hold all 8 KV heads' 4k keys: one section, items dealt
     assert kwargs["LOG2_MAX_SEQS"] == 9 and 2 ** kwargs["LOG2_MAX_SEQS"] > 301
     assert (kwargs["BLOCK_N"], kwargs["DECODE_BLOCK_N"], kwargs["PAGE_SIZE"], kwargs["maxnreg"]) == (64, 64, 16, 128)
@@ -136,6 +136,9 @@ def test_long_prefills_run_in_l2_sections_off_a_queue(monkeypatch: pytest.Monkey
          torch.zeros(301, 1024, dtype=torch.int32))
     (_, args, kwargs), = kernel.calls
     assert (args[-1], kwargs["QUEUE"]) == sections  # (query heads a section, the queue on)
+    if kwargs["QUEUE"]:  # the prefill items' queue: counters left zeros by every launch
+        assert args[12] is hopper_mixed.split_counter_buffer(q.device, 2)
+        assert args[12].dtype == torch.int32 and args[12].numel() >= 2
 
 
 def test_a_section_budget_that_is_not_a_number_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -30,6 +30,7 @@ __all__ = [
     "consumer_groups",
     "hopper_unsupported_reason",
     "plan_hopper_forward",
+    "section_budget_mib",
     "section_heads",
 ]
 
@@ -299,6 +300,16 @@ def consumer_groups(head_dim: int) -> int:
     return groups
 
 
+def section_budget_mib(env: str, default_mib: int) -> int:
+    """An L2 section's MiB (section_heads' budget): the variable ``env`` where set, else ``default_mib``; a value
+    that is not a whole number is refused naming the variable."""
+    value = getenv(env, str(default_mib))
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{env} must be a whole number of MiB, got {value!r}") from None
+
+
 def section_heads(heads_q: int, heads_kv: int, max_seqlen_kv: int, kv_bytes_per_token: int, causal: bool,
                   budget_mib: int | None = None) -> int:
     """Query heads a section of the prefill kernel's program order. Under a causal mask: the KV heads whose K and V
@@ -315,7 +326,7 @@ def section_heads(heads_q: int, heads_kv: int, max_seqlen_kv: int, kv_bytes_per_
     kv_heads = 1
     if causal:
         if budget_mib is None:
-            budget_mib = int(getenv(HOPPER_L2_SECTION_ENV, str(HOPPER_L2_SECTION_MIB)))
+            budget_mib = section_budget_mib(HOPPER_L2_SECTION_ENV, HOPPER_L2_SECTION_MIB)
         kv_heads = min(heads_kv, max(1, (budget_mib << 20) // max(1, max_seqlen_kv * kv_bytes_per_token)))
     return kv_heads * (heads_q // heads_kv)
 

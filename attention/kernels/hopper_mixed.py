@@ -214,7 +214,7 @@ class MixedHopperPlan(PersistentLaunch):
         self._launch_for(zero_tail, page_table)(
             q, k, v, k, v, q, out, cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q if q_start is None else q_start,
             cu_seqlens_kv if kv_start is None else kv_start, cu_seqlens_q if page_table is None else page_table,
-            split_counter_buffer(q.device, 2))
+            split_counter_buffer(q.device, 2) if self.section_heads else cu_seqlens_q)  # the queue (unread if dealt)
 
     def _kernel_launch(self, zero_tail: bool, table_stride: int) -> KernelLaunch:
         """attention_mixed_hopper_kernel's launch, all but its 13 tensor arguments fixed."""
@@ -305,15 +305,10 @@ def _section_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads_kv: 
                    causal: bool) -> int:
     """MixedHopperPlan.section_heads: hopper_forward.section_heads at MIXED_HOPPER_L2_SECTION_MIB, 0 where one
     section holds every head or MIXED_HOPPER_QUEUE_ENV is ``0``."""
-    from .hopper_forward import section_heads  # (hopper_forward imports this module)
+    from .hopper_forward import section_budget_mib, section_heads  # (hopper_forward imports this module)
 
-    value = getenv(MIXED_HOPPER_L2_SECTION_ENV, str(MIXED_HOPPER_L2_SECTION_MIB))
-    try:
-        budget_mib = int(value)
-    except ValueError:
-        raise ValueError(f"{MIXED_HOPPER_L2_SECTION_ENV} must be a whole number of MiB, got {value!r}") from None
     heads = section_heads(q.shape[2], heads_kv, max_seqlen_kv, (k.shape[-1] + v.shape[-1]) * k.element_size(),
-                          causal, budget_mib)
+                          causal, section_budget_mib(MIXED_HOPPER_L2_SECTION_ENV, MIXED_HOPPER_L2_SECTION_MIB))
     return heads if heads < q.shape[2] and getenv(MIXED_HOPPER_QUEUE_ENV, "1") != "0" else 0
 
 
