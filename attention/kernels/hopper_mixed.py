@@ -140,7 +140,11 @@ two KV heads (16 MiB at 16k keys) as well as the dealt order (481 against 482 12
 program) and one KV head a section less well (488). H200, 2026-12-04, env_ab, graph replays, settled, eight rounds
 against the dealt order (docs/results/2026-12-04-h200-9cb74a5/out/call5): the 2k chunk on 14k + 64 decodes at 4k
 (M2) 0.993, over served page runs 0.991, its prefill in the launch (the decodes without queries) 0.985; 8 MiB
-0.996 / 0.994 / 0.989; in three rounds (call 4) 16 MiB 0.999 / 0.987 / 0.982, 32 MiB 1.009 / 1.000 / 0.994."""
+0.996 / 0.994 / 0.989; in three rounds (call 4) 16 MiB 0.999 / 0.987 / 0.982, 32 MiB 1.009 / 1.000 / 0.994. On
+bench_mixed's 13 tile-rule batches (all past 16 MiB; docs/results/2026-12-04-h200-1d19c47/out/call1, three rounds)
+the dealt order ran 0.985-1.021x the queue's time, seven slower, six faster; the 2k chunk on a 4k prefix (25 MB,
+which L2 holds through the dealt rounds) 0.985. With sections the launch's prefill took 1.0 % more cycles than the
+prefill kernel under ncu, 117 MB of DRAM traffic against 102 (fifty-sixth session)."""
 
 MIXED_HOPPER_L2_SECTION_ENV = "ATTN_FUSED_HOPPER_MIXED_L2_SECTION"
 """Override of MIXED_HOPPER_L2_SECTION_MIB (A/B measurements)."""
