@@ -124,13 +124,19 @@ def _section_item(item, tile_ends, prefill_tiles, heads_q, section_heads, WARPS:
 
 
 @gluon.jit
+def _dealt_step(item, step):
+    """The program's next dealt prefill item and step (_prefill_first_step's alternation)."""
+    return item + step, 2 * gl.num_programs(0) - step
+
+
+@gluon.jit
 def _next_item(queue_ptr, item, step, QUEUE: gl.constexpr):
     """This program's next prefill item and dealing step: QUEUE, the next one off the launch's queue (an atomic
-    counter, queue_ptr[0]); else dealt (_prefill_first_step)."""
+    counter, queue_ptr[0]); else dealt (_dealt_step)."""
     if QUEUE:
         item = gl.atomic_add(queue_ptr, 1)
     else:
-        item, step = item + step, 2 * gl.num_programs(0) - step
+        item, step = _dealt_step(item, step)
     return item, step
 
 
@@ -293,7 +299,7 @@ def _prefill_consumer(buffers, schedule, sequences, output, GROUP: gl.constexpr,
             mbarrier.wait(q_ready, done & 1)
             item = _read_item(item_smem)
         else:
-            item, step = item + step, 2 * gl.num_programs(0) - step
+            item, step = _dealt_step(item, step)
 
 
 @gluon.jit
