@@ -13,7 +13,6 @@ import pytest
 import torch
 
 import attention.custom_ops
-import attention.kernels
 from attention import DotProductAttention
 from attention.backends.base import capability_reasons
 from attention.backends.flash import Flash3Backend, Flash4Backend
