@@ -1,0 +1,116 @@
+"""Checks of the values in a call's ``cu_seqlens`` (the shapes and dtypes are ``attention.inputs``'s).
+
+Offsets past the end of q / k / v make a kernel read or write out of bounds, and a ``max_seqlen_q``
+below a sequence's length makes the kernels skip its last rows: both silently wrong on a GPU. Reading
+the values costs a host sync there, so by default they are checked where they already are on the host:
+
+* ``ATTN_CHECK_SEQLENS`` unset: CPU tensors only (free);
+* ``ATTN_CHECK_SEQLENS=1``: on every eager call (CUDA too: a host sync a call, for debugging);
+* ``ATTN_CHECK_SEQLENS=0``: never.
+
+Never inside torch.compile or a CUDA-graph capture, and not for a KV-cache step, whose cu_seqlens
+``InferenceParams`` builds.
+
+Example::
+
+    >>> import torch
+    >>> cu = torch.tensor([0, 6, 5], dtype=torch.int32)
+    >>> check_cu_seqlens_values("thd", 10, 10, 2, cu, cu, None, None, None, None)
+    Traceback (most recent call last):
+    ...
+    ValueError: cu_seqlens_q must be non-decreasing offsets >= 0 (cumulative lengths); got [0, 6, 5]
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import torch
+
+from attention.environment import getenv
+
+__all__ = ["check_cu_seqlens_values", "values_checked"]
+
+ENV_NAME = "ATTN_CHECK_SEQLENS"
+
+
+def values_checked(device: torch.device) -> bool:
+    """Whether a call on ``device`` reads and checks its cu_seqlens (``ATTN_CHECK_SEQLENS``, see above)."""
+    setting = getenv(ENV_NAME)
+    if setting is None:
+        return device.type == "cpu"
+    if setting not in ("0", "1"):
+        raise ValueError(f"{ENV_NAME} must be 0 or 1 (unset: check CPU tensors only); got {setting!r}")
+    return setting == "1"
+
+
+def _show(values: list[int], limit: int = 12) -> str:
+    if len(values) <= limit:
+        return str(values)
+    return f"[{', '.join(map(str, values[:limit]))}, ... ({len(values)} entries)]"
+
+
+def _offsets(name: str, cu: torch.Tensor, batch: int) -> list[int]:
+    values = cu[: batch + 1].tolist()
+    if values[0] < 0 or any(b < a for a, b in pairwise(values)):
+        raise ValueError(f"{name} must be non-decreasing offsets >= 0 (cumulative lengths); got {_show(values)}")
+    return values
+
+
+def _check_side(
+    side: str, fmt: str, rows: int, batch: int, cu: torch.Tensor, cu_padded: torch.Tensor | None,
+    max_seqlen: int | None,
+) -> None:
+    """One side (``q`` or ``kv``): offsets in bounds, each sequence in its padded slot, none past max_seqlen."""
+    name, tensor = f"cu_seqlens_{side}", "query_layer" if side == "q" else "key_layer"
+    offsets = _offsets(name, cu, batch)
+    lengths = [b - a for a, b in pairwise(offsets)]
+    if fmt == "thd":
+        starts = offsets
+        if cu_padded is not None:
+            starts = _offsets(f"{name}_padded", cu_padded, batch)
+            for i, (length, (a, b)) in enumerate(zip(lengths, pairwise(starts))):
+                if length > b - a:
+                    raise ValueError(f"{name}_padded leaves sequence {i} a slot of {b - a} rows for its {length} "
+                                     f"tokens ({name})")
+        end = starts[-1] if cu_padded is not None else offsets[-1]
+        if end > rows:
+            which = f"{name}_padded" if cu_padded is not None else name
+            raise ValueError(f"{which} ends at {end}, past {tensor}'s {rows} tokens (dim 0 in thd)")
+    else:
+        longest = max(lengths, default=0)
+        if longest > rows:
+            i = lengths.index(longest)
+            raise ValueError(f"{name} gives sequence {i} {longest} tokens, past {tensor}'s {rows} positions "
+                             f"(the s dim in {fmt})")
+    if max_seqlen is not None and lengths and max(lengths) > max_seqlen:
+        i = lengths.index(max(lengths))
+        raise ValueError(f"max_seqlen_{side}={max_seqlen} is less than sequence {i}'s {lengths[i]} tokens "
+                         f"({name}); it must be at least the longest sequence's length")
+
+
+def check_cu_seqlens_values(
+    fmt: str,
+    rows_q: int,
+    rows_kv: int,
+    batch: int,
+    cu_seqlens_q: torch.Tensor | None,
+    cu_seqlens_kv: torch.Tensor | None,
+    cu_seqlens_q_padded: torch.Tensor | None,
+    cu_seqlens_kv_padded: torch.Tensor | None,
+    max_seqlen_q: int | None,
+    max_seqlen_kv: int | None,
+) -> None:
+    """Refuse cu_seqlens whose values do not fit the call; reads them (a host sync on CUDA).
+
+    ``rows_q`` / ``rows_kv``: the tokens q and k hold (thd: dim 0) or the positions of a sequence (bshd /
+    sbhd: the s dim). Checks the first ``batch + 1`` entries of each given tensor (bshd / sbhd read no
+    more, as TE): non-decreasing offsets >= 0 that end within q / k, padded offsets that give each
+    sequence at least its length, and each length at most the given ``max_seqlen_q`` / ``max_seqlen_kv``.
+    """
+    for side, rows, cu, cu_padded, max_seqlen in (
+        ("q", rows_q, cu_seqlens_q, cu_seqlens_q_padded, max_seqlen_q),
+        ("kv", rows_kv, cu_seqlens_kv, cu_seqlens_kv_padded, max_seqlen_kv),
+    ):
+        if cu is not None:
+            _check_side(side, fmt, rows, batch, cu, cu_padded, max_seqlen)
