@@ -121,3 +121,14 @@ def test_bshd_cu_seqlens_ignored_without_a_padding_mask() -> None:
     q, k, v = torch.randn(2, 6, H, D), torch.randn(2, 6, H_KV, D), torch.randn(2, 6, H_KV, D)
     out = _module("bshd", "causal")(q, k, v, cu_seqlens_q=_i32(0, 9, 5), cu_seqlens_kv=_i32(0, 9, 5))
     assert out.shape == (2, 6, H * D)
+
+
+@pytest.mark.gpu
+def test_cuda_values_checked_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    q, k, v = (x.cuda().half() for x in _thd())
+    attn = DotProductAttention(H, D, num_gqa_groups=H_KV, qkv_format="thd", attn_mask_type="padding_causal").cuda()
+    good, bad = _i32(0, 5, 10).cuda(), _i32(0, 5, 12).cuda()
+    monkeypatch.setenv("ATTN_CHECK_SEQLENS", "1")
+    with pytest.raises(ValueError, match="cu_seqlens_kv ends at 12, past key_layer's 10 tokens"):
+        attn(q, k, v, cu_seqlens_q=good, cu_seqlens_kv=bad)
+    assert attn(q, k, v, cu_seqlens_q=good, cu_seqlens_kv=good, max_seqlen_q=5, max_seqlen_kv=5).shape == (10, H * D)
