@@ -33,7 +33,9 @@ class DotProductAttention(nn.Module):
 
     Shapes: bshd ``[b, s, h, d]``, sbhd ``[s, b, h, d]``, thd ``[t, h, d]`` (sequences concatenated,
     described by ``cu_seqlens``). The output keeps the query's format with heads flattened:
-    ``[b, s_q, h*d_v]``, ``[s_q, b, h*d_v]`` or ``[t_q, h*d_v]``; padded query rows are zero.
+    ``[b, s_q, h*d_v]``, ``[s_q, b, h*d_v]`` or ``[t_q, h*d_v]``; padded query rows are zero. A padding
+    mask in bshd / sbhd is TE's bool ``[b, 1, 1, s]`` (True = padded, each row's real tokens first) or
+    a (queries, keys) pair of them; given ``cu_seqlens_q`` / ``cu_seqlens_kv`` take precedence.
 
     Example::
 
@@ -305,6 +307,8 @@ class DotProductAttention(nn.Module):
             elif has_padding(mask_type):   # only the given ones (TE's masks and full lengths make the others)
                 seqlens_check.check_cu_seqlens_values(fmt, max_seqlen_q, max_seqlen_kv, batch, *given_cu_seqlens,
                                                       None, None, None, None)
+                if attention_mask is not None and any(cu is None for cu in given_cu_seqlens):   # lengths from the mask
+                    seqlens_check.check_padding_mask_values(attention_mask)
 
         kv_cache, page_size, page_table, kv_format = "none", None, None, fmt
         if kv_caching:

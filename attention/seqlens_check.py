@@ -1,8 +1,10 @@
-"""Checks of the values in a call's ``cu_seqlens`` (the shapes and dtypes are ``attention.inputs``'s).
+"""Checks of the values in a call's ``cu_seqlens`` and padding masks (their shapes and dtypes are
+``attention.inputs``'s).
 
-Offsets past the end of q / k / v make a kernel read or write out of bounds, and a ``max_seqlen_q``
-below a sequence's length makes the kernels skip its last rows: both silently wrong on a GPU. Reading
-the values costs a host sync there, so by default they are checked where they already are on the host:
+Offsets past the end of q / k / v make a kernel read or write out of bounds, a ``max_seqlen_q`` below a
+sequence's length makes the kernels skip its last rows, and a padding mask with padding before real
+tokens (left padding) is read as right padding (its lengths are counted): all silently wrong. Reading
+the values costs a host sync on a GPU, so by default they are checked where they already are on the host:
 
 * ``ATTN_CHECK_SEQLENS`` unset: CPU tensors only (free);
 * ``ATTN_CHECK_SEQLENS=1``: on every eager call (CUDA too: a host sync a call, for debugging);
@@ -29,7 +31,7 @@ import torch
 
 from attention.environment import getenv
 
-__all__ = ["check_cu_seqlens_values", "values_checked"]
+__all__ = ["check_cu_seqlens_values", "check_padding_mask_values", "values_checked"]
 
 ENV_NAME = "ATTN_CHECK_SEQLENS"
 
@@ -114,3 +116,20 @@ def check_cu_seqlens_values(
     ):
         if cu is not None:
             _check_side(side, fmt, rows, batch, cu, cu_padded, max_seqlen)
+
+
+def check_padding_mask_values(attention_mask: torch.Tensor | tuple[torch.Tensor, ...]) -> None:
+    """Refuse a ``[b, 1, 1, s]`` padding mask (True = padded) with a padded position before a real token: the
+    lengths are counted from it, so each row's real tokens must come first (right padding)."""
+    masks = attention_mask if isinstance(attention_mask, (tuple, list)) else (attention_mask,)
+    names = ("attention_mask",) if len(masks) == 1 else ("attention_mask[0] (queries)", "attention_mask[1] (keys)")
+    for name, mask in zip(names, masks):
+        flat = mask.reshape(mask.shape[0], -1)
+        padding_before_real = (flat[:, :-1] & ~flat[:, 1:]).any(-1)
+        if bool(padding_before_real.any()):
+            row = int(padding_before_real.nonzero()[0, 0])
+            raise ValueError(
+                f"{name} row {row} pads a position before a real token: a padding mask [b, 1, 1, s] (True = "
+                "padded) must be right-padded, each row's real tokens first. For left padding pass the tokens as "
+                "thd with cu_seqlens_q_padded / cu_seqlens_kv_padded, or attn_mask_type='arbitrary' with the mask"
+            )

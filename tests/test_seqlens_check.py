@@ -132,3 +132,44 @@ def test_cuda_values_checked_only_when_asked(monkeypatch: pytest.MonkeyPatch) ->
     with pytest.raises(ValueError, match="cu_seqlens_kv ends at 12, past key_layer's 10 tokens"):
         attn(q, k, v, cu_seqlens_q=good, cu_seqlens_kv=bad)
     assert attn(q, k, v, cu_seqlens_q=good, cu_seqlens_kv=good, max_seqlen_q=5, max_seqlen_kv=5).shape == (10, H * D)
+
+
+def _left_padded(batch: int = 2, seqlen: int = 6, pads: tuple[int, ...] = (2, 0)):
+    q, k, v = torch.randn(batch, seqlen, H, D), torch.randn(batch, seqlen, H_KV, D), torch.randn(batch, seqlen, H_KV, D)
+    mask = torch.zeros(batch, 1, 1, seqlen, dtype=torch.bool)
+    for row, pad in enumerate(pads):
+        mask[row, ..., :pad] = True
+    return q, k, v, mask
+
+
+@pytest.mark.parametrize("pair", [False, True], ids=["one mask", "q and kv masks"])
+def test_left_padded_mask_refused(pair: bool) -> None:
+    """Lengths are counted from a padding mask, so left padding would be read as right padding."""
+    q, k, v, mask = _left_padded()
+    name = r"attention_mask\[0\] \(queries\)" if pair else "attention_mask"
+    with pytest.raises(ValueError, match=rf"{name} row 0 pads a position before a real token: a padding mask "
+                                         r"\[b, 1, 1, s\] \(True = padded\) must be right-padded"):
+        _module("bshd", "padding_causal")(q, k, v, attention_mask=(mask, mask) if pair else mask)
+    right = torch.zeros_like(mask)
+    right[0, ..., 4:] = True
+    assert _module("bshd", "padding_causal")(q, k, v, attention_mask=right).shape == (2, 6, H * D)
+
+
+def test_left_padding_through_the_named_alternatives() -> None:
+    """What the error suggests works: thd with padded offsets, or the mask as an arbitrary mask."""
+    from tests.reference import reference_one_sequence
+
+    q, k, v, mask = _left_padded()
+    expected = [reference_one_sequence(q[0, 2:], k[0, 2:], v[0, 2:], causal=True),
+                reference_one_sequence(q[1], k[1], v[1], causal=True)]
+    padded = _i32(2, 6, 12)   # row 0's 4 tokens start at 2, row 1's 6 at 6
+    packed = _module("thd", "padding_causal")(
+        q.reshape(12, H, D), k.reshape(12, H_KV, D), v.reshape(12, H_KV, D), cu_seqlens_q=_i32(0, 4, 10),
+        cu_seqlens_kv=_i32(0, 4, 10), cu_seqlens_q_padded=padded, cu_seqlens_kv_padded=padded,
+    ).reshape(2, 6, H, D)
+    torch.testing.assert_close(packed[0, 2:], expected[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(packed[1], expected[1], atol=1e-5, rtol=1e-5)
+    causal_and_padding = mask | torch.ones(6, 6, dtype=torch.bool).triu(1)   # True = masked
+    arbitrary = _module("bshd", "arbitrary")(q, k, v, attention_mask=causal_and_padding).reshape(2, 6, H, D)
+    torch.testing.assert_close(arbitrary[0, 2:], expected[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(arbitrary[1], expected[1], atol=1e-5, rtol=1e-5)
