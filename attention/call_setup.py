@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from attention import inputs
+from attention import inputs, seqlens_check
 from attention.formats import batch_and_seqlen, full_cu_seqlens
 from attention.masks import check_set_window_size, has_padding, normalize_mask_type, resolve_bottom_right
 from attention.params import AttentionParams
@@ -63,11 +63,16 @@ def thd_seqlens(
     max_seqlen_q: int | None,
     max_seqlen_kv: int | None,
     pad_between_seqs: bool | None,
+    q_tokens: int = 0,
+    kv_tokens: int = 0,
+    check_values: bool = False,
 ) -> tuple[int, torch.Tensor | None, torch.Tensor | None, int | None, int | None, bool]:
     """thd: (batch, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, pad_between_seqs),
     checked against each other. With a KV cache the step supplies the cu_seqlens (the given ones
     are optional and unused, batch 0 and None here) and ``max_seqlen_q`` / ``max_seqlen_kv`` stay
-    None when not given (the step sets them, without reading ``cu_seqlens``)."""
+    None when not given (the step sets them, without reading ``cu_seqlens``). ``check_values``: also
+    read the cu_seqlens and check them against q's and k's ``q_tokens`` / ``kv_tokens`` and the given
+    max_seqlens (``attention.seqlens_check``)."""
     if not has_padding(mask_type):
         raise ValueError(
             f"qkv_format='thd' needs a padding attn_mask_type (padding, padding_causal, ...); got {mask_type!r}"
@@ -87,6 +92,9 @@ def thd_seqlens(
             cu_seqlens_kv_padded is not None and cu_seqlens_kv_padded is not cu_seqlens_kv
         )
     batch = cu_seqlens_q.numel() - 1
+    if check_values:
+        seqlens_check.check_cu_seqlens_values("thd", q_tokens, kv_tokens, batch, cu_seqlens_q, cu_seqlens_kv,
+                                              cu_seqlens_q_padded, cu_seqlens_kv_padded, max_seqlen_q, max_seqlen_kv)
     if max_seqlen_q is None:   # host sync; pass max_seqlen_q to avoid it
         max_seqlen_q = int((cu_seqlens_q_padded if cu_seqlens_q_padded is not None else cu_seqlens_q).diff().max())
     if max_seqlen_kv is None:
@@ -105,16 +113,23 @@ def bshd_seqlens(
     kv_caching: bool,
     cu_seqlens_q: torch.Tensor | None,
     cu_seqlens_kv: torch.Tensor | None,
+    check_values: bool = False,
 ) -> tuple[int, torch.Tensor | None, torch.Tensor | None, int, int]:
     """bshd/sbhd: (batch, cu_seqlens_q, cu_seqlens_kv, seqlen_q, seqlen_kv). Padding masks take the
     given cu_seqlens, else TE's ``[b,1,1,s]`` masks, else full lengths; other masks full lengths.
-    With a KV cache the cu_seqlens are left as given (the step replaces them)."""
+    With a KV cache the cu_seqlens are left as given (the step replaces them). ``check_values``: also
+    read the given cu_seqlens and the mask the lengths are counted from (``attention.seqlens_check``)."""
     batch, seqlen_q = batch_and_seqlen(q, fmt)
     seqlen_kv = batch_and_seqlen(k, fmt)[1]
     if has_padding(mask_type) and not kv_caching:
         inputs.check_cu_seqlens_batch(batch, cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv)
+        if check_values:
+            seqlens_check.check_cu_seqlens_values(fmt, seqlen_q, seqlen_kv, batch, cu_seqlens_q, cu_seqlens_kv,
+                                                  None, None, None, None)
         if cu_seqlens_q is None or cu_seqlens_kv is None:
             from_mask = inputs.padding_cu_seqlens(attention_mask, batch, seqlen_q, seqlen_kv, device, self_attention)
+            if check_values and attention_mask is not None:
+                seqlens_check.check_padding_mask_values(attention_mask)
             if cu_seqlens_q is not None and self_attention and seqlen_q == seqlen_kv:
                 from_mask = (cu_seqlens_q, cu_seqlens_q)
             cu_seqlens_q = cu_seqlens_q if cu_seqlens_q is not None else from_mask[0]

@@ -18,7 +18,7 @@ from torch import nn
 from attention import call_plans, call_setup, inputs, selection, seqlens_check
 from attention.backends.base import AttentionCall, Backend
 from attention.formats import check_format
-from attention.masks import check_set_window_size, has_padding, normalize_mask_type
+from attention.masks import check_set_window_size, normalize_mask_type
 
 _PLANNED_ATTRIBUTES = frozenset({
     "training", "num_attention_heads", "num_gqa_groups", "head_dim_qk", "head_dim_v", "attention_dropout",
@@ -284,31 +284,22 @@ class DotProductAttention(nn.Module):
         if kv_caching and eager is None:
             eager = call_setup.eager_call(device)
 
-        given_cu_seqlens = (cu_seqlens_q, cu_seqlens_kv)
-        given_max_seqlens = (max_seqlen_q, max_seqlen_kv)
+        # the cu_seqlens' and padding masks' values read (attention.seqlens_check); a cache step builds its own
+        check_values = not kv_caching and eager is not False and seqlens_check.values_checked(device)
         if fmt == "thd":
             (batch, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv,
              pad_between_seqs) = call_setup.thd_seqlens(
                 mask_type, self_attention, kv_caching, cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q_padded,
-                cu_seqlens_kv_padded, max_seqlen_q, max_seqlen_kv, pad_between_seqs,
+                cu_seqlens_kv_padded, max_seqlen_q, max_seqlen_kv, pad_between_seqs, q.shape[0], k.shape[0],
+                check_values,
             )
         else:
             batch, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv = call_setup.bshd_seqlens(
                 q, k, device, fmt, mask_type, attention_mask, self_attention, kv_caching, cu_seqlens_q, cu_seqlens_kv,
+                check_values,
             )
             cu_seqlens_q_padded = cu_seqlens_kv_padded = None
             pad_between_seqs = False
-        if not kv_caching and eager is not False and seqlens_check.values_checked(device):
-            if fmt == "thd":
-                seqlens_check.check_cu_seqlens_values(
-                    fmt, q.shape[0], k.shape[0], batch, cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q_padded,
-                    cu_seqlens_kv_padded, *given_max_seqlens,
-                )
-            elif has_padding(mask_type):   # only the given ones (TE's masks and full lengths make the others)
-                seqlens_check.check_cu_seqlens_values(fmt, max_seqlen_q, max_seqlen_kv, batch, *given_cu_seqlens,
-                                                      None, None, None, None)
-                if attention_mask is not None and any(cu is None for cu in given_cu_seqlens):   # lengths from the mask
-                    seqlens_check.check_padding_mask_values(attention_mask)
 
         kv_cache, page_size, page_table, kv_format = "none", None, None, fmt
         if kv_caching:

@@ -67,28 +67,24 @@ def _check_side(
     name, tensor = f"cu_seqlens_{side}", "query_layer" if side == "q" else "key_layer"
     offsets = _offsets(name, cu, batch)
     lengths = [b - a for a, b in pairwise(offsets)]
+    longest = max(lengths, default=0)
     if fmt == "thd":
-        starts = offsets
+        starts_name, starts = name, offsets
         if cu_padded is not None:
-            starts = _offsets(f"{name}_padded", cu_padded, batch)
+            starts_name = f"{name}_padded"
+            starts = _offsets(starts_name, cu_padded, batch)
             for i, (length, (a, b)) in enumerate(zip(lengths, pairwise(starts))):
                 if length > b - a:
-                    raise ValueError(f"{name}_padded leaves sequence {i} a slot of {b - a} rows for its {length} "
+                    raise ValueError(f"{starts_name} leaves sequence {i} a slot of {b - a} rows for its {length} "
                                      f"tokens ({name})")
-        end = starts[-1] if cu_padded is not None else offsets[-1]
-        if end > rows:
-            which = f"{name}_padded" if cu_padded is not None else name
-            raise ValueError(f"{which} ends at {end}, past {tensor}'s {rows} tokens (dim 0 in thd)")
-    else:
-        longest = max(lengths, default=0)
-        if longest > rows:
-            i = lengths.index(longest)
-            raise ValueError(f"{name} gives sequence {i} {longest} tokens, past {tensor}'s {rows} positions "
-                             f"(the s dim in {fmt})")
-    if max_seqlen is not None and lengths and max(lengths) > max_seqlen:
-        i = lengths.index(max(lengths))
-        raise ValueError(f"max_seqlen_{side}={max_seqlen} is less than sequence {i}'s {lengths[i]} tokens "
-                         f"({name}); it must be at least the longest sequence's length")
+        if starts[-1] > rows:
+            raise ValueError(f"{starts_name} ends at {starts[-1]}, past {tensor}'s {rows} tokens (dim 0 in thd)")
+    elif longest > rows:
+        raise ValueError(f"{name} gives sequence {lengths.index(longest)} {longest} tokens, past {tensor}'s {rows} "
+                         f"positions (the s dim in {fmt})")
+    if max_seqlen is not None and longest > max_seqlen:
+        raise ValueError(f"max_seqlen_{side}={max_seqlen} is less than sequence {lengths.index(longest)}'s {longest} "
+                         f"tokens ({name}); it must be at least the longest sequence's length")
 
 
 def check_cu_seqlens_values(
