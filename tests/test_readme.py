@@ -1,0 +1,38 @@
+"""README.md's example must run as printed, and say what its comments say it does (on this CPU machine)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+
+
+def python_blocks(text: str) -> list[str]:
+    """The ```python fenced blocks of a markdown text, in order."""
+    return re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
+
+
+def test_python_blocks_finds_fenced_code() -> None:
+    assert python_blocks("a\n```python\nx = 1\n```\nb\n```bash\nls\n```\n") == ["x = 1\n"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the example's comments describe a CPU run")
+def test_readme_example_runs_as_documented() -> None:
+    (example,) = python_blocks(README.read_text())
+    # a user's shell: without the tests' TRITON_INTERPRET=1, which lets the fused kernels run on CPU
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    script = example + "\nprint(tuple(out.shape))\n"
+    result = subprocess.run([sys.executable, "-c", script], cwd=README.parent, env=env, capture_output=True,
+                            text=True, timeout=120, check=True)
+    lines = result.stdout.splitlines()
+    assert lines[-1] == "(2, 128, 512)"                 # the comment's "[2, 128, 8 * 64]"
+    assert lines[0] == "unfused"                        # last_backend on a CPU
+    assert lines[1] == "Selected backend: unfused"      # explain()'s heading
+    assert any(line.startswith("  fused is not supported because:") for line in lines)
