@@ -94,7 +94,8 @@ def thd_seqlens(
     batch = cu_seqlens_q.numel() - 1
     if check_values:
         seqlens_check.check_cu_seqlens_values("thd", q_tokens, kv_tokens, batch, cu_seqlens_q, cu_seqlens_kv,
-                                              cu_seqlens_q_padded, cu_seqlens_kv_padded, max_seqlen_q, max_seqlen_kv)
+                                              cu_seqlens_q_padded, cu_seqlens_kv_padded, max_seqlen_q, max_seqlen_kv,
+                                              pad_between_seqs)
     if max_seqlen_q is None:   # host sync; pass max_seqlen_q to avoid it
         max_seqlen_q = int((cu_seqlens_q_padded if cu_seqlens_q_padded is not None else cu_seqlens_q).diff().max())
     if max_seqlen_kv is None:

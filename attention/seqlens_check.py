@@ -20,7 +20,7 @@ Example::
     >>> check_cu_seqlens_values("thd", 10, 10, 2, cu, cu, None, None, None, None)
     Traceback (most recent call last):
     ...
-    ValueError: cu_seqlens_q must be non-decreasing offsets >= 0 (cumulative lengths); got [0, 6, 5]
+    ValueError: cu_seqlens_q must be cumulative lengths: non-decreasing, from 0; got [0, 6, 5]
 """
 
 from __future__ import annotations
@@ -52,16 +52,18 @@ def _show(values: list[int], limit: int = 12) -> str:
     return f"[{', '.join(map(str, values[:limit]))}, ... ({len(values)} entries)]"
 
 
-def _offsets(name: str, cu: torch.Tensor, batch: int) -> list[int]:
+def _offsets(name: str, cu: torch.Tensor, batch: int, padded: bool = False) -> list[int]:
+    """The first ``batch + 1`` values: non-decreasing, from 0 (cumulative lengths) or, padded, from 0 or more."""
     values = cu[: batch + 1].tolist()
-    if values[0] < 0 or any(b < a for a, b in pairwise(values)):
-        raise ValueError(f"{name} must be non-decreasing offsets >= 0 (cumulative lengths); got {_show(values)}")
+    if any(b < a for a, b in pairwise(values)) or (values[0] < 0 if padded else values[0] != 0):
+        expected = "non-decreasing offsets >= 0" if padded else "cumulative lengths: non-decreasing, from 0"
+        raise ValueError(f"{name} must be {expected}; got {_show(values)}")
     return values
 
 
 def _check_side(
     side: str, fmt: str, rows: int, batch: int, cu: torch.Tensor, cu_padded: torch.Tensor | None,
-    max_seqlen: int | None,
+    max_seqlen: int | None, pad_between_seqs: bool | None,
 ) -> None:
     """One side (``q`` or ``kv``): offsets in bounds, each sequence in its padded slot, none past max_seqlen."""
     name, tensor = f"cu_seqlens_{side}", "query_layer" if side == "q" else "key_layer"
@@ -72,7 +74,12 @@ def _check_side(
         starts_name, starts = name, offsets
         if cu_padded is not None:
             starts_name = f"{name}_padded"
-            starts = _offsets(starts_name, cu_padded, batch)
+            starts = _offsets(starts_name, cu_padded, batch, padded=True)
+            if pad_between_seqs is False and starts != offsets:
+                raise ValueError(
+                    f"pad_between_seqs=False says the sequences are packed, but {starts_name} {_show(starts)} differs "
+                    f"from {name} {_show(offsets)}; pass pad_between_seqs=True or None (inferred)"
+                )
             for i, (length, (a, b)) in enumerate(zip(lengths, pairwise(starts))):
                 if length > b - a:
                     raise ValueError(f"{starts_name} leaves sequence {i} a slot of {b - a} rows for its {length} "
@@ -98,6 +105,7 @@ def check_cu_seqlens_values(
     cu_seqlens_kv_padded: torch.Tensor | None,
     max_seqlen_q: int | None,
     max_seqlen_kv: int | None,
+    pad_between_seqs: bool | None = None,
 ) -> None:
     """Refuse cu_seqlens whose values do not fit the call; reads them (a host sync on CUDA).
 
@@ -105,13 +113,15 @@ def check_cu_seqlens_values(
     sbhd: the s dim). Checks the first ``batch + 1`` entries of each given tensor (bshd / sbhd read no
     more, as TE): non-decreasing offsets >= 0 that end within q / k, padded offsets that give each
     sequence at least its length, and each length at most the given ``max_seqlen_q`` / ``max_seqlen_kv``.
+    cu_seqlens (cumulative lengths) start at 0; padded offsets may start later, and equal them when
+    ``pad_between_seqs`` is False (the caller's promise that no gaps lie between sequences).
     """
     for side, rows, cu, cu_padded, max_seqlen in (
         ("q", rows_q, cu_seqlens_q, cu_seqlens_q_padded, max_seqlen_q),
         ("kv", rows_kv, cu_seqlens_kv, cu_seqlens_kv_padded, max_seqlen_kv),
     ):
         if cu is not None:
-            _check_side(side, fmt, rows, batch, cu, cu_padded, max_seqlen)
+            _check_side(side, fmt, rows, batch, cu, cu_padded, max_seqlen, pad_between_seqs)
 
 
 def check_padding_mask_values(attention_mask: torch.Tensor | tuple[torch.Tensor, ...]) -> None:

@@ -163,3 +163,29 @@ def test_cpu_tensors_are_accepted_under_every_spelling_triton_interprets(value, 
     monkeypatch.setenv("TRITON_INTERPRET", value)
     reasons = FusedBackend().extra_reasons(replace(PARAMS, device_type="cpu", dtype=torch.float32))
     assert not any("TRITON_INTERPRET" in reason for reason in reasons), reasons
+
+
+@pytest.mark.parametrize("pad_between_seqs", [None, False])
+def test_thd_with_padded_offsets_zeroes_the_gaps_whatever_the_hint(monkeypatch, pad_between_seqs) -> None:
+    """Offsets of their own (``cu_seqlens_q_padded``) put the sequences at rows the kernel writes; every other
+    row comes back zero, even when ``pad_between_seqs=False`` claims no gaps and nothing reads the values to
+    refuse it (``ATTN_CHECK_SEQLENS=0``, as on a GPU). The output starts as NaN, so rows nobody wrote show."""
+    from attention import DotProductAttention
+    from tests.reference import reference_attention
+
+    _skip_without_cpu_fused()
+    monkeypatch.setenv("ATTN_CHECK_SEQLENS", "0")
+    new_empty = torch.Tensor.new_empty
+    monkeypatch.setattr(torch.Tensor, "new_empty", lambda x, *size, **k: new_empty(x, *size, **k).fill_(
+        float("nan") if x.is_floating_point() else 0))
+    torch.manual_seed(0)
+    q, k, v = torch.randn(8, 4, 16), torch.randn(8, 2, 16), torch.randn(8, 2, 16)
+    lengths = dict(cu_seqlens_q=torch.tensor([0, 3, 5], dtype=torch.int32),
+                   cu_seqlens_kv=torch.tensor([0, 3, 5], dtype=torch.int32))
+    offsets = dict(cu_seqlens_q_padded=torch.tensor([0, 4, 8], dtype=torch.int32),
+                   cu_seqlens_kv_padded=torch.tensor([0, 4, 8], dtype=torch.int32))
+    module = DotProductAttention(4, 16, num_gqa_groups=2, qkv_format="thd", attn_mask_type="padding_causal",
+                                 backend="fused")
+    out = module(q, k, v, **lengths, **offsets, pad_between_seqs=pad_between_seqs)
+    expected = reference_attention(q, k, v, qkv_format="thd", attn_mask_type="padding_causal", **lengths, **offsets)
+    torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)

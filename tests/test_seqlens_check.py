@@ -32,10 +32,20 @@ def _module(fmt: str = "thd", mask: str = "padding_causal") -> DotProductAttenti
 
 THD_REFUSED = [
     pytest.param(dict(cu_seqlens_q=_i32(0, 6, 5), cu_seqlens_kv=_i32(0, 5, 10)),
-                 r"cu_seqlens_q must be non-decreasing offsets >= 0 \(cumulative lengths\); got \[0, 6, 5\]",
+                 r"cu_seqlens_q must be cumulative lengths: non-decreasing, from 0; got \[0, 6, 5\]",
                  id="decreasing"),
     pytest.param(dict(cu_seqlens_q=_i32(-1, 5, 10), cu_seqlens_kv=_i32(0, 5, 10)),
-                 r"cu_seqlens_q must be non-decreasing offsets >= 0", id="negative"),
+                 r"cu_seqlens_q must be cumulative lengths", id="negative"),
+    pytest.param(dict(cu_seqlens_q=_i32(2, 6, 10), cu_seqlens_kv=_i32(0, 4, 8)),
+                 r"cu_seqlens_q must be cumulative lengths: non-decreasing, from 0; got \[2, 6, 10\]",
+                 id="not from 0"),
+    pytest.param(dict(cu_seqlens_q=_i32(0, 4, 8), cu_seqlens_kv=_i32(0, 4, 8),
+                      cu_seqlens_q_padded=_i32(0, 5, -1), cu_seqlens_kv_padded=_i32(0, 5, 10)),
+                 r"cu_seqlens_q_padded must be non-decreasing offsets >= 0", id="padded decreasing"),
+    pytest.param(dict(cu_seqlens_q=_i32(0, 3, 5), cu_seqlens_kv=_i32(0, 3, 5), cu_seqlens_q_padded=_i32(0, 4, 8),
+                      cu_seqlens_kv_padded=_i32(0, 4, 8), pad_between_seqs=False),
+                 r"pad_between_seqs=False says the sequences are packed, but cu_seqlens_q_padded \[0, 4, 8\] differs "
+                 r"from cu_seqlens_q \[0, 3, 5\]", id="pad_between_seqs=False with gaps"),
     pytest.param(dict(cu_seqlens_q=_i32(0, 5, 12), cu_seqlens_kv=_i32(0, 5, 10)),
                  r"cu_seqlens_q ends at 12, past query_layer's 10 tokens \(dim 0 in thd\)", id="past q"),
     pytest.param(dict(cu_seqlens_q=_i32(0, 5, 10), cu_seqlens_kv=_i32(0, 5, 11)),
@@ -64,8 +74,12 @@ def test_thd_values_refused(kwargs: dict, message: str) -> None:
     dict(cu_seqlens_q=_i32(0, 3, 7), cu_seqlens_kv=_i32(0, 3, 7)),                       # trailing padding rows
     dict(cu_seqlens_q=_i32(0, 4, 8), cu_seqlens_kv=_i32(0, 4, 8),
          cu_seqlens_q_padded=_i32(0, 5, 10), cu_seqlens_kv_padded=_i32(0, 5, 10)),        # padding between
+    dict(cu_seqlens_q=_i32(0, 4, 8), cu_seqlens_kv=_i32(0, 4, 8),
+         cu_seqlens_q_padded=_i32(2, 6, 10), cu_seqlens_kv_padded=_i32(2, 6, 10)),        # padded from row 2
+    dict(cu_seqlens_q=_i32(0, 4, 8), cu_seqlens_kv=_i32(0, 4, 8), cu_seqlens_q_padded=_i32(0, 4, 8),
+         cu_seqlens_kv_padded=_i32(0, 4, 8), pad_between_seqs=False),                    # padded = packed, promised
     dict(cu_seqlens_q=_i32(0, 0, 10), cu_seqlens_kv=_i32(0, 0, 10)),                      # an empty sequence
-], ids=["exact", "tail", "padded", "empty"])
+], ids=["exact", "tail", "padded", "padded from 2", "promised packed", "empty"])
 def test_thd_values_accepted(kwargs: dict) -> None:
     out = _module()(*_thd(), **kwargs)
     assert out.shape == (10, H * D)

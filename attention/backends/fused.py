@@ -144,8 +144,9 @@ class FusedBackend(Backend):
                 kv_starts = call.cu_seqlens_kv if call.cu_seqlens_kv_padded is None else call.cu_seqlens_kv_padded
 
         padding = output_rows_may_be_padding(p, q_shape, call.step_tokens)
-        # thd padding rows are the rows past the last sequence: the kernels zero them (no memset of all of out)
-        zero_tail = padding and q_format == "thd" and not p.pad_between_seqs
+        # thd padding rows are the rows past the last sequence when the sequences are packed from row 0 (no padded
+        # offsets of their own): the kernels zero them (no memset of all of out)
+        zero_tail = padding and q_format == "thd" and (q_starts is cu_seqlens_q) and not p.pad_between_seqs
         out = _flat_output(q, q_shape, q_shape[-2] * p.head_dim_v, padding and not zero_tail)
         # num_splits=1 (the default) keeps the kernel's own split-KV heuristic; a larger value is forced.
         window_left, window_right = p.window_size
