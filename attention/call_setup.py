@@ -143,37 +143,64 @@ def bshd_seqlens(
 
 def kv_cache_step(
     inference_params: Any,
-    layer_number: int,
-    k: torch.Tensor,
-    v: torch.Tensor,
+    q: torch.Tensor,
     fmt: str,
     batch: int,
     max_seqlen_q: int | None,
-    dry_run: bool,
     eager: bool | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, int, torch.Tensor, torch.Tensor, int | None, int]:
-    """Append k/v to the cache of ``layer_number`` and attend over it: (k, v, batch, cu_seqlens_q,
-    cu_seqlens_kv, max_seqlen_q, max_seqlen_kv) with the cache as k/v. A dry run (``explain``)
-    reads the cache's metadata and leaves the cache alone (k/v as given). ``eager``: as for
-    ``eager_step_value``."""
+) -> tuple[int, torch.Tensor, torch.Tensor, int, int]:
+    """The lengths of the cache step the last ``pre_step`` set up: (batch, cu_seqlens_q, cu_seqlens_kv,
+    max_seqlen_q, max_seqlen_kv), read from the cache's metadata; nothing is appended (the module calls
+    ``inference_params.step`` once every check has passed). Checks that q holds the step: its batch
+    (bshd/sbhd) and, in eager calls, its tokens and a given thd ``max_seqlen_q`` against the step's host
+    lengths. ``eager``: as for ``eager_step_value``."""
     ip = inference_params
     if fmt != "thd" and batch != ip.batch_size:
         raise ValueError(
             f"query_layer batch size {batch} must equal inference_params.batch_size={ip.batch_size} "
             "(the sequences of the last pre_step)"
         )
+    if eager or (eager is None and eager_call(q.device)):   # the step's host lengths hold for this call
+        # q must hold every new token of the step, else the kernels read and write past its end or skip queries
+        longest = getattr(ip, "longest_step", None)
+        if longest is not None and (
+            (q.shape[0] < getattr(ip, "step_tokens", 0) or (max_seqlen_q is not None and max_seqlen_q < longest))
+            if fmt == "thd" else max_seqlen_q < longest   # bshd / sbhd: max_seqlen_q is q's positions
+        ):
+            _refuse_short_queries(ip, q, fmt, max_seqlen_q, longest)
     if fmt == "thd" and max_seqlen_q is None:
-        max_seqlen_q = _step_queries_bound(ip, k.device, eager)
-    if dry_run:
-        cu_seqlens_q, cu_seqlens_kv = ip.cu_seqlens_q, ip.cu_seqlens_kv
-        max_seqlen_kv = ip.max_sequence_length
-    else:
-        k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_kv, _ = ip.step(layer_number, k, v, fmt)
+        max_seqlen_q = _step_queries_bound(ip, q.device, eager)
+    cu_seqlens_q, cu_seqlens_kv = ip.cu_seqlens_q, ip.cu_seqlens_kv
     if max_seqlen_q is None:   # host sync: a thd cache that says neither longest_step nor max_ctx_len
         max_seqlen_q = int(cu_seqlens_q.diff().max())
     if fmt == "thd":
         batch = cu_seqlens_q.numel() - 1
-    return k, v, batch, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv
+    return batch, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, ip.max_sequence_length
+
+
+def _refuse_short_queries(ip: Any, q: torch.Tensor, fmt: str, max_seqlen_q: int | None, longest: int) -> None:
+    """Raise the ValueError of an eager cache step whose q does not hold the step: fewer rows than its
+    ``step_tokens`` (thd) or positions than its ``longest`` sequence (bshd/sbhd), or a given thd
+    ``max_seqlen_q`` below ``longest``. (Traced or captured calls are sized for the steps their replays bring.)"""
+    if fmt == "thd":
+        tokens = getattr(ip, "step_tokens", 0)
+        if q.shape[0] < tokens:
+            raise ValueError(
+                f"query_layer holds {q.shape[0]} tokens (dim 0 in thd) but this step brings {tokens} "
+                "(inference_params.step_tokens, the sum of the step lengths given to pre_step)"
+            )
+        if max_seqlen_q is not None and max_seqlen_q < longest:
+            raise ValueError(
+                f"max_seqlen_q={max_seqlen_q} is less than this step's longest sequence, {longest} new tokens "
+                "(inference_params.longest_step); pass at least that, or None"
+            )
+        return
+    positions = q.shape[1] if fmt == "bshd" else q.shape[0]
+    if positions < longest:
+        raise ValueError(
+            f"query_layer has {positions} token positions (dim {1 if fmt == 'bshd' else 0} in {fmt}) but a sequence "
+            f"of this step brings {longest} new tokens (inference_params.longest_step)"
+        )
 
 
 def eager_call(device: torch.device) -> bool:

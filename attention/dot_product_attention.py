@@ -302,9 +302,9 @@ class DotProductAttention(nn.Module):
             pad_between_seqs = False
 
         kv_cache, page_size, page_table, kv_format = "none", None, None, fmt
-        if kv_caching:
-            k, v, batch, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv = call_setup.kv_cache_step(
-                inference_params, self.layer_number, k, v, fmt, batch, max_seqlen_q, dry_run, eager,
+        if kv_caching:   # the step's lengths; its k/v are appended once every check has passed (below)
+            batch, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv = call_setup.kv_cache_step(
+                inference_params, q, fmt, batch, max_seqlen_q, eager,
             )
             kv_cache, page_size, page_table, kv_format = call_setup.cache_layout(inference_params)
             cu_seqlens_q_padded = cu_seqlens_kv_padded = None
@@ -339,6 +339,8 @@ class DotProductAttention(nn.Module):
             if plan is not None:
                 backend = selection.select(params, self.backend)
                 launches = plan.remember(key, params, backend)
+        if kv_caching and not dry_run:   # checked and chosen: nothing is written for a call that is refused
+            k, v = inference_params.step(self.layer_number, k, v, fmt)[:2]   # the layer's K and V caches
         # positional, in AttentionCall's field order (keywords cost ~0.7 µs a call)
         call = AttentionCall(
             params, q, k, v, cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q_padded, cu_seqlens_kv_padded,

@@ -1,0 +1,90 @@
+"""DotProductAttention calls over a KV cache that are refused: a clear error, and the cache, page table and
+sequence state as they were (nothing is appended before every check has passed)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import pytest
+import torch
+
+from attention import DotProductAttention
+from inference import InferenceParams
+from tests.test_inference_params import assert_unchanged, snapshot
+
+H, H_KV, D = 4, 2, 16
+STEP = {"a": 3, "b": 2}   # a 3-token and a 2-token chunk
+
+
+def _cache(paged: bool, dtype: torch.dtype = torch.float32) -> InferenceParams:
+    kwargs = dict(is_paged=True, page_size=4) if paged else {}
+    params = InferenceParams(2, 16, H_KV, D, dtype, device="cpu", **kwargs)
+    params.allocate_memory(1)
+    params.pre_step(OrderedDict(STEP))
+    return params
+
+
+def _inputs(fmt: str, dtype: torch.dtype = torch.float32, tokens: int | None = None,
+            positions: int = 3) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k, v of the step: thd holds ``tokens`` (5, the step's) rows, bshd ``positions`` (3, the longest)."""
+    lead = (5 if tokens is None else tokens,) if fmt == "thd" else (2, positions)
+    q = torch.randn(*lead, H, D, dtype=dtype)
+    return q, torch.randn(*lead, H_KV, D, dtype=dtype), torch.randn(*lead, H_KV, D, dtype=dtype)
+
+
+def _module(fmt: str, backend: str = "unfused", head_dim: int = D) -> DotProductAttention:
+    return DotProductAttention(H, head_dim, num_gqa_groups=H_KV, qkv_format=fmt, attn_mask_type="padding_causal",
+                               layer_number=1, backend=backend)
+
+
+REFUSED = [
+    pytest.param("bshd", dict(core_attention_bias_type="post_scale_bias",
+                              core_attention_bias=torch.zeros(1, 1, 3, 3)),
+                 r"core_attention_bias must end in \[s_q, s_kv\] = \[3, 16\]", id="bias shape"),
+    pytest.param("bshd", dict(core_attention_bias_type="alibi", alibi_slopes=torch.ones(7)),
+                 r"alibi_slopes must have shape \[h\] = \[4\]", id="alibi shape"),
+    pytest.param("bshd", dict(num_splits=2), "Backend unfused was requested", id="num_splits on unfused"),
+    pytest.param("thd", dict(max_seqlen_q=2),
+                 r"max_seqlen_q=2 is less than this step's longest sequence, 3 new tokens", id="thd max_seqlen_q"),
+]
+
+
+@pytest.mark.parametrize("paged", [False, True], ids=["non-paged", "paged"])
+@pytest.mark.parametrize("fmt, kwargs, message", REFUSED)
+def test_a_refused_call_appends_nothing(paged: bool, fmt: str, kwargs: dict, message: str) -> None:
+    params = _cache(paged)
+    before = snapshot(params)
+    with pytest.raises(ValueError, match=message):
+        _module(fmt)(*_inputs(fmt), inference_params=params, **kwargs)
+    assert_unchanged(params, before)
+
+
+@pytest.mark.parametrize("fmt, inputs, message", [
+    ("thd", dict(tokens=2), r"query_layer holds 2 tokens \(dim 0 in thd\) but this step brings 5"),
+    ("bshd", dict(positions=1), r"query_layer has 1 token positions \(dim 1 in bshd\) but a sequence of this step "
+                                r"brings 3 new tokens"),
+])
+@pytest.mark.parametrize("backend", ["unfused", "fused"])
+def test_a_query_short_of_the_step_is_refused(fmt: str, inputs: dict, message: str, backend: str) -> None:
+    """k/v hold the whole step but q does not: the kernels would read and write past q's end."""
+    dtype = torch.float16 if backend == "fused" else torch.float32
+    params = _cache(paged=True, dtype=dtype)
+    q, k, v = _inputs(fmt, dtype)
+    short_q = _inputs(fmt, dtype, **inputs)[0]
+    before = snapshot(params)
+    with pytest.raises(ValueError, match=message):
+        _module(fmt, backend)(short_q, k, v, inference_params=params)
+    assert_unchanged(params, before)
+    assert _module(fmt, backend)(q, k, v, inference_params=params).shape[:-1] == q.shape[:-2]
+
+
+def test_a_call_the_named_backend_cannot_run_appends_nothing() -> None:
+    """The fused backend refuses head dim 12 (explain() says why) before the step's k/v reach the cache."""
+    params = InferenceParams(2, 16, H_KV, 12, torch.float16, device="cpu", is_paged=True, page_size=4)
+    params.allocate_memory(1)
+    params.pre_step(OrderedDict(STEP))
+    q, k, v = (torch.randn(2, 3, heads, 12, dtype=torch.float16) for heads in (H, H_KV, H_KV))
+    before = snapshot(params)
+    with pytest.raises(ValueError, match="Backend fused was requested"):
+        _module("bshd", "fused", head_dim=12)(q, k, v, inference_params=params)
+    assert_unchanged(params, before)
