@@ -131,7 +131,8 @@ def bshd_seqlens(
             from_mask = inputs.padding_cu_seqlens(attention_mask, batch, seqlen_q, seqlen_kv, device, self_attention)
             if check_values and attention_mask is not None:
                 seqlens_check.check_padding_mask_values(attention_mask)
-            if cu_seqlens_q is not None and self_attention and seqlen_q == seqlen_kv:
+            if (cu_seqlens_q is not None and self_attention and seqlen_q == seqlen_kv
+                    and not isinstance(attention_mask, (tuple, list))):   # one mask: the keys' lengths are q's
                 from_mask = (cu_seqlens_q, cu_seqlens_q)
             cu_seqlens_q = cu_seqlens_q if cu_seqlens_q is not None else from_mask[0]
             cu_seqlens_kv = cu_seqlens_kv if cu_seqlens_kv is not None else from_mask[1]

@@ -96,7 +96,8 @@ def padding_cu_seqlens(
     if len(masks) != 2:
         raise ValueError("attention_mask must be one [b,1,1,s] tensor (self-attention) or a (q_mask, kv_mask) pair")
     for m, s, which in ((masks[0], seqlen_q, "query"), (masks[1], seqlen_kv, "key")):
-        if m.dtype != torch.bool or m.numel() != batch * s:
+        # the lengths are counted per row of dim 0: a [1, 1, b, s] or flat mask of b * s elements is not one
+        if not isinstance(m, torch.Tensor) or m.dtype != torch.bool or tuple(m.shape) != (batch, 1, 1, s):
             raise ValueError(
                 f"attention_mask for the {which} side must be a bool [b,1,1,s] = [{batch},1,1,{s}] tensor (True = padded); "
                 f"got {_describe(m)}"

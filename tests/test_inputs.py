@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 
 import pytest
 import torch
@@ -201,6 +202,33 @@ def test_padding_attention_mask_of_a_wrong_shape():
         module(attn_mask_type="padding")(q, k, v, attention_mask=torch.zeros(B, 1, 1, S + 1, dtype=torch.bool))
     with pytest.raises(ValueError, match="attention_mask"):
         module(attn_mask_type="padding")(q, k, v, attention_mask=torch.zeros(B, 1, 1, S))   # not bool
+
+
+@pytest.mark.parametrize("given", ["pair", "pair and cu_seqlens_q", "pair and cu_seqlens_kv"])
+def test_a_mask_pair_gives_each_side_its_lengths_unless_cu_seqlens_are_given(given):
+    """Self-attention with (q_mask, kv_mask): the keys' lengths come from the kv mask even when only
+    cu_seqlens_q is given (it used to stand for both sides)."""
+    from tests.reference import reference_attention
+
+    q, k, v = qkv()
+    lengths_q, lengths_kv = (6, 3), (2, 5)
+    masks = tuple(torch.arange(S)[None, None, None, :] >= torch.tensor(lengths)[:, None, None, None]
+                  for lengths in (lengths_q, lengths_kv))
+    extra = {"pair and cu_seqlens_q": {"cu_seqlens_q": cu(*lengths_q)},
+             "pair and cu_seqlens_kv": {"cu_seqlens_kv": cu(*lengths_kv)}}.get(given, {})
+    out = module(attn_mask_type="padding")(q, k, v, attention_mask=masks, **extra)
+    expected = reference_attention(q, k, v, qkv_format="bshd", attn_mask_type="padding",
+                                   cu_seqlens_q=cu(*lengths_q), cu_seqlens_kv=cu(*lengths_kv))
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(B * S,), (1, 1, B, S), (S, B), (B, 1, S, 1), (B, S)])
+def test_padding_mask_with_b_times_s_elements_but_not_b_1_1_s_is_refused(shape):
+    """Lengths are counted per row of dim 0: another layout of b * s flags would be read along the wrong axis."""
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match=re.escape(f"bool [b,1,1,s] = [{B},1,1,{S}] tensor")) as refused:
+        module(attn_mask_type="padding")(q, k, v, attention_mask=torch.zeros(shape, dtype=torch.bool))
+    assert f"shape {shape}" in str(refused.value)
 
 
 # ------------------------------------------------------------------------------------------------
