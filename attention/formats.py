@@ -33,6 +33,8 @@ def cu_seqlens_from_lengths(lengths: torch.Tensor) -> torch.Tensor:
 
 def full_cu_seqlens(batch_size: int, seqlen: int, device: torch.device) -> torch.Tensor:
     """cu_seqlens of ``batch_size`` sequences all of length ``seqlen``: ``[0, s, 2s, ...]``."""
+    if seqlen == 0:   # arange takes no step of 0
+        return torch.zeros(batch_size + 1, dtype=torch.int32, device=device)
     return torch.arange(0, (batch_size + 1) * seqlen, seqlen, dtype=torch.int32, device=device)
 
 

@@ -538,3 +538,32 @@ def test_automatic_choice_on_cpu_is_a_backend_that_can_run():
         module(inputs["q"], inputs["k"], inputs["v"])
     assert text.startswith(f"Selected backend: {module.last_backend}")
     assert module.last_backend in BACKENDS
+
+
+EMPTY_CASES = {   # (q shape, k / v shape, forward kwargs): no query, no key, or every key sequence empty
+    "bshd s_q=0": ((2, 0, 4, 16), (2, 5, 2, 16), {}),
+    "bshd s_kv=0": ((2, 5, 4, 16), (2, 0, 2, 16), {}),
+    "thd no key": ((5, 4, 16), (3, 2, 16), {"cu_seqlens_q": [0, 2, 5], "cu_seqlens_kv": [0, 0, 0],
+                                            "max_seqlen_q": 3, "max_seqlen_kv": 0}),
+}
+
+
+@pytest.mark.parametrize("backend", ["unfused", "fused"])
+@pytest.mark.parametrize("name", list(EMPTY_CASES))
+def test_empty_queries_or_keys(backend, name):
+    """Nothing to attend to gives zeros, nothing to compute an empty output (the reference's answers),
+    not an error from inside torch."""
+    q_shape, kv_shape, kwargs = EMPTY_CASES[name]
+    fmt = "thd" if len(q_shape) == 3 else "bshd"
+    kwargs = {key: torch.tensor(value, dtype=torch.int32) if isinstance(value, list) else value
+              for key, value in kwargs.items()}
+    q, k, v = torch.randn(q_shape), torch.randn(kv_shape), torch.randn(kv_shape)
+    module = DotProductAttention(4, 16, num_gqa_groups=2, qkv_format=fmt, attention_type="cross",
+                                 attn_mask_type="padding" if fmt == "thd" else "no_mask", backend=backend)
+    reasons = module.explain(q, k, v, **kwargs)
+    if not reasons.startswith(f"Selected backend: {backend}"):
+        pytest.skip(skip_reasons(reasons))
+    cu = {key: value for key, value in kwargs.items() if key.startswith("cu_")}
+    expected = reference_attention(q, k, v, qkv_format=fmt, attn_mask_type="padding" if fmt == "thd" else "no_mask",
+                                   **cu)
+    torch.testing.assert_close(module(q, k, v, **kwargs), expected)

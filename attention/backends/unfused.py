@@ -80,7 +80,10 @@ class UnfusedBackend(Backend):
         if call.softmax_offset is not None:
             sink = call.softmax_offset.to(compute_dtype)[None, :, None, None].expand(b, h, s_q, 1)
             scores = torch.cat([scores, sink], dim=-1)
-        row_max = scores.amax(dim=-1, keepdim=True).detach()
+        if scores.shape[-1] == 0:   # no key at all (every KV sequence empty): amax has nothing to reduce
+            row_max = scores.new_zeros(*scores.shape[:-1], 1)
+        else:
+            row_max = scores.amax(dim=-1, keepdim=True).detach()
         row_max = torch.where(torch.isinf(row_max), torch.zeros_like(row_max), row_max)
         weights = torch.exp(scores - row_max)
         denom = weights.sum(dim=-1, keepdim=True)
