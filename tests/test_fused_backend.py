@@ -189,3 +189,25 @@ def test_thd_with_padded_offsets_zeroes_the_gaps_whatever_the_hint(monkeypatch, 
     out = module(q, k, v, **lengths, **offsets, pad_between_seqs=pad_between_seqs)
     expected = reference_attention(q, k, v, qkv_format="thd", attn_mask_type="padding_causal", **lengths, **offsets)
     torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("fmt", ["bshd", "thd"])
+def test_strided_inputs_run_on_copies(fmt) -> None:
+    """A last dim with stride 2 (a view of every other element) and cu_seqlens at stride 2: the kernels read
+    neither, so the backend runs them on contiguous copies. Alternating with contiguous inputs of the same
+    shapes checks that no launch planned for one layout is replayed on the other."""
+    from attention import DotProductAttention
+    from tests.reference import reference_attention
+
+    _skip_without_cpu_fused()
+    torch.manual_seed(0)
+    lead = (2, 5) if fmt == "bshd" else (9,)
+    module = DotProductAttention(4, 16, num_gqa_groups=2, qkv_format=fmt, attn_mask_type="padding_causal",
+                                 backend="fused")
+    cu = torch.tensor([0, 0, 4, 0, 9, 0], dtype=torch.int32)[::2] if fmt == "thd" else None
+    kwargs = {} if cu is None else {"cu_seqlens_q": cu, "cu_seqlens_kv": cu}
+    for strided in (True, False, True):
+        q, k, v = (torch.randn(*lead, heads, 32)[..., ::2] if strided else torch.randn(*lead, heads, 16)
+                   for heads in (4, 2, 2))
+        expected = reference_attention(q, k, v, qkv_format=fmt, attn_mask_type="padding_causal", **kwargs)
+        torch.testing.assert_close(module(q, k, v, **kwargs), expected, atol=1e-4, rtol=1e-4)

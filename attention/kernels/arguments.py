@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["ForwardShapes", "normalize_window", "scale_log2", "validate_forward_arguments"]
+__all__ = ["ForwardShapes", "kernel_layout", "normalize_window", "scale_log2", "validate_forward_arguments"]
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_HEAD_DIM = 256
@@ -52,6 +52,32 @@ def normalize_window(window_size: tuple[int, int], causal: bool) -> tuple[int, i
     if causal:
         right = 0
     return left, right
+
+
+def kernel_layout(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor,
+    q_start: torch.Tensor | None, kv_start: torch.Tensor | None,
+) -> tuple[torch.Tensor, ...]:
+    """The tensors as the kernels read them: q, k, v with a contiguous last dim and the offsets at stride 1,
+    each the tensor given where it is so, else a contiguous copy (starts that are their cu_seqlens stay so).
+
+    Example:
+        >>> q = torch.zeros(4, 2, 16)[..., ::2]           # every other element of the last dim
+        >>> cu = torch.tensor([0, 4], dtype=torch.int32)
+        >>> laid_out = kernel_layout(q, q, q, cu, cu, cu, None)
+        >>> laid_out[0].stride(), laid_out[3] is cu, laid_out[5] is laid_out[3]
+        ((16, 8, 1), True, True)
+    """
+    def rows(x: torch.Tensor) -> torch.Tensor:
+        return x if x.shape[-1] <= 1 or x.stride(-1) == 1 else x.contiguous()
+
+    def offsets(x: torch.Tensor) -> torch.Tensor:
+        return x if x.numel() <= 1 or x.stride(0) == 1 else x.contiguous()
+
+    cu_q, cu_kv = offsets(cu_seqlens_q), offsets(cu_seqlens_kv)
+    starts = [cu_q if start is cu_seqlens_q else cu_kv if start is cu_seqlens_kv
+              else None if start is None else offsets(start) for start in (q_start, kv_start)]
+    return (rows(q), rows(k), rows(v), cu_q, cu_kv, *starts)
 
 
 def _check_int32_vector(name: str, tensor: torch.Tensor, length: int, device: torch.device) -> None:

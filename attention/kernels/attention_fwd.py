@@ -9,7 +9,7 @@ import torch
 
 from attention.environment import token_reader
 
-from .arguments import normalize_window, scale_log2, validate_forward_arguments
+from .arguments import kernel_layout, normalize_window, scale_log2, validate_forward_arguments
 from .attention_fwd_kernel import attention_fwd_kernel
 from .availability import interpreter_enabled
 from .combine import combine_launch, split_counter_buffer
@@ -309,11 +309,25 @@ def packed_attention_forward(
     not read: the kernels see the same pointer as ``q_start[:-1]``). ``out`` may also have its heads
     flattened, ``[..., H_q * D_v]`` (DotProductAttention's output layout, unflattened once per plan).
 
+    q, k or v whose last dim is strided, and cu_seqlens or starts that are, run on contiguous copies
+    (``arguments.kernel_layout``), as the kernels read rows of ``d`` elements and int32 offsets at stride 1.
+
     Returns the plan it launched, which ``launch_plan`` runs again on tensors of the same metadata (sizes, strides,
-    dtypes, devices, 16-byte alignment) with the same host arguments; None when there was nothing to compute or
-    the pages were gathered first."""
+    dtypes, devices, 16-byte alignment) with the same host arguments; None when there was nothing to compute,
+    the pages were gathered first or the inputs were copied."""
     if max_seqlen_q < 0 or max_seqlen_kv < 0:
         raise ValueError(f"max_seqlen_q / max_seqlen_kv must be >= 0, got {max_seqlen_q} / {max_seqlen_kv}")
+    if (q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1 or cu_seqlens_q.stride(0) != 1
+            or cu_seqlens_kv.stride(0) != 1 or (q_start is not None and q_start.stride(0) != 1)
+            or (kv_start is not None and kv_start.stride(0) != 1)):
+        given = (q, k, v, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start)
+        laid_out = kernel_layout(*given)
+        if any(a is not b for a, b in zip(laid_out, given)):   # run on copies; no plan fits the given tensors
+            packed_attention_forward(
+                *laid_out[:3], out, batch, *laid_out[3:], page_table, max_seqlen_q, max_seqlen_kv, total_q,
+                softmax_scale, causal, window_left, window_right, bottom_right, alibi_slopes, softmax_offset,
+                num_splits, zero_tail, total_kv)
+            return None
     kv_length, mean_kv = kv_length_buckets(max_seqlen_kv, total_kv, batch)
     # q_start / kv_start are usually the cu_seqlens themselves: their metadata is keyed already
     key = ("packed", batch, tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(out), tensor_key(cu_seqlens_q),
