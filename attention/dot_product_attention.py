@@ -87,8 +87,7 @@ class DotProductAttention(nn.Module):
         self.attention_dropout = float(attention_dropout)
         self.qkv_format = check_format(qkv_format)
         self.attn_mask_type = normalize_mask_type(attn_mask_type)
-        self.window_size = check_set_window_size(self.attn_mask_type, window_size)
-        self._window_size_arg = window_size   # re-normalised per call when the call's mask type differs
+        self.window_size = window_size
         self.softmax_scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(self.head_dim_qk)
         self.layer_number = 1 if layer_number is None else int(layer_number)
         if attention_type not in ("self", "cross"):
@@ -113,6 +112,19 @@ class DotProductAttention(nn.Module):
         self._call_plans = call_plans.CallPlans()   # call signature -> its checks and choices
 
     _planned_configuration: tuple | None = None   # planned_configuration()'s, until a planned attribute is set
+
+    @property
+    def window_size(self) -> tuple[int, int]:
+        """The sliding window of calls that pass none, normalised for the module's ``attn_mask_type`` (TE's
+        ``check_set_window_size``: ``None`` is ``(-1, 0)`` for causal masks, ``(-1, -1)`` for the rest).
+        Assigning it changes later calls, as in TE; each call re-normalises the value as given for its own
+        mask type."""
+        return self._window_size
+
+    @window_size.setter
+    def window_size(self, window_size: tuple[int, int] | None) -> None:
+        self._window_size = check_set_window_size(self.attn_mask_type, window_size)   # checks it, or raises
+        self._window_size_arg = window_size
 
     def __setattr__(self, name: str, value: Any) -> None:
         super().__setattr__(name, value)

@@ -478,6 +478,22 @@ def test_window_normalisation_reaches_the_call():
     assert "window_size = (-1, -1)" in m.explain(q, k, v, window_size=(-1, 0))
 
 
+def test_assigning_window_size_changes_later_calls():
+    """As in TE, ``module.window_size = ...`` is the window of the calls that pass none (the call plan made
+    before it is not reused); a bad value is refused when assigned."""
+    from tests.reference import reference_attention
+
+    q, k, v = qkv(s_q=9, s_kv=9)
+    m = module()
+    torch.testing.assert_close(m(q, k, v), reference_attention(q, k, v, qkv_format="bshd"))
+    m.window_size = (1, 1)
+    assert m.window_size == (1, 1)
+    torch.testing.assert_close(m(q, k, v), reference_attention(q, k, v, qkv_format="bshd", window_size=(1, 1)))
+    with pytest.raises(ValueError, match="window_size"):
+        m.window_size = (-2, 0)
+    assert m.window_size == (1, 1)
+
+
 def test_bottom_right_alignment_is_forced_by_the_mask_type():
     q, k, v = qkv(s_q=4, s_kv=9)
     m = module()
