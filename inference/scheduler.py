@@ -126,8 +126,9 @@ class ContinuousBatchingScheduler:
             self._next_arrival += 1
         admitted = self.waiting[: self.max_batch_size - len(self.running)]
         step_lens = {request.seq_id: self._step_len(request) for request in self.running + admitted}
+        running, preempted = list(self.running), []
         while True:
-            batch = self.running + admitted
+            batch = running + admitted
             step_dict = OrderedDict((request.seq_id, step_lens[request.seq_id]) for request in batch)
             try:
                 pre_step(step_dict)
@@ -135,10 +136,12 @@ class ContinuousBatchingScheduler:
             except KVCacheFullError:
                 if admitted:
                     admitted.pop()
-                elif len(self.running) > 1:
-                    self._preempt(self.running.pop())
-                else:
+                elif len(running) > 1:
+                    preempted.append(running.pop())
+                else:   # nothing was committed: the requests stay as they were
                     raise
+        for request in preempted:   # the cache released them with this pre_step
+            self._preempt(request)
         self.waiting = [request for request in self.waiting if request not in admitted]
         self.running = batch
         self.step_dict = step_dict

@@ -20,7 +20,7 @@ import torch
 
 from attention import selection
 from attention.backends import flash_probe
-from inference import InferenceParams, page_allocator
+from inference import InferenceParams, KVCacheFullError, page_allocator
 from inference.scheduler import ContinuousBatchingScheduler
 from tests.flash_fakes import install_fake
 from tests.reference import reference_one_sequence
@@ -216,3 +216,20 @@ def test_oversubscribed_cache_preempts_and_recovers():
         scheduler.complete_step()
     assert scheduler.preemptions > 0
     assert all(request.finished for request in scheduler.requests)
+
+
+def test_a_step_that_cannot_fit_leaves_the_scheduler_as_it_was():
+    """A request longer than the whole cache: schedule() preempts the others trying to fit it, gives up and
+    raises; the preemptions it tried are undone, so its requests still match what the cache holds."""
+    from inference.scheduler import Request
+
+    params = InferenceParams(3, 32, HEADS_KV, HEAD_DIM, torch.float32, is_paged=True, page_size=4,
+                             total_num_pages=6, device="cpu")
+    scheduler = ContinuousBatchingScheduler(0, 3, 32, max_prompt_len=8, mean_new_tokens=4, prefill_chunk_size=16)
+    scheduler.requests = [Request(0, 0, 28, 30), Request(1, 0, 4, 10)]   # 28 tokens: 7 pages of the 6
+    with pytest.raises(KVCacheFullError):
+        while not scheduler.done:
+            scheduler.schedule(params.pre_step)
+            scheduler.complete_step()
+    assert {r.seq_id: r.processed for r in scheduler.running} == dict(params.sequences) == {0: 16, 1: 4}
+    assert scheduler.waiting == [] and scheduler.preemptions == 0
