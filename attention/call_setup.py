@@ -40,15 +40,14 @@ def resolve_mask(
     """(mask type, window, bottom-right diagonal) of the call. A KV cache needs a padding mask and
     makes ``padding_causal`` bottom-right (new queries sit at the end of the cache)."""
     mask_type = normalize_mask_type(attn_mask_type)
-    if kv_caching:
-        if not has_padding(mask_type):
-            raise ValueError(
-                "attn_mask_type must be a padding mask (padding, padding_causal, padding_causal_bottom_right) "
-                f"with inference_params (KV caching); got {mask_type!r}"
-            )
-        if mask_type == "padding_causal":
-            mask_type = "padding_causal_bottom_right"
-    window = check_set_window_size(mask_type, window_size)
+    if kv_caching and not has_padding(mask_type):
+        raise ValueError(
+            "attn_mask_type must be a padding mask (padding, padding_causal, padding_causal_bottom_right) "
+            f"with inference_params (KV caching); got {mask_type!r}"
+        )
+    window = check_set_window_size(mask_type, window_size)   # its errors name the mask type as the caller gave it
+    if kv_caching and mask_type == "padding_causal":
+        mask_type = "padding_causal_bottom_right"
     return mask_type, window, resolve_bottom_right(mask_type, bottom_right_diagonal)
 
 

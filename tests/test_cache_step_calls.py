@@ -44,6 +44,8 @@ REFUSED = [
     pytest.param("bshd", dict(core_attention_bias_type="alibi", alibi_slopes=torch.ones(7)),
                  r"alibi_slopes must have shape \[h\] = \[4\]", id="alibi shape"),
     pytest.param("bshd", dict(num_splits=2), "Backend unfused was requested", id="num_splits on unfused"),
+    pytest.param("bshd", dict(window_size=(-1, 3)),   # the mask as given, not the bottom-right one a cache makes
+                 r"window_size for mask 'padding_causal' must be", id="window"),
     pytest.param("thd", dict(max_seqlen_q=2),
                  r"max_seqlen_q=2 is less than this step's longest sequence, 3 new tokens", id="thd max_seqlen_q"),
 ]
