@@ -7,6 +7,7 @@ ours (a name or a priority list: fused, flash, flash2, flash3, flash4, unfused).
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -18,7 +19,7 @@ from torch import nn
 from attention import call_plans, call_setup, inputs, selection, seqlens_check
 from attention.backends.base import AttentionCall, Backend
 from attention.formats import check_format
-from attention.masks import check_set_window_size, normalize_mask_type
+from attention.masks import check_set_window_size, normalize_mask_type, resolve_bottom_right
 
 _PLANNED_ATTRIBUTES = frozenset({
     "training", "num_attention_heads", "num_gqa_groups", "head_dim_qk", "head_dim_v", "attention_dropout",
@@ -88,6 +89,8 @@ class DotProductAttention(nn.Module):
         self.qkv_format = check_format(qkv_format)
         self.attn_mask_type = normalize_mask_type(attn_mask_type)
         self.window_size = window_size
+        if softmax_scale is not None and not (isinstance(softmax_scale, numbers.Real) and math.isfinite(softmax_scale)):
+            raise ValueError(f"softmax_scale must be a finite number or None (1/sqrt(d_qk)); got {softmax_scale!r}")
         self.softmax_scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(self.head_dim_qk)
         self.layer_number = 1 if layer_number is None else int(layer_number)
         if attention_type not in ("self", "cross"):
@@ -102,6 +105,7 @@ class DotProductAttention(nn.Module):
             self.register_buffer("softmax_offset", torch.zeros(self.num_attention_heads), persistent=False)
         else:
             self.softmax_offset = None
+        resolve_bottom_right(self.attn_mask_type, bottom_right_diagonal)   # checks its type
         self.bottom_right_diagonal = bottom_right_diagonal
         self.return_max_logit = bool(return_max_logit)
         self.backend = selection.expand_names(backend, "backend") if backend is not None else None
@@ -275,6 +279,8 @@ class DotProductAttention(nn.Module):
         else:
             if type(num_splits) is not int or num_splits < 1:
                 raise ValueError(f"num_splits must be a positive int; got {num_splits!r}")
+            inputs.check_host_arguments(max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
+                                        pad_between_seqs=pad_between_seqs)
             fmt = check_format(qkv_format or self.qkv_format)
             inputs.check_qkv(q, k, v, fmt, self.num_attention_heads, self.num_gqa_groups, self.head_dim_qk,
                              self.head_dim_v)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import numbers
 
 import torch
 
@@ -122,6 +123,16 @@ def bias_shape_tag(bias: torch.Tensor, batch: int, heads: int) -> str:
     return tag
 
 
+def check_host_arguments(max_seqlen_q: object, max_seqlen_kv: object, pad_between_seqs: object) -> None:
+    """forward's host arguments that are not tensors: ``max_seqlen_*`` ints >= 0 or None, ``pad_between_seqs``
+    True, False or None."""
+    for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_kv", max_seqlen_kv)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0):
+            raise ValueError(f"{name} must be an int >= 0 or None; got {value!r}")
+    if not (pad_between_seqs is None or isinstance(pad_between_seqs, bool)):
+        raise ValueError(f"pad_between_seqs must be True, False or None (inferred); got {pad_between_seqs!r}")
+
+
 def check_bias(bias_type: str, bias: torch.Tensor | None, alibi_slopes: torch.Tensor | None,
                batch: int, heads: int, seqlen_q: int, seqlen_kv: int) -> str | None:
     if bias_type not in BIAS_TYPES:
@@ -129,6 +140,11 @@ def check_bias(bias_type: str, bias: torch.Tensor | None, alibi_slopes: torch.Te
     if bias_type in ("pre_scale_bias", "post_scale_bias"):
         if bias is None:
             raise ValueError(f"core_attention_bias is required for core_attention_bias_type={bias_type!r}")
+        if not isinstance(bias, torch.Tensor) or not bias.is_floating_point():
+            raise ValueError(
+                f"core_attention_bias must be a floating-point tensor added to the scores; got {_describe(bias)} "
+                "(a bool mask goes in attention_mask with attn_mask_type='arbitrary')"
+            )
         tag = bias_shape_tag(bias, batch, heads)
         if bias.shape[-1] != seqlen_kv or (tag != "111s" and bias.shape[-2] != seqlen_q):
             raise ValueError(

@@ -88,11 +88,13 @@ def check_set_window_size(attn_mask_type: str, window_size: tuple[int, int] | No
 def resolve_bottom_right(attn_mask_type: str, bottom_right_diagonal: bool | None) -> bool:
     """Diagonal alignment: top-left for ``causal``/``padding_causal``, bottom-right for ``*_bottom_right``,
     else ``bottom_right_diagonal`` (default bottom-right)."""
+    if not (bottom_right_diagonal is None or isinstance(bottom_right_diagonal, bool)):
+        raise ValueError(f"bottom_right_diagonal must be True, False or None; got {bottom_right_diagonal!r}")
     if attn_mask_type in ("causal", "padding_causal"):
         return False
     if attn_mask_type.endswith("bottom_right"):
         return True
-    return True if bottom_right_diagonal is None else bool(bottom_right_diagonal)
+    return True if bottom_right_diagonal is None else bottom_right_diagonal
 
 
 def is_trivial_window(window_size: tuple[int, int]) -> bool:

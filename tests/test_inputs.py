@@ -263,6 +263,32 @@ def test_bad_windows(window, mask):
         module(attn_mask_type=mask)(q, k, v, window_size=window)
 
 
+@pytest.mark.parametrize("kwargs, message", [
+    ({"bottom_right_diagonal": "no"}, r"bottom_right_diagonal must be True, False or None; got 'no'"),
+    ({"bottom_right_diagonal": 0}, r"bottom_right_diagonal must be True, False or None; got 0"),
+    ({"max_seqlen_q": "5"}, r"max_seqlen_q must be an int >= 0 or None; got '5'"),
+    ({"max_seqlen_kv": -1}, r"max_seqlen_kv must be an int >= 0 or None; got -1"),
+    ({"max_seqlen_q": 6.0}, r"max_seqlen_q must be an int >= 0 or None; got 6.0"),
+    ({"pad_between_seqs": "yes"}, r"pad_between_seqs must be True, False or None \(inferred\); got 'yes'"),
+    ({"core_attention_bias_type": "post_scale_bias", "core_attention_bias": torch.zeros(1, 1, S, S, dtype=torch.bool)},
+     r"core_attention_bias must be a floating-point tensor .* attn_mask_type='arbitrary'"),
+])
+def test_bad_host_arguments_and_bool_bias(kwargs, message):
+    """Values that used to be read loosely: "no" as a true diagonal flag, a bool mask added to the scores as 0/1."""
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match=message):
+        module(attn_mask_type="padding")(q, k, v, **kwargs)
+    if "bottom_right_diagonal" in kwargs:   # the constructor's too
+        with pytest.raises(ValueError, match=message):
+            module(**kwargs)
+
+
+@pytest.mark.parametrize("scale", [float("nan"), float("inf"), "0.1"])
+def test_softmax_scale_must_be_a_finite_number(scale):
+    with pytest.raises(ValueError, match="softmax_scale must be a finite number or None"):
+        module(softmax_scale=scale)
+
+
 @pytest.mark.parametrize("fmt", ["bhsd", "BSHD", "thd_2bshd", "", None])
 def test_bad_qkv_format(fmt):
     with pytest.raises(ValueError, match="qkv_format"):
