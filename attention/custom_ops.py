@@ -7,7 +7,7 @@ forward has no graph break (the pattern of FlashInfer and xFormers):
 ==================================  ======================================================  ===========
 op                                  wraps                                                   result
 ==================================  ======================================================  ===========
-``dpa::fused_attention_forward``    ``attention.kernels.attention_forward``                 mutates out
+``dpa::fused_attention_forward``    ``attention_fwd.packed_attention_forward`` (kernels)     mutates out
 ``dpa::flash_attn_func``            ``flash_attn_func`` of flash-attn 2/3/4                 new tensor
 ``dpa::flash_attn_varlen_func``     ``flash_attn_varlen_func`` (block/page table, seqused)  new tensor
 ``dpa::flash_attn_with_kvcache``    flash-attn 3's ``flash_attn_with_kvcache``              new tensor

@@ -1,6 +1,7 @@
 """KV-cache bookkeeping for incremental decoding: TransformerEngine's ``InferenceParams`` API.
 
-``inference`` never imports ``attention``: the attention module calls ``InferenceParams.step``.
+``inference`` imports from ``attention`` only its kernel-launch helpers and environment reader (no attention logic):
+the attention module calls ``InferenceParams.step``.
 """
 
 from inference.cache_manager import KVCacheManager

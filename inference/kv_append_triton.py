@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from attention.environment import getenv
+from attention.kernels.availability import interpreter_enabled
 from attention.kernels.launch import KernelLaunch, tensor_key
 
 __all__ = ["append_triton", "reindex_triton"]
@@ -102,12 +102,8 @@ def _next_power_of_2(value: int) -> int:
     return 1 if value <= 1 else 1 << (int(value) - 1).bit_length()
 
 
-def _interpret() -> bool:
-    return getenv("TRITON_INTERPRET", "0") not in ("", "0")
-
-
 def _kernels() -> tuple:
-    return _jitted(_interpret())
+    return _jitted(interpreter_enabled())
 
 
 _append_plans: dict[tuple, KernelLaunch | None] = {}
@@ -129,7 +125,7 @@ def append_triton(
     """Triton version of ``kv_append.append_to_kv_cache`` (same arguments, no host sync). The launch is
     planned once per key of the tensors' metadata and the format (``attention.kernels.launch``).
     ``cache_layout``: as ``append_to_kv_cache``'s, the number that stands for the cache side's metadata."""
-    interpret = _interpret()
+    interpret = interpreter_enabled()
     cache_side = cache_layout if cache_layout is not None else (
         tensor_key(k_cache), tensor_key(v_cache), tensor_key(page_table), tensor_key(cu_seqlens_q),
         tensor_key(cu_seqlens_kv))

@@ -172,7 +172,7 @@ def test_the_tile_override_may_name_fewer_decode_v_slots(monkeypatch: pytest.Mon
     assert (kwargs["BLOCK_N"], kwargs["DECODE_STAGES"], kwargs["DECODE_V_STAGES"]) == launched
 
 
-@pytest.mark.parametrize("override", ["64,2,64", "128,2,64,2,208,72,128,1,9"])
+@pytest.mark.parametrize("override", ["64,2,64", "128,2,64,2,208,72,128,1,9", "128,2,64,2,208,72,x"])
 def test_a_tile_override_of_another_length_is_refused(monkeypatch: pytest.MonkeyPatch, override: str) -> None:
     monkeypatch.setenv(MIXED_HOPPER_TILE_ENV, override)
     with pytest.raises(ValueError, match="ATTN_FUSED_HOPPER_MIXED_TILE must hold 7 or 8 comma-separated integers"):

@@ -12,8 +12,10 @@ __all__ = ["interpreter_enabled", "triton_available"]
 
 
 def interpreter_enabled() -> bool:
-    """True when TRITON_INTERPRET=1, i.e. kernels run on CPU tensors through Triton's interpreter."""
-    return (getenv("TRITON_INTERPRET") or "0").strip().lower() in ("1", "true", "on", "yes")
+    """True when TRITON_INTERPRET=1, i.e. kernels run on CPU tensors through Triton's interpreter (the
+    values Triton reads as on: 1, true, on, yes)."""
+    value = getenv("TRITON_INTERPRET")
+    return value is not None and value.strip().lower() in ("1", "true", "on", "yes")
 
 
 def triton_available() -> str | None:

@@ -374,10 +374,10 @@ def _tile(head_dim: int, decode_rows: int = 0, heavy_prefill: bool = False, page
     MIXED_HOPPER_SMALL_DECODE_REGISTERS's split for 8-row decode tiles."""
     override = getenv(MIXED_HOPPER_TILE_ENV, "")
     if override:
-        values = tuple(int(x) for x in override.split(","))
-        if len(values) not in (7, 8):
+        parts = override.split(",")
+        if len(parts) not in (7, 8) or not all(part.strip().isdigit() for part in parts):
             raise ValueError(f"{MIXED_HOPPER_TILE_ENV} must hold 7 or 8 comma-separated integers, got {override!r}")
-        return values
+        return tuple(int(part) for part in parts)
     prefill_tile = MIXED_HOPPER_PREFILL_TILE.get((head_dim, decode_rows))
     if prefill_tile and (heavy_prefill or _whole_decode_ring(prefill_tile)) \
             and _tile_takes_pages(prefill_tile, page_size):
