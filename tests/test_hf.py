@@ -216,3 +216,34 @@ def test_generate_with_a_static_cache(kind: str) -> None:
             tokens[implementation] = model.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False,
                                                     cache_implementation="static")
     assert torch.equal(tokens["dpa_unfused"], tokens["eager"])
+
+
+def test_a_model_that_asks_for_a_mask_gets_one() -> None:
+    """Falcon with ALiBi builds its mask with allow_is_causal_skip=False and adds its bias to it: without padding
+    the mask function must still return the causal mask (it returned None, and Falcon failed on None.dtype)."""
+    from transformers import FalconConfig
+
+    config = FalconConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, alibi=True,
+                          new_decoder_architecture=False, multi_query=False, pad_token_id=0, bos_token_id=1,
+                          eos_token_id=None)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=torch.float32).eval()
+    ids, mask = batch("none")
+    torch.testing.assert_close(logits(model, "dpa_unfused", ids, mask), logits(model, "eager", ids, mask),
+                               atol=1e-4, rtol=1e-4)
+
+
+def test_a_user_mask_broadcast_over_queries_and_one_analysis_a_forward(monkeypatch) -> None:
+    """A 4-D float mask [b, 1, 1, s_kv] (eager broadcasts it over the queries) runs, and every layer of a forward
+    shares one analysis of it."""
+    model = make_model("llama")
+    ids, padding = batch("left")
+    user_mask = torch.zeros(3, 1, 1, 11).masked_fill(padding[:, None, None, :] == 0, torch.finfo(torch.float32).min)
+    expected = logits(model, "eager", ids, user_mask)
+    analyses = []
+    analyse = hf._analyse
+    monkeypatch.setattr(hf, "_analyse", lambda *args: analyses.append(1) or analyse(*args))
+    got = logits(model, "dpa_unfused", ids, user_mask)
+    real = padding.bool()
+    torch.testing.assert_close(got[real], expected[real], atol=1e-4, rtol=1e-4)
+    assert len(analyses) == 1   # two layers, one mask

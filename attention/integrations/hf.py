@@ -50,7 +50,7 @@ __all__ = ["cached_modules", "dpa_attention_forward", "dpa_mask", "register"]
 
 _MAX_MODULES = 64
 _MODULES: OrderedDict[tuple, DotProductAttention] = OrderedDict()
-_LAYOUTS: WeakIdKeyDictionary = WeakIdKeyDictionary()   # mask tensor -> {window_left: (version, _Layout)}
+_LAYOUTS: WeakIdKeyDictionary = WeakIdKeyDictionary()   # mask -> {(shape, window_left): (version, _Layout)}
 _MASK_TYPES = {  # (padding, causal alignment) -> attn_mask_type
     (False, ""): "no_mask", (False, "bottom_right"): "causal_bottom_right", (False, "top_left"): "causal",
     (True, ""): "padding", (True, "bottom_right"): "padding_causal_bottom_right", (True, "top_left"): "padding_causal",
@@ -116,7 +116,9 @@ def dpa_mask(
     from transformers.masking_utils import causal_mask_function, prepare_padding_mask, sdpa_mask
 
     mask_function = mask_function or causal_mask_function
-    if mask_function is causal_mask_function and int(q_offset) + q_length == kv_offset + kv_length:
+    # allow_is_causal_skip=False: the model adds to the mask itself (Falcon's ALiBi, Doge), so it must get one
+    if (kwargs.get("allow_is_causal_skip", True) and mask_function is causal_mask_function
+            and int(q_offset) + q_length == kv_offset + kv_length):
         padding = prepare_padding_mask(attention_mask, kv_length, kv_offset)
         if padding is None or bool(padding[:, kv_offset : kv_offset + kv_length].all()):
             return None
@@ -173,8 +175,10 @@ def dpa_attention_forward(
         return out.reshape(b, s_q, h, d_v).contiguous(), None
 
     mask = attention_mask[..., :s_kv] if attention_mask.shape[-1] > s_kv else attention_mask
+    if mask.dim() == 4 and mask.shape[-2] == 1 and s_q > 1:   # one row for every query, as eager broadcasts it
+        mask = mask.expand(-1, -1, s_q, -1)
     if mask.dim() != 4 or mask.shape[-2:] != (s_q, s_kv) or mask.shape[0] not in (1, b):
-        raise ValueError(f"attention_mask must be [b|1, 1|h, s_q, s_kv] = [{b}, 1, {s_q}, {s_kv}]; "
+        raise ValueError(f"attention_mask must be [b|1, 1|h, s_q|1, s_kv] = [{b}, 1, {s_q}, {s_kv}]; "
                          f"got {tuple(attention_mask.shape)}")
     if mask.dtype != torch.bool:
         blocked = mask <= torch.finfo(mask.dtype).min / 2
@@ -183,7 +187,7 @@ def dpa_attention_forward(
                        core_attention_bias_type="post_scale_bias", core_attention_bias=mask)
             return out.reshape(b, s_q, h, d_v).contiguous(), None
         mask = ~blocked
-    layout = _layout(mask.expand(b, -1, -1, -1), left)
+    layout = _layout(mask.expand(b, -1, -1, -1), left, key=attention_mask)
     if layout.mask_type == "arbitrary":
         out = attn(q, k, v, qkv_format="bshd", attn_mask_type="arbitrary", attention_mask=layout.blocked)
     elif layout.cu_seqlens_q is None:
@@ -231,16 +235,18 @@ class _Layout:
     max_seqlen_kv: int | None = None
 
 
-def _layout(mask: torch.Tensor, window_left: int | None) -> _Layout:
-    """The layout of ``mask`` (bool ``[b, 1|h, s_q, s_kv]``, True = attend), cached per tensor."""
-    per_window = _LAYOUTS.get(mask)
-    if per_window is None:
-        per_window = _LAYOUTS[mask] = {}
-    cached = per_window.get(window_left)
-    if cached is not None and cached[0] == mask._version:
+def _layout(mask: torch.Tensor, window_left: int | None, key: torch.Tensor | None = None) -> _Layout:
+    """The layout of ``mask`` (bool ``[b, 1|h, s_q, s_kv]``, True = attend), cached per ``key`` (the mask tensor HF
+    hands every layer of a forward, of which ``mask`` is a view; default ``mask``), its version and the shape."""
+    key = mask if key is None else key
+    per_shape = _LAYOUTS.get(key)
+    if per_shape is None:
+        per_shape = _LAYOUTS[key] = {}
+    cached = per_shape.get((mask.shape, window_left))
+    if cached is not None and cached[0] == key._version:
         return cached[1]
     layout = _analyse(mask, window_left)
-    per_window[window_left] = (mask._version, layout)
+    per_shape[mask.shape, window_left] = (key._version, layout)
     return layout
 
 
