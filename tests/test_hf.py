@@ -247,3 +247,18 @@ def test_a_user_mask_broadcast_over_queries_and_one_analysis_a_forward(monkeypat
     real = padding.bool()
     torch.testing.assert_close(got[real], expected[real], atol=1e-4, rtol=1e-4)
     assert len(analyses) == 1   # two layers, one mask
+
+
+def test_the_mask_function_takes_the_cache_position_of_transformers_before_5_4(monkeypatch) -> None:
+    """Before 5.4 transformers passes (and its sdpa_mask takes) the queries' cache_position, not q_length / q_offset;
+    the full suite passed with 4.56.0 and 5.0.0 that way (2026-12-05), this checks the plumbing on any version."""
+    from transformers import masking_utils
+
+    calls = []
+    monkeypatch.setattr(masking_utils, "sdpa_mask", lambda **kwargs: calls.append(kwargs) or "mask")
+    positions = torch.arange(3, 7)   # four queries after three cached tokens
+    assert hf.dpa_mask(batch_size=1, cache_position=positions, kv_length=7) is None   # causal, no padding
+    padding = torch.tensor([[0, 1, 1, 1, 1, 1, 1]])
+    assert hf.dpa_mask(batch_size=1, cache_position=positions, kv_length=7, attention_mask=padding) == "mask"
+    (kwargs,) = calls
+    assert kwargs["cache_position"] is positions and "q_length" not in kwargs and "q_offset" not in kwargs

@@ -100,8 +100,8 @@ def cached_modules() -> dict[tuple, DotProductAttention]:
 
 def dpa_mask(
     batch_size: int,
-    q_length: int,
-    kv_length: int,
+    q_length: int | None = None,
+    kv_length: int | None = None,
     q_offset: int | torch.Tensor = 0,
     kv_offset: int = 0,
     mask_function: Callable | None = None,
@@ -109,12 +109,17 @@ def dpa_mask(
     local_size: int | None = None,
     use_vmap: bool = False,
     device: torch.device | str = "cpu",
+    cache_position: torch.Tensor | None = None,
     **kwargs: Any,
 ) -> torch.Tensor | None:
     """transformers mask function: ``None`` for plain bottom-right causal attention without padding,
-    else the exact 4-D bool mask ``[b, 1, q_length, kv_length]`` (True = attend)."""
+    else the exact 4-D bool mask ``[b, 1, q_length, kv_length]`` (True = attend). transformers before
+    5.4 give the queries' ``cache_position`` instead of ``q_length`` / ``q_offset`` (and take it back)."""
     from transformers.masking_utils import causal_mask_function, prepare_padding_mask, sdpa_mask
 
+    if cache_position is not None:
+        q_length, q_offset = cache_position.shape[0], cache_position[0]
+        device = cache_position.device
     mask_function = mask_function or causal_mask_function
     # allow_is_causal_skip=False: the model adds to the mask itself (Falcon's ALiBi, Doge), so it must get one
     if (kwargs.get("allow_is_causal_skip", True) and mask_function is causal_mask_function
@@ -122,12 +127,13 @@ def dpa_mask(
         padding = prepare_padding_mask(attention_mask, kv_length, kv_offset)
         if padding is None or bool(padding[:, kv_offset : kv_offset + kv_length].all()):
             return None
+    queries = {"cache_position": cache_position} if cache_position is not None else {
+        "q_length": q_length, "q_offset": q_offset}
     return sdpa_mask(
         batch_size=batch_size,
-        q_length=q_length,
         kv_length=kv_length,
-        q_offset=q_offset,
         kv_offset=kv_offset,
+        **queries,
         mask_function=mask_function,
         attention_mask=attention_mask,
         local_size=local_size,
