@@ -18,7 +18,7 @@ from attention.backends import flash_probe
 from attention.backends.flash import Flash2Backend, Flash3Backend, Flash4Backend
 from attention.params import AttentionParams
 from tests.flash_cases import FlashCase, build_call, cases_for
-from tests.flash_fakes import FakeFlash2, install_fake
+from tests.flash_fakes import FAKES, FakeFlash2, install_fake
 
 BACKENDS = {2: Flash2Backend(), 3: Flash3Backend(), 4: Flash4Backend()}
 
@@ -265,6 +265,20 @@ def test_v4_feature_probes_on_an_older_release(install):
     _check(backend, P(deterministic=True, requires_grad=True, compute_capability=(10, 0)), None)
     _check(backend, P(softmax_type="learnable"), "takes no learnable_sink")
     _check(backend, P(softmax_type="off-by-one"), "takes no learnable_sink")
+
+
+def test_v4_without_a_sink_gradient_is_refused_for_training_a_learnable_sink(install):
+    """A release whose forward takes learnable_sink but whose backward returns no gradient for it: the sink would
+    never train, so a learnable sink that needs one is refused (inference and off-by-one sinks still run)."""
+    class Older(FAKES[4]):
+        @staticmethod
+        def _flash_attn_bwd(q, k, v, out, dout, lse, softmax_scale=None, causal=False):
+            return None
+
+    backend = install(4, "4.0.0b20", module=Older())
+    _check(backend, P(softmax_type="learnable", requires_grad=True), "backward has no learnable-sink gradient")
+    _check(backend, P(softmax_type="learnable"), None)
+    _check(backend, P(softmax_type="off-by-one", requires_grad=True), None)
 
 
 @pytest.mark.parametrize("params, fragment", [

@@ -571,6 +571,10 @@ class Flash4Backend(_FlashBackend):
         if p.softmax_type != "vanilla":
             if not flash_probe.accepts_keyword(getattr(module, "flash_attn_varlen_func", None), "learnable_sink"):
                 reasons.append(f"softmax_type {p.softmax_type!r}: this flash-attn-4 takes no learnable_sink")
+            elif (p.softmax_type == "learnable" and p.requires_grad
+                  and not flash_probe.accepts_keyword(getattr(module, "_flash_attn_bwd", None), "learnable_sink")):
+                # older releases' backward returns gradients for q, k and v only: the sink would never train
+                reasons.append(f"this flash-attn-4's ({pkg.version_text}) backward has no learnable-sink gradient")
             elif (p.requires_grad and major in (10, 11) and (p.head_dim_qk, p.head_dim_v) == (256, 256)
                   and flash_probe.source_mentions(getattr(module, "_flash_attn_bwd", None), _V4_NO_SINK_BWD_HD256)):
                 reasons.append("flash-attn-4's sm100 backward with head dim 256 has no learnable sink")
