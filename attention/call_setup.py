@@ -65,8 +65,9 @@ def thd_seqlens(
     q_tokens: int = 0,
     kv_tokens: int = 0,
     check_values: bool = False,
-) -> tuple[int, torch.Tensor | None, torch.Tensor | None, int | None, int | None, bool]:
-    """thd: (batch, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, pad_between_seqs),
+) -> tuple[int, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, int | None, int | None, bool]:
+    """thd: (batch, cu_seqlens_q, cu_seqlens_kv, cu_seqlens_kv_padded, max_seqlen_q, max_seqlen_kv,
+    pad_between_seqs), the keys' taken from the queries' when self-attention gives none,
     checked against each other. With a KV cache the step supplies the cu_seqlens (the given ones
     are optional and unused, batch 0 and None here) and ``max_seqlen_q`` / ``max_seqlen_kv`` stay
     None when not given (the step sets them, without reading ``cu_seqlens``). ``check_values``: also
@@ -77,12 +78,14 @@ def thd_seqlens(
             f"qkv_format='thd' needs a padding attn_mask_type (padding, padding_causal, ...); got {mask_type!r}"
         )
     if kv_caching:
-        return 0, None, None, max_seqlen_q, max_seqlen_kv, False
+        return 0, None, None, None, max_seqlen_q, max_seqlen_kv, False
     if cu_seqlens_q is None or (cu_seqlens_kv is None and not self_attention):
         raise ValueError("qkv_format='thd' requires cu_seqlens_q and cu_seqlens_kv (int32 [b+1]), "
                          "unless inference_params supplies them")
-    if cu_seqlens_kv is None:
+    if cu_seqlens_kv is None:   # self-attention: the keys are the queries' tokens, at the queries' offsets
         cu_seqlens_kv = cu_seqlens_q
+        if cu_seqlens_kv_padded is None:
+            cu_seqlens_kv_padded = cu_seqlens_q_padded
     inputs.check_cu_seqlens_batch(cu_seqlens_q.numel() - 1, cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv,
                                   cu_seqlens_q_padded=cu_seqlens_q_padded, cu_seqlens_kv_padded=cu_seqlens_kv_padded,
                                   exact=True)
@@ -99,7 +102,7 @@ def thd_seqlens(
         max_seqlen_q = int((cu_seqlens_q_padded if cu_seqlens_q_padded is not None else cu_seqlens_q).diff().max())
     if max_seqlen_kv is None:
         max_seqlen_kv = int((cu_seqlens_kv_padded if cu_seqlens_kv_padded is not None else cu_seqlens_kv).diff().max())
-    return batch, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, pad_between_seqs
+    return batch, cu_seqlens_q, cu_seqlens_kv, cu_seqlens_kv_padded, max_seqlen_q, max_seqlen_kv, pad_between_seqs
 
 
 def bshd_seqlens(

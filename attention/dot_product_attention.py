@@ -305,7 +305,7 @@ class DotProductAttention(nn.Module):
         # the cu_seqlens' and padding masks' values read (attention.seqlens_check); a cache step builds its own
         check_values = not kv_caching and eager is not False and seqlens_check.values_checked(device)
         if fmt == "thd":
-            (batch, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv,
+            (batch, cu_seqlens_q, cu_seqlens_kv, cu_seqlens_kv_padded, max_seqlen_q, max_seqlen_kv,
              pad_between_seqs) = call_setup.thd_seqlens(
                 mask_type, self_attention, kv_caching, cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q_padded,
                 cu_seqlens_kv_padded, max_seqlen_q, max_seqlen_kv, pad_between_seqs, q.shape[0], k.shape[0],

@@ -567,3 +567,20 @@ def test_empty_queries_or_keys(backend, name):
     expected = reference_attention(q, k, v, qkv_format=fmt, attn_mask_type="padding" if fmt == "thd" else "no_mask",
                                    **cu)
     torch.testing.assert_close(module(q, k, v, **kwargs), expected)
+
+
+@pytest.mark.parametrize("backend", ["unfused", "fused"])
+def test_thd_self_attention_keys_take_the_queries_padded_offsets(backend):
+    """Self-attention given only cu_seqlens_q and cu_seqlens_q_padded: k / v hold the queries' tokens, so the keys
+    sit at the same padded offsets (they were read at the unpadded ones)."""
+    q, k, v = torch.randn(8, 4, 16), torch.randn(8, 2, 16), torch.randn(8, 2, 16)
+    cu, padded = torch.tensor([0, 3, 5], dtype=torch.int32), torch.tensor([0, 4, 7], dtype=torch.int32)
+    module = DotProductAttention(4, 16, num_gqa_groups=2, qkv_format="thd", attn_mask_type="padding_causal",
+                                 backend=backend)
+    reasons = module.explain(q, k, v, cu_seqlens_q=cu, cu_seqlens_q_padded=padded)
+    if not reasons.startswith(f"Selected backend: {backend}"):
+        pytest.skip(skip_reasons(reasons))
+    expected = reference_attention(q, k, v, qkv_format="thd", attn_mask_type="padding_causal", cu_seqlens_q=cu,
+                                   cu_seqlens_kv=cu, cu_seqlens_q_padded=padded, cu_seqlens_kv_padded=padded)
+    torch.testing.assert_close(module(q, k, v, cu_seqlens_q=cu, cu_seqlens_q_padded=padded), expected,
+                               atol=1e-4, rtol=1e-4)
