@@ -393,3 +393,33 @@ def test_v4_interface_overwritten_by_flash_attn_2_is_a_reason(tmp_path, monkeypa
     on_disk.write_bytes(installed)
     assert flash_probe.overwritten_reason(4) is None
     assert flash_probe.overwritten_reason(2) is None
+
+
+@pytest.mark.parametrize("generation", [3, 4])
+def test_v3_v4_read_padded_offsets_under_a_false_hint(generation, install, monkeypatch):
+    """thd with gapped cu_seqlens_*_padded and pad_between_seqs=False, as on a GPU where nothing reads the values to
+    refuse the hint (ATTN_CHECK_SEQLENS=0): flash-attn 3 / 4 take the padded offsets (seqused), as fused and unfused
+    do; flash-attn 2 has no way to and relies on the promise."""
+    from dataclasses import replace
+
+    from attention import DotProductAttention, selection
+    from tests.reference import reference_attention
+
+    backend = install(generation)
+    monkeypatch.setattr(flash_probe, "cuda_available", lambda: True)
+    monkeypatch.setattr(type(backend), "capabilities",
+                        replace(type(backend).capabilities, device_types=frozenset({"cpu", "cuda"})))
+    monkeypatch.setenv("ATTN_CHECK_SEQLENS", "0")
+    selection.clear_cache()
+    q, k, v = (torch.randn(8, heads, 16, dtype=torch.bfloat16) for heads in (4, 2, 2))
+    offsets = {"cu_seqlens_q": torch.tensor([0, 3, 5], dtype=torch.int32),
+               "cu_seqlens_kv": torch.tensor([0, 3, 5], dtype=torch.int32),
+               "cu_seqlens_q_padded": torch.tensor([0, 4, 8], dtype=torch.int32),
+               "cu_seqlens_kv_padded": torch.tensor([0, 4, 8], dtype=torch.int32)}
+    module = DotProductAttention(4, 16, num_gqa_groups=2, qkv_format="thd", attn_mask_type="padding_causal_bottom_right",
+                                 backend=f"flash{generation}")
+    out = module(q, k, v, pad_between_seqs=False, **offsets)
+    expected = reference_attention(q.float(), k.float(), v.float(), qkv_format="thd",
+                                   attn_mask_type="padding_causal_bottom_right", **offsets)
+    torch.testing.assert_close(out.float(), expected, atol=2e-2, rtol=2e-2)
+    selection.clear_cache()

@@ -148,7 +148,10 @@ class _FlashBackend(Backend):
 
     def _forward_packed(self, fa: Any, call: AttentionCall) -> Tensor:
         p = call.params
-        padded_offsets = p.pad_between_seqs and p.qkv_format == "thd"
+        # offsets of their own are read wherever the generation can (v3 / v4), even under a pad_between_seqs=False
+        # hint that nothing checked: as fused and unfused read them
+        padded_offsets = p.qkv_format == "thd" and (p.pad_between_seqs or (
+            self.capabilities.pad_between_seqs and _own_offsets(call)))
         if p.qkv_format == "thd":
             q, cu_q, max_q = call.query, call.cu_seqlens_q, call.max_seqlen_q
         else:
@@ -246,6 +249,12 @@ def _v4_window(call: AttentionCall) -> list[int]:
     if is_causal(call.params.attn_mask_type):
         right = 0 if left >= 0 else -1
     return _window(left, right)
+
+
+def _own_offsets(call: AttentionCall) -> bool:
+    """Does the call give thd offsets (``cu_seqlens_*_padded``) other than its cu_seqlens tensors?"""
+    return ((call.cu_seqlens_q_padded is not None and call.cu_seqlens_q_padded is not call.cu_seqlens_q)
+            or (call.cu_seqlens_kv_padded is not None and call.cu_seqlens_kv_padded is not call.cu_seqlens_kv))
 
 
 class Flash2Backend(_FlashBackend):
