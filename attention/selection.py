@@ -13,6 +13,7 @@ import functools
 import logging
 import operator
 import os
+from typing import Any
 from collections.abc import Iterator, Sequence
 from dataclasses import fields
 
@@ -196,7 +197,6 @@ def select(params: AttentionParams, requested: tuple[str, ...] | None = None) ->
 # --- under torch.compile ---------------------------------------------------------------------------
 
 _PARAM_FIELDS = tuple(f.name for f in fields(AttentionParams))
-_SHAPE_FIELDS = frozenset({"batch_size", "max_seqlen_q", "max_seqlen_kv"})
 
 
 def select_compiled(params: AttentionParams, requested: tuple[str, ...] | None = None) -> Backend:
@@ -205,19 +205,30 @@ def select_compiled(params: AttentionParams, requested: tuple[str, ...] | None =
 
     Dynamo runs ``_select_name_at_trace`` as plain Python once per compilation, so the LRU, the
     logging and ``use_backends``' context variable stay out of the trace. Guarded (a change
-    recompiles): dtype, device, the module's attributes, the shape fields (``operator.index``
-    specialises them: each new batch size / max_seqlen is a recompilation, so pad to a few sizes)
-    and the ``NVTE_*`` switches read here with ``os.environ.get`` -- but torch 2.13 guards only the
+    recompiles): dtype, device, the module's attributes, the integer fields (``_static`` specialises
+    them: each new batch size / max_seqlen / window / num_splits is a recompilation, so pad the shapes
+    to a few sizes), whether dropout is on, and the ``NVTE_*`` switches read here with ``os.environ.get`` -- but torch 2.13 guards only the
     variables that were set when the graph was traced. Not guarded: a switch set later,
     ``use_backends()`` entered after compiling, ``clear_cache()``; call ``torch.compiler.reset()``.
     """
-    key = tuple(
-        operator.index(getattr(params, name)) if name in _SHAPE_FIELDS else getattr(params, name)
-        for name in _PARAM_FIELDS
-    )
+    key = tuple(_static(name, getattr(params, name)) for name in _PARAM_FIELDS)
     disabled = env_disabled()   # compared with "0"/"1" here, so Dynamo guards each NVTE_* switch
     name = _select_name_at_trace(key, requested, disabled)
     return _BACKENDS[name]
+
+
+def _static(name: str, value: Any) -> Any:
+    """A field of the selection key as a plain Python value: Dynamo may trace an int or float it has seen change
+    (a batch size, max_seqlen, num_splits, window bound, the dropout) as symbolic, and ``_select_name_at_trace``
+    takes constants only. ``operator.index`` specialises an int (each new value is a recompilation); the dropout,
+    which selection reads only as "any or none", becomes 0.0 or 1.0 (Dynamo cannot specialise a float)."""
+    if name == "attention_dropout":
+        return 1.0 if value > 0 else 0.0
+    if isinstance(value, tuple):
+        return tuple(_static(name, item) for item in value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return operator.index(value)
+    return value
 
 
 def _select_name_at_trace(key: tuple, requested: tuple[str, ...] | None, disabled: tuple[str, ...]) -> str:

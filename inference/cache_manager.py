@@ -153,6 +153,10 @@ def validate_new_kv(
     if not (isinstance(new_k, Tensor) and isinstance(new_v, Tensor)
             and _fits(new_k, new_v, k_cache, v_cache, expected_ndim)):
         _explain_misfit(new_k, new_v, k_cache, v_cache, qkv_format, expected_ndim)
+    if torch.compiler.is_compiling():
+        # the step lengths are this step's host values: reading them would tie the graph to them (a recompile per
+        # step), where the append reads lengths from the device buffers so that one graph serves every step
+        return
     if qkv_format == "thd":
         if new_k.shape[0] < sum(step_lens):
             raise ValueError(

@@ -146,6 +146,53 @@ def test_kv_cache_decode_step(paged, qkv_format):
     assert counters["stats"]["unique_graphs"] == 1   # every decode step replays one graph: no recompilation
 
 
+@pytest.mark.parametrize("paged", [False, True], ids=["non-paged", "paged"])
+def test_kv_cache_steps_of_any_lengths_replay_one_graph(paged):
+    """thd steps with a fixed query size (8 rows) but a new split of lengths each step: the step's lengths live in
+    device buffers, so one graph serves them all (the append's host checks of the lengths tied the graph to each
+    split, a recompile a step until the limit)."""
+    attn = _attention(qkv_format="thd", attn_mask_type="padding_causal")
+    compiled = _compiled(attn)
+    caches = []
+    for _ in range(2):
+        paging = {"is_paged": True, "page_size": 4} if paged else {}
+        ip = InferenceParams(max_batch_size=2, max_sequence_length=48, num_heads_kv=HEADS_KV, head_dim_k=HEAD_DIM,
+                             dtype=torch.float32, qkv_format="thd", device="cpu", max_ctx_len=8, **paging)
+        ip.allocate_memory(1)
+        caches.append(ip)
+    counters.clear()
+    for step, lengths in enumerate([(1, 1), (3, 1), (1, 6), (4, 4), (2, 5)]):
+        q, k, v = _qkv((8, HEADS, HEAD_DIM), (8, HEADS_KV, HEAD_DIM))
+        outs = []
+        for ip, run in zip(caches, (compiled, attn)):
+            ip.pre_step(OrderedDict(zip((f"a{step}", f"b{step}"), lengths)))
+            outs.append(run(q, k, v, cu_seqlens_q=ip.cu_seqlens_q, cu_seqlens_kv=ip.cu_seqlens_kv, max_seqlen_q=8,
+                            max_seqlen_kv=ip.max_sequence_length, inference_params=ip))
+        torch.testing.assert_close(outs[0], outs[1])
+    assert counters["stats"]["unique_graphs"] == 1
+
+
+@pytest.mark.parametrize("change", ["window_size", "num_splits", "attention_dropout"])
+def test_changed_selection_inputs_recompile_under_automatic_dynamic(change):
+    """Dynamo traces a value it has seen change as symbolic; selection takes constants, so the values it reads are
+    specialised (a new graph each) instead of failing the compile. ``dynamic=True`` compiles too."""
+    backend = "fused" if change == "num_splits" else "unfused"   # the unfused backend refuses num_splits > 1
+    attn = _attention(qkv_format="bshd", attn_mask_type="causal", backend=backend, attention_dropout=0.1)
+    attn.train(change == "attention_dropout")
+    compiled = torch.compile(attn, fullgraph=True)   # dynamic=None
+    q, k, v = _qkv((2, 8, HEADS, HEAD_DIM), (2, 8, HEADS_KV, HEAD_DIM))
+    for value in (1, 2, 3):
+        if change == "attention_dropout":
+            attn.attention_dropout = value / 10
+            assert compiled(q, k, v).shape == (2, 8, HEADS * HEAD_DIM)
+        elif change == "window_size":
+            torch.testing.assert_close(compiled(q, k, v, window_size=(value, 0)), attn(q, k, v, window_size=(value, 0)))
+        else:   # the fused kernel in the Triton interpreter
+            torch.testing.assert_close(compiled(q, k, v, num_splits=value), attn(q, k, v, num_splits=value))
+    dynamic = torch.compile(attn.eval(), fullgraph=True, dynamic=True)
+    torch.testing.assert_close(dynamic(q, k, v), attn(q, k, v))
+
+
 # ------------------------------------------------------------------------------------------------
 # selection under compile
 # ------------------------------------------------------------------------------------------------
