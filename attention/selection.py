@@ -207,9 +207,10 @@ def select_compiled(params: AttentionParams, requested: tuple[str, ...] | None =
     logging and ``use_backends``' context variable stay out of the trace. Guarded (a change
     recompiles): dtype, device, the module's attributes, the integer fields (``_static`` specialises
     them: each new batch size / max_seqlen / window / num_splits is a recompilation, so pad the shapes
-    to a few sizes), whether dropout is on, and the ``NVTE_*`` switches read here with ``os.environ.get`` -- but torch 2.13 guards only the
-    variables that were set when the graph was traced. Not guarded: a switch set later,
-    ``use_backends()`` entered after compiling, ``clear_cache()``; call ``torch.compiler.reset()``.
+    to a few sizes), whether dropout is on, and the ``NVTE_*`` switches read here with
+    ``os.environ.get`` -- but torch 2.13 guards only the variables that were set when the graph was
+    traced. Not guarded: a switch set later, ``use_backends()`` entered after compiling,
+    ``clear_cache()``; call ``torch.compiler.reset()``.
     """
     key = tuple(_static(name, getattr(params, name)) for name in _PARAM_FIELDS)
     disabled = env_disabled()   # compared with "0"/"1" here, so Dynamo guards each NVTE_* switch

@@ -416,8 +416,8 @@ def test_v3_v4_read_padded_offsets_under_a_false_hint(generation, install, monke
                "cu_seqlens_kv": torch.tensor([0, 3, 5], dtype=torch.int32),
                "cu_seqlens_q_padded": torch.tensor([0, 4, 8], dtype=torch.int32),
                "cu_seqlens_kv_padded": torch.tensor([0, 4, 8], dtype=torch.int32)}
-    module = DotProductAttention(4, 16, num_gqa_groups=2, qkv_format="thd", attn_mask_type="padding_causal_bottom_right",
-                                 backend=f"flash{generation}")
+    module = DotProductAttention(4, 16, num_gqa_groups=2, qkv_format="thd",
+                                 attn_mask_type="padding_causal_bottom_right", backend=f"flash{generation}")
     out = module(q, k, v, pad_between_seqs=False, **offsets)
     expected = reference_attention(q.float(), k.float(), v.float(), qkv_format="thd",
                                    attn_mask_type="padding_causal_bottom_right", **offsets)

@@ -49,8 +49,8 @@ can run."""
 DECODE_HOPPER_GATHER_ENV = "ATTN_FUSED_HOPPER_DECODE_GATHER"
 """Decode calls over pages of fewer than 16 tokens (GATHER_PAGE_SIZES), which attention_decode_hopper_kernel's
 producer warps gather by cp.async (TMA cannot slice such pages into the swizzled tile): unset or ``1``, every one,
-with DECODE_HOPPER_GATHER_TILE (DECODE_HOPPER_GATHER_WIDE_TILE for tiles of more than 32 rows); ``0``, none (the general kernel's); five integers, every one with that tile instead
-(A/B measurements)."""
+with DECODE_HOPPER_GATHER_TILE (DECODE_HOPPER_GATHER_WIDE_TILE for tiles of more than 32 rows); ``0``, none (the
+general kernel's); five integers, every one with that tile instead (A/B measurements)."""
 
 GATHER_PAGE_SIZES = (1, 2, 4, 8)
 """Page sizes the decode kernel gathers; 16 and more it reads by TMA."""
