@@ -89,6 +89,8 @@ class DotProductAttention(nn.Module):
         self.qkv_format = check_format(qkv_format)
         self.attn_mask_type = normalize_mask_type(attn_mask_type)
         self.window_size = window_size
+        # a numpy scalar or one-element tensor: its value
+        bottom_right_diagonal, softmax_scale = inputs.host_scalars(bottom_right_diagonal, softmax_scale)
         if softmax_scale is not None and not (isinstance(softmax_scale, numbers.Real) and math.isfinite(softmax_scale)):
             raise ValueError(f"softmax_scale must be a finite number or None (1/sqrt(d_qk)); got {softmax_scale!r}")
         self.softmax_scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(self.head_dim_qk)
@@ -116,6 +118,7 @@ class DotProductAttention(nn.Module):
         self._call_plans = call_plans.CallPlans()   # call signature -> its checks and choices
 
     _planned_configuration: tuple | None = None   # planned_configuration()'s, until a planned attribute is set
+    _window_size_arg: tuple[int, int] | None = None   # window_size as given; normalised per call for its mask type
 
     @property
     def window_size(self) -> tuple[int, int]:
@@ -123,11 +126,12 @@ class DotProductAttention(nn.Module):
         ``check_set_window_size``: ``None`` is ``(-1, 0)`` for causal masks, ``(-1, -1)`` for the rest).
         Assigning it changes later calls, as in TE; each call re-normalises the value as given for its own
         mask type."""
-        return self._window_size
+        return check_set_window_size(self.attn_mask_type, self._window_size_arg, warn=False)
 
     @window_size.setter
     def window_size(self, window_size: tuple[int, int] | None) -> None:
-        self._window_size = check_set_window_size(self.attn_mask_type, window_size)   # checks it, or raises
+        if "attn_mask_type" in self.__dict__:   # (a subclass may set it before __init__ has)
+            check_set_window_size(self.attn_mask_type, window_size)   # checks it, or raises
         self._window_size_arg = window_size
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -203,6 +207,11 @@ class DotProductAttention(nn.Module):
 
         Returns ``out``, or ``(out, max_logit)`` when the module was built with ``return_max_logit``.
         """
+        plain = inputs.PLAIN_HOST_TYPES
+        if (type(max_seqlen_q) not in plain or type(max_seqlen_kv) not in plain or type(pad_between_seqs) not in plain
+                or type(bottom_right_diagonal) not in plain):   # a numpy scalar or one-element tensor: its value
+            max_seqlen_q, max_seqlen_kv, pad_between_seqs, bottom_right_diagonal = inputs.host_scalars(
+                max_seqlen_q, max_seqlen_kv, pad_between_seqs, bottom_right_diagonal)
         compiling = torch.compiler.is_compiling()
         capturing = (not compiling and isinstance(query_layer, torch.Tensor) and query_layer.is_cuda
                      and torch.cuda.is_current_stream_capturing())

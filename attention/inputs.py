@@ -123,13 +123,24 @@ def bias_shape_tag(bias: torch.Tensor, batch: int, heads: int) -> str:
     return tag
 
 
+PLAIN_HOST_TYPES = frozenset({int, bool, type(None)})
+"""Types of forward's host scalars that need no conversion (``host_scalars``)."""
+
+
+def host_scalars(*values: object) -> tuple:
+    """forward's host scalars as Python values: a one-element tensor (Megatron's ``PackedSeqParams`` passes
+    ``max_seqlen_*`` so; a host sync on CUDA, as in TE) or a numpy scalar becomes its ``.item()``."""
+    return tuple(value.item() if isinstance(value, torch.Tensor) and value.numel() == 1
+                 or type(value).__module__ == "numpy" and hasattr(value, "item") else value for value in values)
+
+
 def check_host_arguments(max_seqlen_q: object, max_seqlen_kv: object, pad_between_seqs: object) -> None:
     """forward's host arguments that are not tensors: ``max_seqlen_*`` ints >= 0 or None, ``pad_between_seqs``
-    True, False or None."""
+    True, False (or 1 / 0) or None."""
     for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_kv", max_seqlen_kv)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0):
             raise ValueError(f"{name} must be an int >= 0 or None; got {value!r}")
-    if not (pad_between_seqs is None or isinstance(pad_between_seqs, bool)):
+    if not (pad_between_seqs is None or pad_between_seqs in (True, False) and isinstance(pad_between_seqs, int)):
         raise ValueError(f"pad_between_seqs must be True, False or None (inferred); got {pad_between_seqs!r}")
 
 

@@ -47,12 +47,13 @@ def has_padding(attn_mask_type: str) -> bool:
     return "padding" in attn_mask_type
 
 
-def check_set_window_size(attn_mask_type: str, window_size: tuple[int, int] | None) -> tuple[int, int]:
+def check_set_window_size(attn_mask_type: str, window_size: tuple[int, int] | None,
+                          warn: bool = True) -> tuple[int, int]:
     """Normalise ``window_size`` for a mask type, as TE's ``check_set_window_size`` does.
 
     Causal masks take ``(-1, 0)`` or ``(left >= 0, 0)``: ``None`` becomes ``(-1, 0)`` and a non-zero
     right side is forced to 0 with a warning. Other masks take ``(-1, -1)`` or ``(>= 0, >= 0)``:
-    ``None`` becomes ``(-1, -1)`` and ``(-1, 0)`` becomes ``(-1, -1)`` with a warning.
+    ``None`` becomes ``(-1, -1)`` and ``(-1, 0)`` becomes ``(-1, -1)`` with a warning (``warn=False``: silently).
     Any other negative value is a ``ValueError``.
     """
     if window_size is not None:
@@ -71,12 +72,15 @@ def check_set_window_size(attn_mask_type: str, window_size: tuple[int, int] | No
                 f"got {window_size!r}"
             )
         if right != 0:
-            logger.warning("window_size=%s has right != 0 for mask %s; using (%d, 0)", window_size, attn_mask_type, left)
+            if warn:
+                logger.warning("window_size=%s has right != 0 for mask %s; using (%d, 0)", window_size, attn_mask_type,
+                               left)
         return (left, 0)
     if window_size is None:
         return (-1, -1)
     if (left, right) == (-1, 0):
-        logger.warning("window_size=(-1, 0) with mask %s is not causal; using (-1, -1)", attn_mask_type)
+        if warn:
+            logger.warning("window_size=(-1, 0) with mask %s is not causal; using (-1, -1)", attn_mask_type)
         return (-1, -1)
     if (left == -1) != (right == -1):
         raise ValueError(
@@ -88,13 +92,14 @@ def check_set_window_size(attn_mask_type: str, window_size: tuple[int, int] | No
 def resolve_bottom_right(attn_mask_type: str, bottom_right_diagonal: bool | None) -> bool:
     """Diagonal alignment: top-left for ``causal``/``padding_causal``, bottom-right for ``*_bottom_right``,
     else ``bottom_right_diagonal`` (default bottom-right)."""
-    if not (bottom_right_diagonal is None or isinstance(bottom_right_diagonal, bool)):
-        raise ValueError(f"bottom_right_diagonal must be True, False or None; got {bottom_right_diagonal!r}")
+    if not (bottom_right_diagonal is None
+            or bottom_right_diagonal in (True, False) and isinstance(bottom_right_diagonal, int)):
+        raise ValueError(f"bottom_right_diagonal must be True, False (or 1 / 0) or None; got {bottom_right_diagonal!r}")
     if attn_mask_type in ("causal", "padding_causal"):
         return False
     if attn_mask_type.endswith("bottom_right"):
         return True
-    return True if bottom_right_diagonal is None else bottom_right_diagonal
+    return True if bottom_right_diagonal is None else bool(bottom_right_diagonal)
 
 
 def is_trivial_window(window_size: tuple[int, int]) -> bool:

@@ -75,10 +75,10 @@ def _check_side(
         if cu_padded is not None:
             starts_name = f"{name}_padded"
             starts = _offsets(starts_name, cu_padded, batch, padded=True)
-            if pad_between_seqs is False and starts != offsets:
+            if pad_between_seqs is False and starts[:-1] != offsets[:-1]:   # padding after the last: packed (TE)
                 raise ValueError(
-                    f"pad_between_seqs=False says the sequences are packed, but {starts_name} {_show(starts)} differs "
-                    f"from {name} {_show(offsets)}; pass pad_between_seqs=True or None (inferred)"
+                    f"pad_between_seqs=False says the sequences are packed, but {starts_name} {_show(starts)} starts "
+                    f"them elsewhere than {name} {_show(offsets)}; pass pad_between_seqs=True or None (inferred)"
                 )
             for i, (length, (a, b)) in enumerate(zip(lengths, pairwise(starts))):
                 if length > b - a:
@@ -113,8 +113,9 @@ def check_cu_seqlens_values(
     sbhd: the s dim). Checks the first ``batch + 1`` entries of each given tensor (bshd / sbhd read no
     more, as TE): non-decreasing offsets >= 0 that end within q / k, padded offsets that give each
     sequence at least its length, and each length at most the given ``max_seqlen_q`` / ``max_seqlen_kv``.
-    cu_seqlens (cumulative lengths) start at 0; padded offsets may start later, and equal them when
-    ``pad_between_seqs`` is False (the caller's promise that no gaps lie between sequences).
+    cu_seqlens (cumulative lengths) start at 0; padded offsets may start later, and start each sequence
+    where the cu_seqlens do when ``pad_between_seqs`` is False (the caller's promise that no gaps lie between
+    sequences; padding after the last one is allowed, as in TE).
     """
     for side, rows, cu, cu_padded, max_seqlen in (
         ("q", rows_q, cu_seqlens_q, cu_seqlens_q_padded, max_seqlen_q),

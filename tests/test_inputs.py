@@ -264,8 +264,8 @@ def test_bad_windows(window, mask):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"bottom_right_diagonal": "no"}, r"bottom_right_diagonal must be True, False or None; got 'no'"),
-    ({"bottom_right_diagonal": 0}, r"bottom_right_diagonal must be True, False or None; got 0"),
+    ({"bottom_right_diagonal": "no"}, r"bottom_right_diagonal must be True, False \(or 1 / 0\) or None; got 'no'"),
+    ({"bottom_right_diagonal": 2}, r"bottom_right_diagonal must be True, False \(or 1 / 0\) or None; got 2"),
     ({"max_seqlen_q": "5"}, r"max_seqlen_q must be an int >= 0 or None; got '5'"),
     ({"max_seqlen_kv": -1}, r"max_seqlen_kv must be an int >= 0 or None; got -1"),
     ({"max_seqlen_q": 6.0}, r"max_seqlen_q must be an int >= 0 or None; got 6.0"),
@@ -281,6 +281,24 @@ def test_bad_host_arguments_and_bool_bias(kwargs, message):
     if "bottom_right_diagonal" in kwargs:   # the constructor's too
         with pytest.raises(ValueError, match=message):
             module(**kwargs)
+
+
+def test_numpy_and_one_element_tensor_scalars_are_read_as_their_values():
+    """Megatron passes max_seqlen_* as tensors to TE; numpy scalars come from data pipelines: both are their
+    ``.item()`` (a host sync for a CUDA tensor, as in TE)."""
+    import numpy as np
+
+    from tests.reference import reference_attention
+
+    q, k, v = qkv(fmt="thd", b=2, s_q=5, s_kv=5)
+    lengths = cu(3, 7)
+    expected = reference_attention(q, k, v, qkv_format="thd", attn_mask_type="padding_causal", cu_seqlens_q=lengths,
+                                   cu_seqlens_kv=lengths, softmax_scale=0.25)
+    m = module(qkv_format="thd", attn_mask_type="padding_causal", softmax_scale=torch.tensor(0.25),
+               bottom_right_diagonal=np.bool_(False))
+    out = m(q, k, v, cu_seqlens_q=lengths, cu_seqlens_kv=lengths, max_seqlen_q=torch.tensor(7),
+            max_seqlen_kv=np.int64(7), pad_between_seqs=torch.tensor(False), bottom_right_diagonal=np.bool_(False))
+    torch.testing.assert_close(out, expected)
 
 
 @pytest.mark.parametrize("scale", [float("nan"), float("inf"), "0.1"])

@@ -44,8 +44,8 @@ THD_REFUSED = [
                  r"cu_seqlens_q_padded must be non-decreasing offsets >= 0", id="padded decreasing"),
     pytest.param(dict(cu_seqlens_q=_i32(0, 3, 5), cu_seqlens_kv=_i32(0, 3, 5), cu_seqlens_q_padded=_i32(0, 4, 8),
                       cu_seqlens_kv_padded=_i32(0, 4, 8), pad_between_seqs=False),
-                 r"pad_between_seqs=False says the sequences are packed, but cu_seqlens_q_padded \[0, 4, 8\] differs "
-                 r"from cu_seqlens_q \[0, 3, 5\]", id="pad_between_seqs=False with gaps"),
+                 r"pad_between_seqs=False says the sequences are packed, but cu_seqlens_q_padded \[0, 4, 8\] starts "
+                 r"them elsewhere than cu_seqlens_q \[0, 3, 5\]", id="pad_between_seqs=False with gaps"),
     pytest.param(dict(cu_seqlens_q=_i32(0, 5, 12), cu_seqlens_kv=_i32(0, 5, 10)),
                  r"cu_seqlens_q ends at 12, past query_layer's 10 tokens \(dim 0 in thd\)", id="past q"),
     pytest.param(dict(cu_seqlens_q=_i32(0, 5, 10), cu_seqlens_kv=_i32(0, 5, 11)),
@@ -78,8 +78,10 @@ def test_thd_values_refused(kwargs: dict, message: str) -> None:
          cu_seqlens_q_padded=_i32(2, 6, 10), cu_seqlens_kv_padded=_i32(2, 6, 10)),        # padded from row 2
     dict(cu_seqlens_q=_i32(0, 4, 8), cu_seqlens_kv=_i32(0, 4, 8), cu_seqlens_q_padded=_i32(0, 4, 8),
          cu_seqlens_kv_padded=_i32(0, 4, 8), pad_between_seqs=False),                    # padded = packed, promised
+    dict(cu_seqlens_q=_i32(0, 3, 7), cu_seqlens_kv=_i32(0, 3, 7), cu_seqlens_q_padded=_i32(0, 3, 10),
+         cu_seqlens_kv_padded=_i32(0, 3, 10), pad_between_seqs=False),                   # padding after the last only
     dict(cu_seqlens_q=_i32(0, 0, 10), cu_seqlens_kv=_i32(0, 0, 10)),                      # an empty sequence
-], ids=["exact", "tail", "padded", "padded from 2", "promised packed", "empty"])
+], ids=["exact", "tail", "padded", "padded from 2", "promised packed", "tail padded, packed", "empty"])
 def test_thd_values_accepted(kwargs: dict) -> None:
     out = _module()(*_thd(), **kwargs)
     assert out.shape == (10, H * D)
