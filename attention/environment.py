@@ -20,7 +20,7 @@ import functools
 import os
 from collections.abc import Callable
 
-__all__ = ["getenv", "getenv_many", "token_reader"]
+__all__ = ["getenv", "getenv_many", "switch", "token_reader"]
 
 _RAW_ENVIRON = getattr(os.environ, "_data", None) if os.name == "posix" else None
 
@@ -41,6 +41,22 @@ def getenv(name: str, default: str | None = None) -> str | None:
 @functools.cache
 def _raw_names(names: tuple[str, ...]) -> tuple[bytes, ...]:
     return tuple(map(os.fsencode, names))
+
+
+def switch(name: str, default: bool) -> bool:
+    """An on/off variable: ``1`` on, ``0`` off, unset ``default``; any other value is a ``ValueError`` naming it
+    (``false`` or ``off`` would otherwise read as on, silently).
+
+    Example:
+        >>> switch("ATTN_NOT_SET", True)
+        True
+    """
+    value = getenv(name)
+    if value is None:
+        return default
+    if value not in ("0", "1"):
+        raise ValueError(f"environment variable {name} must be 0 or 1 (unset: {int(default)}); got {value!r}")
+    return value == "1"
 
 
 def getenv_many(names: tuple[str, ...]) -> tuple[str | None, ...]:

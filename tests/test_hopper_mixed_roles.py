@@ -45,6 +45,15 @@ def test_the_switch_and_the_pages(monkeypatch: pytest.MonkeyPatch, switch: str |
     assert type(_plan(page_size=page_size)[0]) is planned
 
 
+@pytest.mark.parametrize("name", ["ATTN_FUSED_HOPPER_MIXED", "ATTN_FUSED_HOPPER_MIXED_ROLES"])
+def test_an_on_off_switch_refuses_other_values(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """"yes" or "false" read as on or off by accident before: an A/B run could compare the default with itself."""
+    monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
+    monkeypatch.setenv(name, "false")
+    with pytest.raises(ValueError, match=f"environment variable {name} must be 0 or 1"):
+        _plan(page_size=16)
+
+
 def test_refusals_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
     assert MIXED_ROLES_ENV in mixed_roles_unsupported_reason(128, 16)
     monkeypatch.setenv(MIXED_ROLES_ENV, "1")

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from attention.environment import getenv
+from attention.environment import getenv, switch
 
 from .arguments import scale_log2
 from .attention_decode_hopper import MAX_DECODE_ROWS, SMALL_DECODE_ROWS, attention_decode_hopper_kernel
@@ -282,7 +282,7 @@ def decode_hopper_unsupported_reason(head_dim: int, group_size: int, max_seqlen_
                                      page_size: int) -> str | None:
     """None when attention_decode_hopper_kernel can run a decode-sized call that the Hopper kernels could (the
     checks of hopper_unsupported_reason, done by the caller) and is not switched off, else why not."""
-    if getenv(DECODE_HOPPER_ENV, "1") == "0":
+    if not switch(DECODE_HOPPER_ENV, True):
         return f"{DECODE_HOPPER_ENV}=0"
     if head_dim not in (64, 128):
         return "needs head dim 64 or 128"
@@ -346,14 +346,14 @@ def plan_decode_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     if num_splits > 1:
         partial_shape = (num_splits, total_q, heads_q, head_dim)
         fused_merge = num_splits <= FUSED_MERGE_MAX_SPLITS and items <= programs and rows <= 32
-        if fused_merge and getenv(DECODE_HOPPER_MERGE_ENV, "1") != "0":
+        if fused_merge and switch(DECODE_HOPPER_MERGE_ENV, True):
             merge_rows = min(rows, 4 * max(1, FUSED_MERGE_MAX_SPLITS // next_power_of_2(num_splits)))
         else:
             combine = combine_launch(
                 partial_shape, (total_q * heads_q * head_dim, heads_q * head_dim, head_dim),
                 (total_q * heads_q, heads_q), out.stride()[:3], num_seqs=num_seqs, has_q_start=has_q_start,
                 has_sink=False, max_seqlen_q=max_seqlen_q)
-    launched = whole_round_programs(items, programs) if getenv(DECODE_HOPPER_ROUNDS_ENV, "1") != "0" else min(
+    launched = whole_round_programs(items, programs) if switch(DECODE_HOPPER_ROUNDS_ENV, True) else min(
         programs, items)
     from .hopper_forward import RowsDescriptor, _rows_matrix  # (hopper_forward imports this module)
 

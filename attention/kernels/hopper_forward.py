@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from attention.environment import getenv
+from attention.environment import getenv, switch
 
 from .arguments import scale_log2
 from .attention_decode_hopper import MAX_DECODE_ROWS
@@ -189,7 +189,7 @@ def hopper_unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     its own rule, hopper_decode.decode_hopper_unsupported_reason, decides)."""
     if not _on_sm90(q):
         return "needs an sm90 GPU (Hopper), not the interpreter"
-    if getenv(HOPPER_ENV, "1") == "0":
+    if not switch(HOPPER_ENV, True):
         return f"{HOPPER_ENV}=0"
     if q.dtype not in (torch.float16, torch.bfloat16) or not q.dtype == k.dtype == v.dtype == out.dtype:
         return "needs fp16 or bf16 q, k, v and out of one dtype"
@@ -217,7 +217,7 @@ def _page_size_reason(page_size: int, block_n: int, min_page_size: int = HOPPER_
     per page, or (unless switched off) whole pages of at least ``min_page_size`` tokens per tile."""
     if page_size % block_n == 0:
         return None
-    if getenv(HOPPER_SMALL_PAGES_ENV, "1") == "0":
+    if not switch(HOPPER_SMALL_PAGES_ENV, True):
         return f"{HOPPER_SMALL_PAGES_ENV}=0 and pages of fewer than {block_n} tokens"
     if block_n % page_size or page_size < min_page_size:
         return (f"needs pages of a multiple of {block_n} tokens, or of {min_page_size} to {block_n // 2} "

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from attention.environment import getenv
+from attention.environment import getenv, switch
 
 from .arguments import scale_log2
 from .attention_decode_hopper import MAX_DECODE_ROWS, SMALL_DECODE_ROWS
@@ -243,7 +243,7 @@ class MixedHopperPlan(PersistentLaunch):
 def mixed_hopper_unsupported_reason(head_dim: int, group_size: int, num_seqs: int, page_size: int) -> str | None:
     """None when attention_mixed_hopper_kernel can run a mixed batch that attention_fwd_hopper_kernel could (the
     checks of hopper_unsupported_reason, done by the caller) and is not switched off, else why not."""
-    if getenv(MIXED_HOPPER_ENV, "1") == "0":
+    if not switch(MIXED_HOPPER_ENV, True):
         return f"{MIXED_HOPPER_ENV}=0"
     if head_dim not in MIXED_HOPPER_TILE:
         return f"needs head dims in {sorted(MIXED_HOPPER_TILE)}"
@@ -313,7 +313,7 @@ def _section_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads_kv: 
 
     heads = section_heads(q.shape[2], heads_kv, max_seqlen_kv, (k.shape[-1] + v.shape[-1]) * k.element_size(),
                           causal, section_budget_mib(MIXED_HOPPER_L2_SECTION_ENV, MIXED_HOPPER_L2_SECTION_MIB))
-    return heads if heads < q.shape[2] and getenv(MIXED_HOPPER_QUEUE_ENV, "1") != "0" else 0
+    return heads if heads < q.shape[2] and switch(MIXED_HOPPER_QUEUE_ENV, True) else 0
 
 
 def decode_tile_rows(rows: int) -> int:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attention.environment import getenv
+from attention.environment import getenv, switch
 
 from .arguments import scale_log2
 from .attention_mixed_roles_hopper import attention_mixed_roles_hopper_kernel
@@ -51,7 +51,7 @@ spills at 136 B (the mask code, 2026-12-04) M2 still 1,298.1 against 1,075.9 at 
 
 def use_mixed_roles() -> bool:
     """Whether mixed batches go to the one-role-a-program kernel (MIXED_ROLES_ENV, off unless set to 1)."""
-    return getenv(MIXED_ROLES_ENV, "") == "1"
+    return switch(MIXED_ROLES_ENV, False)
 
 
 @dataclass(frozen=True)
