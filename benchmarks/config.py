@@ -93,6 +93,15 @@ def _split(text: str | None) -> tuple[str, ...] | None:
     return tuple(x.strip() for x in text.split(",") if x.strip()) if text else None
 
 
+def check_providers(parser: Any, providers: str | None) -> None:
+    """A ``--providers`` name that no factory has is a parser error (a typo would run nothing and exit 0)."""
+    from benchmarks.providers import FACTORIES
+
+    unknown = [name for name in _split(providers) or () if name not in FACTORIES]
+    if unknown:
+        parser.error(f"--providers: unknown {', '.join(unknown)} (known: {', '.join(FACTORIES)})")
+
+
 def config_from_args(args: Any, budget_s: float | None = None) -> BenchConfig:
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     budget = args.budget_s if budget_s is None else budget_s

@@ -32,6 +32,7 @@ from benchmarks.config import (
     BenchConfig,
     add_common_arguments,
     bench_dtype,
+    check_providers,
     config_from_args,
     environment_smoke_default,
 )
@@ -332,10 +333,13 @@ def suite_main(suite: str, doc: str | None, default_budget_s: float, run: Callab
     args = parser.parse_args(argv)
     if args.smoke:
         environment_smoke_default()
+    check_providers(parser, args.providers)
     from benchmarks import report
 
     cfg = config_from_args(args)
     rows = run(cfg)
+    if not rows and cfg.cells:
+        parser.error(f"--cells: no {suite} cell matches {', '.join(cfg.cells)}")
     report.print_suite(suite, rows)
     written = report.write_suite_outputs(suite, rows, args.out, report.environment_header(cfg.device, cfg.l2_flush))
     print("wrote " + ", ".join(written))

@@ -25,7 +25,7 @@ import torch
 
 from benchmarks import bench_decode
 from benchmarks.cells import Cell, Inputs
-from benchmarks.config import BenchConfig
+from benchmarks.config import BenchConfig, environment_smoke_default
 from benchmarks.timing import short_error, time_fn
 
 DEFAULT_CELLS = ("1x8k p16", "1x32k p16", "8x4k p16", "32x2k p16", "32x4k verify")
@@ -87,6 +87,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--cells", default=None, help="comma list of name fragments (default: the small-batch cells)")
     parser.add_argument("--smoke", action="store_true", help="tiny cells on the CPU (Triton's interpreter): a plumbing check")
     args = parser.parse_args(argv)
+    if args.smoke:
+        environment_smoke_default()
     cfg = BenchConfig(device=torch.device("cpu" if args.smoke else "cuda"), smoke=args.smoke)
     wanted = args.cells.split(",") if args.cells else ([""] if args.smoke else list(DEFAULT_CELLS))
     lines = ["| cell | what | µs (graph, L2 flushed) |", "|---|---|---|"]

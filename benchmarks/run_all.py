@@ -52,6 +52,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     unknown = [s for s in args.suites if s not in SUITES]
     if unknown:
         parser.error(f"--only: unknown suite(s) {unknown}; choose among {list(SUITES)}")
+    config.check_providers(parser, args.providers)
     return args
 
 

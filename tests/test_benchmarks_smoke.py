@@ -571,6 +571,20 @@ def test_run_cell_calls_the_named_cells_providers_and_says_which_cannot(capsys) 
     assert "unknown nonesuch" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--providers", "fused,nonesuch"], "--providers: unknown nonesuch"),
+    (["--cells", "nonesuch"], "--cells: no decode cell matches nonesuch"),
+])
+def test_a_suite_refuses_names_that_match_nothing(argv, message, capsys, tmp_path) -> None:
+    """A typo ran nothing, wrote empty reports and exited 0."""
+    from benchmarks import bench_decode
+
+    with pytest.raises(SystemExit):
+        bench_decode.main(["--smoke", "--out", str(tmp_path), *argv])
+    assert message in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_every_suite_cell_once_and_cells_picked_by_substring() -> None:
     cfg = BenchConfig(device=torch.device("cpu"), smoke=True, cells=("M1 part",))
     names = [cell.name for cell in suites.every_cell(cfg)]
