@@ -1,4 +1,5 @@
-# Each target sets itself up on a fresh machine: a local virtual environment with CPU PyTorch.
+# demo and test set themselves up on a fresh machine: a local virtual environment with CPU PyTorch. bench and
+# gpu-test run with the machine's python3, on a GPU machine where the project is installed.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # The CPU wheel of torch (no multi-GB CUDA download). On a GPU machine, install the project yourself.

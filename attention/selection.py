@@ -176,15 +176,15 @@ def _select(params: AttentionParams, names: tuple[str, ...], source: str, explic
             logger.info("Running with %s backend (%s) for %s", name, source, _short(params))
             logger.debug("%s", format_reasons(params, reasons, source))
             return name
+    raise ValueError(f"{_refusal(names, source, explicit)}\n{format_reasons(params, reasons, source)}")
+
+
+def _refusal(names: Sequence[str], source: str, explicit: bool) -> str:
+    """The first line of the error when no backend of ``names`` can run a call."""
     if explicit:
-        raise ValueError(
-            f"Backend {', '.join(names)} was requested ({source}) but cannot run these inputs; "
-            f"it never falls back to another backend.\n{format_reasons(params, reasons, source)}"
-        )
-    raise ValueError(
-        f"{NO_BACKEND} Set NVTE_DEBUG=1 NVTE_DEBUG_LEVEL=2 to log every choice.\n"
-        f"{format_reasons(params, reasons, source)}"
-    )
+        return (f"Backend {', '.join(names)} was requested ({source}) but cannot run these inputs; "
+                "it never falls back to another backend.")
+    return f"{NO_BACKEND} Set NVTE_DEBUG=1 NVTE_DEBUG_LEVEL=2 to log every choice."
 
 
 def select(params: AttentionParams, requested: tuple[str, ...] | None = None) -> Backend:
@@ -249,7 +249,7 @@ def explain_params(params: AttentionParams, requested: tuple[str, ...] | None = 
     names, source = candidates(requested)
     reasons = all_reasons(params, names)
     chosen = next((n for n in names if not reasons[n]), None)
-    head = f"Selected backend: {chosen}" if chosen else NO_BACKEND
+    head = f"Selected backend: {chosen}" if chosen else _refusal(names, source, not source.startswith("automatic"))
     return f"{head}\n{format_reasons(params, reasons, source)}"
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -89,6 +90,7 @@ def _run_child(suite: str, args: argparse.Namespace, budget_s: float) -> list[Ro
 
     rows = report.read_csv(final) if os.path.exists(final) else (
         report.read_csv(progress) if os.path.exists(progress) else [])
+    shutil.rmtree(work, ignore_errors=True)
     if note:
         rows.append(Row(suite, "-", "(suite process)", "-", status="error",
                         note=note + ("; rows above are what it finished" if rows else "")))

@@ -149,6 +149,17 @@ def test_explain_says_why_without_running(fakes):
     assert attention.explain(attn, *make_inputs()) == text
 
 
+def test_explain_heads_a_refusal_with_the_error_s_first_line(fakes):
+    """Nothing can run: explain() starts as the call's error would, named backend or automatic walk."""
+    fakes["fused"].can_run = False
+    named = module(backend="fused")
+    assert named.explain(*make_inputs()).startswith(
+        "Backend fused was requested (backend= argument) but cannot run these inputs")
+    for fake in fakes.values():
+        fake.can_run = False
+    assert module().explain(*make_inputs()).startswith(selection.NO_BACKEND)
+
+
 def test_selection_is_cached_per_params(fakes):
     fakes["fused"].can_run = False
     other = AttentionParams(dtype=torch.float32, device_type="cpu", max_seqlen_q=1)
