@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
 import platform
 
@@ -40,15 +41,20 @@ def report() -> str:
         devices.insert(0, ("cuda", torch.cuda.get_device_capability(0)))
     else:
         lines.append("CUDA: not available")
+    disabled = selection.env_disabled()   # a bad NVTE_* value raises here, naming the variable
     for device, cc in devices:
         params = _typical_params(device, cc)
         lines.append(f"\nBackends for a typical {device} call "
                      f"(thd, {str(params.dtype).replace('torch.', '')}, GQA 32/8, d=128, padding_causal):")
         for name in selection.PRIORITY:
             reasons = selection.registry()[name].support_reasons(params)
-            lines.append(f"  {name:8} " + ("available" if not reasons else "unavailable: " + "; ".join(reasons)))
+            state = "available" if not reasons else "unavailable: " + "; ".join(reasons)
+            if name in disabled:
+                state = f"off in the automatic walk (NVTE_* switch); {state}"
+            lines.append(f"  {name:8} {state}")
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(prog="python -m attention", description=__doc__).parse_args()
     print(report())

@@ -207,6 +207,16 @@ def test_python_m_attention_reports_backends():
     assert "torch:" in text and "unfused  available" in text
 
 
+def test_python_m_attention_reports_the_environment_switches(monkeypatch):
+    from attention.__main__ import report
+
+    monkeypatch.setenv("NVTE_UNFUSED_ATTN", "0")
+    assert "unfused  off in the automatic walk (NVTE_* switch); available" in report()
+    monkeypatch.setenv("NVTE_UNFUSED_ATTN", "off")
+    with pytest.raises(ValueError, match="NVTE_UNFUSED_ATTN must be 0 or 1"):
+        report()
+
+
 @pytest.mark.parametrize("raw", [True, False], ids=["raw-environ", "os.environ"])
 def test_env_snapshot_reads_what_os_environ_holds(raw: bool, monkeypatch) -> None:
     """The fast read (CPython's bytes mapping behind os.environ) and the portable one agree: unset,
