@@ -153,9 +153,12 @@ def main(argv: Sequence[str] | None = None) -> list[TreeMeasurement]:
     parser.add_argument("--out", default="tree_ab", help="output directory")
     args = parser.parse_args(argv)
     try:
-        trees = dict(parse_tree(text) for text in args.tree)
+        pairs = [parse_tree(text) for text in args.tree]
     except ValueError as error:
         parser.error(str(error))
+    trees = dict(pairs)
+    if len(trees) < len(pairs):
+        parser.error("--tree: each tree needs its own NAME")
     if len(trees) < 2:
         parser.error("--tree: name two trees or more (NAME=PATH each)")
     names = list(trees)
@@ -176,4 +179,4 @@ def main(argv: Sequence[str] | None = None) -> list[TreeMeasurement]:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(0 if main() else 1)   # no measurement at all: every process failed (their logs say why)
