@@ -207,11 +207,6 @@ class DotProductAttention(nn.Module):
 
         Returns ``out``, or ``(out, max_logit)`` when the module was built with ``return_max_logit``.
         """
-        plain = inputs.PLAIN_HOST_TYPES
-        if (type(max_seqlen_q) not in plain or type(max_seqlen_kv) not in plain or type(pad_between_seqs) not in plain
-                or type(bottom_right_diagonal) not in plain):   # a numpy scalar or one-element tensor: its value
-            max_seqlen_q, max_seqlen_kv, pad_between_seqs, bottom_right_diagonal = inputs.host_scalars(
-                max_seqlen_q, max_seqlen_kv, pad_between_seqs, bottom_right_diagonal)
         compiling = torch.compiler.is_compiling()
         capturing = (not compiling and isinstance(query_layer, torch.Tensor) and query_layer.is_cuda
                      and torch.cuda.is_current_stream_capturing())
@@ -288,6 +283,10 @@ class DotProductAttention(nn.Module):
         else:
             if type(num_splits) is not int or num_splits < 1:
                 raise ValueError(f"num_splits must be a positive int; got {num_splits!r}")
+            # a numpy scalar or one-element tensor (Megatron's max_seqlen_*) is its value; a plan made for a value
+            # serves its equals (numpy scalars hash as their value, a tensor as itself)
+            max_seqlen_q, max_seqlen_kv, pad_between_seqs, bottom_right_diagonal = inputs.host_scalars(
+                max_seqlen_q, max_seqlen_kv, pad_between_seqs, bottom_right_diagonal)
             inputs.check_host_arguments(max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
                                         pad_between_seqs=pad_between_seqs)
             fmt = check_format(qkv_format or self.qkv_format)

@@ -123,10 +123,6 @@ def bias_shape_tag(bias: torch.Tensor, batch: int, heads: int) -> str:
     return tag
 
 
-PLAIN_HOST_TYPES = frozenset({int, bool, type(None)})
-"""Types of forward's host scalars that need no conversion (``host_scalars``)."""
-
-
 def host_scalars(*values: object) -> tuple:
     """forward's host scalars as Python values: a one-element tensor (Megatron's ``PackedSeqParams`` passes
     ``max_seqlen_*`` so; a host sync on CUDA, as in TE) or a numpy scalar becomes its ``.item()``."""
