@@ -104,6 +104,9 @@ def run(cfg: BenchConfig, variants: dict[str, dict[str, str]], rounds: int) -> l
     reference: dict[str, torch.Tensor] = {}
     measurements = []
     for round_ in range(rounds):
+        if round_ and cfg.stop_reason():   # --budget-s: whole rounds only, so every variant has the same count
+            print(f"stopped after {round_} round(s): {cfg.stop_reason()}", flush=True)
+            break
         for variant in order if round_ % 2 == 0 else order[::-1]:
             with environment(variants.get(variant, {})), torch.no_grad():
                 for name, (cell, runner) in runners.items():
@@ -111,7 +114,7 @@ def run(cfg: BenchConfig, variants: dict[str, dict[str, str]], rounds: int) -> l
                     max_diff = None
                     if variant == DEFAULT:
                         reference.setdefault(name, out)
-                    elif round_ == 0:
+                    elif round_ == 0 and cfg.check:   # --no-check: no comparison
                         max_diff = (out - reference[name]).abs().max().item()
                     us = time_fn(runner.fn, cell.latency, cfg, settled=cell.settle).us
                     measurements.append(Measurement(round_, variant, name, us, max_diff))
@@ -147,9 +150,14 @@ def main(argv: Sequence[str] | None = None) -> list[Measurement]:
     parser.add_argument("--rounds", type=int, default=2, help="rounds of every variant on every cell")
     args = parser.parse_args(argv)
     try:
-        variants = dict(parse_variant(text) for text in args.variant)
+        pairs = [parse_variant(text) for text in args.variant]
     except ValueError as error:
         parser.error(str(error))
+    variants = dict(pairs)
+    if len(variants) < len(pairs):
+        parser.error("--variant: each variant needs its own NAME")
+    if args.providers and args.providers != "fused":
+        parser.error("--providers: env_ab times the fused backend only")
     cfg = config_from_args(args)
     measurements = run(cfg, variants, max(1, args.rounds))
     print(table(measurements))
