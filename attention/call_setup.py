@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from attention import inputs, seqlens_check
-from attention.formats import batch_and_seqlen, full_cu_seqlens
+from attention.formats import batch_and_seqlen, full_cu_seqlens, has_own_offsets
 from attention.masks import check_set_window_size, has_padding, normalize_mask_type, resolve_bottom_right
 from attention.params import AttentionParams
 
@@ -90,9 +90,7 @@ def thd_seqlens(
                                   cu_seqlens_q_padded=cu_seqlens_q_padded, cu_seqlens_kv_padded=cu_seqlens_kv_padded,
                                   exact=True)
     if pad_between_seqs is None:
-        pad_between_seqs = (cu_seqlens_q_padded is not None and cu_seqlens_q_padded is not cu_seqlens_q) or (
-            cu_seqlens_kv_padded is not None and cu_seqlens_kv_padded is not cu_seqlens_kv
-        )
+        pad_between_seqs = has_own_offsets(cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q_padded, cu_seqlens_kv_padded)
     batch = cu_seqlens_q.numel() - 1
     if check_values:
         seqlens_check.check_cu_seqlens_values("thd", q_tokens, kv_tokens, batch, cu_seqlens_q, cu_seqlens_kv,

@@ -31,6 +31,14 @@ def cu_seqlens_from_lengths(lengths: torch.Tensor) -> torch.Tensor:
     return cu
 
 
+def has_own_offsets(cu_seqlens_q: torch.Tensor | None, cu_seqlens_kv: torch.Tensor | None,
+                    cu_seqlens_q_padded: torch.Tensor | None, cu_seqlens_kv_padded: torch.Tensor | None) -> bool:
+    """Do thd offsets (``cu_seqlens_*_padded``) other than the cu_seqlens tensors themselves come with the call?
+    (Read from the objects, no values: the inferred ``pad_between_seqs``.)"""
+    return ((cu_seqlens_q_padded is not None and cu_seqlens_q_padded is not cu_seqlens_q)
+            or (cu_seqlens_kv_padded is not None and cu_seqlens_kv_padded is not cu_seqlens_kv))
+
+
 def full_cu_seqlens(batch_size: int, seqlen: int, device: torch.device) -> torch.Tensor:
     """cu_seqlens of ``batch_size`` sequences all of length ``seqlen``: ``[0, s, 2s, ...]``."""
     if seqlen == 0:   # arange takes no step of 0

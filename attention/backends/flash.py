@@ -33,6 +33,7 @@ from attention import custom_ops
 from attention.backends import flash_probe
 from attention.backends.base import ALL_MASKS, AttentionCall, Backend, Capabilities
 from attention.backends.flash_packing import pack_padded, unpack_to_padded, zero_rows_outside_sequences
+from attention.formats import has_own_offsets
 from attention.masks import has_padding, is_causal, is_trivial_window, resolve_bottom_right
 from attention.params import AttentionParams
 
@@ -151,7 +152,8 @@ class _FlashBackend(Backend):
         # offsets of their own are read wherever the generation can (v3 / v4), even under a pad_between_seqs=False
         # hint that nothing checked: as fused and unfused read them
         padded_offsets = p.qkv_format == "thd" and (p.pad_between_seqs or (
-            self.capabilities.pad_between_seqs and _own_offsets(call)))
+            self.capabilities.pad_between_seqs and has_own_offsets(
+                call.cu_seqlens_q, call.cu_seqlens_kv, call.cu_seqlens_q_padded, call.cu_seqlens_kv_padded)))
         if p.qkv_format == "thd":
             q, cu_q, max_q = call.query, call.cu_seqlens_q, call.max_seqlen_q
         else:
@@ -249,12 +251,6 @@ def _v4_window(call: AttentionCall) -> list[int]:
     if is_causal(call.params.attn_mask_type):
         right = 0 if left >= 0 else -1
     return _window(left, right)
-
-
-def _own_offsets(call: AttentionCall) -> bool:
-    """Does the call give thd offsets (``cu_seqlens_*_padded``) other than its cu_seqlens tensors?"""
-    return ((call.cu_seqlens_q_padded is not None and call.cu_seqlens_q_padded is not call.cu_seqlens_q)
-            or (call.cu_seqlens_kv_padded is not None and call.cu_seqlens_kv_padded is not call.cu_seqlens_kv))
 
 
 class Flash2Backend(_FlashBackend):
