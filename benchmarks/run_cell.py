@@ -20,7 +20,13 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from benchmarks.cells import Inputs
-from benchmarks.config import BenchConfig, add_common_arguments, config_from_args, environment_smoke_default
+from benchmarks.config import (
+    BenchConfig,
+    add_common_arguments,
+    check_providers,
+    config_from_args,
+    environment_smoke_default,
+)
 from benchmarks.suites import wanted_cells
 from benchmarks.timing import synchronize
 
@@ -32,9 +38,7 @@ def cell_runners(cfg: BenchConfig, parser: argparse.ArgumentParser) -> Iterator[
     from benchmarks.providers import FACTORIES
 
     providers = cfg.providers or ("fused",)
-    unknown = [name for name in providers if name not in FACTORIES]
-    if unknown:
-        parser.error(f"--providers: unknown {', '.join(unknown)} (known: {', '.join(FACTORIES)})")
+    check_providers(parser, ",".join(providers))
 
     def runners() -> Iterator[tuple[str, str, Any, str]]:
         for cell in wanted_cells(cfg):
