@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from benchmarks.argtypes import non_negative_float, positive_float
+
 if TYPE_CHECKING:
     from benchmarks.timing import Timing
 
@@ -71,14 +73,15 @@ def add_common_arguments(parser: Any, default_budget_s: float) -> None:
                         help="tiny shapes, a few calls: checks the scripts (CPU: fused kernels in the interpreter)")
     parser.add_argument("--providers", default=None, help="comma list of providers to run (default: all)")
     parser.add_argument("--cells", default=None, help="comma list of substrings: run only cells whose name matches")
-    parser.add_argument("--budget-s", type=float, default=default_budget_s,
+    parser.add_argument("--budget-s", type=non_negative_float, default=default_budget_s,
                         help="wall-clock budget; cells left when it runs out are reported as skipped (0 = none)")
-    parser.add_argument("--warmup-ms", type=float, default=5.0, help="do_bench warmup per measurement")
-    parser.add_argument("--rep-ms", type=float, default=30.0, help="do_bench / graph-replay time per measurement")
-    parser.add_argument("--settle-ms", type=float, default=250.0,
+    parser.add_argument("--warmup-ms", type=non_negative_float, default=5.0, help="do_bench warmup per measurement")
+    parser.add_argument("--rep-ms", type=positive_float, default=30.0,
+                        help="do_bench / graph-replay time per measurement")
+    parser.add_argument("--settle-ms", type=non_negative_float, default=250.0,
                         help="prefill and mixed cells: run the call back to back this long before timing it, "
                              "so the GPU is at the call's own clock under its power cap (0: off)")
-    parser.add_argument("--throughput-rep-ms", type=float, default=300.0,
+    parser.add_argument("--throughput-rep-ms", type=positive_float, default=300.0,
                         help="time per measurement of a prefill or mixed cell (at least --rep-ms): the clock "
                              "swings under the power cap, and a short window catches one phase of it")
     parser.add_argument("--no-graphs", action="store_true", help="skip CUDA-graph replay timings")

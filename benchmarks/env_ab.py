@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
+from benchmarks.argtypes import positive_int
 from benchmarks.cells import Inputs
 from benchmarks.config import BenchConfig, add_common_arguments, config_from_args, environment_smoke_default
 from benchmarks.providers import make_fused
@@ -147,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> list[Measurement]:
     add_common_arguments(parser, 0)
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=VAR=VALUE[;VAR=VALUE...]",
                         help="an environment variant (repeat for more); the default always runs")
-    parser.add_argument("--rounds", type=int, default=2, help="rounds of every variant on every cell")
+    parser.add_argument("--rounds", type=positive_int, default=2, help="rounds of every variant on every cell")
     args = parser.parse_args(argv)
     try:
         pairs = [parse_variant(text) for text in args.variant]

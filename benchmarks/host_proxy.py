@@ -33,6 +33,7 @@ import torch
 
 from attention.backends import fused
 from attention.kernels import attention_fwd, hopper_forward, launch
+from benchmarks.argtypes import positive_int
 from inference import kv_append
 
 
@@ -67,8 +68,8 @@ def measure(fns: dict[str, Callable[[], object]], n: int, repeats: int) -> dict[
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--calls", type=int, default=200)
-    parser.add_argument("--repeats", type=int, default=25)
+    parser.add_argument("--calls", type=positive_int, default=200)
+    parser.add_argument("--repeats", type=positive_int, default=25)
     parser.add_argument("--profile", nargs="?", const="dpa_static_thd", help="cProfile this call (top 30)")
     parser.add_argument("--sm90", action="store_true", help="plan as on an sm90 GPU (the Gluon kernels' plans)")
     args = parser.parse_args(argv)

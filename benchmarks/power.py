@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.argtypes import non_negative_float, positive_float, positive_int
+
 SW_POWER_CAP = 0x4
 """nvidia-smi's clocks_event_reasons bit for the software power cap (the board's power limit)."""
 
@@ -173,9 +175,9 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_common_arguments(parser, 0)
-    parser.add_argument("--seconds", type=float, default=3.0, help="sampled time of each cell's calls")
-    parser.add_argument("--warmup-s", type=float, default=0.5, help="calls before the sampled window")
-    parser.add_argument("--interval-ms", type=int, default=50, help="nvidia-smi's sampling period")
+    parser.add_argument("--seconds", type=positive_float, default=3.0, help="sampled time of each cell's calls")
+    parser.add_argument("--warmup-s", type=non_negative_float, default=0.5, help="calls before the sampled window")
+    parser.add_argument("--interval-ms", type=positive_int, default=50, help="nvidia-smi's sampling period")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks.power measures a GPU's clock and power: no CUDA device here")

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from benchmarks.argtypes import positive_int
 from benchmarks.cells import Inputs, Problem
 from benchmarks.config import environment_smoke_default
 
@@ -75,7 +76,7 @@ def profile(fn: Callable[[], object], calls: int) -> str:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="profile.txt")
-    parser.add_argument("--calls", type=int, default=500)
+    parser.add_argument("--calls", type=positive_int, default=500)
     args = parser.parse_args(argv)
     environment_smoke_default()
     cuda = torch.cuda.is_available()

@@ -34,6 +34,8 @@ from collections.abc import Sequence
 
 import torch
 
+from benchmarks.argtypes import positive_int
+
 TOLERANCE = 0.025
 LENGTHS = (1, 17, 513, 2048, 8192, 3001, 64)
 
@@ -89,10 +91,11 @@ def _nan_like(x: torch.Tensor) -> torch.Tensor:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("variants", nargs="+", help="ATTN_FUSED_VARIANTS values, or 'default'")
-    parser.add_argument("--repeats", type=int, default=300)
+    parser.add_argument("--repeats", type=positive_int, default=300)
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--pollute", action="store_true", help="NaN in shared memory before every checked call")
-    parser.add_argument("--processes", type=int, default=1, help="run this many copies at once (GPU time-slicing)")
+    parser.add_argument("--processes", type=positive_int, default=1,
+                        help="run this many copies at once (GPU time-slicing)")
     args = parser.parse_args(argv)
     if args.processes > 1:
         one = [sys.executable, "-m", "benchmarks.repeat_check", *args.variants, "--repeats", str(args.repeats),

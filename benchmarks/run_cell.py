@@ -19,6 +19,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from benchmarks.argtypes import positive_int
 from benchmarks.cells import Inputs
 from benchmarks.config import (
     BenchConfig,
@@ -55,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> list[tuple[str, str, str]]:
     environment_smoke_default()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_common_arguments(parser, 0)
-    parser.add_argument("--calls", type=int, default=3, help="calls of each provider on each cell")
+    parser.add_argument("--calls", type=positive_int, default=3, help="calls of each provider on each cell")
     args = parser.parse_args(argv)
     cfg = config_from_args(args)
     done = []

@@ -37,6 +37,7 @@ from attention.kernels.configs import (
     tma_pays,
 )
 from benchmarks import bench_decode, bench_mixed, bench_prefill
+from benchmarks.argtypes import non_negative_float, non_negative_int
 from benchmarks.cells import Cell, Inputs
 from benchmarks.config import BenchConfig
 from benchmarks.providers import _fused
@@ -402,7 +403,7 @@ def sweep_cell(cell: Cell, cfg: BenchConfig, layout_only: bool = False,
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="sweep.md")
-    parser.add_argument("--budget-s", type=float, default=200.0)
+    parser.add_argument("--budget-s", type=non_negative_float, default=200.0)
     parser.add_argument("--only", default="mixed,decode,prefill")
     parser.add_argument("--cells", default=None, help="comma list of substrings of cell names")
     parser.add_argument("--layout-only", action="store_true",
@@ -412,7 +413,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--variants-out", default=None,
                         help="write the ATTN_FUSED_VARIANTS string the measurements favour to this file")
     parser.add_argument("--names", default=None, help="comma list of substrings of variant names (and the default)")
-    parser.add_argument("--compile-workers", type=int, default=0,
+    parser.add_argument("--compile-workers", type=non_negative_int, default=0,
                         help="first compile every variant in this many processes (Triton's compiles are CPU-bound)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():

@@ -29,6 +29,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from benchmarks.argtypes import positive_float, positive_int
+
 
 @dataclass(frozen=True)
 class TreeMeasurement:
@@ -147,9 +149,10 @@ def main(argv: Sequence[str] | None = None) -> list[TreeMeasurement]:
     parser.add_argument("--tree", action="append", default=[], metavar="NAME=PATH",
                         help="a source tree to time (repeat: two or more; the first is the reference)")
     parser.add_argument("--cells", required=True, help="comma list of substrings of the suites' cell names")
-    parser.add_argument("--rounds", type=int, default=3, help="env_ab rounds in each process")
-    parser.add_argument("--passes", type=int, default=2, help="processes per tree, the order reversed every other")
-    parser.add_argument("--timeout", type=float, default=600, help="seconds one process may take")
+    parser.add_argument("--rounds", type=positive_int, default=3, help="env_ab rounds in each process")
+    parser.add_argument("--passes", type=positive_int, default=2,
+                        help="processes per tree, the order reversed every other")
+    parser.add_argument("--timeout", type=positive_float, default=600, help="seconds one process may take")
     parser.add_argument("--out", default="tree_ab", help="output directory")
     args = parser.parse_args(argv)
     try:

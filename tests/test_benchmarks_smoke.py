@@ -585,6 +585,25 @@ def test_a_suite_refuses_names_that_match_nothing(argv, message, capsys, tmp_pat
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("module, argv, message", [
+    ("bench_decode", ["--rep-ms", "0"], "--rep-ms: must be a positive number, got 0"),
+    ("bench_mixed", ["--budget-s", "-1"], "--budget-s: must be a non-negative number, got -1"),
+    ("bench_prefill", ["--settle-ms", "nan"], "--settle-ms: must be a non-negative number, got nan"),
+    ("host_proxy", ["--calls", "0"], "--calls: must be a positive integer, got 0"),
+    ("env_ab", ["--rounds", "0"], "--rounds: must be a positive integer, got 0"),
+    ("tree_ab", ["--cells", "x", "--passes", "-2"], "--passes: must be a positive integer, got -2"),
+    ("run_cell", ["--calls", "two"], "--calls: invalid int value: 'two'"),
+    ("sweep", ["--compile-workers", "-1"], "--compile-workers: must be a non-negative integer, got -1"),
+])
+def test_scripts_refuse_counts_and_durations_out_of_range(module, argv, message, capsys) -> None:
+    """A zero count or duration used to end in a traceback (a division by zero, an empty min()) or a silent no-op."""
+    import importlib
+
+    with pytest.raises(SystemExit) as exit_info:
+        importlib.import_module(f"benchmarks.{module}").main(argv)
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
 def test_every_suite_cell_once_and_cells_picked_by_substring() -> None:
     cfg = BenchConfig(device=torch.device("cpu"), smoke=True, cells=("M1 part",))
     names = [cell.name for cell in suites.every_cell(cfg)]
