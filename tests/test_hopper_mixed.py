@@ -12,6 +12,7 @@ from attention.kernels.attention_fwd import kv_length_buckets
 from attention.kernels.hopper_forward import plan_hopper_forward
 from attention.kernels.hopper_mixed import (
     MIXED_HOPPER_ENV,
+    MIXED_HOPPER_L2_DEALT_ENV,
     MIXED_HOPPER_L2_SECTION_ENV,
     MIXED_HOPPER_PREFILL_TILE,
     MIXED_HOPPER_QUEUE_ENV,
@@ -118,6 +119,9 @@ def test_a_plan_launches_one_program_per_sm_with_page_sized_boxes(monkeypatch: p
     (4096, {}, (32, False)),  # 2 MiB a KV head: every head in one 16 MiB section, dealt
     (16384, {}, (8, True)),  # 8 MiB a KV head (M2's 14k prefix + 2k chunk): sections of 2 KV heads off the queue
     (65536, {}, (4, True)),  # past the budget: one KV head a section
+    (6144, {}, (32, False)),  # 24 MiB (the 2k chunk on a 4k prefix): past a section, but L2 holds it: dealt
+    (6144, {MIXED_HOPPER_L2_DEALT_ENV: "0"}, (20, True)),  # 3 MiB a KV head: sections of 5
+    (10240, {}, (12, True)),  # 40 MiB: past what L2 holds through dealt rounds, sections of 3 KV heads
     (16384, {MIXED_HOPPER_L2_SECTION_ENV: "8"}, (4, True)),
     (16384, {MIXED_HOPPER_QUEUE_ENV: "0"}, (32, False)),  # the dealt order forced
 ])

@@ -21,7 +21,8 @@ from .attention_mixed_hopper import attention_mixed_hopper_kernel
 from .combine import split_counter_buffer
 from .launch import KernelLaunch
 
-__all__ = ["MIXED_HOPPER_ENV", "MIXED_HOPPER_L2_SECTION_ENV", "MIXED_HOPPER_L2_SECTION_MIB",
+__all__ = ["MIXED_HOPPER_ENV", "MIXED_HOPPER_L2_DEALT_ENV", "MIXED_HOPPER_L2_DEALT_MIB", "MIXED_HOPPER_L2_SECTION_ENV",
+           "MIXED_HOPPER_L2_SECTION_MIB",
            "MIXED_HOPPER_PREFILL_TILE", "MIXED_HOPPER_QUEUE_ENV", "MIXED_HOPPER_SMALL_DECODE_REGISTERS",
            "MIXED_HOPPER_TILE",
            "MIXED_HOPPER_TILE_ENV", "PREFILL_TO_DECODE_RATIO", "MixedHopperPlan", "PersistentLaunch",
@@ -132,7 +133,8 @@ MIXED_HOPPER_L2_SECTION_MIB = 16
 budget; the prefill kernel's is HOPPER_L2_SECTION_MIB). Where one section does not hold every KV head's K / V at
 the call's longest key length (under a causal mask; without one a section is one KV head), the programs take their
 prefill items off a queue, section by section, heaviest first within each; otherwise (M1's 2k prefill: 8 MiB for all
-8 KV heads) they are dealt round by round over every head (_prefill_first_step). Dealt over every head, each round of
+8 KV heads), or where L2 holds every head's K / V (MIXED_HOPPER_L2_DEALT_MIB), they are dealt round by round over
+every head (_prefill_first_step). Dealt over every head, each round of
 132 items re-read M2's 67 MB of K / V from DRAM: ncu counted ~290 MB of DRAM traffic for the launch's prefill
 against the prefill kernel's 101, an L2 hit rate of 78.7 % against 96 %, and 4.4 % more cycles,
 its consumers waiting longer for K (docs/benchmarks_log.md, fifty-fifth session). The queue balances sections of
@@ -148,6 +150,17 @@ prefill kernel under ncu, 117 MB of DRAM traffic against 102 (fifty-sixth sessio
 
 MIXED_HOPPER_L2_SECTION_ENV = "ATTN_FUSED_HOPPER_MIXED_L2_SECTION"
 """Override of MIXED_HOPPER_L2_SECTION_MIB (A/B measurements)."""
+
+MIXED_HOPPER_L2_DEALT_MIB = 32
+"""Under a causal mask, where every KV head's K and V (at the longest key length) fit this many MiB, the launch's
+prefill items are dealt even past one section (MIXED_HOPPER_L2_SECTION_MIB): L2 (50 MB) holds them through the dealt
+rounds, and the queue only costs its counter and its order. H200, env_ab of the dealt order against the queue, graph
+replays, settled: the 2k chunk on a 4k prefix + 64 decodes at 4k (24 MiB) 0.985 in three rounds (2026-12-04) and
+0.992 in six (2026-12-05); on a 6k prefix + 128 decodes at 2k (32 MiB) 1.002 and 0.993; M2 (64 MiB) 1.007 in eight
+(docs/benchmarks_log.md, fifty-fifth, fifty-sixth and fifty-ninth sessions)."""
+
+MIXED_HOPPER_L2_DEALT_ENV = "ATTN_FUSED_HOPPER_MIXED_L2_DEALT"
+"""Override of MIXED_HOPPER_L2_DEALT_MIB (A/B measurements; ``0``: sections wherever one does not hold every head)."""
 
 MIXED_HOPPER_QUEUE_ENV = "ATTN_FUSED_HOPPER_MIXED_QUEUE"
 """``0``: the launch's prefill items are dealt round by round over every head even where they would run in sections
@@ -307,13 +320,17 @@ def plan_mixed_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads_k
 
 def _section_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads_kv: int, max_seqlen_kv: int,
                    causal: bool) -> int:
-    """MixedHopperPlan.section_heads: hopper_forward.section_heads at MIXED_HOPPER_L2_SECTION_MIB, 0 where one
-    section holds every head or MIXED_HOPPER_QUEUE_ENV is ``0``."""
+    """MixedHopperPlan.section_heads: hopper_forward.section_heads at MIXED_HOPPER_L2_SECTION_MIB, 0 (items dealt)
+    where one section holds every head, where L2 holds every head's K and V (MIXED_HOPPER_L2_DEALT_MIB) or where
+    MIXED_HOPPER_QUEUE_ENV is ``0``."""
     from .hopper_forward import section_budget_mib, section_heads  # (hopper_forward imports this module)
 
-    heads = section_heads(q.shape[2], heads_kv, max_seqlen_kv, (k.shape[-1] + v.shape[-1]) * k.element_size(),
-                          causal, section_budget_mib(MIXED_HOPPER_L2_SECTION_ENV, MIXED_HOPPER_L2_SECTION_MIB))
-    return heads if heads < q.shape[2] and switch(MIXED_HOPPER_QUEUE_ENV, True) else 0
+    kv_bytes_per_token = (k.shape[-1] + v.shape[-1]) * k.element_size()
+    heads = section_heads(q.shape[2], heads_kv, max_seqlen_kv, kv_bytes_per_token, causal,
+                          section_budget_mib(MIXED_HOPPER_L2_SECTION_ENV, MIXED_HOPPER_L2_SECTION_MIB))
+    l2_holds_all = causal and heads_kv * max_seqlen_kv * kv_bytes_per_token <= (
+        section_budget_mib(MIXED_HOPPER_L2_DEALT_ENV, MIXED_HOPPER_L2_DEALT_MIB) << 20)
+    return heads if heads < q.shape[2] and not l2_holds_all and switch(MIXED_HOPPER_QUEUE_ENV, True) else 0
 
 
 def decode_tile_rows(rows: int) -> int:

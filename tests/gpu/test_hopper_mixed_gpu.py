@@ -14,6 +14,7 @@ from attention.kernels import attention_forward
 from attention.kernels import attention_fwd as launcher
 from attention.kernels.hopper_mixed import (
     MIXED_HOPPER_ENV,
+    MIXED_HOPPER_L2_DEALT_ENV,
     MIXED_HOPPER_L2_SECTION_ENV,
     MIXED_HOPPER_PREFILL_TILE,
     MIXED_HOPPER_TILE_ENV,
@@ -153,9 +154,10 @@ def test_a_heavy_prefill_runs_on_the_prefill_tile(case: AttentionCase) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_prefill_items_in_l2_sections_off_the_queue(case: AttentionCase, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The same batches with sections of one KV head (a 0 MiB budget), their prefill items taken off the queue
-    (MQA: one section, dealt)."""
+    """The same batches with sections of one KV head (a 0 MiB budget, none dealt for fitting L2), their prefill
+    items taken off the queue (MQA: one section, dealt)."""
     monkeypatch.setenv(MIXED_HOPPER_L2_SECTION_ENV, "0")
+    monkeypatch.setenv(MIXED_HOPPER_L2_DEALT_ENV, "0")
     inputs = build_inputs(case, "cuda")
     _run(inputs)
     (plan,) = launcher._plans.values()
@@ -211,6 +213,7 @@ def test_cuda_graph_replays_leave_the_queue_empty(monkeypatch: pytest.MonkeyPatc
     """Replays of a launch whose prefill items come off the queue: each launch leaves the queue at zero for the
     next, so every replay runs every item."""
     monkeypatch.setenv(MIXED_HOPPER_L2_SECTION_ENV, "0")
+    monkeypatch.setenv(MIXED_HOPPER_L2_DEALT_ENV, "0")
 
     def run(inputs: dict) -> None:
         _run(inputs)
