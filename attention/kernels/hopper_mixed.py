@@ -155,9 +155,10 @@ MIXED_HOPPER_L2_DEALT_MIB = 32
 """Under a causal mask, where every KV head's K and V (at the longest key length) fit this many MiB, the launch's
 prefill items are dealt even past one section (MIXED_HOPPER_L2_SECTION_MIB): L2 (50 MB) holds them through the dealt
 rounds, and the queue only costs its counter and its order. H200, env_ab of the dealt order against the queue, graph
-replays, settled: the 2k chunk on a 4k prefix + 64 decodes at 4k (24 MiB) 0.985 in three rounds (2026-12-04) and
-0.992 in six (2026-12-05); on a 6k prefix + 128 decodes at 2k (32 MiB) 1.002 and 0.993; M2 (64 MiB) 1.007 in eight
-(docs/benchmarks_log.md, fifty-fifth, fifty-sixth and fifty-ninth sessions)."""
+replays, settled: the 2k chunk on a 4k prefix + 64 decodes at 4k (24 MiB) 0.985 in three rounds (2026-12-04),
+0.992 and 0.993 in six (two calls, 2026-12-05); on a 6k prefix + 128 decodes at 2k (32 MiB) 1.002, 0.993 and 1.000;
+M2 (64 MiB) 1.007 in eight. A small gain, but one way on three leases; two identical variants of M2 read 0.992-0.994
+apart in the last call (docs/benchmarks_log.md, fifty-fifth, fifty-sixth and fifty-ninth sessions)."""
 
 MIXED_HOPPER_L2_DEALT_ENV = "ATTN_FUSED_HOPPER_MIXED_L2_DEALT"
 """Override of MIXED_HOPPER_L2_DEALT_MIB (A/B measurements; ``0``: sections wherever one does not hold every head)."""
