@@ -3,6 +3,10 @@
 # eight pytest processes finish in about 3 minutes where one takes over 10.
 # Usage: scripts/gpu_tests.sh [LOG_DIR]   (env T = per-shard time limit in seconds, default 600)
 set -u
+case ${1:-} in
+  -h|--help) sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -*) echo "gpu_tests.sh: unknown option $1 (usage: scripts/gpu_tests.sh [LOG_DIR])" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # 8 shards x 16 threads stall CPU-side work
 logs=${1:-gpu-test-logs}

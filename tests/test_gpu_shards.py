@@ -11,3 +11,15 @@ def test_every_gpu_test_file_runs_in_a_shard() -> None:
     script = (ROOT / "scripts" / "gpu_tests.sh").read_text()
     missing = [path.name for path in sorted((ROOT / "tests" / "gpu").glob("test_*.py")) if path.name not in script]
     assert not missing, f"not in a shard of scripts/gpu_tests.sh: {missing}"
+
+
+def test_help_prints_the_usage_and_an_unknown_option_is_refused() -> None:
+    """--help used to start eight shards writing logs to a directory named --help."""
+    import subprocess
+
+    script = str(ROOT / "scripts" / "gpu_tests.sh")
+    shown = subprocess.run(["bash", script, "--help"], capture_output=True, text=True, timeout=30)
+    assert shown.returncode == 0 and shown.stdout.startswith("The GPU test suite") and "Usage:" in shown.stdout
+    refused = subprocess.run(["bash", script, "-k"], capture_output=True, text=True, timeout=30)
+    assert refused.returncode == 2 and "unknown option -k" in refused.stderr
+    assert not (ROOT / "--help").exists() and not (ROOT / "-k").exists()
