@@ -112,10 +112,7 @@ def tile_rule_cells(cfg: BenchConfig) -> list[Cell]:
     Cells for env_ab, not part of this suite's run; none under --smoke."""
     if cfg.smoke:
         return []
-    def name(chunk: int, kv: int, decodes: int, context: int, prefix: str = "MX ", steps: str = "decodes") -> str:
-        prefill = f"{_k(chunk)} chunk on {_k(kv - chunk)} prefix" if kv > chunk else f"{_k(chunk)} prefill"
-        return f"{prefix}{prefill} + {decodes} {steps} @{_k(context)} p16"
-
+    name = _batch_name
     paged = [_mixed(name(chunk, kv, decodes, context), (chunk, kv), decodes, context, bench_dtype(cfg)).whole
              for (chunk, kv), decodes, context in TILE_RULE_BATCHES]
     non_paged = [replace(cell, name=cell.name.replace(" p16", " non-paged"), kv_source="dense", page_size=None)
@@ -125,6 +122,27 @@ def tile_rule_cells(cfg: BenchConfig) -> list[Cell]:
               for prefix, shape in TILE_RULE_OTHER_SHAPES
               for (chunk, kv), decodes, context in TILE_RULE_OTHER_BATCHES]
     return paged + non_paged + others
+
+
+QUEUE_RULE_BATCHES = (((512, 16384), 64, 4096), ((1024, 32768), 64, 4096), ((1024, 16384), 128, 2048),
+                      ((1536, 16384), 64, 4096), ((1024, 8192), 64, 4096))
+"""Batches whose prefill items take one to three dealt rounds of 132 (GQA 32/8: 32 query heads x chunk / 128 items),
+most past what L2 holds (MIXED_HOPPER_L2_DEALT_MIB), for a rule on the queue by rounds: the 1k chunk on 15k (two
+rounds, 64 MiB) ran 0.977-0.989x the queue's time dealt (docs/benchmarks_log.md, fifty-ninth session)."""
+
+
+def queue_rule_cells(cfg: BenchConfig) -> list[Cell]:
+    """QUEUE_RULE_BATCHES as whole mixed batches (page 16, bf16, d128, GQA 32/8), named ``MXR ...``: cells for env_ab
+    (``ATTN_FUSED_HOPPER_MIXED_QUEUE=0`` against the default), not part of this suite's run; none under --smoke."""
+    if cfg.smoke:
+        return []
+    return [_mixed(_batch_name(chunk, kv, decodes, context, "MXR "), (chunk, kv), decodes, context,
+                   bench_dtype(cfg)).whole for (chunk, kv), decodes, context in QUEUE_RULE_BATCHES]
+
+
+def _batch_name(chunk: int, kv: int, decodes: int, context: int, prefix: str = "MX ", steps: str = "decodes") -> str:
+    prefill = f"{_k(chunk)} chunk on {_k(kv - chunk)} prefix" if kv > chunk else f"{_k(chunk)} prefill"
+    return f"{prefix}{prefill} + {decodes} {steps} @{_k(context)} p16"
 
 
 def _k(tokens: int) -> str:

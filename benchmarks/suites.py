@@ -8,12 +8,13 @@ from benchmarks.config import BenchConfig
 
 
 def every_cell(cfg: BenchConfig) -> list[Cell]:
-    """The cells of every suite, each name once: decode, mixed (whole batch, parts, probe; the tile-rule batches),
-    prefill."""
+    """The cells of every suite, each name once: decode, mixed (whole batch, parts, probe; the tile-rule and
+    queue-rule batches), prefill."""
     cells = list(bench_decode.cells(cfg))
     for mixed in bench_mixed.cells(cfg):
         cells += [mixed.whole, *mixed.parts, mixed.prefill_in_launch]
     cells += bench_mixed.tile_rule_cells(cfg)
+    cells += bench_mixed.queue_rule_cells(cfg)
     cells += bench_prefill.cells(cfg)
     return list({cell.name: cell for cell in cells}.values())
 

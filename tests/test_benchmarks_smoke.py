@@ -613,6 +613,18 @@ def test_every_suite_cell_once_and_cells_picked_by_substring() -> None:
         suites.wanted_cells(BenchConfig(device=torch.device("cpu"), smoke=True, cells=("nonesuch",)))
 
 
+def test_queue_rule_cells_are_mixed_batches_env_ab_can_pick() -> None:
+    """bench_mixed.queue_rule_cells: one to three dealt rounds of prefill items each, picked by name from every_cell."""
+    cfg = BenchConfig(device=torch.device("cpu"), cells=("MXR ",))
+    cells = bench_mixed.queue_rule_cells(cfg)
+    assert [cell.name for cell in suites.wanted_cells(cfg)] == [cell.name for cell in cells]
+    assert len(cells) == len(bench_mixed.QUEUE_RULE_BATCHES) and all(c.name.endswith(" p16") for c in cells)
+    for cell in cells:
+        chunk, *decodes = cell.problem.q_lens
+        assert -(-32 * chunk // 128 // 132) in (1, 2, 3) and set(decodes) == {1}  # dealt rounds of 132 items
+    assert bench_mixed.queue_rule_cells(BenchConfig(device=torch.device("cpu"), smoke=True)) == []
+
+
 def test_tile_rule_cells_are_mixed_batches_env_ab_can_pick() -> None:
     """bench_mixed.tile_rule_cells: whole batches the mixed kernel takes (configs.mixed_batch), picked by name from
     every_cell, none under --smoke."""
