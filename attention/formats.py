@@ -78,10 +78,10 @@ def to_padded(
     lengths = cu_seqlens[1:] - cu_seqlens[:-1]
     index, valid = _token_index(starts, lengths, max_seqlen)
     index = torch.where(valid, index, 0).clamp_(max=max(x.shape[0] - 1, 0))
-    if x.shape[0] == 0:
-        return x.new_zeros(index.shape + x.shape[1:])
-    gathered = x[index]
-    return gathered * valid[..., None, None].to(gathered.dtype)
+    if x.shape[0] == 0:   # no tokens: zeros, kept in x's autograd graph by its (empty, 0) sum
+        return x.new_zeros(index.shape + x.shape[1:]) + x.sum()
+    # where, not a product: the rows gathered for padding slots may hold NaN / inf (0 * NaN is NaN)
+    return torch.where(valid[..., None, None], x[index], 0)
 
 
 def from_padded(

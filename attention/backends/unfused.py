@@ -35,6 +35,12 @@ class UnfusedBackend(Backend):
         b, s_q, h, _ = q.shape
         s_kv, h_kv = k.shape[1], k.shape[2]
         compute_dtype = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+        real_queries = valid_token_mask(call.cu_seqlens_q[: b + 1], s_q)[..., None, None]   # [b, s_q, 1, 1]
+        real_keys = valid_token_mask(call.cu_seqlens_kv[: b + 1], s_kv)      # [b, s_kv]
+        # padding slots zeroed: garbage there (NaN in a torch.empty buffer) meets real rows in the matmuls, forward
+        # and backward, with weight 0, and 0 * NaN is NaN
+        q = torch.where(real_queries, q, 0)
+        k, v = (torch.where(real_keys[:, :, None, None], t, 0) for t in (k, v))
         qf, kf, vf = (t.to(compute_dtype).transpose(1, 2) for t in (q, k, v))   # [b, h, s, d]
         if h != h_kv:
             kf = kf.repeat_interleave(h // h_kv, dim=1)
@@ -55,11 +61,11 @@ class UnfusedBackend(Backend):
         rows = torch.arange(s_q, device=q.device)[None, :, None] + offset[:, None, None]  # i + off
         cols = torch.arange(s_kv, device=q.device)[None, None, :]
         if call.alibi_slopes is not None:
-            slopes = call.alibi_slopes.to(compute_dtype)
+            slopes = call.alibi_slopes.detach().to(compute_dtype)   # constants, as in TE: no gradient
             slopes = slopes[None, :, None, None] if slopes.dim() == 1 else slopes[:b, :, None, None]
             scores = scores - slopes * (rows - cols).abs()[:, None].to(compute_dtype)
 
-        visible = valid_token_mask(call.cu_seqlens_kv[: b + 1], s_kv)[:, None, :]      # [b, 1, s_kv]
+        visible = real_keys[:, None, :]                          # [b, 1, s_kv]
         left, right = p.window_size
         if is_causal(p.attn_mask_type):
             right = 0
@@ -94,7 +100,7 @@ class UnfusedBackend(Backend):
             probs = F.dropout(probs, p=call.dropout_p, training=True)
 
         out = torch.matmul(probs, vf).transpose(1, 2)          # [b, s_q, h, d_v]
-        out = out * valid_token_mask(call.cu_seqlens_q[: b + 1], s_q)[..., None, None]
+        out = torch.where(real_queries, out, 0)
         out = out.to(q.dtype)
         num_tokens = call.query.shape[0]
         out = from_padded(out, p.qkv_format, call.cu_seqlens_q[: b + 1], num_tokens, call.cu_seqlens_q_padded)
