@@ -158,7 +158,8 @@ def capability_reasons(caps: Capabilities, p: AttentionParams) -> list[str]:
     if p.attention_dropout > 0 and not caps.dropout:
         r.append("dropout not supported")
     if p.requires_grad and not caps.backward:
-        r.append("no backward pass (inputs require grad); use it for inference")
+        r.append("no backward pass (inputs require grad, carry forward-mode tangents or run under torch.func); "
+                 "use it for inference")
     if p.pad_between_seqs and not caps.pad_between_seqs:
         r.append("padding between thd sequences (cu_seqlens_*_padded) not supported")
     if p.kv_cache != "none" and p.kv_cache not in caps.kv_cache:
