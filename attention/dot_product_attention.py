@@ -190,13 +190,15 @@ class DotProductAttention(nn.Module):
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Run attention; see the class docstring for shapes. ``inference_params`` appends k/v to its
         cache for ``layer_number`` and attends over the whole cache (padding masks only), with the
-        cache's cu_seqlens: given ``cu_seqlens_*`` are then not read (as in TE).
+        cache's cu_seqlens: given ``cu_seqlens_*`` are then not read (as in TE). The cache has no backward
+        pass: such a call whose inputs require grad is refused (run generation under ``torch.no_grad()``).
+        ``alibi_slopes`` are constants on every backend, as in TE: no gradient reaches them.
 
         TransformerEngine's knobs:
 
         - ``checkpoint_core_attention``: recompute attention in the backward pass instead of keeping
           its intermediates (``torch.utils.checkpoint``, non-reentrant, around the backend call; every
-          backend). No effect when no gradient is needed. The KV-cache step is not repeated.
+          backend). No effect when no gradient is needed.
         - ``fast_zero_fill``: accepted for compatibility and ignored; padded query rows of the output
           are always zero, on every backend.
         - ``num_splits``: split-KV count, a positive int. ``1`` (the default, as in TE) leaves the
@@ -362,6 +364,11 @@ class DotProductAttention(nn.Module):
                 bottom_right, core_attention_bias_type, core_attention_bias, bias_shape, alibi_slopes, dropout_p,
                 pad_between_seqs, kv_cache, page_size, num_splits,
             )
+            if kv_caching and params.requires_grad:   # before the append: the cache would join autograd's graph
+                raise ValueError(
+                    "inference_params: a KV-cache step has no backward pass, but an input requires grad (or carries "
+                    "a forward-mode tangent); run generation under torch.no_grad() or torch.inference_mode(), or "
+                    "detach query_layer, key_layer and value_layer")
             if plan is not None:
                 backend = selection.select(params, self.backend)
                 launches = plan.remember(key, params, backend)

@@ -90,3 +90,26 @@ def test_a_call_the_named_backend_cannot_run_appends_nothing() -> None:
     with pytest.raises(ValueError, match="Backend fused was requested"):
         _module("bshd", "fused", head_dim=12)(q, k, v, inference_params=params)
     assert_unchanged(params, before)
+
+
+@pytest.mark.parametrize("paged", [False, True], ids=["non-paged", "paged"])
+@pytest.mark.parametrize("differentiable", ["query", "value", "tangent"])
+def test_a_cache_step_that_would_be_differentiated_is_refused(paged: bool, differentiable: str) -> None:
+    """The cache has no backward pass: appending tokens that require grad made the cache buffer part of autograd's
+    graph (every later step's output required grad, a second backward failed), and a checkpointed backward read
+    the cache as a later step had left it. Generation runs under no_grad; such a step is refused, nothing appended."""
+    import torch.autograd.forward_ad as forward_ad
+
+    params = _cache(paged)
+    q, k, v = _inputs("bshd")
+    before = snapshot(params)
+    with forward_ad.dual_level(), pytest.raises(ValueError, match="inference_params: a KV-cache step has no backward"):
+        if differentiable == "tangent":
+            q = forward_ad.make_dual(q, torch.ones_like(q))
+        else:
+            (q if differentiable == "query" else v).requires_grad_(True)
+        _module("bshd")(q, k, v, inference_params=params)
+    assert_unchanged(params, before)
+    with torch.no_grad():
+        out = _module("bshd")(q.detach(), k, v.detach(), inference_params=params)
+    assert not out.requires_grad and not any(t.requires_grad for t in params.cache_manager.cache[1])

@@ -290,3 +290,76 @@ def test_requesting_fused_for_training_is_an_error():
     module = DotProductAttention(2, 16, qkv_format="bshd", attn_mask_type="causal", backend="fused")
     with pytest.raises(ValueError, match="no backward pass"):
         module(q, k, v)
+
+
+@needs_fused
+@pytest.mark.parametrize("transform", ["forward_ad", "jvp"])
+def test_forward_mode_derivatives_keep_the_forward_only_backend_out(transform):
+    """A dual tensor does not require grad, so the fused backend ran and its output carried no tangent (forward_ad),
+    or failed reading a torch.func-wrapped tensor's data (jvp). A tangent or a torch.func transform now counts as
+    a derivative, as requires_grad does: the unfused backend runs, and the tangent matches its own."""
+    import torch.autograd.forward_ad as forward_ad
+
+    q, k, v = _half_inputs(False)
+    tangent = torch.randn_like(q)
+    module = DotProductAttention(2, 16, qkv_format="bshd", attn_mask_type="causal").half()
+    if transform == "forward_ad":
+        with forward_ad.dual_level():
+            dual = forward_ad.make_dual(q, tangent)
+            assert "requires_grad = True" in module.explain(dual, k, v)
+            out_tangent = forward_ad.unpack_dual(module(dual, k, v)).tangent
+    else:
+        out_tangent = torch.func.jvp(lambda x: module(x, k, v), (q,), (tangent,))[1]
+    assert module.last_backend == "unfused" and out_tangent is not None
+    reference = DotProductAttention(2, 16, qkv_format="bshd", attn_mask_type="causal", backend="unfused").half()
+    expected = torch.func.jvp(lambda x: reference(x, k, v), (q,), (tangent,))[1]
+    torch.testing.assert_close(out_tangent, expected)
+    assert expected.abs().sum() > 0
+
+
+def test_garbage_in_padding_reaches_no_real_token():
+    """NaN in V's padding slots (a torch.empty buffer) made the unfused backend's real rows and their gradients NaN
+    (0 * NaN): bshd past a padding mask's keys, and thd whose padded offsets leave row 0 to padding."""
+    torch.manual_seed(0)
+    module = DotProductAttention(2, 8, qkv_format="bshd", attn_mask_type="padding", backend="unfused")
+    q, k, v = (torch.randn(2, 4, 2, 8) for _ in range(3))
+    mask = torch.tensor([[False, False, True, True], [False, False, False, True]])[:, None, None, :]
+    k[mask[:, 0, 0]] = float("nan")
+    v[mask[:, 0, 0]] = float("nan")
+    q.requires_grad_(), v.requires_grad_()
+    out = module(q, k, v, attention_mask=mask)
+    real = ~mask[:, 0, 0]
+    assert out[real].isfinite().all()
+    out[real].sum().backward()
+    assert q.grad.isfinite().all() and v.grad[real].isfinite().all() and v.grad[~real].eq(0).all()
+
+    thd = DotProductAttention(2, 8, qkv_format="thd", attn_mask_type="padding", backend="unfused")
+    cu_seqlens, cu_padded = cu([2, 3]), torch.tensor([0, 3, 7], dtype=torch.int32) + 1   # rows 0, 3, 7 padding
+    q, k, v = (torch.randn(8, 2, 8) for _ in range(3))
+    for t in (q, k, v):
+        t[[0, 3, 7]] = float("nan")
+    out = thd(q, k, v, cu_seqlens_q=cu_seqlens, cu_seqlens_kv=cu_seqlens, cu_seqlens_q_padded=cu_padded,
+              cu_seqlens_kv_padded=cu_padded, max_seqlen_q=4, max_seqlen_kv=4)
+    real_rows = [1, 2, 4, 5, 6]
+    assert out[real_rows].isfinite().all() and out[[0, 3, 7]].eq(0).all()
+
+
+def test_alibi_slopes_are_constants():
+    """Slopes that require grad got a gradient from the unfused backend only (flash-attn returns none; TE takes
+    them as fp32 constants): no backend differentiates them."""
+    module = DotProductAttention(2, 8, qkv_format="bshd", attn_mask_type="causal", backend="unfused")
+    q = torch.randn(1, 5, 2, 8, requires_grad=True)
+    slopes = torch.tensor([0.5, 0.25], requires_grad=True)
+    module(q, q.detach(), q.detach(), core_attention_bias_type="alibi", alibi_slopes=slopes).sum().backward()
+    assert q.grad is not None and slopes.grad is None
+
+
+def test_thd_without_tokens_stays_in_the_graph():
+    """q, k and v of no tokens: the output was a constant, so backward() failed; now the gradients are empty."""
+    module = DotProductAttention(2, 8, qkv_format="thd", attn_mask_type="padding", backend="unfused")
+    q, k, v = (torch.randn(0, 2, 8, requires_grad=True) for _ in range(3))
+    zero = torch.zeros(3, dtype=torch.int32)
+    out = module(q, k, v, cu_seqlens_q=zero, cu_seqlens_kv=zero, max_seqlen_q=1, max_seqlen_kv=1)
+    assert out.shape == (0, 16) and out.requires_grad
+    out.sum().backward()
+    assert q.grad.shape == q.shape and v.grad.shape == v.shape
