@@ -282,6 +282,20 @@ def requires_grad(module: DotProductAttention, q: torch.Tensor, k: torch.Tensor,
     )) or _transformed(q, k, v, core_attention_bias)
 
 
+def refuse_differentiable_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """A KV-cache step has no backward pass: appended k / v that require grad made the cache part of autograd's
+    graph, and a derivative w.r.t. q would read a cache that later steps change. Refused naming the input (a
+    module's own learnable sink, which a cache step does not train, is not one)."""
+    grad_mode = torch.is_grad_enabled()
+    for name, t in (("query_layer", q), ("key_layer", k), ("value_layer", v)):
+        tangent = getattr(_forward_ad, "_current_level", -1) >= 0 and _forward_ad.unpack_dual(t).tangent is not None
+        if (grad_mode and t.requires_grad) or tangent:
+            raise ValueError(
+                f"inference_params: a KV-cache step has no backward pass, but {name} "
+                f"{'carries a forward-mode tangent' if tangent else 'requires grad'}; run generation under "
+                "torch.no_grad() or torch.inference_mode(), or pass it detached")
+
+
 def _transformed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, core_attention_bias: torch.Tensor | None) -> bool:
     """requires_grad's forward-mode AD and torch.func cases (not traced: torch.compile's graphs take neither).
     ~0.25 µs a call: two module-level reads before any tensor is looked at."""

@@ -365,10 +365,7 @@ class DotProductAttention(nn.Module):
                 pad_between_seqs, kv_cache, page_size, num_splits,
             )
             if kv_caching and params.requires_grad:   # before the append: the cache would join autograd's graph
-                raise ValueError(
-                    "inference_params: a KV-cache step has no backward pass, but an input requires grad (or carries "
-                    "a forward-mode tangent); run generation under torch.no_grad() or torch.inference_mode(), or "
-                    "detach query_layer, key_layer and value_layer")
+                call_setup.refuse_differentiable_step(q, k, v)
             if plan is not None:
                 backend = selection.select(params, self.backend)
                 launches = plan.remember(key, params, backend)

@@ -113,3 +113,14 @@ def test_a_cache_step_that_would_be_differentiated_is_refused(paged: bool, diffe
     with torch.no_grad():
         out = _module("bshd")(q.detach(), k, v.detach(), inference_params=params)
     assert not out.requires_grad and not any(t.requires_grad for t in params.cache_manager.cache[1])
+
+
+def test_a_learnable_sink_alone_does_not_refuse_a_cache_step() -> None:
+    """The module's own sink parameter requires grad outside no_grad, but q / k / v do not: the step runs (a cache
+    step does not train the sink; the refusal above names only the step's inputs)."""
+    params = _cache(paged=True)
+    module = DotProductAttention(H, D, num_gqa_groups=H_KV, qkv_format="bshd", attn_mask_type="padding_causal",
+                                 layer_number=1, backend="unfused", softmax_type="learnable")
+    assert module.softmax_offset.requires_grad
+    out = module(*_inputs("bshd"), inference_params=params)
+    assert out.shape == (2, 3, H * D) and not any(t.requires_grad for t in params.cache_manager.cache[1])
