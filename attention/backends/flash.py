@@ -259,6 +259,8 @@ class Flash2Backend(_FlashBackend):
     name = "flash2"
     generation = 2
     label = "flash-attn 2"
+    notes = ("head dim (the larger of d_qk, d_v) a multiple of 8, above 192 only on sm80 / sm90 / sm100 / sm120; no "
+             "MLA over a KV cache; a non-paged cache's max_sequence_length a multiple of 256",)
     capabilities = Capabilities(
         dtypes=_HALF,
         min_compute_capability=(8, 0),
@@ -395,6 +397,8 @@ class Flash3Backend(_FlashBackend):
     name = "flash3"
     generation = 3
     label = "flash-attn 3"
+    notes = ("head dims at most 256; MLA only for 128 < d_qk <= 192 with 96 < d_v <= 128, or d_qk <= 64 with "
+             "d_v <= 512",)
     capabilities = Capabilities(
         dtypes=_HALF,
         compute_capabilities=frozenset({(9, 0)}),

@@ -76,6 +76,8 @@ def _leading(x: torch.Tensor, rows: int) -> torch.Tensor:
 
 class FusedBackend(Backend):
     name = "fused"
+    notes = ("CPU tensors and float32 only under TRITON_INTERPRET=1 (tests), and there no bfloat16; num_splits at "
+             "most 64",)
     capabilities = Capabilities(
         dtypes=_HALF | {torch.float32},
         device_types=frozenset({"cuda", "cpu"}),
