@@ -184,6 +184,9 @@ def _refusal(names: Sequence[str], source: str, explicit: bool) -> str:
     if explicit:
         return (f"Backend {', '.join(names)} was requested ({source}) but cannot run these inputs; "
                 "it never falls back to another backend.")
+    if not names:   # the NVTE_* switches left nothing to try: the inputs are not the problem
+        return ("No dot product attention backend is available: the environment turns every backend off "
+                f"({', '.join(f'{var}=0' for var in ENV_SWITCHES if not env_flag(var))}).")
     return f"{NO_BACKEND} Set NVTE_DEBUG=1 NVTE_DEBUG_LEVEL=2 to log every choice."
 
 

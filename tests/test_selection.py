@@ -84,6 +84,18 @@ def test_bad_env_value_names_the_variable(fakes, monkeypatch, value):
         selection.select(PARAMS)
 
 
+def test_every_backend_switched_off_is_said_first(fakes, monkeypatch):
+    """The error blamed the inputs and listed no backend when the switches had left none to try."""
+    for name in ("NVTE_FUSED_ATTN", "NVTE_FLASH_ATTN", "NVTE_UNFUSED_ATTN"):
+        monkeypatch.setenv(name, "0")
+    with pytest.raises(ValueError) as err:
+        selection.select(PARAMS)
+    assert str(err.value).splitlines()[0] == (
+        "No dot product attention backend is available: the environment turns every backend off "
+        "(NVTE_FUSED_ATTN=0, NVTE_FLASH_ATTN=0, NVTE_UNFUSED_ATTN=0).")
+    assert selection.explain_params(PARAMS).splitlines()[0] == str(err.value).splitlines()[0]
+
+
 def test_nothing_runs_lists_inputs_and_every_reason(fakes, monkeypatch):
     monkeypatch.setenv("NVTE_UNFUSED_ATTN", "0")
     for backend in fakes.values():
