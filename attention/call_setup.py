@@ -237,6 +237,16 @@ def cache_layout(inference_params: Any) -> tuple[str, int | None, torch.Tensor |
     return "non_paged", None, None, "bshd"
 
 
+def step_slopes(alibi_slopes: Any, step_batch: int, rows: int) -> Any:
+    """Per-sequence ALiBi slopes ``[batch_size, h]`` of a thd cache step, as bshd takes them, extended with zero rows
+    to the ``rows`` (max_batch_size) that thd's cu_seqlens hold: the rows past the step's sequences are empty.
+    Anything else is returned as given, for check_bias to judge."""
+    if (isinstance(alibi_slopes, torch.Tensor) and alibi_slopes.dim() == 2
+            and alibi_slopes.shape[0] == step_batch < rows):
+        return torch.cat([alibi_slopes, alibi_slopes.new_zeros(rows - step_batch, alibi_slopes.shape[1])])
+    return alibi_slopes
+
+
 def check_bias(
     module: DotProductAttention,
     core_attention_bias_type: str,

@@ -341,6 +341,8 @@ class DotProductAttention(nn.Module):
         if core_attention_bias_type == "no_bias" and core_attention_bias is None and alibi_slopes is None:
             bias_shape = None   # nothing to check (check_bias would return (None, None))
         else:
+            if kv_caching and fmt == "thd":
+                alibi_slopes = call_setup.step_slopes(alibi_slopes, inference_params.batch_size, batch)
             bias_shape, alibi_slopes = call_setup.check_bias(
                 self, core_attention_bias_type, core_attention_bias, alibi_slopes, batch, max_seqlen_q, max_seqlen_kv,
                 device,

@@ -273,7 +273,7 @@ class InferenceParams:
         converted = []
         for cache in (k_cache, v_cache):
             gathered = cache[page_table]  # [b, pages_per_seq, page_size, h_kv, d]
-            gathered = gathered.reshape(self.batch_size, -1, *cache.shape[2:])
+            gathered = gathered.reshape(self.batch_size, page_table.shape[1] * cache.shape[1], *cache.shape[2:])
             converted.append(gathered[:, : self.max_sequence_length].contiguous())
         return converted[0], converted[1]
 

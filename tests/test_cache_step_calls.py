@@ -124,3 +124,34 @@ def test_a_learnable_sink_alone_does_not_refuse_a_cache_step() -> None:
     assert module.softmax_offset.requires_grad
     out = module(*_inputs("bshd"), inference_params=params)
     assert out.shape == (2, 3, H * D) and not any(t.requires_grad for t in params.cache_manager.cache[1])
+
+
+@pytest.mark.parametrize("paged", [False, True], ids=["non-paged", "paged"])
+@pytest.mark.parametrize("fmt", ["bshd", "thd"])
+def test_an_empty_step_gives_an_empty_output(paged: bool, fmt: str) -> None:
+    """Every sequence finished (pre_step({})): the unfused backend over a paged cache failed reshaping the gathered
+    pages of no sequence (convert_paged_to_nonpaged's -1 was ambiguous)."""
+    params = _cache(paged)
+    _module(fmt)(*_inputs(fmt), inference_params=params)
+    params.pre_step(OrderedDict())
+    empty = _inputs(fmt, tokens=0) if fmt == "thd" else tuple(t[:0] for t in _inputs(fmt))
+    out = _module(fmt)(*empty, inference_params=params)
+    assert out.shape == (*empty[0].shape[:-2], H * D)
+    k_cache, _ = params.convert_paged_to_nonpaged(1)
+    assert k_cache.shape == (0, 16, H_KV, D)
+
+
+def test_thd_cache_steps_take_per_sequence_slopes_of_the_step() -> None:
+    """ALiBi slopes [batch_size, h] for the step's sequences, as bshd takes them: thd refused them, asking for
+    [max_batch_size, h] (its cu_seqlens' rows) under the name [b, h]. Both formats now give the same rows."""
+    q, k, v = _inputs("bshd")
+    slopes = torch.rand(2, H)
+    outs = {}
+    for fmt in ("bshd", "thd"):
+        params = InferenceParams(4, 16, H_KV, D, torch.float32, device="cpu", is_paged=True, page_size=4)
+        params.allocate_memory(1)
+        params.pre_step(OrderedDict(STEP))
+        args = (q, k, v) if fmt == "bshd" else tuple(torch.cat([t[0, :3], t[1, :2]]) for t in (q, k, v))
+        outs[fmt] = _module(fmt)(*args, inference_params=params, core_attention_bias_type="alibi",
+                                 alibi_slopes=slopes)
+    torch.testing.assert_close(outs["thd"], torch.cat([outs["bshd"][0, :3], outs["bshd"][1, :2]]))
