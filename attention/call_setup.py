@@ -299,7 +299,7 @@ def refuse_differentiable_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     module's own learnable sink, which a cache step does not train, is not one)."""
     grad_mode = torch.is_grad_enabled()
     for name, t in (("query_layer", q), ("key_layer", k), ("value_layer", v)):
-        tangent = _forward_ad._current_level >= 0 and _forward_ad.unpack_dual(t).tangent is not None
+        tangent = _forward_ad._current_level >= 0 and _has_tangent(t)
         if (grad_mode and t.requires_grad) or tangent:
             raise ValueError(
                 f"inference_params: a KV-cache step has no backward pass, but {name} "
@@ -315,7 +315,12 @@ def _transformed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, core_attenti
     if _functorch_level() is not None:   # inside torch.func.jvp / vmap / grad: the inputs are wrapped tensors
         return True
     # a dual_level() is open: does an input carry a tangent?
-    return any(t is not None and _forward_ad.unpack_dual(t).tangent is not None for t in (q, k, v, core_attention_bias))
+    return any(t is not None and _has_tangent(t) for t in (q, k, v, core_attention_bias))
+
+
+def _has_tangent(t: torch.Tensor) -> bool:
+    """Does ``t`` carry a forward-mode tangent (inside an open ``forward_ad.dual_level()``)?"""
+    return _forward_ad.unpack_dual(t).tangent is not None
 
 
 def attention_params(

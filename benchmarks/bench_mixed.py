@@ -112,12 +112,11 @@ def tile_rule_cells(cfg: BenchConfig) -> list[Cell]:
     Cells for env_ab, not part of this suite's run; none under --smoke."""
     if cfg.smoke:
         return []
-    name = _batch_name
-    paged = [_mixed(name(chunk, kv, decodes, context), (chunk, kv), decodes, context, bench_dtype(cfg)).whole
+    paged = [_mixed(_batch_name(chunk, kv, decodes, context), (chunk, kv), decodes, context, bench_dtype(cfg)).whole
              for (chunk, kv), decodes, context in TILE_RULE_BATCHES]
     non_paged = [replace(cell, name=cell.name.replace(" p16", " non-paged"), kv_source="dense", page_size=None)
                  for cell in paged if cell.name.startswith(TILE_RULE_NON_PAGED)]
-    others = [_mixed(name(chunk, kv, decodes, context, prefix, "verify q4" if "queries" in shape else "decodes"),
+    others = [_mixed(_batch_name(chunk, kv, decodes, context, prefix, "verify q4" if "queries" in shape else "decodes"),
                      (chunk, kv), decodes, context, bench_dtype(cfg), **shape).whole
               for prefix, shape in TILE_RULE_OTHER_SHAPES
               for (chunk, kv), decodes, context in TILE_RULE_OTHER_BATCHES]
