@@ -646,3 +646,21 @@ def test_a_new_alignment_or_dtype_gets_its_own_plan(monkeypatch: pytest.MonkeyPa
     with pytest.raises(ValueError, match="softmax_scale"):
         call(inputs["q"], softmax_scale=float("nan"))
     assert len(attention_fwd._plans) == 2
+
+
+def test_every_kernel_switch_is_part_of_the_plan_key() -> None:
+    """A launch plan is kept per value of every variable the kernels read while planning: a variable left out of
+    PLAN_ENVIRONMENT would go unread by calls that already have a plan (set mid-process, an A/B's second variant)."""
+    import importlib
+    import pkgutil
+
+    import attention.kernels
+    from attention.kernels.attention_fwd import PLAN_ENVIRONMENT
+
+    read = set()
+    for module_info in pkgutil.iter_modules(attention.kernels.__path__):
+        module = importlib.import_module(f"attention.kernels.{module_info.name}")
+        read |= {value for name, value in vars(module).items()
+                 if name.endswith("_ENV") and isinstance(value, str) and value.startswith("ATTN_FUSED_")}
+    assert len(read) >= 20
+    assert read <= set(PLAN_ENVIRONMENT), sorted(read - set(PLAN_ENVIRONMENT))

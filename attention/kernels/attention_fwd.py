@@ -26,6 +26,8 @@ from .configs import (
 from .hopper_decode import (
     DECODE_HOPPER_ENV,
     DECODE_HOPPER_GATHER_ENV,
+    DECODE_HOPPER_GATHER_PAGES_ENV,
+    DECODE_HOPPER_HEADS_ENV,
     DECODE_HOPPER_MERGE_ENV,
     DECODE_HOPPER_ROUNDS_ENV,
     DECODE_HOPPER_TILE_ENV,
@@ -42,6 +44,7 @@ from .hopper_forward import (
 )
 from .hopper_mixed import (
     MIXED_HOPPER_ENV,
+    MIXED_HOPPER_L2_DEALT_ENV,
     MIXED_HOPPER_L2_SECTION_ENV,
     MIXED_HOPPER_QUEUE_ENV,
     MIXED_HOPPER_TILE_ENV,
@@ -52,20 +55,22 @@ from .launch import KernelLaunch, tensor_key
 from .page_gather import gather_pages, gathered_page_count
 
 __all__ = ["attention_forward", "kv_length_bucket", "kv_length_buckets", "launch_plan", "mean_kv_length",
-           "packed_attention_forward", "plan_environment"]
+           "packed_attention_forward", "PLAN_ENVIRONMENT", "plan_environment"]
 
 _MAX_PLANS = 512
 """Launch plans kept (all dropped when full: a decode makes a new one per kv_length_bucket)."""
 _NO_PLAN = object()
 _SAME_AS_CU_SEQLENS = "cu_seqlens"
-plan_environment = token_reader(VARIANTS_ENV, HOPPER_ENV, HOPPER_GROUPS_ENV, HOPPER_PINGPONG_ENV,
-                                 HOPPER_SMALL_PAGES_ENV, HOPPER_L2_SECTION_ENV, MIXED_HOPPER_ENV, MIXED_HOPPER_TILE_ENV,
-                                 MIXED_HOPPER_QUEUE_ENV, MIXED_HOPPER_L2_SECTION_ENV,
-                                 MIXED_ROLES_ENV, MIXED_ROLES_SPLITS_ENV, DECODE_HOPPER_ENV, DECODE_HOPPER_TILE_ENV,
-                                 DECODE_HOPPER_MERGE_ENV, DECODE_HOPPER_ROUNDS_ENV, DECODE_HOPPER_GATHER_ENV,
-                                 "TRITON_INTERPRET")
-"""The environment a plan depends on (configuration variants, the Hopper kernel switch, the interpreter),
-as key tokens."""
+PLAN_ENVIRONMENT = (VARIANTS_ENV, HOPPER_ENV, HOPPER_GROUPS_ENV, HOPPER_PINGPONG_ENV, HOPPER_SMALL_PAGES_ENV,
+                    HOPPER_L2_SECTION_ENV, MIXED_HOPPER_ENV, MIXED_HOPPER_TILE_ENV, MIXED_HOPPER_QUEUE_ENV,
+                    MIXED_HOPPER_L2_SECTION_ENV, MIXED_HOPPER_L2_DEALT_ENV, MIXED_ROLES_ENV, MIXED_ROLES_SPLITS_ENV,
+                    DECODE_HOPPER_ENV, DECODE_HOPPER_TILE_ENV, DECODE_HOPPER_HEADS_ENV, DECODE_HOPPER_MERGE_ENV,
+                    DECODE_HOPPER_ROUNDS_ENV, DECODE_HOPPER_GATHER_ENV, DECODE_HOPPER_GATHER_PAGES_ENV,
+                    "TRITON_INTERPRET")
+"""Every variable a launch plan depends on (every ``ATTN_FUSED_*`` the kernels read while planning, the
+interpreter): tests/test_launch.py checks that none is missing."""
+plan_environment = token_reader(*PLAN_ENVIRONMENT)
+"""PLAN_ENVIRONMENT's values, as key tokens."""
 
 
 @dataclass(frozen=True, eq=False)
