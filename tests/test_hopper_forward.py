@@ -158,7 +158,7 @@ def test_a_paged_plan_loads_a_page_or_a_tile_per_tma_load(monkeypatch: pytest.Mo
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])
-@pytest.mark.parametrize("switch", [None, "1", "0"])
+@pytest.mark.parametrize("switch", [None, "1", "0", "off"])
 def test_the_consumer_ping_pong_follows_the_tile_table_unless_switched(monkeypatch: pytest.MonkeyPatch,
                                                                       head_dim: int, switch: str | None) -> None:
     """The launch's PINGPONG: HOPPER_TILE's per head dim (on at d64, off at d128), or ATTN_FUSED_HOPPER_PINGPONG's."""
@@ -175,6 +175,10 @@ def test_the_consumer_ping_pong_follows_the_tile_table_unless_switched(monkeypat
                                total_q=256, softmax_scale=0.1, window=(-1, 0), bottom_right=False, page_size=0,
                                alibi=False, sink=False, has_q_start=False, has_kv_start=False, num_sms=4)
     cu = torch.tensor([0, 256], dtype=torch.int32)
+    if switch == "off":  # on/off variables take 0 or 1: "off" would otherwise read as the default, silently
+        with pytest.raises(ValueError, match=HOPPER_PINGPONG_ENV):
+            plan(q, k, v, torch.empty_like(q), cu, cu, None, None, None)
+        return
     plan(q, k, v, torch.empty_like(q), cu, cu, None, None, None)
     (_, _, kwargs), = kernel.calls
     assert kwargs["PINGPONG"] is (HOPPER_TILE[head_dim][3] if switch is None else switch == "1")

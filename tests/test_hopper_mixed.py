@@ -145,9 +145,11 @@ def test_long_prefills_run_in_l2_sections_off_a_queue(monkeypatch: pytest.Monkey
         assert args[12].dtype == torch.int32 and args[12].numel() >= 2
 
 
-def test_a_section_budget_that_is_not_a_number_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("value", ["16MiB", "-4", " 8"])
+def test_a_section_budget_that_is_not_a_whole_number_is_refused_by_name(monkeypatch: pytest.MonkeyPatch,
+                                                                        value: str) -> None:
     monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
-    monkeypatch.setenv(MIXED_HOPPER_L2_SECTION_ENV, "16MiB")
+    monkeypatch.setenv(MIXED_HOPPER_L2_SECTION_ENV, value)
     q, k, total = _paged_mixed_batch(num_decodes=300)
     with pytest.raises(ValueError, match=MIXED_HOPPER_L2_SECTION_ENV):
         plan_hopper_forward(q, k, k, q, num_seqs=301, max_seqlen_q=2048, max_seqlen_kv=16384, total_q=total,

@@ -83,6 +83,21 @@ def test_interpreter_and_switched_off_always_go_through_triton(stream, monkeypat
     assert len(fake.through_triton) == 3 and fake.compiled.launches == []
 
 
+@pytest.mark.parametrize("value, direct", [("0", "False"), ("off", None)])
+def test_the_fast_launch_switch_is_read_at_import_as_0_or_1(value, direct):
+    """ATTN_TRITON_FAST_LAUNCH: 0 or 1; another value ("off" would read as on) stops the import, naming it."""
+    import os
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", "from attention.kernels import launch; print(launch.DIRECT_LAUNCH)"],
+                            env={**os.environ, "ATTN_TRITON_FAST_LAUNCH": value}, capture_output=True, text=True)
+    if direct is None:
+        assert result.returncode != 0 and "ATTN_TRITON_FAST_LAUNCH must be 0 or 1" in result.stderr
+    else:
+        assert result.returncode == 0 and result.stdout.strip() == direct, result.stderr
+
+
 def test_launch_hooks_send_calls_through_triton(stream, monkeypatch):
     from triton import knobs
 

@@ -278,7 +278,7 @@ class HopperPlan:
                         "PAGE_SIZE": self.page_size, "CAUSAL": self.causal, "BOTTOM_RIGHT": self.bottom_right,
                         "HAS_Q_START": self.has_q_start, "HAS_KV_START": self.has_kv_start,
                         "CONSUMER_REGISTERS": consumer_registers,
-                        "PINGPONG": {"1": True, "0": False}.get(getenv(HOPPER_PINGPONG_ENV, ""), pingpong),
+                        "PINGPONG": switch(HOPPER_PINGPONG_ENV, pingpong),
                         "GROUPS": self.groups},
             # the launch's registers a thread, before setmaxnreg splits them: 12 or 16 warps' share of 65,536
             options={"num_warps": 4, "maxnreg": 168 if self.groups == 2 else 128}, descriptors=self.descriptors)
@@ -302,12 +302,11 @@ def consumer_groups(head_dim: int) -> int:
 
 def section_budget_mib(env: str, default_mib: int) -> int:
     """An L2 section's MiB (section_heads' budget): the variable ``env`` where set, else ``default_mib``; a value
-    that is not a whole number is refused naming the variable."""
+    that is not a whole number (0, 1, 2, ...) is refused naming the variable."""
     value = getenv(env, str(default_mib))
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"{env} must be a whole number of MiB, got {value!r}") from None
+    if not value.isdigit():
+        raise ValueError(f"{env} must be a whole number of MiB (0, 1, 2, ...), got {value!r}")
+    return int(value)
 
 
 def section_heads(heads_q: int, heads_kv: int, max_seqlen_kv: int, kv_bytes_per_token: int, causal: bool,

@@ -29,16 +29,17 @@ from __future__ import annotations
 
 import inspect
 import itertools
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from triton import knobs
 
+from attention.environment import switch
+
 __all__ = ["DIRECT_LAUNCH", "KernelLaunch", "layout_number", "tensor_key"]
 
-DIRECT_LAUNCH = os.environ.get("ATTN_TRITON_FAST_LAUNCH", "1") != "0"
+DIRECT_LAUNCH = switch("ATTN_TRITON_FAST_LAUNCH", True)
 MAX_ENCODED_ADDRESSES = 8
 """Encoded descriptors kept per descriptor argument (a decode loop's q alternates between a few addresses)."""
 
