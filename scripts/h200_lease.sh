@@ -6,7 +6,8 @@
 # Here, once per checkout:  bash scripts/h200_lease.sh prepare      (downloads into .device/, ignored)
 # flash-attn 2 has no wheel for this torch: it is built on the device once (~16 min, `fa2-build`,
 # see below) and brought back as .device/fa2-built/ (3 parts, 42 MB); later leases untar it.
-# Then four device calls, each `COMMIT=$(git rev-parse --short HEAD) bash scripts/h200_lease.sh callN`:
+# Then four device calls, each `COMMIT=<hash> bash scripts/h200_lease.sh callN` (the hash written here: the
+# device copy's .git may be stale, benchmarks/README.md):
 #   call1  carry [".device/fa2-built"]  flash-attn 2 installed; the layout-variant sweep picks
 #          ATTN_FUSED_VARIANTS (the GPU to itself); where an eager call's host time goes; with
 #          SWEEP_CELLS="M1,1x8k" also tiles and split counts on those cells (TILE_BUDGET s) ~4-10 min
