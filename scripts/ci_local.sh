@@ -4,6 +4,10 @@
 # pip install failed with "No space left on device" (the fifty-seventh session's log).
 # Usage: scripts/ci_local.sh [LOG]   (default ci-local.log in the repository root; prints the tail and the exit code)
 set -u
+case ${1:-} in
+  -h|--help) sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -*) echo "ci_local.sh: unknown option $1 (usage: scripts/ci_local.sh [LOG])" >&2; exit 2 ;;
+esac
 repo=$(cd "$(dirname "$0")/.." && pwd)
 log=${1:-$repo/ci-local.log}
 work=$(mktemp -d)

@@ -19,6 +19,7 @@ Run without TRITON_INTERPRET (tests/test_kernel_compile.py starts it in a subpro
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from dataclasses import replace
@@ -389,14 +390,18 @@ def check_split_arrival(ptx: str) -> None:
         raise ValueError("the merge after the arrival count does not load with .cg")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.sm90_compile",
+                                     description="Compile every Triton and Gluon kernel configuration for sm90 (no "
+                                                 "GPU needed); one line per launch, exit 1 on a failure.")
+    parser.add_argument("--registers", action="store_true", help="add ptxas's register and spill counts")
+    registers = parser.parse_args(argv).registers
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise SystemExit("unset TRITON_INTERPRET: the interpreter replaces the JIT functions this compiles")
     missing = _private_api_missing()
     if missing:
         print(f"SKIP  {missing}")
         return 0
-    registers = "--registers" in sys.argv
     failures = 0
     launches = (recorded_launches(configurations()) + hopper_launches() + mixed_hopper_launches()
                 + mixed_roles_hopper_launches() + decode_hopper_launches())

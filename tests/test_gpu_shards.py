@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -13,13 +15,16 @@ def test_every_gpu_test_file_runs_in_a_shard() -> None:
     assert not missing, f"not in a shard of scripts/gpu_tests.sh: {missing}"
 
 
-def test_help_prints_the_usage_and_an_unknown_option_is_refused() -> None:
-    """--help used to start eight shards writing logs to a directory named --help."""
+@pytest.mark.parametrize("script, first_words", [("gpu_tests.sh", "The GPU test suite"),
+                                                  ("ci_local.sh", "Run CI's command as CI does")])
+def test_help_prints_the_usage_and_an_unknown_option_is_refused(script: str, first_words: str) -> None:
+    """--help used to start eight shards writing logs to a directory named --help (gpu_tests.sh), or a CI run in a
+    fresh clone logging to a file named --help (ci_local.sh)."""
     import subprocess
 
-    script = str(ROOT / "scripts" / "gpu_tests.sh")
+    script = str(ROOT / "scripts" / script)
     shown = subprocess.run(["bash", script, "--help"], capture_output=True, text=True, timeout=30)
-    assert shown.returncode == 0 and shown.stdout.startswith("The GPU test suite") and "Usage:" in shown.stdout
+    assert shown.returncode == 0 and shown.stdout.startswith(first_words) and "Usage:" in shown.stdout
     refused = subprocess.run(["bash", script, "-k"], capture_output=True, text=True, timeout=30)
     assert refused.returncode == 2 and "unknown option -k" in refused.stderr
     assert not (ROOT / "--help").exists() and not (ROOT / "-k").exists()

@@ -26,3 +26,12 @@ def test_every_kernel_configuration_compiles_for_sm90() -> None:
     failures = [line for line in result.stdout.splitlines() if not line.startswith("ok")]
     assert result.returncode == 0 and not failures, "\n".join(failures) or result.stderr[-3000:]
     assert sum(line.startswith("ok") for line in result.stdout.splitlines()) >= 50
+
+
+def test_help_prints_the_usage_instead_of_compiling(capsys: pytest.CaptureFixture[str]) -> None:
+    """--help used to be ignored: the whole compile ran."""
+    from tests.sm90_compile import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0 and "--registers" in capsys.readouterr().out
