@@ -8,8 +8,13 @@ bottom-right alignment, ``0`` for top-left) and ``-1`` leaves that side unbounde
 from __future__ import annotations
 
 import logging
+import operator
 
 logger = logging.getLogger("attention")
+
+WINDOW_BOUND_LIMIT = 1 << 30
+"""Window bounds of this many tokens or more reach past any sequence (a KV cache holds fewer tokens) and are
+clamped to it: the kernels add a bound to a position in int32, where 2**31 - 1 wrapped to a negative window."""
 
 MASK_TYPES = (
     "no_mask",
@@ -54,15 +59,16 @@ def check_set_window_size(attn_mask_type: str, window_size: tuple[int, int] | No
     Causal masks take ``(-1, 0)`` or ``(left >= 0, 0)``: ``None`` becomes ``(-1, 0)`` and a non-zero
     right side is forced to 0 with a warning. Other masks take ``(-1, -1)`` or ``(>= 0, >= 0)``:
     ``None`` becomes ``(-1, -1)`` and ``(-1, 0)`` becomes ``(-1, -1)`` with a warning (``warn=False``: silently).
-    Any other negative value is a ``ValueError``.
+    Any other negative value is a ``ValueError``; bounds past WINDOW_BOUND_LIMIT are clamped to it.
+
+    Example:
+        >>> check_set_window_size("no_mask", (128, 2**31 - 1))
+        (128, 1073741824)
     """
     if window_size is not None:
-        if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
-                or not all(isinstance(w, int) and not isinstance(w, bool) for w in window_size)):
+        if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
             raise ValueError(f"window_size must be a (left, right) pair of ints; got {window_size!r}")
-        left, right = int(window_size[0]), int(window_size[1])
-        if left < -1 or right < -1:
-            raise ValueError(f"window_size values must be >= -1 (-1 = unbounded); got {window_size!r}")
+        left, right = _window_bound(window_size[0], window_size), _window_bound(window_size[1], window_size)
     if is_causal(attn_mask_type):
         if window_size is None:
             return (-1, 0)
@@ -87,6 +93,19 @@ def check_set_window_size(attn_mask_type: str, window_size: tuple[int, int] | No
             f"window_size for mask {attn_mask_type!r} must be (-1, -1) or two values >= 0; got {window_size!r}"
         )
     return (left, right)
+
+
+def _window_bound(value: object, window_size: object) -> int:
+    """One side of a window as an int (numpy integers too, not bools), >= -1, at most WINDOW_BOUND_LIMIT."""
+    try:
+        bound = operator.index(value) if not isinstance(value, bool) else None
+    except TypeError:
+        bound = None
+    if bound is None:
+        raise ValueError(f"window_size must be a (left, right) pair of ints; got {window_size!r}")
+    if bound < -1:
+        raise ValueError(f"window_size values must be >= -1 (-1 = unbounded); got {window_size!r}")
+    return min(bound, WINDOW_BOUND_LIMIT)
 
 
 def resolve_bottom_right(attn_mask_type: str, bottom_right_diagonal: bool | None) -> bool:

@@ -504,6 +504,29 @@ def test_non_causal_windows(mask, given, expected):
     assert module(attn_mask_type=mask, window_size=given).window_size == expected
 
 
+@pytest.mark.parametrize("backend", ["unfused", "fused"])
+@pytest.mark.parametrize("mask", ["no_mask", "padding", "causal"])
+@pytest.mark.parametrize("window", [(2**31 - 1, 2**31 - 1), (2**63 - 1, 2**63 - 1), (2**70, 10**30)])
+def test_windows_past_any_sequence_act_as_no_window(backend, mask, window):
+    """Bounds past any sequence are clamped to masks.WINDOW_BOUND_LIMIT: the fused kernels added 2**31 - 1 to a
+    position in int32 and the unfused backend 2**63 - 1 in int64, wrapping to windows that hid keys."""
+    from tests.reference import reference_attention
+
+    q, k, v = (x.half() if backend == "fused" else x for x in qkv(s_q=9, s_kv=9))
+    out = module(attn_mask_type=mask, backend=backend)(q, k, v, window_size=window)
+    expected = reference_attention(q, k, v, qkv_format="bshd", attn_mask_type=mask)
+    torch.testing.assert_close(out.float(), expected.float(), atol=2e-3, rtol=2e-3)
+
+
+def test_numpy_integer_windows_are_taken_and_bools_refused():
+    import numpy as np
+
+    assert check_set_window_size("no_mask", (np.int64(3), np.int32(2))) == (3, 2)
+    assert type(check_set_window_size("no_mask", (np.int64(3), 2))[0]) is int
+    with pytest.raises(ValueError, match="window_size"):
+        check_set_window_size("no_mask", (True, 2))
+
+
 def test_window_normalisation_warns(caplog):
     with caplog.at_level(logging.WARNING, logger="attention"):
         check_set_window_size("causal", (3, 2))

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
+from attention.masks import WINDOW_BOUND_LIMIT
+
 __all__ = ["ForwardShapes", "kernel_layout", "normalize_window", "scale_log2", "validate_forward_arguments"]
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -38,7 +40,7 @@ def scale_log2(softmax_scale: float) -> float:
 
 
 def normalize_window(window_size: tuple[int, int], causal: bool) -> tuple[int, int]:
-    """(left, right) with -1 = unbounded; causal forces right = 0.
+    """(left, right) with -1 = unbounded, at most masks.WINDOW_BOUND_LIMIT; causal forces right = 0.
 
     Example:
         >>> normalize_window((-1, -1), causal=True)
@@ -46,7 +48,7 @@ def normalize_window(window_size: tuple[int, int], causal: bool) -> tuple[int, i
     """
     if len(window_size) != 2:
         raise ValueError(f"window_size must be a (left, right) pair, got {window_size!r}")
-    left, right = (int(w) for w in window_size)
+    left, right = (min(int(w), WINDOW_BOUND_LIMIT) for w in window_size)   # (positions + bounds stay in int32)
     if left < -1 or right < -1:
         raise ValueError(f"window_size entries must be -1 (unbounded) or >= 0, got {window_size!r}")
     if causal:
