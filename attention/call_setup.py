@@ -268,6 +268,8 @@ def check_bias(
         alibi_slopes = inputs.alibi_slopes_tensor(module.num_attention_heads, device)
     elif alibi_slopes is not None:
         alibi_slopes = alibi_slopes.to(device=device, dtype=torch.float32)
+        if alibi_slopes.stride(-1) != 1:   # a strided or expanded view: the kernels index the last dim densely
+            alibi_slopes = alibi_slopes.contiguous()
     return bias_shape, alibi_slopes
 
 

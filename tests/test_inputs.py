@@ -401,6 +401,20 @@ def test_alibi_slopes_of_a_wrong_shape(shape):
         module()(q, k, v, core_attention_bias_type="alibi", alibi_slopes=torch.ones(shape))
 
 
+@pytest.mark.parametrize("backend", ["unfused", "fused"])
+@pytest.mark.parametrize("view", ["transposed", "expanded", "strided"])
+def test_alibi_slopes_may_be_any_view(backend, view):
+    """Slopes as a strided or expanded view run as their contiguous copy (the fused backend refused them after
+    selection, naming a contiguous last dim)."""
+    slopes = {"transposed": torch.rand(H, B).t(), "expanded": torch.rand(1, 1).expand(B, H),
+              "strided": torch.rand(2 * H)[::2]}[view]
+    q, k, v = (x.half() for x in qkv())
+    m = module(attn_mask_type="causal", backend=backend)
+    out = m(q, k, v, core_attention_bias_type="alibi", alibi_slopes=slopes)
+    expected = m(q, k, v, core_attention_bias_type="alibi", alibi_slopes=slopes.contiguous())
+    torch.testing.assert_close(out, expected, atol=0, rtol=0)
+
+
 def test_alibi_slopes_need_the_alibi_bias_type():
     q, k, v = qkv()
     with pytest.raises(ValueError, match="alibi_slopes"):

@@ -176,7 +176,8 @@ def validate_forward_arguments(
                 f"alibi_slopes must be float32 [H_q={num_heads_q}] or [B={num_seqs}, H_q], "
                 f"got {alibi_slopes.dtype} {tuple(alibi_slopes.shape)}")
         if alibi_slopes.device != device or alibi_slopes.stride(-1) != 1:
-            raise ValueError(f"alibi_slopes must be on {device} with a contiguous last dim")
+            raise ValueError(f"alibi_slopes must be on {device} with a contiguous last dim, got {alibi_slopes.device} "
+                             f"with strides {alibi_slopes.stride()}")
     if softmax_offset is not None:
         if softmax_offset.dtype != torch.float32 or softmax_offset.numel() != num_heads_q:
             raise ValueError(
