@@ -160,6 +160,8 @@ def kv_cache_step(
     lengths. ``eager``: as for ``eager_step_value``."""
     ip = inference_params
     if fmt != "thd" and batch != ip.batch_size:
+        if hasattr(ip, "check_stepped"):
+            ip.check_stepped()   # no pre_step yet: say that, not the batch size
         raise ValueError(
             f"query_layer batch size {batch} must equal inference_params.batch_size={ip.batch_size} "
             "(the sequences of the last pre_step)"

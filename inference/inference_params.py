@@ -160,6 +160,8 @@ class InferenceParams:
         self.sequences_pre_step: OrderedDict[Hashable, int] = OrderedDict()
         self.step_dict: OrderedDict[Hashable, int] = OrderedDict()
         self.batch_size = 0
+        self.steps = 0
+        """pre_step calls since construction or the last reset (a cache step before the first is refused)."""
         self.longest_sequence = 0
         """Host int: the longest sequence's length after this step's tokens (``max_sequence_length``
         bounds it; the fused backend sizes split-KV on it in eager calls)."""
@@ -214,6 +216,7 @@ class InferenceParams:
         self.sequences = OrderedDict(self.cache_manager.pre_step(step_dict))
         self.step_dict = OrderedDict(step_dict)
         self.batch_size = len(step_dict)
+        self.steps += 1
         self.longest_sequence = max(self.sequences.values(), default=0)
         self.longest_step = max(self.step_dict.values(), default=0)
         self.step_tokens = sum(self.step_dict.values())
@@ -250,6 +253,7 @@ class InferenceParams:
         """
         if qkv_format not in QKV_FORMATS:
             raise ValueError(f"qkv_format must be one of {QKV_FORMATS}, got {qkv_format!r}")
+        self.check_stepped()
         k_cache, v_cache = self.cache_manager.step(
             layer_number, new_k, new_v, self.cu_seqlens_q, self.cu_seqlens_kv, qkv_format
         )
@@ -258,6 +262,13 @@ class InferenceParams:
             k_cache, v_cache, self.cu_seqlens_q, self.cu_seqlens_kv, self.max_sequence_length,
             self.output_qkv_format,
         )
+
+    def check_stepped(self) -> None:
+        """Raise a ValueError unless pre_step has set up a step since construction or the last reset (a thd
+        cache step of padding rows before it would append nothing and attend to no key, silently)."""
+        if not self.steps:
+            raise ValueError("inference_params has no step: call inference_params.pre_step({sequence id: new tokens, "
+                             "...}) before the attention layers (after construction and after reset())")
 
     def get_seqlens_pre_step(self) -> Tensor:
         """int32 ``[max_batch_size]``: each sequence's cached length before this step (RoPE offsets)."""
@@ -284,6 +295,7 @@ class InferenceParams:
         self.sequences_pre_step = OrderedDict()
         self.step_dict = OrderedDict()
         self.batch_size = 0
+        self.steps = 0
         self.longest_sequence = 0
         self.longest_step = 0
         self.step_tokens = 0

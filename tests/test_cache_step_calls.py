@@ -155,3 +155,28 @@ def test_thd_cache_steps_take_per_sequence_slopes_of_the_step() -> None:
         outs[fmt] = _module(fmt)(*args, inference_params=params, core_attention_bias_type="alibi",
                                  alibi_slopes=slopes)
     torch.testing.assert_close(outs["thd"], torch.cat([outs["bshd"][0, :3], outs["bshd"][1, :2]]))
+
+
+@pytest.mark.parametrize("paged", [False, True], ids=["non-paged", "paged"])
+@pytest.mark.parametrize("fmt", ["bshd", "thd"])
+@pytest.mark.parametrize("when", ["constructed", "reset"])
+def test_a_cache_step_before_pre_step_is_refused(paged: bool, fmt: str, when: str) -> None:
+    """Before any pre_step (or after reset) a thd call of padding rows appended nothing and returned zeros, and a
+    bshd call blamed its batch size; both now ask for pre_step, and the cache is unchanged."""
+    params = _cache(paged)
+    if when == "constructed":
+        params = InferenceParams(2, 16, H_KV, D, torch.float32, device="cpu",
+                                 **(dict(is_paged=True, page_size=4) if paged else {}))
+        params.allocate_memory(1)
+    else:
+        params.reset()
+    before = snapshot(params)
+    q, k, v = _inputs(fmt, positions=1) if fmt == "bshd" else _inputs(fmt, tokens=4)
+    with pytest.raises(ValueError, match=r"inference_params has no step: call inference_params.pre_step"):
+        _module(fmt)(q[:1] if fmt == "bshd" else q, k[:1] if fmt == "bshd" else k,
+                     v[:1] if fmt == "bshd" else v, inference_params=params)
+    with pytest.raises(ValueError, match="pre_step"):
+        params.step(1, k, v, fmt)
+    assert_unchanged(params, before)
+    params.pre_step(OrderedDict(STEP))
+    _module(fmt)(*_inputs(fmt), inference_params=params)   # then it runs
