@@ -269,6 +269,9 @@ def check_bias(
     if core_attention_bias_type == "alibi" and alibi_slopes is None:
         alibi_slopes = inputs.alibi_slopes_tensor(module.num_attention_heads, device)
     elif alibi_slopes is not None:
+        if alibi_slopes.device != device and alibi_slopes.device.type != "cpu":
+            raise ValueError(
+                f"alibi_slopes must be on the inputs' device ({device}) or the CPU; got {alibi_slopes.device}")
         alibi_slopes = alibi_slopes.to(device=device, dtype=torch.float32)
         if alibi_slopes.stride(-1) != 1:   # a strided or expanded view: the kernels index the last dim densely
             alibi_slopes = alibi_slopes.contiguous()

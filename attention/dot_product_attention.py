@@ -71,20 +71,21 @@ class DotProductAttention(nn.Module):
         backend: str | Sequence[str] | None = None,
     ) -> None:
         super().__init__()
-        self.num_attention_heads = int(num_attention_heads)
-        self.num_gqa_groups = int(num_gqa_groups if num_gqa_groups is not None else num_attention_heads)
-        if self.num_gqa_groups < 1 or self.num_attention_heads % self.num_gqa_groups:
+        self.num_attention_heads = inputs.integer_argument("num_attention_heads", num_attention_heads, 1)
+        self.num_gqa_groups = (self.num_attention_heads if num_gqa_groups is None
+                               else inputs.integer_argument("num_gqa_groups", num_gqa_groups, 1))
+        if self.num_attention_heads % self.num_gqa_groups:
             raise ValueError(
                 f"num_gqa_groups must divide num_attention_heads={num_attention_heads}; got {num_gqa_groups}"
             )
-        if isinstance(kv_channels, int):
-            self.head_dim_qk = self.head_dim_v = kv_channels
-        elif isinstance(kv_channels, (tuple, list)) and len(kv_channels) == 2:
-            self.head_dim_qk, self.head_dim_v = int(kv_channels[0]), int(kv_channels[1])
-        else:
+        if isinstance(kv_channels, (tuple, list)) and len(kv_channels) == 2:
+            self.head_dim_qk, self.head_dim_v = (inputs.integer_argument("kv_channels", d, 1) for d in kv_channels)
+        elif isinstance(kv_channels, (tuple, list)):
             raise ValueError(f"kv_channels must be an int or a (d_qk, d_v) pair; got {kv_channels!r}")
-        if not 0.0 <= attention_dropout < 1.0:
-            raise ValueError(f"attention_dropout must be in [0, 1); got {attention_dropout}")
+        else:
+            self.head_dim_qk = self.head_dim_v = inputs.integer_argument("kv_channels", kv_channels, 1)
+        if not (isinstance(attention_dropout, numbers.Real) and 0.0 <= attention_dropout < 1.0):
+            raise ValueError(f"attention_dropout must be a number in [0, 1); got {attention_dropout!r}")
         self.attention_dropout = float(attention_dropout)
         self.qkv_format = check_format(qkv_format)
         self.attn_mask_type = normalize_mask_type(attn_mask_type)
@@ -94,7 +95,7 @@ class DotProductAttention(nn.Module):
         if softmax_scale is not None and not (isinstance(softmax_scale, numbers.Real) and math.isfinite(softmax_scale)):
             raise ValueError(f"softmax_scale must be a finite number or None (1/sqrt(d_qk)); got {softmax_scale!r}")
         self.softmax_scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(self.head_dim_qk)
-        self.layer_number = 1 if layer_number is None else int(layer_number)
+        self.layer_number = 1 if layer_number is None else inputs.integer_argument("layer_number", layer_number, 1)
         if attention_type not in ("self", "cross"):
             raise ValueError(f"attention_type must be 'self' or 'cross'; got {attention_type!r}")
         self.attention_type = attention_type
@@ -109,6 +110,8 @@ class DotProductAttention(nn.Module):
             self.softmax_offset = None
         resolve_bottom_right(self.attn_mask_type, bottom_right_diagonal)   # checks its type
         self.bottom_right_diagonal = bottom_right_diagonal
+        if return_max_logit not in (True, False) or not isinstance(return_max_logit, int):
+            raise ValueError(f"return_max_logit must be True or False; got {return_max_logit!r}")
         self.return_max_logit = bool(return_max_logit)
         self.backend = selection.expand_names(backend, "backend") if backend is not None else None
         self.deterministic = (
@@ -280,6 +283,9 @@ class DotProductAttention(nn.Module):
         caller selects). ``eager``: the call is neither compiled nor captured (None: find out here)."""
         q, k, v = query_layer, key_layer, value_layer
         kv_caching = inference_params is not None
+        if kv_caching and not hasattr(inference_params, "cu_seqlens_kv"):
+            raise ValueError("inference_params must be an inference.InferenceParams (or None); got "
+                             f"{type(inference_params).__name__}")
         if plan is not None and plan.checked:
             fmt, mask_type, window, bottom_right = plan.fmt, plan.mask_type, plan.window, plan.bottom_right
         else:
@@ -372,7 +378,13 @@ class DotProductAttention(nn.Module):
                 backend = selection.select(params, self.backend)
                 launches = plan.remember(key, params, backend)
         if kv_caching and not dry_run:   # checked and chosen: nothing is written for a call that is refused
-            k, v = inference_params.step(self.layer_number, k, v, fmt)[:2]   # the layer's K and V caches
+            try:
+                k, v = inference_params.step(self.layer_number, k, v, fmt)[:2]   # the layer's K and V caches
+            except ValueError as error:   # its messages name its own arguments
+                if "new_k" not in str(error) and "new_v" not in str(error):
+                    raise
+                raise ValueError(f"{error} (key_layer and value_layer are appended to the cache as "
+                                 "inference_params.step's new_k and new_v)") from None
         # positional, in AttentionCall's field order (keywords cost ~0.7 µs a call)
         call = AttentionCall(
             params, q, k, v, cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q_padded, cu_seqlens_kv_padded,

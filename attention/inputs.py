@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import numbers
+import operator
 
 import torch
 
@@ -103,6 +104,9 @@ def padding_cu_seqlens(
                 f"attention_mask for the {which} side must be a bool [b,1,1,s] = [{batch},1,1,{s}] tensor (True = padded); "
                 f"got {_describe(m)}"
             )
+        if m.device != device and m.device.type != "cpu":   # (its lengths are counted where it is)
+            raise ValueError(f"attention_mask for the {which} side must be on the inputs' device ({device}) or the "
+                             f"CPU; got {m.device}")
     return (cu_seqlens_from_lengths(lengths_from_padding_mask(masks[0])),
             cu_seqlens_from_lengths(lengths_from_padding_mask(masks[1])))
 
@@ -121,6 +125,23 @@ def bias_shape_tag(bias: torch.Tensor, batch: int, heads: int) -> str:
             f"got {tuple(bias.shape)}"
         )
     return tag
+
+
+def integer_argument(name: str, value: object, minimum: int) -> int:
+    """``value`` as an int (a Python or numpy integer, not a bool, a float or a string) of at least ``minimum``,
+    else a ValueError naming the argument.
+
+    Example:
+        >>> integer_argument("num_attention_heads", 32, 1)
+        32
+    """
+    try:
+        number = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        number = None
+    if number is None or number < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}; got {value!r}")
+    return number
 
 
 def host_scalars(*values: object) -> tuple:
@@ -163,6 +184,9 @@ def check_bias(bias_type: str, bias: torch.Tensor | None, alibi_slopes: torch.Te
     if alibi_slopes is not None:
         if bias_type != "alibi":
             raise ValueError("alibi_slopes requires core_attention_bias_type='alibi'")
+        if not isinstance(alibi_slopes, torch.Tensor) or not alibi_slopes.is_floating_point():
+            raise ValueError(
+                f"alibi_slopes must be a floating-point tensor [h] or [b, h]; got {_describe(alibi_slopes)}")
         if alibi_slopes.shape not in ((heads,), (batch, heads)):
             raise ValueError(f"alibi_slopes must have shape [h] = [{heads}] or [b, h] = [{batch}, {heads}]; got {tuple(alibi_slopes.shape)}")
     return None

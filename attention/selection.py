@@ -65,6 +65,8 @@ def expand_names(names: str | Sequence[str], argument: str = "backend") -> tuple
     """``"flash"`` -> its generations; validates every name. Keeps the given order."""
     if isinstance(names, str):
         names = [n.strip() for n in names.split(",") if n.strip()]
+    elif not isinstance(names, Sequence):
+        raise ValueError(f"{argument} must be a backend name or a sequence of them; got {names!r}")
     if not names:
         raise ValueError(f"{argument} must name at least one backend of {BACKEND_NAMES}")
     out: list[str] = []

@@ -84,6 +84,8 @@ def validate_step_dict(
                 f"(the most new tokens one sequence may bring in one step)"
             )
         lengths_after[seq_id] = total
+    if len(lengths_after) != len(step_dict):   # a Mapping whose keys repeat (a dict's cannot)
+        raise ValueError(f"step_dict lists a sequence id more than once: {list(step_dict)}")
     return lengths_after
 
 

@@ -118,7 +118,11 @@ class InferenceParams:
         self.dtype = dtype
         self.is_paged = bool(is_paged)
         self.max_ctx_len = max_sequence_length if max_ctx_len is None else min(max_ctx_len, max_sequence_length)
-        self.device = _default_device() if device is None else torch.device(device)
+        try:
+            self.device = _default_device() if device is None else torch.device(device)
+        except (RuntimeError, TypeError) as error:
+            raise ValueError(f"device must be a torch.device or its name ('cuda', 'cuda:1', 'cpu'); got {device!r}: "
+                             f"{error}") from None
         manager_kwargs = dict(
             num_heads=num_heads_kv, head_dim_k=head_dim_k, dtype=dtype, head_dim_v=self.head_dim_v,
             max_batch_size=max_batch_size, max_seqlen=max_sequence_length, device=self.device,

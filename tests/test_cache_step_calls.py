@@ -180,3 +180,15 @@ def test_a_cache_step_before_pre_step_is_refused(paged: bool, fmt: str, when: st
     assert_unchanged(params, before)
     params.pre_step(OrderedDict(STEP))
     _module(fmt)(*_inputs(fmt), inference_params=params)   # then it runs
+
+
+def test_cache_side_refusals_say_which_arguments_new_k_and_new_v_are() -> None:
+    """InferenceParams.step's messages name its new_k / new_v; through the module they also say that these are
+    key_layer and value_layer."""
+    params = _cache(False)
+    before = snapshot(params)
+    q, k, v = _inputs("bshd")
+    with pytest.raises(ValueError, match=r"new_k\.dtype .* \(key_layer and value_layer are appended to the cache "
+                                         r"as inference_params\.step's new_k and new_v\)"):
+        _module("bshd")(q.double(), k.double(), v.double(), inference_params=params)
+    assert_unchanged(params, before)

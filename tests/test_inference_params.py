@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections import OrderedDict
+from collections.abc import Mapping
 
 import pytest
 import torch
@@ -205,6 +206,29 @@ def test_refused_pre_step_changes_nothing(paging, step_dict, message):
     assert_unchanged(params, before)
 
 
+class _RepeatingMapping(Mapping):
+    """A Mapping whose keys repeat one id (a dict's cannot): pre_step took it as a batch of two with one sequence."""
+
+    def __getitem__(self, seq_id):
+        return 1
+
+    def __iter__(self):
+        return iter(["a", "a"])
+
+    def __len__(self):
+        return 2
+
+
+@pytest.mark.parametrize("paging", ["non-paged", "paged"])
+def test_a_step_listing_a_sequence_twice_is_refused(paging):
+    params = make_params(paging)
+    run_step(params, {"a": 5, "b": 2})
+    before = snapshot(params)
+    with pytest.raises(ValueError, match="more than once"):
+        params.pre_step(_RepeatingMapping())
+    assert_unchanged(params, before)
+
+
 def test_step_past_max_ctx_len_is_refused():
     params = make_params("non-paged", max_ctx_len=4)
     with pytest.raises(ValueError, match="max_ctx_len"):
@@ -284,6 +308,7 @@ def test_thd_step_must_hold_every_new_token():
         (dict(is_paged=True, page_size=0), "page_size"),
         (dict(page_size=4), "is_paged"),
         (dict(custom_cache_manager=dict), "custom_cache_manager"),
+        (dict(device="tpu"), "device must be a torch.device or its name"),
     ],
 )
 def test_constructor_rejects_bad_arguments(kwargs, message):

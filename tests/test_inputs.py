@@ -331,16 +331,36 @@ def test_num_gqa_groups_must_divide_heads(groups):
         module(num_gqa_groups=groups)
 
 
-@pytest.mark.parametrize("kv_channels", [(8,), (8, 8, 8), "8", None])
+@pytest.mark.parametrize("kv_channels", [(8,), (8, 8, 8), "8", None, 0, -16, True, 8.0, (16, -1), (16, 8.5)])
 def test_bad_kv_channels(kv_channels):
     with pytest.raises(ValueError, match="kv_channels"):
         module(kv_channels=kv_channels)
 
 
-@pytest.mark.parametrize("p", [-0.1, 1.0, 1.5])
+@pytest.mark.parametrize("p", [-0.1, 1.0, 1.5, "0.1"])
 def test_bad_attention_dropout(p):
     with pytest.raises(ValueError, match="attention_dropout"):
         module(attention_dropout=p)
+
+
+@pytest.mark.parametrize("name, value", [("num_attention_heads", 4.7), ("num_attention_heads", "4"),
+                                         ("num_attention_heads", True), ("num_gqa_groups", 2.5),
+                                         ("layer_number", 0), ("layer_number", -1), ("layer_number", 1.9),
+                                         ("layer_number", "a"), ("return_max_logit", "no"), ("backend", 3)])
+def test_constructor_arguments_are_not_coerced(name, value):
+    """Such values became other values silently (4.7 heads were 4; layer_number=1.9 wrote layer 1's cache;
+    return_max_logit="no" was True) or raised Python's own errors; each is refused naming the argument."""
+    with pytest.raises(ValueError, match=name):
+        module(**{name: value})
+
+
+def test_integer_arguments_may_be_numpy_integers():
+    import numpy as np
+
+    m = module(num_attention_heads=np.int64(H), kv_channels=np.int32(D), num_gqa_groups=np.int64(HK),
+               layer_number=np.int64(2))
+    assert (m.num_attention_heads, m.head_dim_qk, m.num_gqa_groups, m.layer_number) == (H, D, HK, 2)
+    assert all(type(x) is int for x in (m.num_attention_heads, m.head_dim_qk, m.num_gqa_groups, m.layer_number))
 
 
 def test_bad_attention_type():
@@ -413,6 +433,28 @@ def test_alibi_slopes_may_be_any_view(backend, view):
     out = m(q, k, v, core_attention_bias_type="alibi", alibi_slopes=slopes)
     expected = m(q, k, v, core_attention_bias_type="alibi", alibi_slopes=slopes.contiguous())
     torch.testing.assert_close(out, expected, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("slopes, message", [([1.0] * H, "alibi_slopes must be a floating-point tensor"),
+                                             (torch.ones(H, dtype=torch.int64), "alibi_slopes must be a floating"),
+                                             (torch.ones(H, device="meta"), "alibi_slopes must be on the inputs'")])
+def test_alibi_slopes_that_are_not_tensors_on_the_inputs_device(slopes, message):
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match=message):
+        module()(q, k, v, core_attention_bias_type="alibi", alibi_slopes=slopes)
+
+
+def test_a_padding_mask_on_another_device():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="attention_mask for the query side must be on the inputs' device"):
+        module(attn_mask_type="padding")(q, k, v, attention_mask=torch.zeros(B, 1, 1, S, dtype=torch.bool,
+                                                                             device="meta"))
+
+
+def test_inference_params_must_be_inference_params():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="inference_params must be an inference.InferenceParams"):
+        module(attn_mask_type="padding_causal")(q, k, v, inference_params={})
 
 
 def test_alibi_slopes_need_the_alibi_bias_type():
