@@ -164,8 +164,9 @@ class InferenceParams:
         self.sequences_pre_step: OrderedDict[Hashable, int] = OrderedDict()
         self.step_dict: OrderedDict[Hashable, int] = OrderedDict()
         self.batch_size = 0
-        self.steps = 0
-        """pre_step calls since construction or the last reset (a cache step before the first is refused)."""
+        self.has_step = False
+        """Whether pre_step has set up a step since construction or the last reset (a cache step is refused before
+        it). A flag, not a count: torch.compile guards on it, and a count would recompile every step."""
         self.longest_sequence = 0
         """Host int: the longest sequence's length after this step's tokens (``max_sequence_length``
         bounds it; the fused backend sizes split-KV on it in eager calls)."""
@@ -220,7 +221,7 @@ class InferenceParams:
         self.sequences = OrderedDict(self.cache_manager.pre_step(step_dict))
         self.step_dict = OrderedDict(step_dict)
         self.batch_size = len(step_dict)
-        self.steps += 1
+        self.has_step = True
         self.longest_sequence = max(self.sequences.values(), default=0)
         self.longest_step = max(self.step_dict.values(), default=0)
         self.step_tokens = sum(self.step_dict.values())
@@ -270,7 +271,7 @@ class InferenceParams:
     def check_stepped(self) -> None:
         """Raise a ValueError unless pre_step has set up a step since construction or the last reset (a thd
         cache step of padding rows before it would append nothing and attend to no key, silently)."""
-        if not self.steps:
+        if not self.has_step:
             raise ValueError("inference_params has no step: call inference_params.pre_step({sequence id: new tokens, "
                              "...}) before the attention layers (after construction and after reset())")
 
@@ -299,7 +300,7 @@ class InferenceParams:
         self.sequences_pre_step = OrderedDict()
         self.step_dict = OrderedDict()
         self.batch_size = 0
-        self.steps = 0
+        self.has_step = False
         self.longest_sequence = 0
         self.longest_step = 0
         self.step_tokens = 0
