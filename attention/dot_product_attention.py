@@ -9,14 +9,14 @@ from __future__ import annotations
 import math
 import numbers
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.utils.checkpoint
 from torch import nn
 
-from attention import call_plans, call_setup, inputs, selection, seqlens_check
+from attention import call_plans, call_setup, inputs, selection, seqlens_check, te_arguments
 from attention.backends.base import AttentionCall, Backend
 from attention.formats import check_format
 from attention.masks import check_set_window_size, normalize_mask_type, resolve_bottom_right
@@ -49,6 +49,11 @@ class DotProductAttention(nn.Module):
     the largest logit ``scale * Q Kᵀ + bias`` per head over the batch, the real query rows and the keys
     each row sees (masked positions and padded rows excluded); only the ``unfused`` backend computes it.
 
+    The constructor and ``forward`` take TransformerEngine's arguments in its order (positional calls bind as in
+    TE); ``backend=`` (ours) is keyword-only. Parallelism runs one partition (``tp_size=1``, no context split),
+    FP8 and ``score_mod`` are refused unless left at their defaults, and ``qkv_layer`` / ``kv_layer`` are unpacked
+    into views (``attention/te_arguments.py``).
+
     Raises ``ValueError`` for bad inputs (naming the argument) and when no backend can run the call
     ("No dot product attention backend is available ...", with every backend's reasons).
     """
@@ -62,15 +67,31 @@ class DotProductAttention(nn.Module):
         qkv_format: str = "sbhd",
         attn_mask_type: str = "causal",
         window_size: tuple[int, int] | None = None,
-        softmax_scale: float | None = None,
+        bottom_right_diagonal: bool | None = None,
+        sequence_parallel: bool = False,
+        tp_size: int = 1,
+        get_rng_state_tracker: Callable[[], Any] | None = None,
+        tp_group: Any = None,
         layer_number: int | None = None,
         attention_type: str = "self",
+        cp_group: Any = None,
+        cp_global_ranks: list[int] | None = None,
+        cp_stream: torch.cuda.Stream | None = None,
+        cp_comm_type: str = "p2p",
+        softmax_scale: float | None = None,
         softmax_type: str = "vanilla",
-        bottom_right_diagonal: bool | None = None,
         return_max_logit: bool = False,
+        name: str | None = None,
+        *,
         backend: str | Sequence[str] | None = None,
     ) -> None:
         super().__init__()
+        te_arguments.check_parallelism(tp_size, tp_group, cp_group, cp_comm_type)
+        self.sequence_parallel, self.tp_size, self.tp_group = bool(sequence_parallel), tp_size, tp_group
+        self.get_rng_state_tracker = get_rng_state_tracker
+        self.cp_group, self.cp_global_ranks, self.cp_stream, self.cp_comm_type = (
+            cp_group, cp_global_ranks, cp_stream, cp_comm_type)
+        self.name = name
         self.num_attention_heads = inputs.integer_argument("num_attention_heads", num_attention_heads, 1)
         self.num_gqa_groups = (self.num_attention_heads if num_gqa_groups is None
                                else inputs.integer_argument("num_gqa_groups", num_gqa_groups, 1))
@@ -92,10 +113,11 @@ class DotProductAttention(nn.Module):
         self.window_size = window_size
         # a numpy scalar or one-element tensor: its value
         bottom_right_diagonal, softmax_scale = inputs.host_scalars(bottom_right_diagonal, softmax_scale)
-        if softmax_scale is not None and not (isinstance(softmax_scale, numbers.Real) and math.isfinite(softmax_scale)):
+        if softmax_scale is not None and (isinstance(softmax_scale, bool) or not (
+                isinstance(softmax_scale, numbers.Real) and math.isfinite(softmax_scale))):
             raise ValueError(f"softmax_scale must be a finite number or None (1/sqrt(d_qk)); got {softmax_scale!r}")
         self.softmax_scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(self.head_dim_qk)
-        self.layer_number = 1 if layer_number is None else inputs.integer_argument("layer_number", layer_number, 1)
+        self.layer_number = 1 if layer_number is None else inputs.integer_argument("layer_number", layer_number, 0)
         if attention_type not in ("self", "cross"):
             raise ValueError(f"attention_type must be 'self' or 'cross'; got {attention_type!r}")
         self.attention_type = attention_type
@@ -168,9 +190,9 @@ class DotProductAttention(nn.Module):
 
     def forward(
         self,
-        query_layer: torch.Tensor,
-        key_layer: torch.Tensor,
-        value_layer: torch.Tensor,
+        query_layer: torch.Tensor | None = None,
+        key_layer: torch.Tensor | None = None,
+        value_layer: torch.Tensor | None = None,
         attention_mask: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
         qkv_format: str | None = None,
         cu_seqlens_q: torch.Tensor | None = None,
@@ -181,15 +203,24 @@ class DotProductAttention(nn.Module):
         max_seqlen_kv: int | None = None,
         attn_mask_type: str | None = None,
         window_size: tuple[int, int] | None = None,
+        bottom_right_diagonal: bool | None = None,
+        checkpoint_core_attention: bool = False,
         core_attention_bias_type: str = "no_bias",
         core_attention_bias: torch.Tensor | None = None,
         alibi_slopes: torch.Tensor | None = None,
+        fast_zero_fill: bool = True,
         inference_params: Any = None,
         pad_between_seqs: bool | None = None,
-        bottom_right_diagonal: bool | None = None,
-        checkpoint_core_attention: bool = False,
-        fast_zero_fill: bool = True,
+        fp8_output: bool = False,
+        bf16_backward: bool = False,
         num_splits: int = 1,
+        score_mod: Any = None,
+        score_mod_bprop: Any = None,
+        score_mod_tensors: Any = None,
+        score_mod_bprop_tensors: Any = None,
+        qkv_layer: torch.Tensor | None = None,
+        kv_layer: torch.Tensor | None = None,
+        qkv_interleave_dim: int = -3,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Run attention; see the class docstring for shapes. ``inference_params`` appends k/v to its
         cache for ``layer_number`` and attends over the whole cache (padding masks only), with the
@@ -210,8 +241,19 @@ class DotProductAttention(nn.Module):
           fused kernel (at most 64), flash-attn 3, or flash-attn-4 on sm100+; flash2, flash4 on sm90
           and unfused refuse it, as in TE.
 
+        - ``qkv_layer`` / ``kv_layer``: TE's packed inputs, ``[..., 3, h, d]`` / ``[..., 2, h, d]``
+          (``qkv_interleave_dim=-3``) or ``[..., h, 3, d]`` (-2), unpacked into views.
+        - ``fp8_output``, ``bf16_backward``, ``score_mod*``: only their defaults (no FP8, no score_mod).
+
         Returns ``out``, or ``(out, max_logit)`` when the module was built with ``return_max_logit``.
         """
+        if qkv_layer is not None or kv_layer is not None or query_layer is None:
+            query_layer, key_layer, value_layer = te_arguments.unpack_packed_inputs(
+                query_layer, key_layer, value_layer, qkv_layer, kv_layer, qkv_interleave_dim, inference_params)
+        if fp8_output or bf16_backward or score_mod is not None or score_mod_bprop is not None \
+                or score_mod_tensors is not None or score_mod_bprop_tensors is not None:
+            te_arguments.refuse_unsupported_forward_arguments(
+                fp8_output, bf16_backward, (score_mod, score_mod_bprop, score_mod_tensors, score_mod_bprop_tensors))
         compiling = torch.compiler.is_compiling()
         capturing = (not compiling and isinstance(query_layer, torch.Tensor) and query_layer.is_cuda
                      and torch.cuda.is_current_stream_capturing())
@@ -240,15 +282,38 @@ class DotProductAttention(nn.Module):
             if self.last_backend != backend.name:   # skips nn.Module.__setattr__ (slow) on the hot path
                 self.last_backend = backend.name
         # heads and head dim -> h * d_v (and (out, max_logit) with return_max_logit)
+        if self.get_rng_state_tracker is not None and call.dropout_p > 0:   # dropout in the tracker's RNG stream
+            with self.get_rng_state_tracker().fork():
+                return self._run(backend, call, checkpoint_core_attention)
+        return self._run(backend, call, checkpoint_core_attention)
+
+    @staticmethod
+    def _run(backend: Backend, call: AttentionCall, checkpoint_core_attention: bool) -> Any:
         if checkpoint_core_attention and call.params.requires_grad:
             return torch.utils.checkpoint.checkpoint(backend.forward_flat, call, use_reentrant=False)
         return backend.forward_flat(call)
 
-    def explain(self, query_layer: torch.Tensor, key_layer: torch.Tensor, value_layer: torch.Tensor, **kwargs: Any) -> str:
+    def set_context_parallel_group(self, cp_group: Any, cp_global_ranks: list[int] | None = None,
+                                   cp_stream: torch.cuda.Stream | None = None, cp_comm_type: str = "p2p") -> None:
+        """TE's context-parallel setter: a group of one rank (or None) only; context parallelism is not
+        implemented."""
+        te_arguments.check_parallelism(1, None, cp_group, cp_comm_type)
+        self.cp_group, self.cp_global_ranks, self.cp_stream, self.cp_comm_type = (
+            cp_group, cp_global_ranks, cp_stream, cp_comm_type)
+
+    def explain(self, query_layer: torch.Tensor | None = None, key_layer: torch.Tensor | None = None,
+                value_layer: torch.Tensor | None = None, **kwargs: Any) -> str:
         """What ``forward`` with these arguments would choose and why, without running (the KV cache
         is not touched)."""
         kwargs.pop("checkpoint_core_attention", None)   # forward-only: no effect on the choice
         kwargs.pop("fast_zero_fill", None)
+        te_arguments.refuse_unsupported_forward_arguments(
+            kwargs.pop("fp8_output", False), kwargs.pop("bf16_backward", False),
+            tuple(kwargs.pop(name, None) for name in ("score_mod", "score_mod_bprop", "score_mod_tensors",
+                                                      "score_mod_bprop_tensors")))
+        query_layer, key_layer, value_layer = te_arguments.unpack_packed_inputs(
+            query_layer, key_layer, value_layer, kwargs.pop("qkv_layer", None), kwargs.pop("kv_layer", None),
+            kwargs.pop("qkv_interleave_dim", -3), kwargs.get("inference_params"))
         call, _ = self._prepare(query_layer, key_layer, value_layer, dry_run=True, **kwargs)
         return selection.explain_params(call.params, self.backend)
 

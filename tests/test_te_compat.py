@@ -1,5 +1,6 @@
 """TransformerEngine-compatibility knobs: ``checkpoint_core_attention``, ``fast_zero_fill``,
-``num_splits`` (forward) and ``return_max_logit`` (constructor).
+``num_splits`` (forward) and ``return_max_logit`` (constructor); TE's argument order and its parallelism, FP8,
+score_mod and packed-input arguments (``attention/te_arguments.py``).
 
 CPU: the unfused backend, and the fused kernel in the Triton interpreter (``tests/conftest.py``).
 """
@@ -362,3 +363,104 @@ def test_new_knobs_compile_without_graph_breaks():
         torch.testing.assert_close(max_logit, ref_max)
     finally:
         torch.compiler.reset()
+
+
+def test_positional_constructor_arguments_bind_as_in_te():
+    """TE's order after window_size: bottom_right_diagonal, sequence_parallel, tp_size, get_rng_state_tracker,
+    tp_group, layer_number, attention_type, cp_* , softmax_scale, ... (the 8th positional once became softmax_scale:
+    True, a scale of 1)."""
+    m = DotProductAttention(H, D, H_KV, 0.0, "bshd", "no_mask", None, False, False, 1, None, None, 3, "cross",
+                            None, None, None, "p2p", 0.5, "vanilla", False, "core_attention")
+    assert (m.bottom_right_diagonal, m.sequence_parallel, m.tp_size, m.layer_number, m.attention_type,
+            m.softmax_scale, m.name) == (False, False, 1, 3, "cross", 0.5, "core_attention")
+    assert attn().softmax_scale == 1 / math.sqrt(D)
+    with pytest.raises(TypeError):   # ours, after TE's: keyword only
+        DotProductAttention(H, D, H_KV, 0.0, "bshd", "causal", None, None, False, 1, None, None, None, "self",
+                            None, None, None, "p2p", None, "vanilla", False, None, "unfused")
+    with pytest.raises(ValueError, match="softmax_scale"):
+        attn(softmax_scale=True)
+
+
+def test_te_parallelism_arguments_of_one_partition_are_taken():
+    m = attn(sequence_parallel=True, tp_size=1, tp_group=None, get_rng_state_tracker=None, cp_group=None,
+             cp_global_ranks=[0], cp_stream=None, cp_comm_type="a2a", name="attn")
+    m.set_context_parallel_group(None, None, None, "p2p")
+    q, k, v = torch.randn(2, 5, H, D), torch.randn(2, 5, H_KV, D), torch.randn(2, 5, H_KV, D)
+    torch.testing.assert_close(m(q, k, v), attn()(q, k, v))
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(tp_size=2), NotImplementedError, "tensor parallelism"),
+    (dict(tp_size=0), ValueError, "tp_size"),
+    (dict(cp_comm_type="ring"), ValueError, "cp_comm_type"),
+])
+def test_te_parallelism_this_package_cannot_run_is_refused(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        attn(**kwargs)
+
+
+def test_dropout_runs_in_the_rng_trackers_stream():
+    """With get_rng_state_tracker, dropout runs under its fork() (Megatron's model-parallel RNG), as in TE."""
+    import contextlib
+
+    forks = []
+
+    class Tracker:
+        def fork(self):
+            forks.append(1)
+            return contextlib.nullcontext()
+
+    m = attn(attention_dropout=0.5, get_rng_state_tracker=Tracker, backend="unfused")
+    q, k, v = torch.randn(2, 5, H, D), torch.randn(2, 5, H_KV, D), torch.randn(2, 5, H_KV, D)
+    m.eval()(q, k, v)
+    assert forks == []   # no dropout in eval mode
+    m.train()(q, k, v)
+    assert forks == [1]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(fp8_output=True), "fp8_output=True: FP8 attention is not implemented"),
+    (dict(bf16_backward=True), "bf16_backward"),
+    (dict(score_mod=lambda score: score), "score_mod"),
+    (dict(score_mod_tensors={}), "score_mod_tensors"),
+])
+def test_fp8_and_score_mod_are_refused_unless_default(kwargs, message):
+    q, k, v = torch.randn(2, 5, H, D), torch.randn(2, 5, H_KV, D), torch.randn(2, 5, H_KV, D)
+    m = attn()
+    m(q, k, v, fp8_output=False, bf16_backward=False, score_mod=None)
+    with pytest.raises(NotImplementedError, match=message):
+        m(q, k, v, **kwargs)
+    with pytest.raises(NotImplementedError, match=message):
+        m.explain(q, k, v, **kwargs)
+
+
+@pytest.mark.parametrize("fmt", ["bshd", "sbhd", "thd"])
+@pytest.mark.parametrize("interleave", [-3, -2])
+def test_packed_qkv_and_kv_layers_run_as_their_views(fmt, interleave):
+    """TE HEAD's qkv_layer ([..., 3, h, d] or [..., h, 3, d]) and kv_layer beside query_layer (MHA: one head
+    count for the packed buffer)."""
+    lead = {"bshd": (2, 5), "sbhd": (5, 2), "thd": (10,)}[fmt]
+    packed = torch.randn(*lead, *((3, H, D) if interleave == -3 else (H, 3, D)))
+    q, k, v = packed.unbind(interleave)
+    kw = dict(cu_seqlens_q=cu([5, 5]), cu_seqlens_kv=cu([5, 5])) if fmt == "thd" else {}
+    m = attn(num_gqa_groups=H, qkv_format=fmt, attn_mask_type="padding_causal" if fmt == "thd" else "causal")
+    expected = m(q, k, v, **kw)
+    torch.testing.assert_close(m(qkv_layer=packed, qkv_interleave_dim=interleave, **kw), expected)
+    kv = torch.stack([k, v], dim=interleave)
+    torch.testing.assert_close(m(q, kv_layer=kv, qkv_interleave_dim=interleave, **kw), expected)
+    assert "unfused" in m.explain(qkv_layer=packed, qkv_interleave_dim=interleave, **kw)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda m, x: m(x, qkv_layer=torch.randn(2, 5, 3, H, D)), "qkv_layer replaces"),
+    (lambda m, x: m(qkv_layer=torch.randn(2, 5, 2, H, D)), r"qkv_layer must be \[\.\.\., 3, h, d\]"),
+    (lambda m, x: m(qkv_layer=torch.randn(2, 5, 3, H, D), qkv_interleave_dim=-1), "qkv_interleave_dim"),
+    (lambda m, x: m(x, x, kv_layer=torch.randn(2, 5, 2, H, D)), "kv_layer replaces"),
+    (lambda m, x: m(), "query_layer, key_layer and value_layer are required"),
+    (lambda m, x: m(qkv_layer=torch.randn(2, 5, 3, H, D), inference_params=object()),
+     "cannot be used with inference_params"),
+])
+def test_packed_inputs_misused_are_refused(call, message):
+    m = attn(num_gqa_groups=H)
+    with pytest.raises(ValueError, match=message):
+        call(m, torch.randn(2, 5, H, D))
