@@ -110,7 +110,10 @@ class DotProductAttention(nn.Module):
         self.attention_dropout = float(attention_dropout)
         self.qkv_format = check_format(qkv_format)
         self.attn_mask_type = normalize_mask_type(attn_mask_type)
-        self.window_size = window_size
+        # normalised for the module's mask type, as TE's constructor does: a causal module's (2, 2) is (2, 0) in
+        # calls that pass another mask type too (None stays None: each call's mask type gives its default)
+        self.window_size = window_size if window_size is None else check_set_window_size(self.attn_mask_type,
+                                                                                          window_size)
         # a numpy scalar or one-element tensor: its value
         bottom_right_diagonal, softmax_scale = inputs.host_scalars(bottom_right_diagonal, softmax_scale)
         if softmax_scale is not None and (isinstance(softmax_scale, bool) or not (

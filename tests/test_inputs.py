@@ -601,6 +601,16 @@ def test_window_normalisation_reaches_the_call():
     assert "window_size = (-1, -1)" in m.explain(q, k, v, window_size=(-1, 0))
 
 
+def test_the_constructors_window_is_normalised_for_its_mask_type():
+    """As TE's constructor: a causal module's (2, 2) is stored as (2, 0), and a call that passes another mask type
+    uses (2, 0) too (it used (2, 2))."""
+    q, k, v = qkv(s_q=9, s_kv=9)
+    m = module(attn_mask_type="causal", window_size=(2, 2))
+    assert m.window_size == (2, 0)
+    torch.testing.assert_close(m(q, k, v, attn_mask_type="no_mask"),
+                               module()(q, k, v, window_size=(2, 0)), atol=0, rtol=0)
+
+
 def test_assigning_window_size_changes_later_calls():
     """As in TE, ``module.window_size = ...`` is the window of the calls that pass none (the call plan made
     before it is not reused); a bad value is refused when assigned."""
