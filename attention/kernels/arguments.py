@@ -71,7 +71,9 @@ def kernel_layout(
         ((16, 8, 1), True, True)
     """
     def rows(x: torch.Tensor) -> torch.Tensor:
-        return x if x.shape[-1] <= 1 or x.stride(-1) == 1 else x.contiguous()
+        if x.shape[-1] <= 1 or x.stride(-1) == 1:
+            return x
+        return x.contiguous() if x.numel() else x.new_empty(x.shape)   # (contiguous() keeps an empty view's strides)
 
     def offsets(x: torch.Tensor) -> torch.Tensor:
         return x if x.numel() <= 1 or x.stride(0) == 1 else x.contiguous()
