@@ -184,6 +184,19 @@ def kv_cache_step(
     return batch, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, ip.max_sequence_length
 
 
+def append_step(inference_params: Any, layer_number: int, k: torch.Tensor, v: torch.Tensor,
+                fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``inference_params.step``'s K and V caches of the layer after appending k and v; its refusals, which name
+    its arguments new_k / new_v, also say that they are the module's key_layer / value_layer."""
+    try:
+        return inference_params.step(layer_number, k, v, fmt)[:2]
+    except ValueError as error:
+        if "new_k" not in str(error) and "new_v" not in str(error):
+            raise
+        raise ValueError(f"{error} (key_layer and value_layer are appended to the cache as "
+                         "inference_params.step's new_k and new_v)") from None
+
+
 def _refuse_short_queries(ip: Any, q: torch.Tensor, fmt: str, max_seqlen_q: int | None, longest: int) -> None:
     """Raise the ValueError of an eager cache step whose q does not hold the step: fewer rows than its
     ``step_tokens`` (thd) or positions than its ``longest`` sequence (bshd/sbhd), or a given thd

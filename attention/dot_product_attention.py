@@ -285,16 +285,21 @@ class DotProductAttention(nn.Module):
             if self.last_backend != backend.name:   # skips nn.Module.__setattr__ (slow) on the hot path
                 self.last_backend = backend.name
         # heads and head dim -> h * d_v (and (out, max_logit) with return_max_logit)
-        if self.get_rng_state_tracker is not None and call.dropout_p > 0:   # dropout in the tracker's RNG stream
-            with self.get_rng_state_tracker().fork():
-                return self._run(backend, call, checkpoint_core_attention)
-        return self._run(backend, call, checkpoint_core_attention)
-
-    @staticmethod
-    def _run(backend: Backend, call: AttentionCall, checkpoint_core_attention: bool) -> Any:
-        if checkpoint_core_attention and call.params.requires_grad:
-            return torch.utils.checkpoint.checkpoint(backend.forward_flat, call, use_reentrant=False)
+        if checkpoint_core_attention or call.dropout_p:
+            return self._run_training(backend, call, checkpoint_core_attention)
         return backend.forward_flat(call)
+
+    def _run_training(self, backend: Backend, call: AttentionCall, checkpoint_core_attention: bool) -> Any:
+        """The backend call under TE's training knobs: recomputed in backward (``checkpoint_core_attention``),
+        dropout in the ``get_rng_state_tracker``'s RNG stream (Megatron's model-parallel RNG)."""
+        run = backend.forward_flat
+        if checkpoint_core_attention and call.params.requires_grad:
+            def run(call: AttentionCall) -> Any:
+                return torch.utils.checkpoint.checkpoint(backend.forward_flat, call, use_reentrant=False)
+        if self.get_rng_state_tracker is not None and call.dropout_p > 0:
+            with self.get_rng_state_tracker().fork():
+                return run(call)
+        return run(call)
 
     def set_context_parallel_group(self, cp_group: Any, cp_global_ranks: list[int] | None = None,
                                    cp_stream: torch.cuda.Stream | None = None, cp_comm_type: str = "p2p") -> None:
@@ -351,12 +356,12 @@ class DotProductAttention(nn.Module):
         caller selects). ``eager``: the call is neither compiled nor captured (None: find out here)."""
         q, k, v = query_layer, key_layer, value_layer
         kv_caching = inference_params is not None
-        if kv_caching and not hasattr(inference_params, "cu_seqlens_kv"):
-            raise ValueError("inference_params must be an inference.InferenceParams (or None); got "
-                             f"{type(inference_params).__name__}")
         if plan is not None and plan.checked:
             fmt, mask_type, window, bottom_right = plan.fmt, plan.mask_type, plan.window, plan.bottom_right
         else:
+            if kv_caching and not hasattr(inference_params, "cu_seqlens_kv"):
+                raise ValueError("inference_params must be an inference.InferenceParams (or None); got "
+                                 f"{type(inference_params).__name__}")
             if type(num_splits) is not int or num_splits < 1:
                 raise ValueError(f"num_splits must be a positive int; got {num_splits!r}")
             # a numpy scalar or one-element tensor (Megatron's max_seqlen_*) is its value; a plan made for a value
@@ -446,13 +451,7 @@ class DotProductAttention(nn.Module):
                 backend = selection.select(params, self.backend)
                 launches = plan.remember(key, params, backend)
         if kv_caching and not dry_run:   # checked and chosen: nothing is written for a call that is refused
-            try:
-                k, v = inference_params.step(self.layer_number, k, v, fmt)[:2]   # the layer's K and V caches
-            except ValueError as error:   # its messages name its own arguments
-                if "new_k" not in str(error) and "new_v" not in str(error):
-                    raise
-                raise ValueError(f"{error} (key_layer and value_layer are appended to the cache as "
-                                 "inference_params.step's new_k and new_v)") from None
+            k, v = call_setup.append_step(inference_params, self.layer_number, k, v, fmt)   # the layer's caches
         # positional, in AttentionCall's field order (keywords cost ~0.7 µs a call)
         call = AttentionCall(
             params, q, k, v, cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q_padded, cu_seqlens_kv_padded,

@@ -258,7 +258,8 @@ class InferenceParams:
         """
         if qkv_format not in QKV_FORMATS:
             raise ValueError(f"qkv_format must be one of {QKV_FORMATS}, got {qkv_format!r}")
-        self.check_stepped()
+        if not self.has_step:
+            self.check_stepped()
         k_cache, v_cache = self.cache_manager.step(
             layer_number, new_k, new_v, self.cu_seqlens_q, self.cu_seqlens_kv, qkv_format
         )

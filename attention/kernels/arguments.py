@@ -48,7 +48,8 @@ def normalize_window(window_size: tuple[int, int], causal: bool) -> tuple[int, i
     """
     if len(window_size) != 2:
         raise ValueError(f"window_size must be a (left, right) pair, got {window_size!r}")
-    left, right = (min(int(w), WINDOW_BOUND_LIMIT) for w in window_size)   # (positions + bounds stay in int32)
+    left, right = window_size
+    left, right = min(int(left), WINDOW_BOUND_LIMIT), min(int(right), WINDOW_BOUND_LIMIT)   # (int32 positions)
     if left < -1 or right < -1:
         raise ValueError(f"window_size entries must be -1 (unbounded) or >= 0, got {window_size!r}")
     if causal:
