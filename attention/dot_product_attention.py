@@ -167,6 +167,12 @@ class DotProductAttention(nn.Module):
         if name in _PLANNED_ATTRIBUTES:   # .train() / .eval() set training so too
             self.__dict__["_planned_configuration"] = None
 
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any) -> None:
+        # A TransformerEngine checkpoint carries the module's FP8 metadata as ``_extra_state``: nothing here reads
+        # it, and strict loading would refuse the unexpected key.
+        state_dict.pop(prefix + "_extra_state", None)
+        super()._load_from_state_dict(state_dict, prefix, *args)
+
     def planned_configuration(self) -> tuple:
         """The values of the module's attributes that the call plans' checks and choice read: a part of every
         call signature (``attention.call_plans``), kept until one of those attributes is set again."""

@@ -464,3 +464,15 @@ def test_packed_inputs_misused_are_refused(call, message):
     m = attn(num_gqa_groups=H)
     with pytest.raises(ValueError, match=message):
         call(m, torch.randn(2, 5, H, D))
+
+
+@pytest.mark.parametrize("softmax_type", ["vanilla", "learnable"])
+def test_a_te_checkpoint_loads_strictly(softmax_type):
+    """TE's state_dict carries ``_extra_state`` (FP8 metadata): strict loading refused it as an unexpected key."""
+    import io
+
+    m = attn(softmax_type=softmax_type)
+    state = {**m.state_dict(), "_extra_state": io.BytesIO(b"fp8 metadata")}
+    attn(softmax_type=softmax_type).load_state_dict(state, strict=True)
+    outer = torch.nn.Sequential(attn(softmax_type=softmax_type))
+    outer.load_state_dict({f"0.{key}": value for key, value in state.items()}, strict=True)
