@@ -291,13 +291,17 @@ def check_bias(
     return bias_shape, alibi_slopes
 
 
-def check_arbitrary_mask(attention_mask: Any, batch: int, heads: int, max_seqlen_q: int, max_seqlen_kv: int,
-                         device: torch.device) -> None:
-    """``attn_mask_type='arbitrary'``: the mask is a bool tensor broadcastable to ``[b, h, s_q, s_kv]``."""
+def arbitrary_mask(attention_mask: Any, batch: int, heads: int, max_seqlen_q: int, max_seqlen_kv: int,
+                   device: torch.device) -> torch.Tensor:
+    """``attn_mask_type='arbitrary'``: the mask, a bool tensor broadcastable to ``[b, h, s_q, s_kv]`` (as in TE,
+    ``[s_q, s_kv]`` or ``[h, s_q, s_kv]`` too), as a 4-D view."""
     if not isinstance(attention_mask, torch.Tensor) or attention_mask.dtype != torch.bool:
         raise ValueError("attention_mask must be a bool tensor broadcastable to [b, h, s_q, s_kv] (True = masked) "
                          "for attn_mask_type='arbitrary'")
+    if 2 <= attention_mask.dim() < 4:
+        attention_mask = attention_mask.view(*(1,) * (4 - attention_mask.dim()), *attention_mask.shape)
     inputs.check_arbitrary_mask(attention_mask, batch, heads, max_seqlen_q, max_seqlen_kv, device)
+    return attention_mask
 
 
 def requires_grad(module: DotProductAttention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -433,7 +433,7 @@ class DotProductAttention(nn.Module):
                 device,
             )
         if mask_type == "arbitrary":
-            call_setup.check_arbitrary_mask(
+            attention_mask = call_setup.arbitrary_mask(
                 attention_mask, batch, self.num_attention_heads, max_seqlen_q, max_seqlen_kv, device,
             )
         dropout_p = self.attention_dropout if self.training else 0.0

@@ -463,6 +463,22 @@ def test_alibi_slopes_need_the_alibi_bias_type():
         module()(q, k, v, alibi_slopes=torch.ones(H))
 
 
+@pytest.mark.parametrize("shape", [(S, S), (H, S, S), (1, S, S)])
+def test_arbitrary_masks_of_fewer_dims_broadcast_as_in_te(shape):
+    """TE takes any mask broadcastable to [b, h, s_q, s_kv]: [s_q, s_kv] and [h, s_q, s_kv] too (they were
+    refused as not 4-D)."""
+    from tests.reference import reference_attention
+
+    torch.manual_seed(0)
+    q, k, v = qkv()
+    mask = torch.rand(shape) < 0.3
+    m = module(attn_mask_type="arbitrary")
+    expected = reference_attention(q, k, v, qkv_format="bshd", attn_mask_type="arbitrary",
+                                   attention_mask=mask.view(*(1,) * (4 - mask.dim()), *shape))
+    for _ in range(2):   # the second call through the call plan
+        torch.testing.assert_close(m(q, k, v, attention_mask=mask), expected)
+
+
 def test_arbitrary_mask_missing_or_not_bool():
     q, k, v = qkv()
     with pytest.raises(ValueError, match="attention_mask"):
@@ -471,7 +487,8 @@ def test_arbitrary_mask_missing_or_not_bool():
         module(attn_mask_type="arbitrary")(q, k, v, attention_mask=torch.zeros(B, 1, S, S))
 
 
-@pytest.mark.parametrize("shape", [(S, S), (B, 1, S, S + 1), (B + 1, 1, S, S), (1, H + 1, S, S)])
+@pytest.mark.parametrize("shape", [(S,), (S, S + 1), (B, 1, S, S + 1), (B + 1, 1, S, S), (1, H + 1, S, S),
+                                   (1, B, 1, S, S)])
 def test_arbitrary_mask_not_broadcastable(shape):
     q, k, v = qkv()
     with pytest.raises(ValueError, match="attention_mask"):
