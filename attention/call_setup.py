@@ -156,15 +156,17 @@ def kv_cache_step(
     """The lengths of the cache step the last ``pre_step`` set up: (batch, cu_seqlens_q, cu_seqlens_kv,
     max_seqlen_q, max_seqlen_kv), read from the cache's metadata; nothing is appended (the module calls
     ``inference_params.step`` once every check has passed). Checks that q holds the step: its batch
-    (bshd/sbhd) and, in eager calls, its tokens and a given thd ``max_seqlen_q`` against the step's host
+    (bshd/sbhd: the step's, or up to max_batch_size with padding rows, as TE's CUDA-graph recipe captures) and, in
+    eager calls, its tokens and a given thd ``max_seqlen_q`` against the step's host
     lengths. ``eager``: as for ``eager_step_value``."""
     ip = inference_params
-    if fmt != "thd" and batch != ip.batch_size:
+    if fmt != "thd" and not ip.batch_size <= batch <= getattr(ip, "max_batch_size", ip.batch_size):
         if hasattr(ip, "check_stepped"):
             ip.check_stepped()   # no pre_step yet: say that, not the batch size
         raise ValueError(
-            f"query_layer batch size {batch} must equal inference_params.batch_size={ip.batch_size} "
-            "(the sequences of the last pre_step)"
+            f"query_layer batch size {batch} must be inference_params.batch_size={ip.batch_size} (the sequences of "
+            f"the last pre_step), or up to max_batch_size={getattr(ip, 'max_batch_size', ip.batch_size)} with "
+            "padding rows past them (as in TE: they bring no tokens, and their output rows are zero)"
         )
     if eager or (eager is None and eager_call(q.device)):   # the step's host lengths hold for this call
         # q must hold every new token of the step, else the kernels read and write past its end or skip queries

@@ -465,8 +465,8 @@ class DotProductAttention(nn.Module):
             attention_mask if mask_type == "arbitrary" else None,
             core_attention_bias, alibi_slopes, self._softmax_offset_fp32(), page_table, inference_params,
             self.layer_number,
-            call_setup.eager_step_value(inference_params, "step_tokens", device, eager)
-            if kv_caching and fmt == "thd" else None,
+            call_setup.eager_step_value(inference_params, "step_tokens" if fmt == "thd" else "batch_size", device,
+                                        eager) if kv_caching else None,
             eager, launches,
         )
         return call, backend

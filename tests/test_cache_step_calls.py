@@ -192,3 +192,36 @@ def test_cache_side_refusals_say_which_arguments_new_k_and_new_v_are() -> None:
                                          r"as inference_params\.step's new_k and new_v\)"):
         _module("bshd")(q.double(), k.double(), v.double(), inference_params=params)
     assert_unchanged(params, before)
+
+
+@pytest.mark.parametrize("paged", [False, True], ids=["non-paged", "paged"])
+@pytest.mark.parametrize("fmt", ["bshd", "sbhd"])
+@pytest.mark.parametrize("backend", ["unfused", "fused"])
+def test_a_batch_padded_up_to_max_batch_size_runs_as_in_te(paged: bool, fmt: str, backend: str) -> None:
+    """TE's CUDA-graph recipe captures a step at max_batch_size rows: rows past batch_size bring no tokens. Their
+    output rows are zero and the real rows match the step at its own batch (it was refused); past max_batch_size
+    it still is, and the cache is unchanged."""
+    torch.manual_seed(0)
+    kwargs = dict(is_paged=True, page_size=4) if paged else {}
+    padded, exact = (InferenceParams(4, 16, H_KV, D, torch.float32, device="cpu", **kwargs) for _ in range(2))
+    q, k, v = (torch.randn(4, 3, heads, D) for heads in (H, H_KV, H_KV))
+    if fmt == "sbhd":
+        q, k, v = (x.transpose(0, 1) for x in (q, k, v))
+    rows = (slice(None), slice(0, 2)) if fmt == "sbhd" else (slice(0, 2),)
+    outputs = []
+    for params, batch in ((padded, 4), (exact, 2)):
+        params.allocate_memory(1)
+        take = (lambda x: x[:, :batch]) if fmt == "sbhd" else (lambda x: x[:batch])
+        decode = (lambda x: x[:1]) if fmt == "sbhd" else (lambda x: x[:, :1])
+        for step, inputs in ((STEP, (q, k, v)), ({"a": 1, "b": 1}, (decode(q), decode(k), decode(v)))):
+            params.pre_step(OrderedDict(step))
+            with torch.no_grad():
+                outputs.append(_module(fmt, backend)(*map(take, inputs), inference_params=params))
+    for out, expected in zip(outputs[:2], outputs[2:]):   # the chunk step, then a decode step
+        torch.testing.assert_close(out[rows], expected, atol=1e-5, rtol=1e-5)
+        assert (out[:, 2:] if fmt == "sbhd" else out[2:]).eq(0).all()
+    before = snapshot(padded)
+    too_many = (lambda x: torch.cat([x, x[:, :1]], 1)) if fmt == "sbhd" else (lambda x: torch.cat([x, x[:1]]))
+    with pytest.raises(ValueError, match="or up to max_batch_size=4 with padding rows"):
+        _module(fmt, backend)(too_many(q), too_many(k), too_many(v), inference_params=padded)
+    assert_unchanged(padded, before)

@@ -26,21 +26,23 @@ PARAMS = AttentionParams(dtype=torch.float16, device_type="cpu")
 
 
 @pytest.mark.parametrize("fields, q_shape, expected", [
-    (dict(kv_cache="paged", qkv_format="bshd"), (8, 1, 4, 16), False),     # decode: every row a real token
-    (dict(kv_cache="paged", qkv_format="sbhd"), (1, 8, 4, 16), False),
-    (dict(kv_cache="paged", qkv_format="bshd"), (8, 3, 4, 16), True),      # chunks of unequal length
-    (dict(kv_cache="non_paged", qkv_format="thd"), (9, 4, 16), True),
-    (dict(kv_cache="paged", qkv_format="thd"), (9, 4, 16, 9), False),      # exactly the step's tokens
-    (dict(kv_cache="paged", qkv_format="thd"), (9, 4, 16, 7), True),       # 2 rows of padding
-    (dict(kv_cache="paged", qkv_format="bshd", pad_between_seqs=True), (8, 1, 4, 16), True),
-    (dict(attn_mask_type="padding_causal"), (2, 5, 4, 16), True),
-    (dict(attn_mask_type="causal"), (2, 5, 4, 16), False),
+    (dict(kv_cache="paged", qkv_format="bshd"), (8, 1, 4, 16, 8), False),     # decode: every row a real token
+    (dict(kv_cache="paged", qkv_format="sbhd"), (1, 8, 4, 16, 8), False),
+    (dict(kv_cache="paged", qkv_format="bshd"), (8, 1, 4, 16, 3), True),      # padded up to max_batch_size
+    (dict(kv_cache="paged", qkv_format="sbhd"), (1, 8, 4, 16, 3), True),
+    (dict(kv_cache="paged", qkv_format="bshd"), (8, 1, 4, 16, None), True),   # captured: replays may bring fewer
+    (dict(kv_cache="paged", qkv_format="bshd"), (8, 3, 4, 16, 8), True),      # chunks of unequal length
+    (dict(kv_cache="non_paged", qkv_format="thd"), (9, 4, 16, None), True),
+    (dict(kv_cache="paged", qkv_format="thd"), (9, 4, 16, 9), False),         # exactly the step's tokens
+    (dict(kv_cache="paged", qkv_format="thd"), (9, 4, 16, 7), True),          # 2 rows of padding
+    (dict(kv_cache="paged", qkv_format="bshd", pad_between_seqs=True), (8, 1, 4, 16, 8), True),
+    (dict(attn_mask_type="padding_causal"), (2, 5, 4, 16, None), True),
+    (dict(attn_mask_type="causal"), (2, 5, 4, 16, None), False),
 ])
 def test_fused_output_starts_from_zeros_only_where_rows_can_be_padding(fields, q_shape, expected) -> None:
-    step_tokens = None
-    if fields.get("qkv_format") == "thd" and len(q_shape) == 4:   # (t, h, d, the step's tokens)
-        *q_shape, step_tokens = q_shape
-    assert output_rows_may_be_padding(replace(PARAMS, **fields), torch.Size(q_shape), step_tokens) is expected
+    """q_shape then the step's query rows (host; None: unknown, as under capture)."""
+    *q_shape, step_rows = q_shape
+    assert output_rows_may_be_padding(replace(PARAMS, **fields), torch.Size(q_shape), step_rows) is expected
 
 
 def test_eager_cache_steps_size_split_kv_on_the_longest_sequence_not_the_capacity() -> None:

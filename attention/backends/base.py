@@ -76,7 +76,7 @@ class AttentionCall:
     page_table: torch.Tensor | None = None          # int32 [b, max_pages] (paged cache)
     inference_params: Any = None
     layer_number: int | None = None
-    step_tokens: int | None = None                  # thd cache step: its new tokens (host), when known
+    step_rows: int | None = None                    # cache step's query rows (host; thd: tokens, else sequences)
     eager: bool | None = None                       # neither compiled nor captured (None: not known)
     launches: dict | None = None                    # the backend's memo under this call's choice (call_plans)
 

@@ -41,17 +41,20 @@ def _triton_reason() -> str | None:
     return triton_available()
 
 
-def output_rows_may_be_padding(p: AttentionParams, q_shape: torch.Size, step_tokens: int | None = None) -> bool:
+def output_rows_may_be_padding(p: AttentionParams, q_shape: torch.Size, step_rows: int | None = None) -> bool:
     """Can the output hold rows of padding tokens, which the kernel never writes (so they must start
-    as zeros)? Not for a KV-cache step in bshd/sbhd with one query per row: every sequence of a
-    step brings at least one token (InferenceParams checks it), so a decode step skips the memset;
-    nor for a thd cache step whose query has exactly the step's ``step_tokens`` rows."""
+    as zeros)? Not for a KV-cache step whose query rows are exactly the step's ``step_rows`` (host; None when
+    the call is captured or compiled, and later replays may bring fewer): a thd step's tokens, or a bshd/sbhd
+    decode's sequences with one query each (every sequence of a step brings at least one token, InferenceParams
+    checks it), so an eager decode step skips the memset. A bshd/sbhd batch padded up to max_batch_size has rows
+    of no sequence."""
     if p.pad_between_seqs:
         return True
     if p.kv_cache != "none":
         if p.qkv_format == "thd":
-            return step_tokens != q_shape[0]
-        return q_shape[1 if p.qkv_format == "bshd" else 0] != 1
+            return step_rows != q_shape[0]
+        batch, positions = (q_shape[0], q_shape[1]) if p.qkv_format == "bshd" else (q_shape[1], q_shape[0])
+        return positions != 1 or step_rows != batch
     return "padding" in p.attn_mask_type
 
 
@@ -145,7 +148,7 @@ class FusedBackend(Backend):
             if kv_format == "thd":
                 kv_starts = call.cu_seqlens_kv if call.cu_seqlens_kv_padded is None else call.cu_seqlens_kv_padded
 
-        padding = output_rows_may_be_padding(p, q_shape, call.step_tokens)
+        padding = output_rows_may_be_padding(p, q_shape, call.step_rows)
         # thd padding rows are the rows past the last sequence when the sequences are packed from row 0 (no padded
         # offsets of their own): the kernels zero them (no memset of all of out)
         zero_tail = padding and q_format == "thd" and (q_starts is cu_seqlens_q) and not p.pad_between_seqs

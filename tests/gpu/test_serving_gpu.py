@@ -53,3 +53,33 @@ def test_an_eager_serving_step_makes_no_host_sync(qkv_format, page_size):
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert torch.isfinite(out.float()).all()
+
+
+@pytest.mark.parametrize("backend", ["fused", None])
+@pytest.mark.parametrize("page_size", [16, None])
+def test_a_decode_batch_padded_to_max_batch_size_matches_the_step(backend, page_size):
+    """TE's CUDA-graph recipe: a bshd step at max_batch_size rows, rows past batch_size padding. The real rows match
+    the step at its own batch (prefill, then decodes: the Gluon decode kernel on sm90), the padding rows are zero."""
+    device, dtype = torch.device("cuda"), torch.bfloat16
+    torch.manual_seed(0)
+    outputs = []
+    for batch in (8, 3):
+        params = InferenceParams(8, 512, HEADS_KV, HEAD_DIM, dtype, is_paged=page_size is not None,
+                                 page_size=page_size, device=device)
+        params.allocate_memory(1)
+        layer = DotProductAttention(HEADS, HEAD_DIM, HEADS_KV, qkv_format="bshd", attn_mask_type="padding_causal",
+                                    layer_number=1, backend=backend)
+        generator = torch.Generator(device=device).manual_seed(1)
+        out = []
+        for lengths in ({0: 40, 1: 24, 2: 7}, {0: 1, 1: 1, 2: 1}, {0: 1, 1: 1, 2: 1}):
+            params.pre_step(OrderedDict(lengths))
+            shape = (8, max(lengths.values()))
+            q = torch.randn(*shape, HEADS, HEAD_DIM, device=device, dtype=dtype, generator=generator)
+            k, v = (torch.randn(*shape, HEADS_KV, HEAD_DIM, device=device, dtype=dtype, generator=generator)
+                    for _ in range(2))
+            with torch.no_grad():
+                out.append(layer(q[:batch], k[:batch], v[:batch], inference_params=params))
+        outputs.append(out)
+    for padded, exact in zip(*outputs):
+        torch.testing.assert_close(padded[:3], exact, atol=2e-2, rtol=2e-2)
+        assert padded[3:].eq(0).all()
