@@ -213,7 +213,7 @@ class KVCacheManager:
         self.head_dim_k = head_dim_k
         self.head_dim_v = head_dim_k if head_dim_v is None else head_dim_v
         self.dtype = dtype
-        self.device = torch.device("cpu") if device is None else torch.device(device)
+        self.device = torch.get_default_device() if device is None else torch.device(device)
         self.cache: dict[int, tuple[Tensor, Tensor]] = {}
         self.sequences: OrderedDict[Hashable, int] = OrderedDict()
         self.step_lens: list[int] = []

@@ -15,6 +15,7 @@ needs.
 
 from __future__ import annotations
 
+import inspect
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping
 from itertools import accumulate
@@ -35,6 +36,12 @@ def _default_device() -> torch.device:
     if torch.cuda.is_available():
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
+
+
+def _accepts_keyword(cls: type, name: str) -> bool:
+    """Whether ``cls(...)`` takes the keyword ``name`` (or any keyword)."""
+    parameters = inspect.signature(cls).parameters.values()
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
 def _check_positive_int(name: str, value: object) -> None:
@@ -62,7 +69,8 @@ class InferenceParams:
             thd; default ``max_sequence_length``).
         qkv_format: format of the new tokens, ``"bshd"``, ``"sbhd"`` or ``"thd"``.
         custom_cache_manager: a ``KVCacheManager`` subclass, built with the default manager's
-            keyword arguments.
+            keyword arguments (without ``device`` when its constructor takes none, as TE's do: it is then
+            built with ``device`` as torch's default device).
         device: where caches and metadata live; ``None`` = current CUDA device, else CPU.
 
     Example::
@@ -148,7 +156,12 @@ class InferenceParams:
             raise ValueError(
                 f"custom_cache_manager must be a KVCacheManager subclass, got {custom_cache_manager!r}"
             )
-        self.cache_manager: KVCacheManager = manager_class(**manager_kwargs)
+        if _accepts_keyword(manager_class, "device"):
+            self.cache_manager: KVCacheManager = manager_class(**manager_kwargs)
+        else:   # TE's managers take no device: the default device, KVCacheManager's when none is given, is ours
+            del manager_kwargs["device"]
+            with self.device:
+                self.cache_manager = manager_class(**manager_kwargs)
 
         self.cache_qkv_format = "bshd"
         self._set_input_format(qkv_format)

@@ -340,6 +340,22 @@ def test_custom_cache_manager_class_is_used():
     assert CountingManager.pre_steps == 1 and isinstance(params.cache_manager, KVCacheManager)
 
 
+def test_a_custom_manager_with_tes_constructor_gets_the_device_afterwards():
+    """TE builds its cache managers without a device argument: such a subclass builds (it was a TypeError) and
+    allocates on InferenceParams' device."""
+    class TEStyleManager(NonPagedKVCacheManager):
+        def __init__(self, max_batch_size, max_seqlen, num_heads, head_dim_k, dtype, head_dim_v=None):
+            super().__init__(max_batch_size, max_seqlen, num_heads, head_dim_k, dtype, head_dim_v)
+
+    with torch.device("meta"):   # a default device other than InferenceParams' (as cuda with device="cpu")
+        params = InferenceParams(2, 8, 1, 4, torch.float32, custom_cache_manager=TEStyleManager, device="cpu")
+    params.allocate_memory(1)
+    assert params.cache_manager.device == torch.device("cpu") and params.cache_manager.cache[1][0].device.type == "cpu"
+    params.pre_step(OrderedDict({0: 2}))
+    k_cache, _ = params.step(1, torch.ones(1, 2, 1, 4), torch.ones(1, 2, 1, 4), "bshd")[:2]
+    assert k_cache[0, :2].eq(1).all()
+
+
 def test_reset_frees_everything_in_place():
     params = make_params("oversubscribed")
     run_step(params, {"a": 5, "b": 2})
