@@ -160,7 +160,7 @@ def kv_cache_step(
     eager calls, its tokens and a given thd ``max_seqlen_q`` against the step's host
     lengths. ``eager``: as for ``eager_step_value``."""
     ip = inference_params
-    if fmt != "thd" and not ip.batch_size <= batch <= getattr(ip, "max_batch_size", ip.batch_size):
+    if fmt != "thd" and batch != ip.batch_size and not ip.batch_size < batch <= getattr(ip, "max_batch_size", 0):
         if hasattr(ip, "check_stepped"):
             ip.check_stepped()   # no pre_step yet: say that, not the batch size
         raise ValueError(

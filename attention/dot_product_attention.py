@@ -465,8 +465,9 @@ class DotProductAttention(nn.Module):
             attention_mask if mask_type == "arbitrary" else None,
             core_attention_bias, alibi_slopes, self._softmax_offset_fp32(), page_table, inference_params,
             self.layer_number,
-            call_setup.eager_step_value(inference_params, "step_tokens" if fmt == "thd" else "batch_size", device,
-                                        eager) if kv_caching else None,
+            # the step's query rows (host), in eager calls (eager is a bool for a cache step by now)
+            getattr(inference_params, "step_tokens" if fmt == "thd" else "batch_size", None)
+            if kv_caching and eager else None,
             eager, launches,
         )
         return call, backend

@@ -53,8 +53,9 @@ def output_rows_may_be_padding(p: AttentionParams, q_shape: torch.Size, step_row
     if p.kv_cache != "none":
         if p.qkv_format == "thd":
             return step_rows != q_shape[0]
-        batch, positions = (q_shape[0], q_shape[1]) if p.qkv_format == "bshd" else (q_shape[1], q_shape[0])
-        return positions != 1 or step_rows != batch
+        if p.qkv_format == "bshd":   # one query a row, and the step's sequences as its rows
+            return q_shape[1] != 1 or step_rows != q_shape[0]
+        return q_shape[0] != 1 or step_rows != q_shape[1]
     return "padding" in p.attn_mask_type
 
 
