@@ -160,15 +160,20 @@ def kv_cache_step(
     eager calls, its tokens and a given thd ``max_seqlen_q`` against the step's host
     lengths. ``eager``: as for ``eager_step_value``."""
     ip = inference_params
-    if fmt != "thd" and batch != ip.batch_size and not ip.batch_size < batch <= getattr(ip, "max_batch_size", 0):
+    eager = eager or (eager is None and eager_call(q.device))   # the step's host lengths hold for this call
+    # bshd / sbhd: the step's batch, or padded up to max_batch_size. A traced or captured call serves later steps
+    # of other batch sizes (and torch.compile would guard on this one's): it checks only the bound.
+    max_batch = getattr(ip, "max_batch_size", 0)
+    if fmt != "thd" and (batch > max_batch if not eager
+                         else batch != ip.batch_size and not ip.batch_size < batch <= max_batch):
         if hasattr(ip, "check_stepped"):
             ip.check_stepped()   # no pre_step yet: say that, not the batch size
         raise ValueError(
             f"query_layer batch size {batch} must be inference_params.batch_size={ip.batch_size} (the sequences of "
-            f"the last pre_step), or up to max_batch_size={getattr(ip, 'max_batch_size', ip.batch_size)} with "
+            f"the last pre_step), or up to max_batch_size={max_batch} with "
             "padding rows past them (as in TE: they bring no tokens, and their output rows are zero)"
         )
-    if eager or (eager is None and eager_call(q.device)):   # the step's host lengths hold for this call
+    if eager:
         # q must hold every new token of the step, else the kernels read and write past its end or skip queries
         longest = getattr(ip, "longest_step", None)
         if longest is not None and (

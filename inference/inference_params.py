@@ -251,7 +251,7 @@ class InferenceParams:
             *cu_kv, *[cu_kv[-1]] * (stride - len(cu_kv)),
             *pre_step, *[0] * (stride - len(pre_step)),
         ]
-        upload(self._step_metadata, torch.tensor(host, dtype=torch.int32))
+        upload(self._step_metadata, torch.tensor(host, dtype=torch.int32, device="cpu"))
 
     def step(
         self, layer_number: int, new_k: Tensor, new_v: Tensor, qkv_format: str
@@ -293,17 +293,20 @@ class InferenceParams:
         """int32 ``[max_batch_size]``: each sequence's cached length before this step (RoPE offsets)."""
         return self.pre_step_seqlens
 
-    def convert_paged_to_nonpaged(self, layer_number: int) -> tuple[Tensor, Tensor]:
-        """``layer_number``'s caches as ``[batch_size, max_sequence_length, h_kv, d]`` (a gather
-        through the page table for paged caches, a view for non-paged ones)."""
+    def convert_paged_to_nonpaged(self, layer_number: int, rows: int | None = None) -> tuple[Tensor, Tensor]:
+        """``layer_number``'s caches as ``[rows, max_sequence_length, h_kv, d]`` (a gather through the page table
+        for paged caches, a view for non-paged ones). ``rows``: the step's ``batch_size`` by default; more, up to
+        ``max_batch_size``, for a batch padded as TE's CUDA-graph recipe does (a traced call passes its own batch,
+        so that torch.compile does not guard on ``batch_size``)."""
+        rows = self.batch_size if rows is None else rows
         k_cache, v_cache = self.cache_manager.layer_cache(layer_number)
         if not self.is_paged:
-            return k_cache[: self.batch_size], v_cache[: self.batch_size]
-        page_table = self.cache_manager.page_table[: self.batch_size].long()
+            return k_cache[:rows], v_cache[:rows]
+        page_table = self.cache_manager.page_table[:rows].long()
         converted = []
         for cache in (k_cache, v_cache):
             gathered = cache[page_table]  # [b, pages_per_seq, page_size, h_kv, d]
-            gathered = gathered.reshape(self.batch_size, page_table.shape[1] * cache.shape[1], *cache.shape[2:])
+            gathered = gathered.reshape(rows, page_table.shape[1] * cache.shape[1], *cache.shape[2:])
             converted.append(gathered[:, : self.max_sequence_length].contiguous())
         return converted[0], converted[1]
 

@@ -74,7 +74,8 @@ class PagedKVCacheManager(KVCacheManager):
         )
         # Host mirror of page_table and, per row, the (sequence, page count) it holds: a step
         # rewrites only what changed (a decode step usually adds no page at all).
-        self._host_table = torch.zeros(max_batch_size, self.max_pages_per_seq, dtype=torch.int32)
+        # host copies stay on the CPU whatever torch's default device (a TE-style manager is built under ours)
+        self._host_table = torch.zeros(max_batch_size, self.max_pages_per_seq, dtype=torch.int32, device="cpu")
         self._rows: list[tuple[Hashable, int]] = []
 
     def pre_step(self, step_dict: Mapping[Hashable, int]) -> OrderedDict[Hashable, int]:
@@ -134,8 +135,8 @@ class PagedKVCacheManager(KVCacheManager):
             entry_pages += [0] * count
         self._rows = rows
         if entry_rows:   # a decode step that adds no page copies nothing
-            self._host_table[torch.tensor(entry_rows), torch.tensor(entry_columns)] = torch.tensor(
-                entry_pages, dtype=torch.int32)
+            self._host_table[torch.tensor(entry_rows, device="cpu"), torch.tensor(entry_columns, device="cpu")] = \
+                torch.tensor(entry_pages, dtype=torch.int32, device="cpu")
             # the box of changed entries only (a page-boundary decode step: one column, not whole rows of
             # max_pages_per_seq entries)
             rows_changed = slice(min(entry_rows), max(entry_rows) + 1)

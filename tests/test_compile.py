@@ -172,6 +172,32 @@ def test_kv_cache_steps_of_any_lengths_replay_one_graph(paged):
     assert counters["stats"]["unique_graphs"] == 1
 
 
+@pytest.mark.parametrize("paged", [False, True], ids=["non-paged", "paged"])
+def test_a_batch_padded_to_max_batch_size_replays_one_graph(paged):
+    """TE's CUDA-graph recipe under torch.compile: bshd decode steps at max_batch_size rows while sequences join
+    and leave. The batch check of a traced call reads only max_batch_size (reading batch_size guarded on it: a
+    recompile per live batch size)."""
+    attn = _attention(qkv_format="bshd", attn_mask_type="padding_causal")
+    compiled = _compiled(attn)
+    caches = []
+    for _ in range(2):
+        paging = {"is_paged": True, "page_size": 4} if paged else {}
+        ip = InferenceParams(max_batch_size=4, max_sequence_length=32, num_heads_kv=HEADS_KV, head_dim_k=HEAD_DIM,
+                             dtype=torch.float32, device="cpu", **paging)
+        ip.allocate_memory(1)
+        caches.append(ip)
+    counters.clear()
+    for live in ({"a": 1, "b": 1}, {"a": 1, "b": 1, "c": 1}, {"a": 1, "c": 1}, {"a": 1, "c": 1, "d": 1, "e": 1}):
+        q, k, v = _qkv((4, 1, HEADS, HEAD_DIM), (4, 1, HEADS_KV, HEAD_DIM))
+        outs = []
+        for ip, run in zip(caches, (compiled, attn)):
+            ip.pre_step(OrderedDict(live))
+            outs.append(run(q, k, v, inference_params=ip))
+        torch.testing.assert_close(outs[0], outs[1])
+        assert outs[0][len(live):].eq(0).all()
+    assert counters["stats"]["unique_graphs"] == 1
+
+
 @pytest.mark.parametrize("change", ["window_size", "num_splits", "attention_dropout"])
 def test_changed_selection_inputs_recompile_under_automatic_dynamic(change):
     """Dynamo traces a value it has seen change as symbolic; selection takes constants, so the values it reads are

@@ -340,6 +340,24 @@ def test_custom_cache_manager_class_is_used():
     assert CountingManager.pre_steps == 1 and isinstance(params.cache_manager, KVCacheManager)
 
 
+def test_a_paged_manager_keeps_its_host_copies_on_the_cpu_under_another_default_device():
+    """A TE-style paged manager is built under InferenceParams' device as torch's default device: its host page
+    table must stay on the CPU (pinned for the upload on CUDA), and pre_step's host metadata too."""
+    class TEStylePagedManager(PagedKVCacheManager):
+        def __init__(self, total_num_pages, page_size, num_heads, head_dim_k, dtype, max_batch_size, max_seqlen,
+                     head_dim_v=None, page_allocation="runs"):
+            super().__init__(total_num_pages, page_size, num_heads, head_dim_k, dtype, max_batch_size, max_seqlen,
+                             head_dim_v, page_allocation=page_allocation)
+
+    params = InferenceParams(2, 16, 1, 4, torch.float32, is_paged=True, page_size=4, device="meta",
+                             custom_cache_manager=TEStylePagedManager)
+    assert params.cache_manager.page_table.device.type == "meta"
+    assert params.cache_manager._host_table.device.type == "cpu"
+    with torch.device("meta"):   # torch.set_default_device("cuda") in a serving process
+        params.pre_step(OrderedDict({"a": 5, "b": 2}))
+    assert params.cache_manager._host_table.device.type == "cpu"
+
+
 def test_a_custom_manager_with_tes_constructor_gets_the_device_afterwards():
     """TE builds its cache managers without a device argument: such a subclass builds (it was a TypeError) and
     allocates on InferenceParams' device."""

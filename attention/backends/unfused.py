@@ -113,9 +113,9 @@ class UnfusedBackend(Backend):
         cu_q = call.cu_seqlens_q[: b + 1]
         q = to_padded(call.query, p.qkv_format, cu_q, call.max_seqlen_q, call.cu_seqlens_q_padded)
         if p.kv_cache == "paged":
-            k, v = call.inference_params.convert_paged_to_nonpaged(call.layer_number)
-            if k.shape[0] < b:   # gathered for the active sequences only; thd's b counts every buffer row
-                k, v = (torch.cat([t, t.new_zeros((b - t.shape[0],) + t.shape[1:])]) for t in (k, v))
+            # every row of the batch (thd's b counts every buffer row; rows past the step's sequences have no keys):
+            # reading inference_params.batch_size would make torch.compile guard on it
+            k, v = call.inference_params.convert_paged_to_nonpaged(call.layer_number, b)
         elif p.kv_cache == "non_paged":
             k, v = call.key, call.value
         else:
