@@ -86,8 +86,8 @@ class DotProductAttention(nn.Module):
         backend: str | Sequence[str] | None = None,
     ) -> None:
         super().__init__()
-        te_arguments.check_parallelism(tp_size, tp_group, cp_group, cp_comm_type)
-        self.sequence_parallel, self.tp_size, self.tp_group = bool(sequence_parallel), tp_size, tp_group
+        te_arguments.check_parallelism(sequence_parallel, tp_size, tp_group, cp_group, cp_comm_type)
+        self.sequence_parallel, self.tp_size, self.tp_group = bool(sequence_parallel), int(tp_size), tp_group
         self.get_rng_state_tracker = get_rng_state_tracker
         self.cp_group, self.cp_global_ranks, self.cp_stream, self.cp_comm_type = (
             cp_group, cp_global_ranks, cp_stream, cp_comm_type)
@@ -311,7 +311,7 @@ class DotProductAttention(nn.Module):
                                    cp_stream: torch.cuda.Stream | None = None, cp_comm_type: str = "p2p") -> None:
         """TE's context-parallel setter: a group of one rank (or None) only; context parallelism is not
         implemented."""
-        te_arguments.check_parallelism(1, None, cp_group, cp_comm_type)
+        te_arguments.check_parallelism(False, 1, None, cp_group, cp_comm_type)
         self.cp_group, self.cp_global_ranks, self.cp_stream, self.cp_comm_type = (
             cp_group, cp_global_ranks, cp_stream, cp_comm_type)
 

@@ -44,15 +44,15 @@ def _raw_names(names: tuple[str, ...]) -> tuple[bytes, ...]:
 
 
 def switch(name: str, default: bool) -> bool:
-    """An on/off variable: ``1`` on, ``0`` off, unset ``default``; any other value is a ``ValueError`` naming it
-    (``false`` or ``off`` would otherwise read as on, silently).
+    """An on/off variable: ``1`` on, ``0`` off, unset or empty ``default``; any other value is a ``ValueError``
+    naming it (``false`` or ``off`` would otherwise read as on, silently).
 
     Example:
         >>> switch("ATTN_NOT_SET", True)
         True
     """
     value = getenv(name)
-    if value is None:
+    if not value:   # unset, or set empty (``NAME= command``)
         return default
     if value not in ("0", "1"):
         raise ValueError(f"environment variable {name} must be 0 or 1 (unset: {int(default)}); got {value!r}")

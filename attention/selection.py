@@ -14,7 +14,7 @@ import logging
 import operator
 import os
 from typing import Any
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import fields
 
 from attention.backends.base import Backend
@@ -65,7 +65,7 @@ def expand_names(names: str | Sequence[str], argument: str = "backend") -> tuple
     """``"flash"`` -> its generations; validates every name. Keeps the given order."""
     if isinstance(names, str):
         names = [n.strip() for n in names.split(",") if n.strip()]
-    elif not isinstance(names, Sequence):
+    elif not isinstance(names, Iterable):
         raise ValueError(f"{argument} must be a backend name or a sequence of them; got {names!r}")
     if not names:
         raise ValueError(f"{argument} must name at least one backend of {BACKEND_NAMES}")

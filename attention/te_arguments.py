@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from attention.inputs import integer_argument
+
 __all__ = ["check_parallelism", "refuse_unsupported_forward_arguments", "unpack_packed_inputs"]
 
 CP_COMM_TYPES = ("p2p", "all_gather", "a2a", "a2a+p2p")
@@ -30,12 +32,16 @@ def _group_size(group: Any) -> int:
     return dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
 
 
-def check_parallelism(tp_size: Any, tp_group: Any, cp_group: Any, cp_comm_type: Any) -> None:
+def check_parallelism(sequence_parallel: Any, tp_size: Any, tp_group: Any, cp_group: Any, cp_comm_type: Any) -> None:
     """Tensor and context parallelism of one partition only: ``tp_size`` 1 (or a ``tp_group`` of one rank) and no
-    ``cp_group`` of more than one rank. With tensor parallelism, build the module with the partition's heads."""
-    if isinstance(tp_size, bool) or not isinstance(tp_size, int) or tp_size < 1:
-        raise ValueError(f"tp_size must be an int >= 1; got {tp_size!r}")
-    world = tp_size if tp_group is None else _group_size(tp_group)
+    ``cp_group`` of more than one rank. With tensor parallelism, build the module with the partition's heads.
+    ``sequence_parallel`` must be a bool: an int there is an older positional call (TE's order before
+    ``bottom_right_diagonal``) whose later arguments would bind one place off."""
+    if not isinstance(sequence_parallel, bool):
+        raise ValueError(f"sequence_parallel must be True or False; got {sequence_parallel!r} (positional arguments "
+                         "follow TE's current order: ..., window_size, bottom_right_diagonal, sequence_parallel, "
+                         "tp_size, ...)")
+    world = integer_argument("tp_size", tp_size, 1) if tp_group is None else _group_size(tp_group)
     if world > 1:
         raise NotImplementedError(
             f"tensor parallelism (tp_size={world}) is not implemented: build the module with this rank's "

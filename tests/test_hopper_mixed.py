@@ -145,7 +145,7 @@ def test_long_prefills_run_in_l2_sections_off_a_queue(monkeypatch: pytest.Monkey
         assert args[12].dtype == torch.int32 and args[12].numel() >= 2
 
 
-@pytest.mark.parametrize("value", ["16MiB", "-4", " 8"])
+@pytest.mark.parametrize("value", ["16MiB", "-4", " 8", "²"])
 def test_a_section_budget_that_is_not_a_whole_number_is_refused_by_name(monkeypatch: pytest.MonkeyPatch,
                                                                         value: str) -> None:
     monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)

@@ -83,9 +83,10 @@ def test_interpreter_and_switched_off_always_go_through_triton(stream, monkeypat
     assert len(fake.through_triton) == 3 and fake.compiled.launches == []
 
 
-@pytest.mark.parametrize("value, direct", [("0", "False"), ("off", None)])
+@pytest.mark.parametrize("value, direct", [("0", "False"), ("", "True"), ("off", None)])
 def test_the_fast_launch_switch_is_read_at_import_as_0_or_1(value, direct):
-    """ATTN_TRITON_FAST_LAUNCH: 0 or 1; another value ("off" would read as on) stops the import, naming it."""
+    """ATTN_TRITON_FAST_LAUNCH: 0 or 1, empty as unset; another value ("off" would read as on) stops the import,
+    naming it."""
     import os
     import subprocess
     import sys

@@ -84,6 +84,13 @@ def test_bad_env_value_names_the_variable(fakes, monkeypatch, value):
         selection.select(PARAMS)
 
 
+def test_backend_lists_may_be_any_iterable_of_names():
+    assert selection.expand_names({"unfused"}) == ("unfused",)
+    assert selection.expand_names(name for name in ("fused", "unfused")) == ("fused", "unfused")
+    with pytest.raises(ValueError, match="backend must be a backend name or a sequence of them"):
+        selection.expand_names(3)
+
+
 def test_every_backend_switched_off_is_said_first(fakes, monkeypatch):
     """The error blamed the inputs and listed no backend when the switches had left none to try."""
     for name in ("NVTE_FUSED_ATTN", "NVTE_FLASH_ATTN", "NVTE_UNFUSED_ATTN"):

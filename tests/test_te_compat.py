@@ -379,6 +379,11 @@ def test_positional_constructor_arguments_bind_as_in_te():
                             None, None, None, "p2p", None, "vanilla", False, None, "unfused")
     with pytest.raises(ValueError, match="softmax_scale"):
         attn(softmax_scale=True)
+    with pytest.raises(ValueError, match="sequence_parallel"):   # TE's older order: layer_number would be 1
+        DotProductAttention(H, D, H_KV, 0.0, "bshd", "causal", None, None, 3)
+    import numpy as np
+
+    assert attn(tp_size=np.int64(1)).tp_size == 1
 
 
 def test_te_parallelism_arguments_of_one_partition_are_taken():
@@ -393,6 +398,7 @@ def test_te_parallelism_arguments_of_one_partition_are_taken():
     (dict(tp_size=2), NotImplementedError, "tensor parallelism"),
     (dict(tp_size=0), ValueError, "tp_size"),
     (dict(cp_comm_type="ring"), ValueError, "cp_comm_type"),
+    (dict(sequence_parallel=3), ValueError, "sequence_parallel must be True or False"),
 ])
 def test_te_parallelism_this_package_cannot_run_is_refused(kwargs, error, message):
     with pytest.raises(error, match=message):

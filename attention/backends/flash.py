@@ -372,11 +372,11 @@ class Flash2Backend(_FlashBackend):
         if block_table is not None:
             kwargs["block_table"] = block_table
         p = call.params
-        if max_q == 1 and (p.kv_cache == "none" or p.qkv_format == "thd" or call.step_rows != cu_q.numel() - 1):
+        if max_q == 1 and (p.kv_cache == "none" or p.qkv_format == "thd"):
             # With max_seqlen_q == 1 and GQA, flash-attn 2 folds head groups into the query length and
-            # assumes exactly one query row per sequence; thd rows (zero-length tails, filler) break that, as do
-            # bshd / sbhd rows past the step's sequences (a batch padded up to max_batch_size; step_rows is None
-            # under capture, where replays may bring fewer sequences).
+            # assumes exactly one query row per sequence; thd rows (zero-length tails, filler) break that.
+            # (A bshd / sbhd batch padded up to max_batch_size keeps it: packed row i is sequence i, and the
+            # padding rows past the step's sequences have no keys.)
             # max_seqlen_q is only an upper bound, so 2 keeps the plain varlen path.
             max_q = 2
         out = _op("flash_attn_varlen_func", call)(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_kv, max_seqlen_q=max_q,

@@ -68,7 +68,7 @@ PLAN_ENVIRONMENT = (VARIANTS_ENV, HOPPER_ENV, HOPPER_GROUPS_ENV, HOPPER_PINGPONG
                     DECODE_HOPPER_ROUNDS_ENV, DECODE_HOPPER_GATHER_ENV, DECODE_HOPPER_GATHER_PAGES_ENV,
                     "TRITON_INTERPRET")
 """Every variable a launch plan depends on (every ``ATTN_FUSED_*`` the kernels read while planning, the
-interpreter): tests/test_launch.py checks that none is missing."""
+interpreter): tests/test_kernels.py checks that none is missing."""
 plan_environment = token_reader(*PLAN_ENVIRONMENT)
 """PLAN_ENVIRONMENT's values, as key tokens."""
 

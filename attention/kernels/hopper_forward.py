@@ -304,7 +304,7 @@ def section_budget_mib(env: str, default_mib: int) -> int:
     """An L2 section's MiB (section_heads' budget): the variable ``env`` where set, else ``default_mib``; a value
     that is not a whole number (0, 1, 2, ...) is refused naming the variable."""
     value = getenv(env, str(default_mib))
-    if not value.isdigit():
+    if not (value.isascii() and value.isdigit()):   # ("²".isdigit() holds)
         raise ValueError(f"{env} must be a whole number of MiB (0, 1, 2, ...), got {value!r}")
     return int(value)
 
