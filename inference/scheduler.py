@@ -53,6 +53,9 @@ class ContinuousBatchingScheduler:
         mean_new_tokens: mean of the exponential number of tokens after the prompt (>= 1).
         prefill_chunk_size: most prompt tokens per sequence per step.
         max_decode_tokens: 1 for plain decode; k > 1 draws each decode step in ``1..k``.
+        max_ctx_len: the cache's ``InferenceParams.max_ctx_len`` (the most new tokens a sequence may bring in one
+            step), when it has one: ``prefill_chunk_size`` and ``max_decode_tokens`` above it are refused, since
+            ``pre_step`` would refuse every such step.
         arrival_rate: mean arrivals per step.
         seed: seeds the traffic and the step lengths.
 
@@ -84,7 +87,13 @@ class ContinuousBatchingScheduler:
         max_decode_tokens: int = 1,
         arrival_rate: float = 1.0,
         seed: int = 0,
+        max_ctx_len: int | None = None,
     ) -> None:
+        if max_ctx_len is not None:
+            for name, value in (("prefill_chunk_size", prefill_chunk_size), ("max_decode_tokens", max_decode_tokens)):
+                if value > max_ctx_len:
+                    raise ValueError(f"{name}={value} exceeds max_ctx_len={max_ctx_len}: InferenceParams.pre_step "
+                                     "refuses a step that brings a sequence more tokens than that")
         self.rng = random.Random(seed)
         self.max_batch_size = max_batch_size
         self.prefill_chunk_size = prefill_chunk_size

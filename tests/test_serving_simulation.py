@@ -157,6 +157,7 @@ def _simulate(backend, qkv_format, page_size, oversubscribed, tiny, device, num_
     scheduler = ContinuousBatchingScheduler(
         num_requests, MAX_BATCH, max_seqlen, max_prompt_len=max_seqlen // 2, mean_new_tokens=max_seqlen / 4,
         prefill_chunk_size=8, max_decode_tokens=3, arrival_rate=0.7, seed=len(qkv_format) + (page_size or 0),
+        max_ctx_len=params.max_ctx_len,
     )
     q_all, k_all, v_all = (
         {r.seq_id: 0.5 * torch.randn(r.total_len, heads, head_dim) for r in scheduler.requests}
@@ -233,3 +234,12 @@ def test_a_step_that_cannot_fit_leaves_the_scheduler_as_it_was():
             scheduler.complete_step()
     assert {r.seq_id: r.processed for r in scheduler.running} == dict(params.sequences) == {0: 16, 1: 4}
     assert scheduler.waiting == [] and scheduler.preemptions == 0
+
+
+@pytest.mark.parametrize("kwargs", [dict(prefill_chunk_size=16), dict(max_decode_tokens=9)])
+def test_the_scheduler_refuses_steps_past_max_ctx_len(kwargs):
+    """pre_step refuses a step that brings a sequence more than max_ctx_len tokens: a scheduler told the bound refuses
+    chunk sizes or draft lengths past it up front (it knew nothing of it, and pre_step's ValueError ended the run)."""
+    with pytest.raises(ValueError, match="exceeds max_ctx_len=8"):
+        ContinuousBatchingScheduler(4, 2, 32, max_prompt_len=8, mean_new_tokens=4, max_ctx_len=8,
+                                    **{"prefill_chunk_size": 8, **kwargs})
