@@ -393,3 +393,11 @@ def test_non_paged_rows_are_compacted_when_sequences_finish():
     k_cache, _ = params.cache_manager.cache[1]
     assert torch.equal(k_cache[0, :4], first_k[0, :4])
     assert torch.equal(k_cache[1, :4], first_k[2, :4])
+
+
+def test_an_instance_keeps_fewer_than_30_attributes():
+    """CPython (3.11-3.12) keeps an instance's attributes inline, read ~15 % faster, only while it has fewer than 30;
+    the decode step reads InferenceParams' attributes many times (the thirtieth cost the CPU proxy's bshd step)."""
+    params = make_params("paged")
+    run_step(params, {"a": 5, "b": 2})
+    assert len(vars(params)) < 30, sorted(vars(params))
