@@ -109,16 +109,21 @@ def _cache_call(q, k, v, ip: InferenceParams, qkv_format: str, lengths: list[int
     return tuple(rows), {"inference_params": ip}
 
 
+def _cache_pair(paged: bool, **kwargs) -> list[InferenceParams]:
+    """Two like caches with layer 1 allocated (pages of 4 tokens when ``paged``): one for the compiled module, one
+    for the eager one."""
+    paging = {"is_paged": True, "page_size": 4} if paged else {}
+    caches = [InferenceParams(num_heads_kv=HEADS_KV, head_dim_k=HEAD_DIM, dtype=torch.float32, device="cpu",
+                              **paging, **kwargs) for _ in range(2)]
+    for ip in caches:
+        ip.allocate_memory(1)
+    return caches
+
+
 def _decode_run(module, compiled, paged: bool, qkv_format: str, steps: int = 3):
     """Prefill two caches eagerly, then decode ``steps`` tokens: one cache through ``compiled``, the
     other through ``module`` (eager); outputs and caches must agree."""
-    caches = []
-    for _ in range(2):
-        paging = {"is_paged": True, "page_size": 4} if paged else {}
-        ip = InferenceParams(max_batch_size=2, max_sequence_length=16, num_heads_kv=HEADS_KV, head_dim_k=HEAD_DIM,
-                             dtype=torch.float32, qkv_format=qkv_format, device="cpu", **paging)
-        ip.allocate_memory(1)
-        caches.append(ip)
+    caches = _cache_pair(paged, max_batch_size=2, max_sequence_length=16, qkv_format=qkv_format)
     lengths = [3, 5]
     q, k, v = _qkv((sum(lengths), HEADS, HEAD_DIM), (sum(lengths), HEADS_KV, HEAD_DIM))
     for ip in caches:
@@ -153,13 +158,7 @@ def test_kv_cache_steps_of_any_lengths_replay_one_graph(paged):
     split, a recompile a step until the limit)."""
     attn = _attention(qkv_format="thd", attn_mask_type="padding_causal")
     compiled = _compiled(attn)
-    caches = []
-    for _ in range(2):
-        paging = {"is_paged": True, "page_size": 4} if paged else {}
-        ip = InferenceParams(max_batch_size=2, max_sequence_length=48, num_heads_kv=HEADS_KV, head_dim_k=HEAD_DIM,
-                             dtype=torch.float32, qkv_format="thd", device="cpu", max_ctx_len=8, **paging)
-        ip.allocate_memory(1)
-        caches.append(ip)
+    caches = _cache_pair(paged, max_batch_size=2, max_sequence_length=48, qkv_format="thd", max_ctx_len=8)
     counters.clear()
     for step, lengths in enumerate([(1, 1), (3, 1), (1, 6), (4, 4), (2, 5)]):
         q, k, v = _qkv((8, HEADS, HEAD_DIM), (8, HEADS_KV, HEAD_DIM))
@@ -179,13 +178,7 @@ def test_a_batch_padded_to_max_batch_size_replays_one_graph(paged):
     recompile per live batch size)."""
     attn = _attention(qkv_format="bshd", attn_mask_type="padding_causal")
     compiled = _compiled(attn)
-    caches = []
-    for _ in range(2):
-        paging = {"is_paged": True, "page_size": 4} if paged else {}
-        ip = InferenceParams(max_batch_size=4, max_sequence_length=32, num_heads_kv=HEADS_KV, head_dim_k=HEAD_DIM,
-                             dtype=torch.float32, device="cpu", **paging)
-        ip.allocate_memory(1)
-        caches.append(ip)
+    caches = _cache_pair(paged, max_batch_size=4, max_sequence_length=32)
     counters.clear()
     for live in ({"a": 1, "b": 1}, {"a": 1, "b": 1, "c": 1}, {"a": 1, "c": 1}, {"a": 1, "c": 1, "d": 1, "e": 1}):
         q, k, v = _qkv((4, 1, HEADS, HEAD_DIM), (4, 1, HEADS_KV, HEAD_DIM))
