@@ -163,16 +163,17 @@ def kv_cache_step(
     eager = eager or (eager is None and eager_call(q.device))   # the step's host lengths hold for this call
     # bshd / sbhd: the step's batch, or padded up to max_batch_size. A traced or captured call serves later steps
     # of other batch sizes (and torch.compile would guard on this one's): it checks only the bound.
-    max_batch = getattr(ip, "max_batch_size", 0)
-    if fmt != "thd" and (batch > max_batch if not eager
+    max_batch = getattr(ip, "max_batch_size", None)   # (a cache object without one: its step's batch only)
+    if fmt != "thd" and (batch != ip.batch_size if max_batch is None
+                         else batch > max_batch if not eager
                          else batch != ip.batch_size and not ip.batch_size < batch <= max_batch):
         if hasattr(ip, "check_stepped"):
             ip.check_stepped()   # no pre_step yet: say that, not the batch size
-        raise ValueError(
-            f"query_layer batch size {batch} must be inference_params.batch_size={ip.batch_size} (the sequences of "
-            f"the last pre_step), or up to max_batch_size={max_batch} with "
-            "padding rows past them (as in TE: they bring no tokens, and their output rows are zero)"
-        )
+        padded = "" if max_batch is None else (
+            f", or up to max_batch_size={max_batch} with padding rows past them (as in TE: they bring no tokens, and "
+            "their output rows are zero)")
+        raise ValueError(f"query_layer batch size {batch} must be inference_params.batch_size={ip.batch_size} (the "
+                         f"sequences of the last pre_step){padded}")
     if eager:
         # q must hold every new token of the step, else the kernels read and write past its end or skip queries
         longest = getattr(ip, "longest_step", None)
