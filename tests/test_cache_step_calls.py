@@ -194,13 +194,22 @@ def test_cache_side_refusals_say_which_arguments_new_k_and_new_v_are() -> None:
     assert_unchanged(params, before)
 
 
+def _poisoned(x: torch.Tensor) -> torch.Tensor:
+    return x.fill_(float("nan")) if x.is_floating_point() else x
+
+
 @pytest.mark.parametrize("paged", [False, True], ids=["non-paged", "paged"])
 @pytest.mark.parametrize("fmt", ["bshd", "sbhd"])
 @pytest.mark.parametrize("backend", ["unfused", "fused"])
-def test_a_batch_padded_up_to_max_batch_size_runs_as_in_te(paged: bool, fmt: str, backend: str) -> None:
+def test_a_batch_padded_up_to_max_batch_size_runs_as_in_te(paged: bool, fmt: str, backend: str,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """TE's CUDA-graph recipe captures a step at max_batch_size rows: rows past batch_size bring no tokens. Their
     output rows are zero and the real rows match the step at its own batch (it was refused); past max_batch_size
-    it still is, and the cache is unchanged."""
+    it still is, and the cache is unchanged. Uninitialised floating tensors come back NaN-filled, so padding rows
+    that no one zeroes show (fresh CPU memory is often zero)."""
+    new_empty = torch.Tensor.new_empty
+    monkeypatch.setattr(torch.Tensor, "new_empty", lambda self, *args, **kwargs: _poisoned(
+        new_empty(self, *args, **kwargs)))
     torch.manual_seed(0)
     kwargs = dict(is_paged=True, page_size=4) if paged else {}
     padded, exact = (InferenceParams(4, 16, H_KV, D, torch.float32, device="cpu", **kwargs) for _ in range(2))
