@@ -16,6 +16,7 @@ needs.
 from __future__ import annotations
 
 import inspect
+import operator
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping
 from itertools import accumulate
@@ -44,9 +45,15 @@ def _accepts_keyword(cls: type, name: str) -> bool:
     return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
-def _check_positive_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+def _positive_int(name: str, value: object) -> int:
+    """``value`` as a Python int >= 1 (numpy integers too; not bools, floats or strings), else a ValueError."""
+    try:
+        number = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        number = None
+    if number is None or number < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return number
 
 
 class InferenceParams:
@@ -107,21 +114,18 @@ class InferenceParams:
         device: torch.device | str | None = None,
         page_allocation: str | None = None,
     ) -> None:
-        for name, value in (
-            ("max_batch_size", max_batch_size),
-            ("max_sequence_length", max_sequence_length),
-            ("num_heads_kv", num_heads_kv),
-            ("head_dim_k", head_dim_k),
-        ):
-            _check_positive_int(name, value)
+        max_batch_size = _positive_int("max_batch_size", max_batch_size)
+        max_sequence_length = _positive_int("max_sequence_length", max_sequence_length)
+        num_heads_kv = _positive_int("num_heads_kv", num_heads_kv)
+        head_dim_k = _positive_int("head_dim_k", head_dim_k)
         if head_dim_v is not None:
-            _check_positive_int("head_dim_v", head_dim_v)
+            head_dim_v = _positive_int("head_dim_v", head_dim_v)
         if not isinstance(dtype, torch.dtype):
             raise ValueError(f"dtype must be a torch.dtype, got {dtype!r}")
         if qkv_format not in QKV_FORMATS:
             raise ValueError(f"qkv_format must be one of {QKV_FORMATS}, got {qkv_format!r}")
         if max_ctx_len is not None:
-            _check_positive_int("max_ctx_len", max_ctx_len)
+            max_ctx_len = _positive_int("max_ctx_len", max_ctx_len)
         self.max_batch_size = max_batch_size
         self.max_sequence_length = max_sequence_length
         self.num_heads_kv = num_heads_kv
@@ -142,10 +146,10 @@ class InferenceParams:
         if self.is_paged:
             if page_size is None:
                 raise ValueError("page_size is required when is_paged=True")
-            _check_positive_int("page_size", page_size)
+            page_size = _positive_int("page_size", page_size)
             if total_num_pages is None:
                 total_num_pages = max_batch_size * pages_for(max_sequence_length, page_size)
-            _check_positive_int("total_num_pages", total_num_pages)
+            total_num_pages = _positive_int("total_num_pages", total_num_pages)
             manager_kwargs.update(total_num_pages=total_num_pages, page_size=page_size)
             if page_allocation is not None:  # (a custom manager that takes no such argument still builds)
                 check_page_allocation(page_allocation)

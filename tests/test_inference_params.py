@@ -302,6 +302,9 @@ def test_thd_step_must_hold_every_new_token():
     [
         (dict(max_batch_size=0), "max_batch_size"),
         (dict(head_dim_k=2.0), "head_dim_k"),
+        (dict(num_heads_kv=True), "num_heads_kv"),
+        (dict(max_ctx_len="4"), "max_ctx_len"),
+        (dict(is_paged=True, page_size=2, total_num_pages=-1), "total_num_pages"),
         (dict(dtype="float32"), "dtype"),
         (dict(qkv_format="bsd"), "qkv_format"),
         (dict(is_paged=True), "page_size"),
@@ -315,6 +318,17 @@ def test_constructor_rejects_bad_arguments(kwargs, message):
     base = dict(max_batch_size=2, max_sequence_length=8, num_heads_kv=1, head_dim_k=4, dtype=torch.float32)
     with pytest.raises(ValueError, match=message):
         InferenceParams(**{**base, **kwargs})
+
+
+def test_numpy_integer_sizes_are_taken_as_ints():
+    """Sizes computed with numpy (a scheduler's arithmetic) build the same cache, and are stored as Python ints."""
+    numpy = pytest.importorskip("numpy")
+    params = InferenceParams(*map(numpy.int64, (2, 10, 1, 4)), torch.float32, is_paged=True,
+                             page_size=numpy.int32(4), total_num_pages=numpy.int64(6), max_ctx_len=numpy.int64(5))
+    sizes = (params.max_batch_size, params.max_sequence_length, params.num_heads_kv, params.head_dim_k,
+             params.head_dim_v, params.page_size, params.total_num_pages, params.max_ctx_len)
+    assert sizes == (2, 10, 1, 4, 4, 4, 6, 5) and all(type(size) is int for size in sizes)
+    assert params.cache_manager.page_table.shape == (2, 3)
 
 
 def test_defaults_follow_te():
