@@ -19,6 +19,7 @@ from torch import nn
 from attention import call_plans, call_setup, inputs, selection, seqlens_check, te_arguments
 from attention.backends.base import AttentionCall, Backend
 from attention.formats import check_format
+from attention.integers import integer_argument
 from attention.masks import check_set_window_size, normalize_mask_type, resolve_bottom_right
 
 _PLANNED_ATTRIBUTES = frozenset({
@@ -92,19 +93,19 @@ class DotProductAttention(nn.Module):
         self.cp_group, self.cp_global_ranks, self.cp_stream, self.cp_comm_type = (
             cp_group, cp_global_ranks, cp_stream, cp_comm_type)
         self.name = name
-        self.num_attention_heads = inputs.integer_argument("num_attention_heads", num_attention_heads, 1)
+        self.num_attention_heads = integer_argument("num_attention_heads", num_attention_heads, 1)
         self.num_gqa_groups = (self.num_attention_heads if num_gqa_groups is None
-                               else inputs.integer_argument("num_gqa_groups", num_gqa_groups, 1))
+                               else integer_argument("num_gqa_groups", num_gqa_groups, 1))
         if self.num_attention_heads % self.num_gqa_groups:
             raise ValueError(
                 f"num_gqa_groups must divide num_attention_heads={num_attention_heads}; got {num_gqa_groups}"
             )
         if isinstance(kv_channels, (tuple, list)) and len(kv_channels) == 2:
-            self.head_dim_qk, self.head_dim_v = (inputs.integer_argument("kv_channels", d, 1) for d in kv_channels)
+            self.head_dim_qk, self.head_dim_v = (integer_argument("kv_channels", d, 1) for d in kv_channels)
         elif isinstance(kv_channels, (tuple, list)):
             raise ValueError(f"kv_channels must be an int or a (d_qk, d_v) pair; got {kv_channels!r}")
         else:
-            self.head_dim_qk = self.head_dim_v = inputs.integer_argument("kv_channels", kv_channels, 1)
+            self.head_dim_qk = self.head_dim_v = integer_argument("kv_channels", kv_channels, 1)
         if not (isinstance(attention_dropout, numbers.Real) and 0.0 <= attention_dropout < 1.0):
             raise ValueError(f"attention_dropout must be a number in [0, 1); got {attention_dropout!r}")
         self.attention_dropout = float(attention_dropout)
@@ -120,7 +121,7 @@ class DotProductAttention(nn.Module):
                 isinstance(softmax_scale, numbers.Real) and math.isfinite(softmax_scale))):
             raise ValueError(f"softmax_scale must be a finite number or None (1/sqrt(d_qk)); got {softmax_scale!r}")
         self.softmax_scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(self.head_dim_qk)
-        self.layer_number = 1 if layer_number is None else inputs.integer_argument("layer_number", layer_number, 0)
+        self.layer_number = 1 if layer_number is None else integer_argument("layer_number", layer_number, 0)
         if attention_type not in ("self", "cross"):
             raise ValueError(f"attention_type must be 'self' or 'cross'; got {attention_type!r}")
         self.attention_type = attention_type

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import numbers
-import operator
 
 import torch
 
@@ -125,23 +124,6 @@ def bias_shape_tag(bias: torch.Tensor, batch: int, heads: int) -> str:
             f"got {tuple(bias.shape)}"
         )
     return tag
-
-
-def integer_argument(name: str, value: object, minimum: int) -> int:
-    """``value`` as an int (a Python or numpy integer, not a bool, a float or a string) of at least ``minimum``,
-    else a ValueError naming the argument.
-
-    Example:
-        >>> integer_argument("num_attention_heads", 32, 1)
-        32
-    """
-    try:
-        number = None if isinstance(value, bool) else operator.index(value)
-    except TypeError:
-        number = None
-    if number is None or number < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}; got {value!r}")
-    return number
 
 
 def host_scalars(*values: object) -> tuple:

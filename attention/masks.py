@@ -8,7 +8,8 @@ bottom-right alignment, ``0`` for top-left) and ``-1`` leaves that side unbounde
 from __future__ import annotations
 
 import logging
-import operator
+
+from attention.integers import as_int
 
 logger = logging.getLogger("attention")
 
@@ -97,10 +98,7 @@ def check_set_window_size(attn_mask_type: str, window_size: tuple[int, int] | No
 
 def _window_bound(value: object, window_size: object) -> int:
     """One side of a window as an int (numpy integers too, not bools), >= -1, at most WINDOW_BOUND_LIMIT."""
-    try:
-        bound = operator.index(value) if not isinstance(value, bool) else None
-    except TypeError:
-        bound = None
+    bound = as_int(value)
     if bound is None:
         raise ValueError(f"window_size must be a (left, right) pair of ints; got {window_size!r}")
     if bound < -1:

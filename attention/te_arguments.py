@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from attention.inputs import integer_argument
+from attention.integers import integer_argument
 
 __all__ = ["check_parallelism", "refuse_unsupported_forward_arguments", "unpack_packed_inputs"]
 

@@ -16,7 +16,6 @@ needs.
 from __future__ import annotations
 
 import inspect
-import operator
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping
 from itertools import accumulate
@@ -24,6 +23,7 @@ from itertools import accumulate
 import torch
 from torch import Tensor
 
+from attention.integers import integer_argument
 from inference.cache_manager import QKV_FORMATS, KVCacheManager, validate_step_dict
 from inference.device_upload import upload
 from inference.non_paged_cache_manager import NonPagedKVCacheManager
@@ -43,17 +43,6 @@ def _accepts_keyword(cls: type, name: str) -> bool:
     """Whether ``cls(...)`` takes the keyword ``name`` (or any keyword)."""
     parameters = inspect.signature(cls).parameters.values()
     return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
-
-
-def _positive_int(name: str, value: object) -> int:
-    """``value`` as a Python int >= 1 (numpy integers too; not bools, floats or strings), else a ValueError."""
-    try:
-        number = None if isinstance(value, bool) else operator.index(value)
-    except TypeError:
-        number = None
-    if number is None or number < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return number
 
 
 class InferenceParams:
@@ -114,18 +103,18 @@ class InferenceParams:
         device: torch.device | str | None = None,
         page_allocation: str | None = None,
     ) -> None:
-        max_batch_size = _positive_int("max_batch_size", max_batch_size)
-        max_sequence_length = _positive_int("max_sequence_length", max_sequence_length)
-        num_heads_kv = _positive_int("num_heads_kv", num_heads_kv)
-        head_dim_k = _positive_int("head_dim_k", head_dim_k)
+        max_batch_size = integer_argument("max_batch_size", max_batch_size, 1)
+        max_sequence_length = integer_argument("max_sequence_length", max_sequence_length, 1)
+        num_heads_kv = integer_argument("num_heads_kv", num_heads_kv, 1)
+        head_dim_k = integer_argument("head_dim_k", head_dim_k, 1)
         if head_dim_v is not None:
-            head_dim_v = _positive_int("head_dim_v", head_dim_v)
+            head_dim_v = integer_argument("head_dim_v", head_dim_v, 1)
         if not isinstance(dtype, torch.dtype):
             raise ValueError(f"dtype must be a torch.dtype, got {dtype!r}")
         if qkv_format not in QKV_FORMATS:
             raise ValueError(f"qkv_format must be one of {QKV_FORMATS}, got {qkv_format!r}")
         if max_ctx_len is not None:
-            max_ctx_len = _positive_int("max_ctx_len", max_ctx_len)
+            max_ctx_len = integer_argument("max_ctx_len", max_ctx_len, 1)
         self.max_batch_size = max_batch_size
         self.max_sequence_length = max_sequence_length
         self.num_heads_kv = num_heads_kv
@@ -146,10 +135,10 @@ class InferenceParams:
         if self.is_paged:
             if page_size is None:
                 raise ValueError("page_size is required when is_paged=True")
-            page_size = _positive_int("page_size", page_size)
+            page_size = integer_argument("page_size", page_size, 1)
             if total_num_pages is None:
                 total_num_pages = max_batch_size * pages_for(max_sequence_length, page_size)
-            total_num_pages = _positive_int("total_num_pages", total_num_pages)
+            total_num_pages = integer_argument("total_num_pages", total_num_pages, 1)
             manager_kwargs.update(total_num_pages=total_num_pages, page_size=page_size)
             if page_allocation is not None:  # (a custom manager that takes no such argument still builds)
                 check_page_allocation(page_allocation)
