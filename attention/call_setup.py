@@ -83,9 +83,14 @@ def thd_seqlens(
     if kv_caching:
         return 0, None, None, None, max_seqlen_q, max_seqlen_kv, False
     if cu_seqlens_q is None or (cu_seqlens_kv is None and not self_attention):
-        raise ValueError("qkv_format='thd' requires cu_seqlens_q and cu_seqlens_kv (int32 [b+1]), "
-                         "unless inference_params supplies them")
+        raise ValueError("qkv_format='thd' requires cu_seqlens_q and cu_seqlens_kv (int32 [b+1]; self-attention "
+                         "may leave out cu_seqlens_kv when the keys are the queries' tokens), unless inference_params "
+                         "supplies them")
     if cu_seqlens_kv is None:   # self-attention: the keys are the queries' tokens, at the queries' offsets
+        if kv_tokens != q_tokens:
+            raise ValueError(f"qkv_format='thd' without cu_seqlens_kv takes the keys at cu_seqlens_q's offsets, "
+                             f"which needs as many key tokens as query tokens; key_layer has {kv_tokens} and "
+                             f"query_layer {q_tokens}: pass cu_seqlens_kv")
         cu_seqlens_kv = cu_seqlens_q
         if cu_seqlens_kv_padded is None:
             cu_seqlens_kv_padded = cu_seqlens_q_padded

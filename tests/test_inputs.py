@@ -156,6 +156,18 @@ def test_thd_cross_attention_needs_cu_seqlens_kv():
         module(qkv_format="thd", attn_mask_type="padding", attention_type="cross")(q, k, v, cu_seqlens_q=cu(S, S))
 
 
+def test_thd_self_attention_takes_the_queries_cu_seqlens_only_for_as_many_key_tokens():
+    """Without cu_seqlens_kv the keys are read at cu_seqlens_q's offsets: with more key tokens than query tokens
+    that dropped the last keys silently; it is refused, naming cu_seqlens_kv."""
+    q, k, v = qkv("thd")
+    m = module(qkv_format="thd", attn_mask_type="padding")
+    torch.testing.assert_close(m(q, k, v, cu_seqlens_q=cu(S, S)), m(q, k, v, cu_seqlens_q=cu(S, S),
+                                                                     cu_seqlens_kv=cu(S, S)))
+    longer = torch.cat([k, k[:3]]), torch.cat([v, v[:3]])
+    with pytest.raises(ValueError, match=rf"key_layer has {2 * S + 3} and query_layer {2 * S}: pass cu_seqlens_kv"):
+        m(q, *longer, cu_seqlens_q=cu(S, S))
+
+
 @pytest.mark.parametrize("mask", ["no_mask", "causal", "causal_bottom_right", "arbitrary"])
 def test_thd_with_a_non_padding_mask(mask):
     q, k, v = qkv("thd")
