@@ -210,6 +210,18 @@ def append_step(inference_params: Any, layer_number: int, k: torch.Tensor, v: to
                          "inference_params.step's new_k and new_v)") from None
 
 
+def refuse_a_shared_default_layer(inference_params: Any) -> None:
+    """A module built without ``layer_number`` caches as layer 1 (TE's default). Over a cache of several layers
+    every such module would write layer 1's cache and read the others' keys: raise the ValueError that says so."""
+    layers = getattr(getattr(inference_params, "cache_manager", None), "cache", None)
+    if isinstance(layers, dict) and len(layers) > 1:
+        raise ValueError(
+            f"this DotProductAttention was built without layer_number, so it caches as layer 1, but inference_params "
+            f"holds the caches of layers {sorted(layers, key=str)}: every module built so would write layer 1's "
+            "cache. Pass each layer's DotProductAttention(..., layer_number=L)"
+        )
+
+
 def _refuse_short_queries(ip: Any, q: torch.Tensor, fmt: str, max_seqlen_q: int | None, longest: int) -> None:
     """Raise the ValueError of an eager cache step whose q does not hold the step: fewer rows than its
     ``step_tokens`` (thd) or positions than its ``longest`` sequence (bshd/sbhd), or a given thd

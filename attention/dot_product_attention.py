@@ -122,6 +122,7 @@ class DotProductAttention(nn.Module):
             raise ValueError(f"softmax_scale must be a finite number or None (1/sqrt(d_qk)); got {softmax_scale!r}")
         self.softmax_scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(self.head_dim_qk)
         self.layer_number = 1 if layer_number is None else integer_argument("layer_number", layer_number, 0)
+        self._layer_number_defaulted = layer_number is None
         if attention_type not in ("self", "cross"):
             raise ValueError(f"attention_type must be 'self' or 'cross'; got {attention_type!r}")
         self.attention_type = attention_type
@@ -148,6 +149,7 @@ class DotProductAttention(nn.Module):
 
     _planned_configuration: tuple | None = None   # planned_configuration()'s, until a planned attribute is set
     _window_size_arg: tuple[int, int] | None = None   # window_size as given; normalised per call for its mask type
+    _layer_number_defaulted = False   # built without layer_number (TE's 1); a class default for older pickles
 
     @property
     def window_size(self) -> tuple[int, int]:
@@ -458,6 +460,8 @@ class DotProductAttention(nn.Module):
                 backend = selection.select(params, self.backend)
                 launches = plan.remember(key, params, backend)
         if kv_caching and not dry_run:   # checked and chosen: nothing is written for a call that is refused
+            if self._layer_number_defaulted and self.layer_number == 1:
+                call_setup.refuse_a_shared_default_layer(inference_params)
             k, v = call_setup.append_step(inference_params, self.layer_number, k, v, fmt)   # the layer's caches
         # positional, in AttentionCall's field order (keywords cost ~0.7 µs a call)
         call = AttentionCall(

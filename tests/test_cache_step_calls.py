@@ -234,3 +234,21 @@ def test_a_batch_padded_up_to_max_batch_size_runs_as_in_te(paged: bool, fmt: str
     with pytest.raises(ValueError, match="or up to max_batch_size=4 with padding rows"):
         _module(fmt, backend)(too_many(q), too_many(k), too_many(v), inference_params=padded)
     assert_unchanged(padded, before)
+
+
+def test_a_module_without_layer_number_over_several_layers_is_refused() -> None:
+    """Built without layer_number, a module caches as layer 1 (TE's default): over a cache of several layers every
+    such module wrote layer 1's cache. That is refused and nothing is written; over one layer, or once a layer is
+    set, it runs."""
+    params = _cache(False)
+    params.allocate_memory(2)
+    before = snapshot(params)
+    unnamed = DotProductAttention(H, D, num_gqa_groups=H_KV, qkv_format="bshd", attn_mask_type="padding_causal")
+    with pytest.raises(ValueError, match=r"built without layer_number, so it caches as layer 1, but inference_params "
+                                         r"holds the caches of layers \[1, 2\].*layer_number=L"):
+        unnamed(*_inputs("bshd"), inference_params=params)
+    assert_unchanged(params, before)
+    unnamed.layer_number = 2
+    unnamed(*_inputs("bshd"), inference_params=params)
+    DotProductAttention(H, D, num_gqa_groups=H_KV, qkv_format="bshd", attn_mask_type="padding_causal")(
+        *_inputs("bshd"), inference_params=_cache(False))   # one layer: TE's default serves it

@@ -1,4 +1,5 @@
-"""README.md's example must run as printed, and say what its comments say it does (on this CPU machine)."""
+"""README.md's and docs/kv_cache.md's examples must run as printed, and say what their comments say they do (on
+this CPU machine)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 import torch
 
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+KV_CACHE_DOC = README.parent / "docs" / "kv_cache.md"
 
 
 def python_blocks(text: str) -> list[str]:
@@ -36,3 +38,12 @@ def test_readme_example_runs_as_documented() -> None:
     assert lines[0] == "unfused"                        # last_backend on a CPU
     assert lines[1] == "Selected backend: unfused"      # explain()'s heading
     assert any(line.startswith("  fused is not supported because:") for line in lines)
+
+
+def test_kv_cache_doc_example_runs_as_documented() -> None:
+    """The two-layer loop of prefill, decode and verification steps prints what its last comment says."""
+    (example,) = python_blocks(KV_CACHE_DOC.read_text())
+    printed = re.search(r"^print\(.*\)\s+# (.*)$", example, flags=re.MULTILINE).group(1)
+    result = subprocess.run([sys.executable, "-c", example], cwd=README.parent, capture_output=True, text=True,
+                            timeout=120, check=True)
+    assert result.stdout.splitlines()[-1] == printed == "(11, 512) {'a': 10, 'c': 7}"
