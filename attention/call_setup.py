@@ -8,6 +8,7 @@ arguments, so torch.compile traces them like the rest of ``forward``; results ar
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -52,6 +53,28 @@ def resolve_mask(
     if kv_caching and mask_type == "padding_causal":
         mask_type = "padding_causal_bottom_right"
     return mask_type, window, resolve_bottom_right(mask_type, bottom_right_diagonal)
+
+
+_UNREAD_MASKS_WARNED: set[str] = set()
+
+
+def warn_unread_mask(mask_type: str, fmt: str, kv_caching: bool) -> None:
+    """Warn once per reason that a given ``attention_mask`` is not read (as in TE, which ignores it silently):
+    a KV-cache step and thd take the lengths from elsewhere, and masks other than the padding ones and
+    ``"arbitrary"`` read none."""
+    if kv_caching:
+        reason = "a KV-cache step takes each sequence's lengths from inference_params"
+    elif fmt == "thd":
+        reason = "qkv_format='thd' takes each sequence's lengths from cu_seqlens_q / cu_seqlens_kv"
+    elif not has_padding(mask_type) and mask_type != "arbitrary":
+        reason = (f"attn_mask_type={mask_type!r} reads no mask; for a padding mask use a padding type ('padding', "
+                  "'padding_causal', ...), for any other 'arbitrary'")
+    else:
+        return
+    if reason not in _UNREAD_MASKS_WARNED and not torch.compiler.is_compiling():
+        _UNREAD_MASKS_WARNED.add(reason)
+        warnings.warn(f"attention_mask is given but not read: {reason}", UserWarning,
+                      stacklevel=6)   # the caller of module(...), past forward and nn.Module's two call frames
 
 
 def thd_seqlens(

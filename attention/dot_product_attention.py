@@ -395,6 +395,8 @@ class DotProductAttention(nn.Module):
                     inputs.check_cu_seqlens(name, cu, q.device)
             if plan is not None:
                 plan.fmt, plan.mask_type, plan.window, plan.bottom_right = fmt, mask_type, window, bottom_right
+        if attention_mask is not None and (kv_caching or fmt == "thd" or mask_type != "arbitrary"):
+            call_setup.warn_unread_mask(mask_type, fmt, kv_caching)
         device = q.device
         self_attention = self.attention_type == "self"
         if kv_caching and eager is None:

@@ -252,3 +252,14 @@ def test_a_module_without_layer_number_over_several_layers_is_refused() -> None:
     unnamed(*_inputs("bshd"), inference_params=params)
     DotProductAttention(H, D, num_gqa_groups=H_KV, qkv_format="bshd", attn_mask_type="padding_causal")(
         *_inputs("bshd"), inference_params=_cache(False))   # one layer: TE's default serves it
+
+
+def test_a_mask_given_to_a_cache_step_is_warned_about(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The step's lengths come from inference_params: a padding mask is not read (as in TE), and a warning says so."""
+    from attention import call_setup
+
+    monkeypatch.setattr(call_setup, "_UNREAD_MASKS_WARNED", set())
+    with pytest.warns(UserWarning, match="attention_mask is given but not read: a KV-cache step takes each "
+                                         "sequence's lengths from inference_params"):
+        _module("bshd")(*_inputs("bshd"), attention_mask=torch.zeros(2, 1, 1, 3, dtype=torch.bool),
+                        inference_params=_cache(False))

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 import re
+import warnings
 
 import pytest
 import torch
 
-from attention import DotProductAttention
+from attention import DotProductAttention, call_setup
 from attention.masks import check_set_window_size, normalize_mask_type
 from attention.selection import ENV_SWITCHES
 
@@ -166,6 +167,28 @@ def test_thd_self_attention_takes_the_queries_cu_seqlens_only_for_as_many_key_to
     longer = torch.cat([k, k[:3]]), torch.cat([v, v[:3]])
     with pytest.raises(ValueError, match=rf"key_layer has {2 * S + 3} and query_layer {2 * S}: pass cu_seqlens_kv"):
         m(q, *longer, cu_seqlens_q=cu(S, S))
+
+
+@pytest.mark.parametrize("mask_type, fmt, reason", [
+    ("causal", "bshd", r"attn_mask_type='causal' reads no mask; for a padding mask use a padding type"),
+    ("no_mask", "sbhd", r"attn_mask_type='no_mask' reads no mask"),
+    ("padding", "thd", r"qkv_format='thd' takes each sequence's lengths from cu_seqlens_q / cu_seqlens_kv"),
+])
+def test_a_mask_that_is_not_read_is_warned_about_once(mask_type, fmt, reason, monkeypatch):
+    """TE ignores attention_mask silently where the mask type or format reads none; a padding mask passed with the
+    default causal type then attends padded keys. A UserWarning says so, once per reason."""
+    monkeypatch.setattr(call_setup, "_UNREAD_MASKS_WARNED", set())
+    q, k, v = qkv(fmt)
+    m = module(qkv_format=fmt, attn_mask_type=mask_type)
+    lengths = dict(cu_seqlens_q=cu(S, S), cu_seqlens_kv=cu(S, S)) if fmt == "thd" else {}
+    pad = torch.zeros(2, 1, 1, S, dtype=torch.bool)
+    with pytest.warns(UserWarning, match=rf"attention_mask is given but not read: {reason}"):
+        out = m(q, k, v, attention_mask=pad, **lengths)
+    torch.testing.assert_close(out, m(q, k, v, **lengths))   # as in TE: the mask is not applied
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m(q, k, v, attention_mask=pad, **lengths)   # once
+        module(qkv_format="bshd", attn_mask_type="padding")(*qkv("bshd"), attention_mask=pad)   # read: no warning
 
 
 @pytest.mark.parametrize("mask", ["no_mask", "causal", "causal_bottom_right", "arbitrary"])
