@@ -20,7 +20,8 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from attention.kernels import attention_forward, triton_available
+from attention import DotProductAttention
+from attention.kernels import attention_forward, attention_fwd, triton_available
 from attention.kernels.configs import ForwardConfig, choose_num_splits, select_forward_config
 from tests.reference import reference_one_sequence
 
@@ -664,3 +665,17 @@ def test_every_kernel_switch_is_part_of_the_plan_key() -> None:
                  if name.endswith("_ENV") and isinstance(value, str) and value.startswith("ATTN_FUSED_")}
     assert len(read) >= 20
     assert read <= set(PLAN_ENVIRONMENT), sorted(read - set(PLAN_ENVIRONMENT))
+
+
+@pytest.mark.parametrize("name", [name for name in attention_fwd.PLAN_ENVIRONMENT if name != "TRITON_INTERPRET"])
+def test_a_bad_kernel_variable_is_refused_on_any_device(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sm90 kernels' plans read their variables on sm90 GPUs only: each is also read when any plan is made, so a
+    typo fails a CPU (interpreter) run as it would fail on the H200."""
+    attention_fwd.check_plan_environment()   # none set here
+    monkeypatch.setenv(name, "maybe")
+    with pytest.raises(ValueError, match=name):
+        attention_fwd.check_plan_environment()
+    attn = DotProductAttention(2, 16, qkv_format="bshd", backend="fused")
+    q = torch.randn(1, 4, 2, 16)
+    with pytest.raises(ValueError, match=name):   # through the module, in the interpreter
+        attn(q, q, q)

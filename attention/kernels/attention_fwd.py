@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 import torch
 
-from attention.environment import token_reader
+from attention.environment import getenv, token_reader
 
+from . import hopper_decode, hopper_forward, hopper_mixed, hopper_mixed_roles
 from .arguments import kernel_layout, normalize_window, scale_log2, validate_forward_arguments
 from .attention_fwd_kernel import attention_fwd_kernel
 from .availability import interpreter_enabled
@@ -20,6 +21,7 @@ from .configs import (
     choose_num_splits,
     mixed_batch,
     num_streaming_multiprocessors,
+    parse_variants,
     q_tile_count,
     select_forward_config,
 )
@@ -54,7 +56,7 @@ from .hopper_mixed_roles import MIXED_ROLES_ENV, MIXED_ROLES_SPLITS_ENV, MixedRo
 from .launch import KernelLaunch, tensor_key
 from .page_gather import gather_pages, gathered_page_count
 
-__all__ = ["attention_forward", "kv_length_bucket", "kv_length_buckets", "launch_plan", "mean_kv_length",
+__all__ = ["attention_forward", "check_plan_environment", "kv_length_bucket", "kv_length_buckets", "launch_plan", "mean_kv_length",
            "packed_attention_forward", "PLAN_ENVIRONMENT", "plan_environment"]
 
 _MAX_PLANS = 512
@@ -71,6 +73,14 @@ PLAN_ENVIRONMENT = (VARIANTS_ENV, HOPPER_ENV, HOPPER_GROUPS_ENV, HOPPER_PINGPONG
 interpreter): tests/test_kernels.py checks that none is missing."""
 plan_environment = token_reader(*PLAN_ENVIRONMENT)
 """PLAN_ENVIRONMENT's values, as key tokens."""
+
+
+def check_plan_environment() -> None:
+    """Read every PLAN_ENVIRONMENT variable that is set, whatever the device: a bad value is a ValueError naming it
+    (the sm90 kernels' plans read theirs on sm90 GPUs only, so a typo would otherwise pass a CPU or sm80 run)."""
+    for module in (hopper_forward, hopper_mixed, hopper_mixed_roles, hopper_decode):
+        module.check_environment()
+    parse_variants(getenv(VARIANTS_ENV, ""))
 
 
 @dataclass(frozen=True, eq=False)
@@ -435,6 +445,7 @@ def _plan_forward(
     """Validate the arguments and fix everything the launches need but the tensors' addresses (None:
     nothing to compute; a GatherPlan: copy the pages first; a HopperPlan: the Gluon sm90 kernel runs the
     call). Reads tensor metadata and host values only."""
+    check_plan_environment()   # (plans are keyed on its values: each new value is checked once)
     shapes = validate_forward_arguments(
         q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, alibi_slopes, softmax_offset)
     window_left, window_right = normalize_window(window_size, causal)

@@ -35,6 +35,7 @@ __all__ = [
     "GATHER_PAGE_SIZES",
     "GATHER_TWO_AN_SM_MAX_ROWS",
     "DecodeHopperPlan",
+    "check_environment",
     "choose_decode_splits",
     "decode_hopper_unsupported_reason",
     "kv_heads_per_item",
@@ -401,12 +402,8 @@ def kv_heads_per_item(heads_kv: int, rows: int, block_n: int, page_size: int, *,
                 and rows * heads <= MAX_DECODE_ROWS
                 and (page_size == 0 or page_size % keys == 0 or (keys % page_size == 0 and page_size >= 16)))
 
-    value = getenv(DECODE_HOPPER_HEADS_ENV, "")
-    if value:
-        try:
-            heads = int(value)
-        except ValueError:
-            raise ValueError(f"{DECODE_HOPPER_HEADS_ENV} must be an integer, got {value!r}") from None
+    heads = _heads_override()
+    if heads is not None:
         return heads if heads > 1 and fits(heads) else 1
     if one_head_splits > 1:
         return 1
@@ -417,13 +414,41 @@ def kv_heads_per_item(heads_kv: int, rows: int, block_n: int, page_size: int, *,
     return 1
 
 
+def _heads_override() -> int | None:
+    """DECODE_HOPPER_HEADS_ENV's count, None where unset."""
+    value = getenv(DECODE_HOPPER_HEADS_ENV, "")
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{DECODE_HOPPER_HEADS_ENV} must be an integer, got {value!r}") from None
+
+
 def _gathered(page_size: int) -> bool:
     """Whether the decode kernel gathers pages of ``page_size`` tokens (GATHER_PAGE_SIZES, or
     DECODE_HOPPER_GATHER_PAGES_ENV's)."""
-    if page_size in GATHER_PAGE_SIZES:
-        return True
-    extra = getenv(DECODE_HOPPER_GATHER_PAGES_ENV, "")
-    return bool(page_size) and str(page_size) in extra.split(",")
+    return page_size in GATHER_PAGE_SIZES or bool(page_size) and page_size in _extra_gather_pages()
+
+
+def _extra_gather_pages() -> tuple[int, ...]:
+    """DECODE_HOPPER_GATHER_PAGES_ENV's page sizes (comma-separated positive integers)."""
+    value = getenv(DECODE_HOPPER_GATHER_PAGES_ENV, "")
+    if not value:
+        return ()
+    sizes = value.split(",")
+    if not all(size.strip().isascii() and size.strip().isdigit() and int(size) > 0 for size in sizes):
+        raise ValueError(f"{DECODE_HOPPER_GATHER_PAGES_ENV} must be comma-separated page sizes (positive integers), "
+                         f"got {value!r}")
+    return tuple(int(size) for size in sizes)
+
+
+def check_environment() -> None:
+    """Read every variable of the decode kernel's plans that is set: a bad value is a ValueError naming it, on any
+    device (the plans read them on sm90 GPUs only)."""
+    for name in (DECODE_HOPPER_ENV, DECODE_HOPPER_MERGE_ENV, DECODE_HOPPER_ROUNDS_ENV):
+        switch(name, True)
+    _tile(), _gather_tile(), _heads_override(), _extra_gather_pages()
 
 
 def _tile() -> tuple[int, ...]:

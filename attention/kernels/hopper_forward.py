@@ -27,6 +27,7 @@ from .launch import KernelLaunch
 __all__ = [
     "HOPPER_ENV", "HOPPER_GROUPS_ENV", "HOPPER_L2_SECTION_ENV", "HOPPER_PINGPONG_ENV", "HOPPER_SMALL_PAGES_ENV",
     "HOPPER_TILE", "HopperPlan", "THREE_GROUP_REGISTERS",
+    "check_environment",
     "consumer_groups",
     "hopper_unsupported_reason",
     "plan_hopper_forward",
@@ -298,6 +299,14 @@ def consumer_groups(head_dim: int) -> int:
             raise ValueError(f"{HOPPER_GROUPS_ENV} must be 2 or 3 (consumer warp groups at head dim 64), got {value!r}")
         groups = int(value)
     return groups
+
+
+def check_environment() -> None:
+    """Read every variable of the prefill kernel's plans that is set: a bad value is a ValueError naming it, on any
+    device (the plans read them on sm90 GPUs only)."""
+    for name in (HOPPER_ENV, HOPPER_SMALL_PAGES_ENV, HOPPER_PINGPONG_ENV):
+        switch(name, True)
+    consumer_groups(64), section_budget_mib(HOPPER_L2_SECTION_ENV, HOPPER_L2_SECTION_MIB)
 
 
 def section_budget_mib(env: str, default_mib: int) -> int:

@@ -26,7 +26,7 @@ __all__ = ["MIXED_HOPPER_ENV", "MIXED_HOPPER_L2_DEALT_ENV", "MIXED_HOPPER_L2_DEA
            "MIXED_HOPPER_PREFILL_TILE", "MIXED_HOPPER_QUEUE_ENV", "MIXED_HOPPER_SMALL_DECODE_REGISTERS",
            "MIXED_HOPPER_TILE",
            "MIXED_HOPPER_TILE_ENV", "PREFILL_TO_DECODE_RATIO", "MixedHopperPlan", "PersistentLaunch",
-           "mixed_hopper_unsupported_reason", "plan_mixed_hopper", "prefill_outweighs_decodes"]
+           "check_environment", "mixed_hopper_unsupported_reason", "plan_mixed_hopper", "prefill_outweighs_decodes"]
 
 MIXED_HOPPER_ENV = "ATTN_FUSED_HOPPER_MIXED"
 """``0``: mixed batches go to the general kernel; unset or ``1``: to attention_mixed_hopper_kernel, every one it can
@@ -317,6 +317,18 @@ def plan_mixed_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads_k
         bottom_right=bool(bottom_right), has_q_start=has_q_start, has_kv_start=has_kv_start,
         tile=tile, decode_rows=decode_rows, total_q=total_q,
         section_heads=_section_heads(q, k, v, heads_kv, max_seqlen_kv, causal))
+
+
+def check_environment() -> None:
+    """Read every variable of the mixed kernel's plans that is set: a bad value is a ValueError naming it, on any
+    device (the plans read them on sm90 GPUs only)."""
+    from .hopper_forward import section_budget_mib  # (hopper_forward imports this module)
+
+    for name in (MIXED_HOPPER_ENV, MIXED_HOPPER_QUEUE_ENV):
+        switch(name, True)
+    _tile(128)
+    section_budget_mib(MIXED_HOPPER_L2_SECTION_ENV, MIXED_HOPPER_L2_SECTION_MIB)
+    section_budget_mib(MIXED_HOPPER_L2_DEALT_ENV, MIXED_HOPPER_L2_DEALT_MIB)
 
 
 def _section_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads_kv: int, max_seqlen_kv: int,

@@ -19,7 +19,7 @@ from .configs import next_power_of_2
 from .hopper_mixed import MixedHopperPlan
 from .launch import KernelLaunch
 
-__all__ = ["MIXED_ROLES_ENV", "MIXED_ROLES_SPLITS_ENV", "MIXED_ROLES_TILE", "MixedRolesPlan",
+__all__ = ["MIXED_ROLES_ENV", "MIXED_ROLES_SPLITS_ENV", "MIXED_ROLES_TILE", "MixedRolesPlan", "check_environment",
            "mixed_roles_unsupported_reason", "plan_mixed_roles", "use_mixed_roles"]
 
 MIXED_ROLES_ENV = "ATTN_FUSED_HOPPER_MIXED_ROLES"
@@ -99,6 +99,12 @@ class MixedRolesPlan(MixedHopperPlan):
                 "CONSUMER_REGISTERS": consumer_registers,
             },
             options={"num_warps": 4, "maxnreg": maxnreg}, descriptors=self.descriptors)
+
+
+def check_environment() -> None:
+    """Read this kernel's variables where set: a bad value is a ValueError naming it, on any device (the plans read
+    them on sm90 GPUs only)."""
+    use_mixed_roles(), prefill_splits()
 
 
 def prefill_splits() -> int:
