@@ -56,8 +56,8 @@ from .hopper_mixed_roles import MIXED_ROLES_ENV, MIXED_ROLES_SPLITS_ENV, MixedRo
 from .launch import KernelLaunch, tensor_key
 from .page_gather import gather_pages, gathered_page_count
 
-__all__ = ["attention_forward", "check_plan_environment", "kv_length_bucket", "kv_length_buckets", "launch_plan", "mean_kv_length",
-           "packed_attention_forward", "PLAN_ENVIRONMENT", "plan_environment"]
+__all__ = ["attention_forward", "check_plan_environment", "kv_length_bucket", "kv_length_buckets", "launch_plan",
+           "mean_kv_length", "packed_attention_forward", "PLAN_ENVIRONMENT", "plan_environment"]
 
 _MAX_PLANS = 512
 """Launch plans kept (all dropped when full: a decode makes a new one per kv_length_bucket)."""
