@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -142,7 +141,7 @@ class DotProductAttention(nn.Module):
         self.return_max_logit = bool(return_max_logit)
         self.backend = selection.expand_names(backend, "backend") if backend is not None else None
         self.deterministic = (
-            os.environ.get("NVTE_ALLOW_NONDETERMINISTIC_ALGO", "1") == "0" or torch.are_deterministic_algorithms_enabled()
+            not selection.env_flag("NVTE_ALLOW_NONDETERMINISTIC_ALGO") or torch.are_deterministic_algorithms_enabled()
         )
         self.last_backend: str | None = None
         self._call_plans = call_plans.CallPlans()   # call signature -> its checks and choices

@@ -296,7 +296,7 @@ def configure_logging(debug: str | None = None, debug_level: str | None = None) 
     """
     global _handler
     debug = os.environ.get("NVTE_DEBUG") if debug is None else debug
-    if debug != "1":
+    if debug is None or not env_flag("NVTE_DEBUG", debug):   # 0 / 1 as the switches: "true" would log nothing
         return
     debug_level = os.environ.get("NVTE_DEBUG_LEVEL") if debug_level is None else debug_level
     try:

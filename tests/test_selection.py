@@ -209,6 +209,22 @@ def test_debug_level_maps_to_logger_level(fakes, monkeypatch):
         assert logging.getLogger("attention").level == expected
 
 
+@pytest.mark.parametrize("name", ["NVTE_DEBUG", "NVTE_ALLOW_NONDETERMINISTIC_ALGO"])
+@pytest.mark.parametrize("value", ["true", "false", "2", ""])
+def test_debug_and_determinism_variables_take_0_or_1(name, value, monkeypatch):
+    """As the backend switches: NVTE_DEBUG=true logged nothing and NVTE_ALLOW_NONDETERMINISTIC_ALGO=false left
+    non-deterministic algorithms allowed, silently."""
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=f"environment variable {name} must be 0 or 1"):
+        if name == "NVTE_DEBUG":
+            selection.configure_logging()
+        else:
+            module()
+    monkeypatch.setenv(name, "0")
+    selection.configure_logging()
+    assert name == "NVTE_DEBUG" or module().deterministic
+
+
 def test_real_registry_on_cpu_explains_fused_and_flash():
     """On this CPU-only machine (or any machine) the reasons are honest strings."""
     attn = module()
