@@ -558,7 +558,8 @@ class Flash4Backend(_FlashBackend):
             reasons.append(head_dim_reason)
         major = p.compute_capability[0] if p.compute_capability is not None else 9
         if p.num_splits != 1 and major < 10:
-            reasons.append("num_splits != 1 not supported on sm90 (flash-attn-4 splits KV only on sm100+)")
+            where = "" if p.compute_capability is None else ", got sm%d%d" % p.compute_capability
+            reasons.append(f"num_splits != 1 needs sm100 or newer (flash-attn-4 splits KV only there){where}")
         if module is None:
             return reasons
         if p.num_splits != 1 and not flash_probe.accepts_keyword(getattr(module, "flash_attn_varlen_func", None),
