@@ -212,8 +212,9 @@ class InferenceParams:
         )
 
     def allocate_memory(self, layer_number: int) -> None:
-        """Allocate ``layer_number``'s K and V caches (idempotent); call once per layer."""
-        self.cache_manager.allocate_memory(layer_number)
+        """Allocate ``layer_number``'s K and V caches (idempotent); call once per layer. ``layer_number``: an int >= 0,
+        the ``layer_number`` of the DotProductAttention that uses them."""
+        self.cache_manager.allocate_memory(integer_argument("layer_number", layer_number, 0))
 
     def pre_step(self, step_dict: Mapping[Hashable, int]) -> None:
         """Start an iteration: ``step_dict`` lists, in batch order, every sequence of this step

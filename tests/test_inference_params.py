@@ -320,6 +320,17 @@ def test_constructor_rejects_bad_arguments(kwargs, message):
         InferenceParams(**{**base, **kwargs})
 
 
+@pytest.mark.parametrize("layer_number", ["1", 1.0, -1, True, None])
+def test_allocate_memory_takes_int_layer_numbers_only(layer_number):
+    """A module's layer_number is an int >= 0: a cache kept under "1" or 1.0 was allocated silently and never found."""
+    params = InferenceParams(2, 8, 1, 4, torch.float32)
+    with pytest.raises(ValueError, match="layer_number must be an int >= 0"):
+        params.allocate_memory(layer_number)
+    assert not params.cache_manager.cache
+    params.allocate_memory(0)
+    assert list(params.cache_manager.cache) == [0]
+
+
 def test_numpy_integer_sizes_are_taken_as_ints():
     """Sizes computed with numpy (a scheduler's arithmetic) build the same cache, and are stored as Python ints."""
     numpy = pytest.importorskip("numpy")
