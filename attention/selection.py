@@ -80,8 +80,9 @@ def expand_names(names: str | Sequence[str], argument: str = "backend") -> tuple
 
 
 @contextlib.contextmanager
-def use_backends(*names: str) -> Iterator[None]:
-    """Restrict and order the backends for a block of code (below a module's own ``backend=``).
+def use_backends(*names: str | Sequence[str]) -> Iterator[None]:
+    """Restrict and order the backends for a block of code (below a module's own ``backend=``). The names as
+    separate arguments, or as one sequence or comma-separated string, as ``backend=`` takes them.
 
     >>> import torch
     >>> from attention import DotProductAttention, use_backends
@@ -92,7 +93,8 @@ def use_backends(*names: str) -> Iterator[None]:
     >>> out.shape, attn.last_backend
     (torch.Size([2, 8, 64]), 'unfused')
     """
-    token = _context_backends.set(expand_names(list(names), "use_backends"))
+    chosen = names[0] if len(names) == 1 else list(names)   # one name, string or sequence: backend='s forms
+    token = _context_backends.set(expand_names(chosen, "use_backends"))
     try:
         yield
     finally:

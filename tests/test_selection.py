@@ -132,6 +132,17 @@ def test_precedence_constructor_over_context_over_env(fakes, monkeypatch):
     assert auto.last_backend == "flash3"                   # context restored on exit
 
 
+@pytest.mark.parametrize("names", [("flash2", "unfused"), (["flash2", "unfused"],), ("flash2, unfused",)],
+                         ids=["arguments", "list", "string"])
+def test_use_backends_takes_the_names_as_backend_does(fakes, names):
+    """Separate names, one sequence or one comma-separated string (a list was refused as an unknown name)."""
+    attn = module()
+    with attention.use_backends(*names):
+        attn(*make_inputs())
+        assert selection.context_backends() == ("flash2", "unfused")
+    assert attn.last_backend == "flash2"
+
+
 def test_family_name_expands_to_generations(fakes):
     fakes["flash3"].can_run = False
     attn = module(backend="flash")
