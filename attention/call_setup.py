@@ -344,8 +344,13 @@ def arbitrary_mask(attention_mask: Any, batch: int, heads: int, max_seqlen_q: in
     """``attn_mask_type='arbitrary'``: the mask, a bool tensor broadcastable to ``[b, h, s_q, s_kv]`` (as in TE,
     ``[s_q, s_kv]`` or ``[h, s_q, s_kv]`` too), as a 4-D view."""
     if not isinstance(attention_mask, torch.Tensor) or attention_mask.dtype != torch.bool:
+        got = (f"a {attention_mask.dtype} tensor of shape {list(attention_mask.shape)}"
+               if isinstance(attention_mask, torch.Tensor) else repr(attention_mask))
+        hint = ("; an additive float mask (0 / -inf) is `attention_mask < 0` as a bool mask, or a "
+                "core_attention_bias_type='post_scale_bias' bias" if isinstance(attention_mask, torch.Tensor)
+                and attention_mask.is_floating_point() else "")
         raise ValueError("attention_mask must be a bool tensor broadcastable to [b, h, s_q, s_kv] (True = masked) "
-                         "for attn_mask_type='arbitrary'")
+                         f"for attn_mask_type='arbitrary'; got {got}{hint}")
     if 2 <= attention_mask.dim() < 4:
         attention_mask = attention_mask.view(*(1,) * (4 - attention_mask.dim()), *attention_mask.shape)
     inputs.check_arbitrary_mask(attention_mask, batch, heads, max_seqlen_q, max_seqlen_kv, device)

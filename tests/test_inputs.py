@@ -516,9 +516,10 @@ def test_arbitrary_masks_of_fewer_dims_broadcast_as_in_te(shape):
 
 def test_arbitrary_mask_missing_or_not_bool():
     q, k, v = qkv()
-    with pytest.raises(ValueError, match="attention_mask"):
+    with pytest.raises(ValueError, match="attention_mask must be a bool tensor .*; got None$"):
         module(attn_mask_type="arbitrary")(q, k, v)
-    with pytest.raises(ValueError, match="attention_mask"):
+    with pytest.raises(ValueError, match=rf"; got a torch.float32 tensor of shape \[{B}, 1, {S}, {S}\]; an additive "
+                                         r"float mask \(0 / -inf\) is `attention_mask < 0` as a bool mask"):
         module(attn_mask_type="arbitrary")(q, k, v, attention_mask=torch.zeros(B, 1, S, S))
 
 
