@@ -225,11 +225,12 @@ def print_table(results: list[RunResult], device: torch.device, dtype: torch.dty
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"KV-cache serving demo: {device.type}, {str(dtype).removeprefix('torch.')}, "
-                        f"check: max |cached - recomputed| logits <= {tolerance:g}")
-    for column in ("backend asked", "backend chosen", "steps", "tokens", "tokens/s", "max error",
-                   "preemptions", "check"):
-        table.add_column(column, justify="left" if column.startswith("backend") else "right")
+    table = Table(title=f"KV-cache serving demo ({device.type}, {str(dtype).removeprefix('torch.')}): backends "
+                        "asked and ran",
+                  caption=f"check: max |cached - recomputed| logits <= {tolerance:g}", pad_edge=False)
+    for column in ("asked", "ran", "steps", "tokens", "tokens/s", "max error", "preempted", "check"):
+        table.add_column(column, justify="left" if column in ("asked", "ran") else "right",
+                         min_width=max(map(len, column.split())))   # narrow terminals wrap words, never cut them
     for r in results:
         ok = r.max_error <= tolerance
         table.add_row(r.backend_requested, r.backends_used or "-", str(r.steps), str(r.tokens),
@@ -281,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as error:
             refused.append(name)
             print(f"backend {name!r} cannot run here: {error}")
-    print_table(results, device, dtype, tolerance)
+    if results:
+        print_table(results, device, dtype, tolerance)
     return 0 if results and not refused and all(r.max_error <= tolerance for r in results) else 1
 
 

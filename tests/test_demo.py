@@ -17,7 +17,11 @@ def test_a_short_run_passes_its_check(capsys) -> None:
 
 def test_a_backend_that_cannot_run_fails_the_run(capsys) -> None:
     assert demo.main([*SHORT, "--backend", "unfused,nonesuch"]) == 1
-    assert "backend 'nonesuch' cannot run here" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "backend 'nonesuch' cannot run here" in out and "KV-cache serving demo" in out   # unfused's row
+    assert demo.main([*SHORT, "--backend", "nonesuch"]) == 1
+    out = capsys.readouterr().out
+    assert "backend 'nonesuch' cannot run here" in out and "KV-cache serving demo" not in out   # no empty table
 
 
 @pytest.mark.parametrize("option", ["--page-size", "--layers", "--threads"])
