@@ -54,6 +54,35 @@ class DotProductAttention(nn.Module):
     FP8 and ``score_mod`` are refused unless left at their defaults, and ``qkv_layer`` / ``kv_layer`` are unpacked
     into views (``attention/te_arguments.py``).
 
+    Args (the constructor's; TE's meaning unless said):
+        num_attention_heads: query heads ``h``.
+        kv_channels: head dim ``d``, or ``(d_qk, d_v)`` for different K and V head dims (MLA).
+        num_gqa_groups: key / value heads ``h_kv`` (default ``h``); must divide ``h`` (GQA, 1 = MQA).
+        attention_dropout: dropout probability on the attention weights, in training mode only.
+        qkv_format: ``"sbhd"`` (TE's default), ``"bshd"`` or ``"thd"``; ``forward(qkv_format=...)`` overrides it.
+        attn_mask_type: ``"no_mask"``, ``"causal"`` (top-left diagonal), ``"causal_bottom_right"``,
+            ``"padding"``, ``"padding_causal"``, ``"padding_causal_bottom_right"`` or ``"arbitrary"`` (a bool mask
+            given to ``forward``, True = masked). Only the padding types and ``"arbitrary"`` read
+            ``attention_mask``; thd needs a padding type.
+        window_size: ``(left, right)`` sliding window, in tokens either side of the diagonal (-1 = unbounded);
+            causal masks use ``(left, 0)``. None: no window.
+        bottom_right_diagonal: the diagonal a window aligns to when q and kv lengths differ, for mask types
+            without one of their own (``no_mask``, ``padding``, ``arbitrary``; default bottom-right). ``causal`` and
+            ``padding_causal`` are top-left and the ``*_bottom_right`` types bottom-right, whatever it says.
+        layer_number: which ``InferenceParams`` cache this module reads and appends to (default 1, TE's; over a
+            cache of several layers it must be given).
+        attention_type: ``"self"`` or ``"cross"`` (thd self-attention may leave out ``cu_seqlens_kv``).
+        softmax_scale: default ``1 / sqrt(d_qk)``.
+        softmax_type: ``"vanilla"``, ``"off-by-one"`` (a zero logit in every row's softmax) or ``"learnable"``
+            (a learned per-head sink logit, the ``softmax_offset`` parameter).
+        return_max_logit: also return the per-head maximum logit (below).
+        backend: ours, keyword-only: a backend name, a family (``"flash"``) or a sequence of them, tried in order;
+            the module never falls back past them. None: the automatic priority (``docs/selection.md``).
+        sequence_parallel, tp_size, tp_group, get_rng_state_tracker, cp_group, cp_global_ranks, cp_stream,
+            cp_comm_type, name: TE's parallelism arguments, for one partition (above).
+
+    After each call ``last_backend`` names the backend that ran it (None before the first call).
+
     Raises ``ValueError`` for bad inputs (naming the argument) and when no backend can run the call
     ("No dot product attention backend is available ...", with every backend's reasons).
     """

@@ -50,8 +50,10 @@ class AttentionParams:
 
     @property
     def is_mla(self) -> bool:
+        """K and V head dims differ (``head_dim_qk != head_dim_v``, as in MLA)."""
         return self.head_dim_qk != self.head_dim_v
 
     @property
     def is_gqa(self) -> bool:
+        """Fewer KV heads than query heads (GQA, or MQA at one)."""
         return self.num_gqa_groups != self.num_heads

@@ -63,7 +63,8 @@ class InferenceParams:
             (TransformerEngine's free list and page ids).
         max_ctx_len: most new tokens one sequence may bring in one step (TE requires it for
             thd; default ``max_sequence_length``).
-        qkv_format: format of the new tokens, ``"bshd"``, ``"sbhd"`` or ``"thd"``.
+        qkv_format: format of the new tokens, ``"bshd"``, ``"sbhd"`` or ``"thd"`` (TE's argument): the initial
+            value only, as every ``step`` sets it to its caller's (a module's ``qkv_format``).
         custom_cache_manager: a ``KVCacheManager`` subclass, built with the default manager's
             keyword arguments (without ``device`` when its constructor takes none, as TE's do: it is then
             built with ``device`` as torch's default device).
