@@ -179,7 +179,10 @@ def test_num_splits_capabilities_follow_te():
         assert not any("num_splits" in r for r in capability_reasons(backends[name].capabilities, _sm(cc)))
     # flash-attn-4 splits KV on sm100+ only (TE turns it off below)
     flash4 = backends["flash4"]
-    assert any("num_splits != 1 not supported" in r for r in flash4.extra_reasons(_sm((9, 0), num_splits=2)))
+    assert "num_splits != 1 needs sm100 or newer (flash-attn-4 splits KV only there), got sm90" in (
+        flash4.extra_reasons(_sm((9, 0), num_splits=2)))
+    assert "num_splits != 1 needs sm100 or newer (flash-attn-4 splits KV only there), got sm80" in (
+        flash4.extra_reasons(_sm((8, 0), num_splits=2)))
     assert not any("num_splits" in r for r in flash4.extra_reasons(_sm((10, 0), num_splits=2)))
     assert not any("num_splits" in r for r in flash4.extra_reasons(_sm((9, 0))))
     # the fused kernel takes at most 64 splits
