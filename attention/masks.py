@@ -7,11 +7,10 @@ bottom-right alignment, ``0`` for top-left) and ``-1`` leaves that side unbounde
 
 from __future__ import annotations
 
-import logging
+import warnings
 
 from attention.integers import as_int
 
-logger = logging.getLogger("attention")
 
 WINDOW_BOUND_LIMIT = 1 << 30
 """Window bounds of this many tokens or more reach past any sequence (a KV cache holds fewer tokens) and are
@@ -80,14 +79,15 @@ def check_set_window_size(attn_mask_type: str, window_size: tuple[int, int] | No
             )
         if right != 0:
             if warn:
-                logger.warning("window_size=%s has right != 0 for mask %s; using (%d, 0)", window_size, attn_mask_type,
-                               left)
+                warnings.warn(f"window_size={window_size} has right != 0 for mask {attn_mask_type}; using ({left}, 0)",
+                              UserWarning, stacklevel=2)
         return (left, 0)
     if window_size is None:
         return (-1, -1)
     if (left, right) == (-1, 0):
         if warn:
-            logger.warning("window_size=(-1, 0) with mask %s is not causal; using (-1, -1)", attn_mask_type)
+            warnings.warn(f"window_size=(-1, 0) with mask {attn_mask_type} is not causal; using (-1, -1)",
+                          UserWarning, stacklevel=2)
         return (-1, -1)
     if (left == -1) != (right == -1):
         raise ValueError(
