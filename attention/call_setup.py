@@ -8,7 +8,6 @@ arguments, so torch.compile traces them like the rest of ``forward``; results ar
 from __future__ import annotations
 
 import functools
-import warnings
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -18,6 +17,7 @@ from attention import inputs, seqlens_check
 from attention.formats import batch_and_seqlen, full_cu_seqlens, has_own_offsets
 from attention.masks import check_set_window_size, has_padding, normalize_mask_type, resolve_bottom_right
 from attention.params import AttentionParams
+from attention.user_warnings import warn
 
 _functorch_level = torch._C._functorch.maybe_current_level
 
@@ -73,8 +73,7 @@ def warn_unread_mask(mask_type: str, fmt: str, kv_caching: bool) -> None:
         return
     if reason not in _UNREAD_MASKS_WARNED and not torch.compiler.is_compiling():
         _UNREAD_MASKS_WARNED.add(reason)
-        warnings.warn(f"attention_mask is given but not read: {reason}", UserWarning,
-                      stacklevel=6)   # the caller of module(...), past forward and nn.Module's two call frames
+        warn(f"attention_mask is given but not read: {reason}")
 
 
 def thd_seqlens(

@@ -7,10 +7,8 @@ bottom-right alignment, ``0`` for top-left) and ``-1`` leaves that side unbounde
 
 from __future__ import annotations
 
-import warnings
-
+from attention import user_warnings
 from attention.integers import as_int
-
 
 WINDOW_BOUND_LIMIT = 1 << 30
 """Window bounds of this many tokens or more reach past any sequence (a KV cache holds fewer tokens) and are
@@ -79,15 +77,14 @@ def check_set_window_size(attn_mask_type: str, window_size: tuple[int, int] | No
             )
         if right != 0:
             if warn:
-                warnings.warn(f"window_size={window_size} has right != 0 for mask {attn_mask_type}; using ({left}, 0)",
-                              UserWarning, stacklevel=2)
+                user_warnings.warn(
+                    f"window_size={window_size} has right != 0 for mask {attn_mask_type}; using ({left}, 0)")
         return (left, 0)
     if window_size is None:
         return (-1, -1)
     if (left, right) == (-1, 0):
         if warn:
-            warnings.warn(f"window_size=(-1, 0) with mask {attn_mask_type} is not causal; using (-1, -1)",
-                          UserWarning, stacklevel=2)
+            user_warnings.warn(f"window_size=(-1, 0) with mask {attn_mask_type} is not causal; using (-1, -1)")
         return (-1, -1)
     if (left == -1) != (right == -1):
         raise ValueError(

@@ -181,8 +181,9 @@ def test_a_mask_that_is_not_read_is_warned_about_once(mask_type, fmt, reason, mo
     m = module(qkv_format=fmt, attn_mask_type=mask_type)
     lengths = dict(cu_seqlens_q=cu(S, S), cu_seqlens_kv=cu(S, S)) if fmt == "thd" else {}
     pad = torch.zeros(2, 1, 1, S, dtype=torch.bool)
-    with pytest.warns(UserWarning, match=rf"attention_mask is given but not read: {reason}"):
+    with pytest.warns(UserWarning, match=rf"attention_mask is given but not read: {reason}") as record:
         out = m(q, k, v, attention_mask=pad, **lengths)
+    assert record[0].filename == __file__   # the caller's line, past nn.Module's frames and the package's
     torch.testing.assert_close(out, m(q, k, v, **lengths))   # as in TE: the mask is not applied
     with warnings.catch_warnings():
         warnings.simplefilter("error")

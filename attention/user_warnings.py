@@ -1,0 +1,31 @@
+"""Warnings that point at the user's line: the first frame outside this package and ``torch.nn``'s call machinery,
+whatever the depth of the check that warns (a constructor's, or a call's behind ``nn.Module.__call__``)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+__all__ = ["warn"]
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_TORCH_NN = os.path.join("torch", "nn", "modules") + os.sep
+
+
+def warn(message: str) -> None:
+    """``warnings.warn(message, UserWarning)`` attributed to the first caller outside the package.
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     warn("a")
+        >>> caught[0].filename.endswith("user_warnings.py")   # a doctest's frame is not the package's
+        False
+    """
+    frame, level = sys._getframe(1), 1
+    while frame is not None and (frame.f_code.co_filename.startswith(_PACKAGE)
+                                 or _TORCH_NN in frame.f_code.co_filename):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, UserWarning, stacklevel=level + 1)
