@@ -15,6 +15,7 @@ from collections.abc import Hashable, Mapping
 import torch
 from torch import Tensor
 
+from attention.integers import as_int
 from inference.kv_append import append_to_kv_cache, cache_layout
 
 __all__ = ["QKV_FORMATS", "KVCacheManager", "validate_new_kv", "validate_step_dict"]
@@ -33,7 +34,8 @@ def validate_step_dict(
 
     Args:
         step_dict: the sequences of this iteration in batch order and the number of new tokens
-            each one brings. Ids absent from it but present in ``sequences`` are finished.
+            each one brings (an int; numpy integers too). Ids absent from it but present in ``sequences`` are
+            finished.
         sequences: ``{seq_id: cached length}`` before this step.
         max_batch_size, max_sequence_length: the cache's capacity.
         max_ctx_len: if given, the most new tokens one sequence may bring in one step.
@@ -64,11 +66,12 @@ def validate_step_dict(
     lengths_after: OrderedDict[Hashable, int] = OrderedDict()
     cached = sequences.get
     for seq_id, step_len in step_dict.items():
-        # (type(...) is int first: one check for the usual step length instead of two isinstance calls)
-        if type(step_len) is not int and (isinstance(step_len, bool) or not isinstance(step_len, int)):
-            raise ValueError(
-                f"step_dict[{seq_id!r}] must be an int number of new tokens, got {step_len!r}"
-            )
+        if type(step_len) is not int:   # (one check for the usual step length; numpy integers are ints too)
+            step_len = as_int(step_len)
+            if step_len is None:
+                raise ValueError(
+                    f"step_dict[{seq_id!r}] must be an int number of new tokens, got {step_dict[seq_id]!r}"
+                )
         if step_len < 1:
             raise ValueError(f"step_dict[{seq_id!r}] = {step_len}: a step length must be >= 1")
         total = cached(seq_id, 0) + step_len

@@ -16,6 +16,7 @@ needs.
 from __future__ import annotations
 
 import inspect
+import operator
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping
 from itertools import accumulate
@@ -229,13 +230,17 @@ class InferenceParams:
         validate_step_dict(
             step_dict, self.sequences, self.max_batch_size, self.max_sequence_length, self.max_ctx_len
         )
+        step_tokens = sum(step_dict.values())
+        if type(step_tokens) is not int:   # a numpy (or tensor) length among them, whose type the sum took
+            step_dict = OrderedDict((seq_id, operator.index(length)) for seq_id, length in step_dict.items())
+            step_tokens = sum(step_dict.values())
         self.sequences = OrderedDict(self.cache_manager.pre_step(step_dict))
         self.step_dict = OrderedDict(step_dict)
         self.batch_size = len(step_dict)
         self.has_step = True
         self.longest_sequence = max(self.sequences.values(), default=0)
         self.longest_step = max(self.step_dict.values(), default=0)
-        self.step_tokens = sum(self.step_dict.values())
+        self.step_tokens = step_tokens
         self.sequences_pre_step = OrderedDict(
             (seq_id, total - self.step_dict[seq_id]) for seq_id, total in self.sequences.items()
         )

@@ -193,9 +193,10 @@ def test_kv_cache_full_error_names_the_numbers_and_changes_nothing():
         ({"a": 0}, ">= 1"),
         ({"a": -2}, ">= 1"),
         ({"a": 1.5}, "int"),
+        ({"a": True}, r"step_dict\['a'\] must be an int number of new tokens, got True"),
         ({"a": 1, "z": 17}, "max_sequence_length"),
     ],
-    ids=["batch", "too-long", "zero", "negative", "float", "new-too-long"],
+    ids=["batch", "too-long", "zero", "negative", "float", "bool", "new-too-long"],
 )
 def test_refused_pre_step_changes_nothing(paging, step_dict, message):
     params = make_params(paging)
@@ -329,6 +330,20 @@ def test_allocate_memory_takes_int_layer_numbers_only(layer_number):
     assert not params.cache_manager.cache
     params.allocate_memory(0)
     assert list(params.cache_manager.cache) == [0]
+
+
+def test_numpy_step_lengths_are_taken_as_ints():
+    """Step lengths a scheduler computed with numpy (or as 0-d tensors) run the step they say, stored as ints."""
+    numpy = pytest.importorskip("numpy")
+    params, plain = make_params("paged"), make_params("paged")
+    for step in ({"a": 5, "b": 2}, {"a": 1, "b": 3}):
+        params.pre_step(OrderedDict({"a": numpy.int64(step["a"]), "b": torch.tensor(step["b"])}))
+        plain.pre_step(OrderedDict(step))
+        assert params.step_dict == plain.step_dict and params.step_tokens == plain.step_tokens
+        assert all(type(n) is int for n in (*params.step_dict.values(), params.step_tokens, params.longest_step))
+        torch.testing.assert_close(params.cu_seqlens_q, plain.cu_seqlens_q)
+        torch.testing.assert_close(params.cu_seqlens_kv, plain.cu_seqlens_kv)
+    assert params.sequences == plain.sequences
 
 
 def test_numpy_integer_sizes_are_taken_as_ints():
