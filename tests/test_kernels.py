@@ -672,6 +672,8 @@ def test_a_bad_kernel_variable_is_refused_on_any_device(name: str, monkeypatch: 
     """The sm90 kernels' plans read their variables on sm90 GPUs only: each is also read when any plan is made, so a
     typo fails a CPU (interpreter) run as it would fail on the H200."""
     attention_fwd.check_plan_environment()   # none set here
+    monkeypatch.setenv(name, "")
+    attention_fwd.check_plan_environment()   # empty counts as unset
     monkeypatch.setenv(name, "maybe")
     with pytest.raises(ValueError, match=name):
         attention_fwd.check_plan_environment()

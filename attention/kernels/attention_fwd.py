@@ -75,12 +75,22 @@ plan_environment = token_reader(*PLAN_ENVIRONMENT)
 """PLAN_ENVIRONMENT's values, as key tokens."""
 
 
+_checked_environment: tuple | None = None
+"""plan_environment()'s tokens when check_plan_environment last passed."""
+
+
 def check_plan_environment() -> None:
     """Read every PLAN_ENVIRONMENT variable that is set, whatever the device: a bad value is a ValueError naming it
-    (the sm90 kernels' plans read theirs on sm90 GPUs only, so a typo would otherwise pass a CPU or sm80 run)."""
+    (the sm90 kernels' plans read theirs on sm90 GPUs only, so a typo would otherwise pass a CPU or sm80 run).
+    Values that passed are not read again (~6 µs) until one changes."""
+    global _checked_environment
+    tokens = plan_environment()
+    if tokens == _checked_environment:
+        return
     for module in (hopper_forward, hopper_mixed, hopper_mixed_roles, hopper_decode):
         module.check_environment()
     parse_variants(getenv(VARIANTS_ENV, ""))
+    _checked_environment = tokens
 
 
 @dataclass(frozen=True, eq=False)
@@ -445,7 +455,7 @@ def _plan_forward(
     """Validate the arguments and fix everything the launches need but the tensors' addresses (None:
     nothing to compute; a GatherPlan: copy the pages first; a HopperPlan: the Gluon sm90 kernel runs the
     call). Reads tensor metadata and host values only."""
-    check_plan_environment()   # (plans are keyed on its values: each new value is checked once)
+    check_plan_environment()
     shapes = validate_forward_arguments(
         q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, alibi_slopes, softmax_offset)
     window_left, window_right = normalize_window(window_size, causal)

@@ -448,7 +448,10 @@ def check_environment() -> None:
     device (the plans read them on sm90 GPUs only)."""
     for name in (DECODE_HOPPER_ENV, DECODE_HOPPER_MERGE_ENV, DECODE_HOPPER_ROUNDS_ENV):
         switch(name, True)
-    _tile(), _gather_tile(), _heads_override(), _extra_gather_pages()
+    _tile()
+    _gather_tile()
+    _heads_override()
+    _extra_gather_pages()
 
 
 def _tile() -> tuple[int, ...]:

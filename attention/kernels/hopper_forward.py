@@ -306,13 +306,14 @@ def check_environment() -> None:
     device (the plans read them on sm90 GPUs only)."""
     for name in (HOPPER_ENV, HOPPER_SMALL_PAGES_ENV, HOPPER_PINGPONG_ENV):
         switch(name, True)
-    consumer_groups(64), section_budget_mib(HOPPER_L2_SECTION_ENV, HOPPER_L2_SECTION_MIB)
+    consumer_groups(64)   # (head dim 64: the one that reads HOPPER_GROUPS_ENV)
+    section_budget_mib(HOPPER_L2_SECTION_ENV, HOPPER_L2_SECTION_MIB)
 
 
 def section_budget_mib(env: str, default_mib: int) -> int:
     """An L2 section's MiB (section_heads' budget): the variable ``env`` where set, else ``default_mib``; a value
     that is not a whole number (0, 1, 2, ...) is refused naming the variable."""
-    value = getenv(env, str(default_mib))
+    value = getenv(env, "") or str(default_mib)   # unset or empty: the default
     if not (value.isascii() and value.isdigit()):   # ("²".isdigit() holds)
         raise ValueError(f"{env} must be a whole number of MiB (0, 1, 2, ...), got {value!r}")
     return int(value)

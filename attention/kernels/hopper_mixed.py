@@ -326,7 +326,7 @@ def check_environment() -> None:
 
     for name in (MIXED_HOPPER_ENV, MIXED_HOPPER_QUEUE_ENV):
         switch(name, True)
-    _tile(128)
+    _tile(128)   # parses MIXED_HOPPER_TILE_ENV where set (any head dim reads it)
     section_budget_mib(MIXED_HOPPER_L2_SECTION_ENV, MIXED_HOPPER_L2_SECTION_MIB)
     section_budget_mib(MIXED_HOPPER_L2_DEALT_ENV, MIXED_HOPPER_L2_DEALT_MIB)
 

@@ -104,7 +104,8 @@ class MixedRolesPlan(MixedHopperPlan):
 def check_environment() -> None:
     """Read this kernel's variables where set: a bad value is a ValueError naming it, on any device (the plans read
     them on sm90 GPUs only)."""
-    use_mixed_roles(), prefill_splits()
+    use_mixed_roles()
+    prefill_splits()
 
 
 def prefill_splits() -> int:
