@@ -8,6 +8,7 @@ arguments, so torch.compile traces them like the rest of ``forward``; results ar
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -55,25 +56,51 @@ def resolve_mask(
     return mask_type, window, resolve_bottom_right(mask_type, bottom_right_diagonal)
 
 
-_UNREAD_MASKS_WARNED: set[str] = set()
+_UNREAD_MASKS_WARNED: set[tuple[str, str, bool]] = set()
+"""(mask type, format, KV caching) of the calls already warned about an unread attention_mask."""
 
 
 def warn_unread_mask(mask_type: str, fmt: str, kv_caching: bool) -> None:
-    """Warn once per reason that a given ``attention_mask`` is not read (as in TE, which ignores it silently):
+    """Warn once per kind of call that a given ``attention_mask`` is not read (as in TE, which ignores it silently):
     a KV-cache step and thd take the lengths from elsewhere, and masks other than the padding ones and
-    ``"arbitrary"`` read none."""
+    ``"arbitrary"`` read none. For eager calls (a compiled one would guard on the warned set)."""
+    key = (mask_type, fmt, kv_caching)
+    if key in _UNREAD_MASKS_WARNED:
+        return
     if kv_caching:
         reason = "a KV-cache step takes each sequence's lengths from inference_params"
     elif fmt == "thd":
         reason = "qkv_format='thd' takes each sequence's lengths from cu_seqlens_q / cu_seqlens_kv"
     elif not has_padding(mask_type) and mask_type != "arbitrary":
-        reason = (f"attn_mask_type={mask_type!r} reads no mask; for a padding mask use a padding type ('padding', "
-                  "'padding_causal', ...), for any other 'arbitrary'")
+        reason = (f"attn_mask_type={mask_type!r} reads no mask (a mask that only repeats it can be left out; a "
+                  "padding mask needs a padding type such as 'padding_causal', any other mask 'arbitrary')")
     else:
         return
-    if reason not in _UNREAD_MASKS_WARNED and not torch.compiler.is_compiling():
-        _UNREAD_MASKS_WARNED.add(reason)
-        warn(f"attention_mask is given but not read: {reason}")
+    _UNREAD_MASKS_WARNED.add(key)
+    warn(f"attention_mask is given but not read: {reason}")
+
+
+_DEFAULT_LAYER_APPENDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""Per cache object, the step (its ``step_dict`` object, new at every ``pre_step``) in which a module built without
+``layer_number`` last appended to layer 1."""
+
+
+def check_default_layer_append(inference_params: Any) -> None:
+    """A module built without ``layer_number`` caches as layer 1 (TE's default). Raise the ValueError that says so
+    when a second such module appends to it in the same step: each would write layer 1's cache (eager calls; the
+    caller appends next)."""
+    step = getattr(inference_params, "step_dict", None)
+    try:
+        appended = _DEFAULT_LAYER_APPENDS.get(inference_params)
+    except TypeError:   # a cache object that takes no weak reference: unchecked
+        return
+    if step is not None and appended is step:
+        raise ValueError(
+            "a second DotProductAttention built without layer_number appended to layer 1's cache in this step (a "
+            "module without one caches as layer 1, TE's default): pass each layer's DotProductAttention(..., "
+            "layer_number=L)"
+        )
+    _DEFAULT_LAYER_APPENDS[inference_params] = step
 
 
 def thd_seqlens(
@@ -109,7 +136,7 @@ def thd_seqlens(
                          "may leave out cu_seqlens_kv when the keys are the queries' tokens), unless inference_params "
                          "supplies them")
     if cu_seqlens_kv is None:   # self-attention: the keys are the queries' tokens, at the queries' offsets
-        if kv_tokens != q_tokens:
+        if kv_tokens != q_tokens and cu_seqlens_kv_padded is None:
             raise ValueError(f"qkv_format='thd' without cu_seqlens_kv takes the keys at cu_seqlens_q's offsets, "
                              f"which needs as many key tokens as query tokens; key_layer has {kv_tokens} and "
                              f"query_layer {q_tokens}: pass cu_seqlens_kv")
@@ -230,18 +257,6 @@ def append_step(inference_params: Any, layer_number: int, k: torch.Tensor, v: to
             raise
         raise ValueError(f"{error} (key_layer and value_layer are appended to the cache as "
                          "inference_params.step's new_k and new_v)") from None
-
-
-def refuse_a_shared_default_layer(inference_params: Any) -> None:
-    """A module built without ``layer_number`` caches as layer 1 (TE's default). Over a cache of several layers
-    every such module would write layer 1's cache and read the others' keys: raise the ValueError that says so."""
-    layers = getattr(getattr(inference_params, "cache_manager", None), "cache", None)
-    if isinstance(layers, dict) and len(layers) > 1:
-        raise ValueError(
-            f"this DotProductAttention was built without layer_number, so it caches as layer 1, but inference_params "
-            f"holds the caches of layers {sorted(layers, key=str)}: every module built so would write layer 1's "
-            "cache. Pass each layer's DotProductAttention(..., layer_number=L)"
-        )
 
 
 def _refuse_short_queries(ip: Any, q: torch.Tensor, fmt: str, max_seqlen_q: int | None, longest: int) -> None:

@@ -69,8 +69,8 @@ class DotProductAttention(nn.Module):
         bottom_right_diagonal: the diagonal a window aligns to when q and kv lengths differ, for mask types
             without one of their own (``no_mask``, ``padding``, ``arbitrary``; default bottom-right). ``causal`` and
             ``padding_causal`` are top-left and the ``*_bottom_right`` types bottom-right, whatever it says.
-        layer_number: which ``InferenceParams`` cache this module reads and appends to (default 1, TE's; over a
-            cache of several layers it must be given).
+        layer_number: which ``InferenceParams`` cache this module reads and appends to (default 1, TE's; a second
+            module left at the default that appends to layer 1 in the same step is refused).
         attention_type: ``"self"`` or ``"cross"`` (thd self-attention may leave out ``cu_seqlens_kv``).
         softmax_scale: default ``1 / sqrt(d_qk)``.
         softmax_type: ``"vanilla"``, ``"off-by-one"`` (a zero logit in every row's softmax) or ``"learnable"``
@@ -423,7 +423,7 @@ class DotProductAttention(nn.Module):
                     inputs.check_cu_seqlens(name, cu, q.device)
             if plan is not None:
                 plan.fmt, plan.mask_type, plan.window, plan.bottom_right = fmt, mask_type, window, bottom_right
-        if attention_mask is not None and (kv_caching or fmt == "thd" or mask_type != "arbitrary"):
+        if attention_mask is not None and eager is not False and not dry_run:
             call_setup.warn_unread_mask(mask_type, fmt, kv_caching)
         device = q.device
         self_attention = self.attention_type == "self"
@@ -490,8 +490,8 @@ class DotProductAttention(nn.Module):
                 backend = selection.select(params, self.backend)
                 launches = plan.remember(key, params, backend)
         if kv_caching and not dry_run:   # checked and chosen: nothing is written for a call that is refused
-            if self._layer_number_defaulted and self.layer_number == 1:
-                call_setup.refuse_a_shared_default_layer(inference_params)
+            if self._layer_number_defaulted and self.layer_number == 1 and eager:
+                call_setup.check_default_layer_append(inference_params)
             k, v = call_setup.append_step(inference_params, self.layer_number, k, v, fmt)   # the layer's caches
         # positional, in AttentionCall's field order (keywords cost ~0.7 µs a call)
         call = AttentionCall(

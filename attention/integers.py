@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import operator
 
+import torch
+
 __all__ = ["as_int", "integer_argument"]
 
 
 def as_int(value: object) -> int | None:
-    """``value`` as a Python int if it is an integer (``operator.index`` takes it) and not a bool, else None.
+    """``value`` as a Python int if it is an integer (``operator.index`` takes it: numpy integers, integer tensors of
+    one element) and not a bool (nor a bool tensor), else None.
 
     Example:
         >>> as_int(3), as_int(True), as_int(2.0)
         (3, None, None)
     """
-    if isinstance(value, bool):
+    if isinstance(value, bool) or type(value).__name__ == "bool_" or (
+            isinstance(value, torch.Tensor) and value.dtype == torch.bool):   # (numpy 1.x's bool is bool_)
         return None
     try:
         return operator.index(value)

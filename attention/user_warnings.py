@@ -1,5 +1,5 @@
-"""Warnings that point at the user's line: the first frame outside this package and ``torch.nn``'s call machinery,
-whatever the depth of the check that warns (a constructor's, or a call's behind ``nn.Module.__call__``)."""
+"""Warnings that point at the user's line: the first frame outside this package and torch (``nn.Module.__call__``,
+``torch.utils.checkpoint``, DDP), whatever the depth of the check that warns (a constructor's, or a call's)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,12 @@ import os
 import sys
 import warnings
 
+import torch
+
 __all__ = ["warn"]
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_TORCH_NN = os.path.join("torch", "nn", "modules") + os.sep
+_TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
 
 def warn(message: str) -> None:
@@ -26,6 +28,6 @@ def warn(message: str) -> None:
     """
     frame, level = sys._getframe(1), 1
     while frame is not None and (frame.f_code.co_filename.startswith(_PACKAGE)
-                                 or _TORCH_NN in frame.f_code.co_filename):
+                                 or frame.f_code.co_filename.startswith(_TORCH)):
         frame, level = frame.f_back, level + 1
     warnings.warn(message, UserWarning, stacklevel=level + 1)

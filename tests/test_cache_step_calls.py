@@ -236,22 +236,30 @@ def test_a_batch_padded_up_to_max_batch_size_runs_as_in_te(paged: bool, fmt: str
     assert_unchanged(padded, before)
 
 
-def test_a_module_without_layer_number_over_several_layers_is_refused() -> None:
-    """Built without layer_number, a module caches as layer 1 (TE's default): over a cache of several layers every
-    such module wrote layer 1's cache. That is refused and nothing is written; over one layer, or once a layer is
-    set, it runs."""
+def test_two_modules_without_layer_number_in_one_step_are_refused() -> None:
+    """Built without layer_number, a module caches as layer 1 (TE's default): a model whose layers all left it out
+    wrote every layer's K / V into layer 1's cache. The second such append in a step is refused and writes nothing;
+    one such module beside modules of layers 2.. runs, step after step."""
     params = _cache(False)
     params.allocate_memory(2)
+
+    def unnamed() -> DotProductAttention:
+        return DotProductAttention(H, D, num_gqa_groups=H_KV, qkv_format="bshd", attn_mask_type="padding_causal")
+
+    first, second, named = unnamed(), unnamed(), _module("bshd")
+    named.layer_number = 2
+    for step in (STEP, {"a": 1, "b": 1}):
+        params.pre_step(OrderedDict(step))
+        inputs = _inputs("bshd", positions=max(step.values()))
+        first(*inputs, inference_params=params)
+        named(*inputs, inference_params=params)
     before = snapshot(params)
-    unnamed = DotProductAttention(H, D, num_gqa_groups=H_KV, qkv_format="bshd", attn_mask_type="padding_causal")
-    with pytest.raises(ValueError, match=r"built without layer_number, so it caches as layer 1, but inference_params "
-                                         r"holds the caches of layers \[1, 2\].*layer_number=L"):
-        unnamed(*_inputs("bshd"), inference_params=params)
+    with pytest.raises(ValueError, match=r"a second DotProductAttention built without layer_number appended to "
+                                         r"layer 1's cache in this step .*layer_number=L\)"):
+        second(*inputs, inference_params=params)
     assert_unchanged(params, before)
-    unnamed.layer_number = 2
-    unnamed(*_inputs("bshd"), inference_params=params)
-    DotProductAttention(H, D, num_gqa_groups=H_KV, qkv_format="bshd", attn_mask_type="padding_causal")(
-        *_inputs("bshd"), inference_params=_cache(False))   # one layer: TE's default serves it
+    params.pre_step(OrderedDict({"a": 1, "b": 1}))
+    second(*inputs, inference_params=params)   # a new step: one default-layer append again
 
 
 def test_a_mask_given_to_a_cache_step_is_warned_about(monkeypatch: pytest.MonkeyPatch) -> None:

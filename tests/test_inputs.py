@@ -166,10 +166,15 @@ def test_thd_self_attention_takes_the_queries_cu_seqlens_only_for_as_many_key_to
     longer = torch.cat([k, k[:3]]), torch.cat([v, v[:3]])
     with pytest.raises(ValueError, match=rf"key_layer has {2 * S + 3} and query_layer {2 * S}: pass cu_seqlens_kv"):
         m(q, *longer, cu_seqlens_q=cu(S, S))
+    # the keys' own offsets given: they are read there (the queries' lengths), whatever key_layer's token count
+    offsets = dict(cu_seqlens_kv_padded=torch.tensor([0, S + 3, 2 * S + 3], dtype=torch.int32))
+    torch.testing.assert_close(m(q, *longer, cu_seqlens_q=cu(S, S), **offsets),
+                               m(q, *longer, cu_seqlens_q=cu(S, S), cu_seqlens_kv=cu(S, S), **offsets))
 
 
 @pytest.mark.parametrize("mask_type, fmt, reason", [
-    ("causal", "bshd", r"attn_mask_type='causal' reads no mask; for a padding mask use a padding type"),
+    ("causal", "bshd", r"attn_mask_type='causal' reads no mask \(a mask that only repeats it can be left out; a "
+                       r"padding mask needs a padding type such as 'padding_causal', any other mask 'arbitrary'\)"),
     ("no_mask", "sbhd", r"attn_mask_type='no_mask' reads no mask"),
     ("padding", "thd", r"qkv_format='thd' takes each sequence's lengths from cu_seqlens_q / cu_seqlens_kv"),
 ])
@@ -189,6 +194,10 @@ def test_a_mask_that_is_not_read_is_warned_about_once(mask_type, fmt, reason, mo
         warnings.simplefilter("error")
         m(q, k, v, attention_mask=pad, **lengths)   # once
         module(qkv_format="bshd", attn_mask_type="padding")(*qkv("bshd"), attention_mask=pad)   # read: no warning
+    monkeypatch.setattr(call_setup, "_UNREAD_MASKS_WARNED", set())
+    m.explain(q, k, v, attention_mask=pad, **lengths)   # explain() runs nothing: it leaves the warning to the call
+    with pytest.warns(UserWarning, match="attention_mask is given but not read"):
+        m(q, k, v, attention_mask=pad, **lengths)
 
 
 @pytest.mark.parametrize("mask", ["no_mask", "causal", "causal_bottom_right", "arbitrary"])
@@ -387,6 +396,13 @@ def test_constructor_arguments_are_not_coerced(name, value):
     return_max_logit="no" was True) or raised Python's own errors; each is refused naming the argument."""
     with pytest.raises(ValueError, match=name):
         module(**{name: value})
+
+
+@pytest.mark.parametrize("value", [True, torch.tensor(True), torch.tensor([True]), 2.0, "2", torch.tensor(2.0)])
+def test_integers_refuse_bools_of_every_kind(value):
+    from attention.integers import as_int
+
+    assert as_int(value) is None
 
 
 def test_integer_arguments_may_be_numpy_integers():
