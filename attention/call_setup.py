@@ -90,11 +90,13 @@ def check_default_layer_append(inference_params: Any) -> None:
     when a second such module appends to it in the same step: each would write layer 1's cache (eager calls; the
     caller appends next)."""
     step = getattr(inference_params, "step_dict", None)
+    if step is None:   # a cache object without InferenceParams' steps: unchecked
+        return
     try:
         appended = _DEFAULT_LAYER_APPENDS.get(inference_params)
-    except TypeError:   # a cache object that takes no weak reference: unchecked
+    except TypeError:   # nor one that takes no weak reference
         return
-    if step is not None and appended is step:
+    if appended is step:
         raise ValueError(
             "a second DotProductAttention built without layer_number appended to layer 1's cache in this step (a "
             "module without one caches as layer 1, TE's default): pass each layer's DotProductAttention(..., "

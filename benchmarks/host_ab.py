@@ -45,7 +45,7 @@ def decode_calls(device: torch.device, dtype: torch.dtype) -> dict[str, Callable
     static = StaticKVCache(inputs, 16)
     new_k, new_v = inputs.new_tokens()
     dpa_thd = DotProductAttention(32, 128, num_gqa_groups=8, qkv_format="thd", attn_mask_type="padding",
-                                  backend="fused").to(device)
+                                  layer_number=1, backend="fused").to(device)
     return {
         "attention_forward": profiled["attention_forward"],
         "dpa_static_thd": lambda: dpa_thd(inputs.q, new_k, new_v, inference_params=static, cu_seqlens_q=inputs.cu_q,

@@ -156,7 +156,8 @@ def _dpa(cell: Cell, inputs: Inputs, backend: str | None, kv_source: str | None 
     kv_source = kv_source or cell.kv_source
     module = DotProductAttention(
         p.heads_q, (p.head_dim, p.head_dim_v), num_gqa_groups=p.heads_kv, qkv_format="thd",
-        attn_mask_type="padding_causal" if p.causal else "padding", backend=backend).to(inputs.device)
+        attn_mask_type="padding_causal" if p.causal else "padding", layer_number=1,   # a model's layer, named
+        backend=backend).to(inputs.device)
     common = {"cu_seqlens_q": inputs.cu_q, "cu_seqlens_kv": inputs.cu_kv, "max_seqlen_q": p.max_q}
     if kv_source == "packed":
         k, v = inputs.packed_kv()
