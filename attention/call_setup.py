@@ -219,10 +219,16 @@ def kv_cache_step(
     eager = eager or (eager is None and eager_call(q.device))   # the step's host lengths hold for this call
     # bshd / sbhd: the step's batch, or padded up to max_batch_size. A traced or captured call serves later steps
     # of other batch sizes (and torch.compile would guard on this one's): it checks only the bound.
-    max_batch = getattr(ip, "max_batch_size", None)   # (a cache object without one: its step's batch only)
-    if fmt != "thd" and (batch != ip.batch_size if max_batch is None
-                         else batch > max_batch if not eager
-                         else batch != ip.batch_size and not ip.batch_size < batch <= max_batch):
+    max_batch = getattr(ip, "max_batch_size", None)
+    if fmt == "thd":
+        batch_fits = True
+    elif max_batch is None:   # a cache object without one: its step's batch only
+        batch_fits = batch == ip.batch_size
+    elif eager:
+        batch_fits = batch == ip.batch_size or ip.batch_size < batch <= max_batch
+    else:
+        batch_fits = batch <= max_batch
+    if not batch_fits:
         if hasattr(ip, "check_stepped"):
             ip.check_stepped()   # no pre_step yet: say that, not the batch size
         padded = "" if max_batch is None else (
