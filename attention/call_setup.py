@@ -60,11 +60,12 @@ _UNREAD_MASKS_WARNED: set[tuple[str, str, bool]] = set()
 """(mask type, format, KV caching) of the calls already warned about an unread attention_mask."""
 
 
-def warn_unread_mask(mask_type: str, fmt: str, kv_caching: bool) -> None:
+def warn_unread_mask(mask_type: str, fmt: str, kv_caching: bool, both_cu_seqlens: bool = False) -> None:
     """Warn once per kind of call that a given ``attention_mask`` is not read (as in TE, which ignores it silently):
-    a KV-cache step and thd take the lengths from elsewhere, and masks other than the padding ones and
-    ``"arbitrary"`` read none. For eager calls (a compiled one would guard on the warned set)."""
-    key = (mask_type, fmt, kv_caching)
+    a KV-cache step, thd and a padding type given both ``cu_seqlens_q`` and ``cu_seqlens_kv`` take the lengths from
+    elsewhere, and masks other than the padding ones and ``"arbitrary"`` read none. For eager calls (a compiled one
+    would guard on the warned set)."""
+    key = (mask_type, fmt, kv_caching, both_cu_seqlens)
     if key in _UNREAD_MASKS_WARNED:
         return
     if kv_caching:
@@ -74,6 +75,9 @@ def warn_unread_mask(mask_type: str, fmt: str, kv_caching: bool) -> None:
     elif not has_padding(mask_type) and mask_type != "arbitrary":
         reason = (f"attn_mask_type={mask_type!r} reads no mask (a mask that only repeats it can be left out; a "
                   "padding mask needs a padding type such as 'padding_causal', any other mask 'arbitrary')")
+    elif both_cu_seqlens and has_padding(mask_type):
+        reason = ("cu_seqlens_q and cu_seqlens_kv give each sequence's lengths (the mask's are read only when one of "
+                  "them is left out)")
     else:
         return
     _UNREAD_MASKS_WARNED.add(key)

@@ -424,7 +424,8 @@ class DotProductAttention(nn.Module):
             if plan is not None:
                 plan.fmt, plan.mask_type, plan.window, plan.bottom_right = fmt, mask_type, window, bottom_right
         if attention_mask is not None and eager is not False and not dry_run:
-            call_setup.warn_unread_mask(mask_type, fmt, kv_caching)
+            call_setup.warn_unread_mask(mask_type, fmt, kv_caching,
+                                        cu_seqlens_q is not None and cu_seqlens_kv is not None)
         device = q.device
         self_attention = self.attention_type == "self"
         if kv_caching and eager is None:

@@ -177,6 +177,8 @@ def test_thd_self_attention_takes_the_queries_cu_seqlens_only_for_as_many_key_to
                        r"padding mask needs a padding type such as 'padding_causal', any other mask 'arbitrary'\)"),
     ("no_mask", "sbhd", r"attn_mask_type='no_mask' reads no mask"),
     ("padding", "thd", r"qkv_format='thd' takes each sequence's lengths from cu_seqlens_q / cu_seqlens_kv"),
+    ("padding_causal", "bshd", r"cu_seqlens_q and cu_seqlens_kv give each sequence's lengths \(the mask's are read "
+                               r"only when one of them is left out\)"),
 ])
 def test_a_mask_that_is_not_read_is_warned_about_once(mask_type, fmt, reason, monkeypatch):
     """TE ignores attention_mask silently where the mask type or format reads none; a padding mask passed with the
@@ -184,8 +186,9 @@ def test_a_mask_that_is_not_read_is_warned_about_once(mask_type, fmt, reason, mo
     monkeypatch.setattr(call_setup, "_UNREAD_MASKS_WARNED", set())
     q, k, v = qkv(fmt)
     m = module(qkv_format=fmt, attn_mask_type=mask_type)
-    lengths = dict(cu_seqlens_q=cu(S, S), cu_seqlens_kv=cu(S, S)) if fmt == "thd" else {}
+    lengths = dict(cu_seqlens_q=cu(S, S), cu_seqlens_kv=cu(S, S)) if fmt == "thd" or "padding" in mask_type else {}
     pad = torch.zeros(2, 1, 1, S, dtype=torch.bool)
+    pad[:, ..., S - 2:] = True   # masks the last two keys (if it were read)
     with pytest.warns(UserWarning, match=rf"attention_mask is given but not read: {reason}") as record:
         out = m(q, k, v, attention_mask=pad, **lengths)
     assert record[0].filename == __file__   # the caller's line, past nn.Module's frames and the package's
