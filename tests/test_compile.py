@@ -10,6 +10,7 @@ of every op (flash ops against a fake flash-attn package). GPU: fused in bf16, p
 from __future__ import annotations
 
 import os
+import warnings
 from collections import OrderedDict
 
 import pytest
@@ -84,6 +85,19 @@ def test_new_shapes_specialise_under_automatic_dynamic():
         q, k, v = _qkv((2, s, HEADS, HEAD_DIM), (2, s, HEADS_KV, HEAD_DIM))
         torch.testing.assert_close(compiled(q, k, v), attn(q, k, v))
     assert counters["stats"]["unique_graphs"] == 3
+
+
+@pytest.mark.parametrize("mask_type, window", [("padding", (-1, 0)), ("causal", (4, 2))])
+def test_a_normalised_window_warns_eagerly_and_compiles_without_a_break(mask_type, window):
+    """A window the mask type rewrites warns in an eager call; under compile the warning (which dynamo cannot
+    trace) is left out rather than failing fullgraph=True."""
+    attn = _attention(qkv_format="bshd", attn_mask_type=mask_type)
+    q, k, v = _qkv((2, 8, HEADS, HEAD_DIM), (2, 8, HEADS_KV, HEAD_DIM))
+    with pytest.warns(UserWarning, match=r"window_size=.* using"):
+        expected = attn(q, k, v, window_size=window)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        torch.testing.assert_close(_compiled(attn)(q, k, v, window_size=window), expected)
 
 
 def test_thd_padding_causal_with_cu_seqlens():
