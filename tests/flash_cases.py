@@ -271,3 +271,44 @@ def cases_for(generation: int, gpu: bool = False) -> list[FlashCase]:
 
 def _with_head_dim(cases: list[FlashCase], d: int) -> list[FlashCase]:
     return [replace(c, d_qk=d, d_v=d) if (c.d_qk, c.d_v) == (32, 32) else c for c in cases]
+
+
+GRADIENT_CASES = [
+    ("bshd", "causal", None),
+    ("sbhd", "padding_causal", [3, 5]),
+    ("thd", "padding_causal", [3, 4]),   # 8 rows: the last is in no sequence (the adapter zeroes it)
+    ("thd", "padding", [2, 5]),
+]
+"""(qkv_format, attn_mask_type, sequence lengths or None) of the module-level gradient checks: batch 2, five
+positions a sequence in bshd / sbhd, eight rows in thd."""
+
+
+def check_gradients(generation: int, qkv_format: str, mask_type: str, lengths: list[int] | None, *, device: str,
+                    head_dim: int, dtype: torch.dtype = torch.bfloat16) -> None:
+    """Run ``DotProductAttention(backend="flash<generation>")`` forward and backward (GQA 4/2) and compare out,
+    dq, dk and dv with autograd through ``tests/reference.py`` in fp32 (on CPU)."""
+    from attention import DotProductAttention
+    from tests.reference import reference_attention
+
+    torch.manual_seed(generation)
+    heads, kv_heads, batch, seqlen = 4, 2, 2, 5
+    leading = {"thd": (8,), "bshd": (batch, seqlen), "sbhd": (seqlen, batch)}[qkv_format]
+    q, k, v = (torch.randn(*leading, h, head_dim, dtype=dtype, device=device, requires_grad=True)
+               for h in (heads, kv_heads, kv_heads))
+    lengths_kw = {}
+    if lengths is not None:
+        cu = torch.tensor([0, lengths[0], sum(lengths)], dtype=torch.int32)
+        lengths_kw = dict(cu_seqlens_q=cu.to(device), cu_seqlens_kv=cu.to(device))
+    module = DotProductAttention(heads, head_dim, num_gqa_groups=kv_heads, qkv_format=qkv_format,
+                                 attn_mask_type=mask_type, backend=f"flash{generation}", layer_number=1)
+    out = module(q, k, v, **lengths_kw)
+    grad_out = torch.randn(out.shape, dtype=out.dtype, device=device)
+    out.backward(grad_out)
+    reference_inputs = [x.detach().cpu().float().requires_grad_() for x in (q, k, v)]
+    expected = reference_attention(*reference_inputs, qkv_format=qkv_format, attn_mask_type=mask_type,
+                                   **{name: cu.cpu() for name, cu in lengths_kw.items()})
+    expected.backward(grad_out.cpu().float())
+    torch.testing.assert_close(out.cpu().float(), expected.detach(), atol=2e-2, rtol=2e-2)
+    for name, got, want in zip("qkv", (q, k, v), reference_inputs):
+        torch.testing.assert_close(got.grad.cpu().float(), want.grad, atol=3e-2, rtol=3e-2,
+                                   msg=lambda m, name=name: f"d{name}: {m}")

@@ -3,11 +3,15 @@ computing flash semantics (bottom-right alignment, varlen, block/page tables) wi
 
 Used by tests/test_flash_backend.py (adapter plumbing) and tests/test_serving_simulation.py (a whole
 serving run through each generation). Rows the real kernels would not write come back NaN, so the
-adapters must zero them themselves.
+adapters must zero them themselves. The differentiable functions behave as flash-attn's
+``torch.autograd.Function``s do: the output is saved for the backward pass (flash-attn 2 returns a view of
+it), so an adapter that writes into it in place fails autograd's checks here as it would on a GPU.
 """
 
 from __future__ import annotations
 
+import functools
+from dataclasses import replace
 from types import SimpleNamespace
 
 import torch
@@ -28,6 +32,51 @@ def _slopes(alibi, i):
 
 def _paged_rows(cache, table_row, length):
     return cache[table_row.long()].flatten(0, 1)[:length]
+
+
+class _SavesOutput(torch.autograd.Function):
+    """The fake's math under autograd, wrapped as flash-attn wraps its kernels: ``out`` saved for backward."""
+
+    @staticmethod
+    def forward(ctx, call, view, *tensors):
+        with torch.enable_grad():
+            leaves = [t.detach().requires_grad_(t.requires_grad) for t in tensors]
+            out = call(*leaves)
+        ctx.graph = (leaves, out)
+        saved = out.detach().clone()
+        ctx.save_for_backward(saved)
+        return saved[..., : saved.shape[-1]] if view else saved   # flash-attn 2: out_padded[..., :head_size_og]
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        ctx.saved_tensors   # autograd's version check: fails when the output was written in place
+        leaves, out = ctx.graph
+        wanted = [leaf for leaf in leaves if leaf.requires_grad]
+        grads = iter(torch.autograd.grad(out, wanted, grad_out, allow_unused=True))
+        return (None, None, *(next(grads) if leaf.requires_grad else None for leaf in leaves))
+
+
+def _saves_output(view: bool = False):
+    """Route a fake's ``(self, q, k, v, **kwargs)`` through :class:`_SavesOutput` (tensor keywords that
+    require grad, a learnable sink, get their gradients too); ``view``: return a view of the saved output.
+    The result keeps the fake's structure (``out``, or a tuple that starts with it)."""
+    def decorate(method):
+        @functools.wraps(method)
+        def wrapper(self, q, k, v, *args, **kwargs):
+            graded = [name for name, x in kwargs.items() if isinstance(x, torch.Tensor) and x.requires_grad]
+            rest = []
+
+            def call(q, k, v, *values):
+                result = method(self, q, k, v, *args, **{**kwargs, **dict(zip(graded, values))})
+                if isinstance(result, tuple):
+                    rest.append(result[1:])
+                    return result[0]
+                return result
+
+            out = _SavesOutput.apply(call, view, q, k, v, *(kwargs[name] for name in graded))
+            return (out, *rest[0]) if rest else out
+        return wrapper
+    return decorate
 
 
 class FakeFlash2:
@@ -54,6 +103,7 @@ class FakeFlash2:
             h = q.shape[-2]
             assert tuple(alibi_slopes.shape) in ((h,), (batch, h)), "alibi_slopes must be [h] or [batch, h]"
 
+    @_saves_output(view=True)
     def flash_attn_func(self, q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                         softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
         batch = q.shape[0]
@@ -63,6 +113,7 @@ class FakeFlash2:
                            for i in range(batch)])
         return (out, None, None) if return_attn_probs else out
 
+    @_saves_output(view=True)
     def flash_attn_varlen_func(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
                                softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                                alibi_slopes=None, deterministic=False, return_attn_probs=False, block_table=None):
@@ -103,12 +154,14 @@ class FakeFlash2:
 
 
 class FakeFlash3:
+    @_saves_output()
     def flash_attn_func(self, q, k, v, softmax_scale=None, causal=False, qv=None, window_size=(-1, -1),
                         deterministic=False):
         out = torch.stack([_attend(q[i], k[i], v[i], softmax_scale, causal, window_size, None)
                            for i in range(q.shape[0])])
         return out, None   # older hopper builds return (out, lse)
 
+    @_saves_output()
     def flash_attn_varlen_func(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=None,
                                seqused_k=None, softmax_scale=None, causal=False, window_size=(-1, -1),
                                deterministic=False):
@@ -223,6 +276,7 @@ class FakeFlash4:
             tile_n = _fake_tile_size_fwd_sm90(head_dim, v.shape[-1], causal and not local, local).n_block_size
             self.FlashAttentionForwardSm90(head_dim, v.shape[-1], paged_kv_non_tma=page_size != tile_n)
 
+    @_saves_output()
     def flash_attn_func(self, q, k, v, qv=None, gather_kv_indices=None, softmax_scale=None, causal=False,
                         window_size=(None, None), learnable_sink=None, softcap=0.0, num_splits=1, pack_gqa=None,
                         deterministic=False, score_mod=None, score_mod_bwd=None, mask_mod=None, aux_tensors=None,
@@ -236,6 +290,7 @@ class FakeFlash4:
                            for i in range(batch)])
         return out, None
 
+    @_saves_output()
     def flash_attn_varlen_func(self, q, k, v, qv=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
                                max_seqlen_k=None, min_seqlen_k=None, seqused_q=None, seqused_k=None,
                                gather_kv_indices=None, page_table=None, softmax_scale=None, causal=False,
@@ -298,3 +353,16 @@ def install_fake(monkeypatch, generation: int, version: str = "9.9.9", module=No
     original = flash_probe.probe
     monkeypatch.setattr(flash_probe, "probe", lambda g: package if g == generation else original(g))
     return package
+
+
+def run_fake_on_cpu(monkeypatch, generation: int) -> None:
+    """Install ``generation``'s fake and widen its backend's sheet to CPU tensors (the fakes compute on any
+    device), so ``DotProductAttention(backend="flash<generation>")`` runs the adapter on CPU."""
+    from attention import selection
+
+    install_fake(monkeypatch, generation)
+    monkeypatch.setattr(flash_probe, "cuda_available", lambda: True)
+    flash_class = type(selection.registry()[f"flash{generation}"])
+    widened = replace(flash_class.capabilities, device_types=frozenset({"cpu", "cuda"}))
+    monkeypatch.setattr(flash_class, "capabilities", widened)
+    selection.clear_cache()

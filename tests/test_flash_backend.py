@@ -14,11 +14,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from attention import DotProductAttention
 from attention.backends import flash_probe
 from attention.backends.flash import Flash2Backend, Flash3Backend, Flash4Backend
 from attention.params import AttentionParams
-from tests.flash_cases import FlashCase, build_call, cases_for
-from tests.flash_fakes import FAKES, FakeFlash2, install_fake
+from tests.flash_cases import GRADIENT_CASES, FlashCase, build_call, cases_for, check_gradients
+from tests.flash_fakes import FAKES, FakeFlash2, install_fake, run_fake_on_cpu
+from tests.reference import reference_attention
 
 BACKENDS = {2: Flash2Backend(), 3: Flash3Backend(), 4: Flash4Backend()}
 
@@ -400,17 +402,10 @@ def test_v3_v4_read_padded_offsets_under_a_false_hint(generation, install, monke
     """thd with gapped cu_seqlens_*_padded and pad_between_seqs=False, as on a GPU where nothing reads the values to
     refuse the hint (ATTN_CHECK_SEQLENS=0): flash-attn 3 / 4 take the padded offsets (seqused), as fused and unfused
     do; flash-attn 2 has no way to and relies on the promise."""
-    from dataclasses import replace
+    from attention import selection
 
-    from attention import DotProductAttention, selection
-    from tests.reference import reference_attention
-
-    backend = install(generation)
-    monkeypatch.setattr(flash_probe, "cuda_available", lambda: True)
-    monkeypatch.setattr(type(backend), "capabilities",
-                        replace(type(backend).capabilities, device_types=frozenset({"cpu", "cuda"})))
+    run_fake_on_cpu(monkeypatch, generation)
     monkeypatch.setenv("ATTN_CHECK_SEQLENS", "0")
-    selection.clear_cache()
     q, k, v = (torch.randn(8, heads, 16, dtype=torch.bfloat16) for heads in (4, 2, 2))
     offsets = {"cu_seqlens_q": torch.tensor([0, 3, 5], dtype=torch.int32),
                "cu_seqlens_kv": torch.tensor([0, 3, 5], dtype=torch.int32),
@@ -423,3 +418,17 @@ def test_v3_v4_read_padded_offsets_under_a_false_hint(generation, install, monke
                                    attn_mask_type="padding_causal_bottom_right", **offsets)
     torch.testing.assert_close(out.float(), expected, atol=2e-2, rtol=2e-2)
     selection.clear_cache()
+
+
+# ------------------------------------------------------------------------------------------------
+# Gradients through the fake packages (which keep their output for backward, as flash-attn does)
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("generation", [2, 3, 4])
+@pytest.mark.parametrize("qkv_format, mask_type, lengths", GRADIENT_CASES, ids=str)
+def test_gradients_through_the_module_match_the_reference(generation, qkv_format, mask_type, lengths, monkeypatch):
+    """dq / dk / dv of DotProductAttention(backend="flash<g>") against autograd through tests/reference.py.
+    flash-attn saves its output for the backward pass (flash-attn 2 returns a view of it): the adapter must not
+    write into it in place (thd's rows outside the sequences are zeroed out of place when gradients are needed)."""
+    run_fake_on_cpu(monkeypatch, generation)
+    check_gradients(generation, qkv_format, mask_type, lengths, device="cpu", head_dim=16)

@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from dataclasses import replace
 
 import pytest
 import torch
 
 from attention import selection
-from attention.backends import flash_probe
 from inference import InferenceParams, KVCacheFullError, page_allocator
 from inference.scheduler import ContinuousBatchingScheduler
-from tests.flash_fakes import install_fake
+from tests.flash_fakes import run_fake_on_cpu
 from tests.reference import reference_one_sequence
 
 attention = pytest.importorskip("attention")
@@ -83,12 +81,7 @@ def use_flash(backend: str, monkeypatch) -> None:
         if reason:
             pytest.skip(f"{backend}: {reason}")
         return
-    install_fake(monkeypatch, generation)
-    monkeypatch.setattr(flash_probe, "cuda_available", lambda: True)
-    flash_class = type(selection.registry()[backend])
-    widened = replace(flash_class.capabilities, device_types=frozenset({"cpu", "cuda"}))
-    monkeypatch.setattr(flash_class, "capabilities", widened)
-    selection.clear_cache()
+    run_fake_on_cpu(monkeypatch, generation)
 
 
 def pack_new_tokens(tensors: list[torch.Tensor], qkv_format: str) -> torch.Tensor:

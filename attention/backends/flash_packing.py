@@ -61,7 +61,9 @@ def unpack_to_padded(packed: Tensor, cu_seqlens: Tensor, batch: int, seqlen: int
 
 
 def zero_rows_outside_sequences(out: Tensor, cu_seqlens: Tensor, cu_seqlens_padded: Tensor | None = None) -> Tensor:
-    """Zero, in place, the thd rows of ``out [t, h, d]`` that belong to no sequence.
+    """Zero the thd rows of ``out [t, h, d]`` that belong to no sequence: in place, or in a new tensor when
+    ``out`` requires grad (flash-attn saves its output for the backward pass, and flash-attn 2 returns a view
+    of it: autograd refuses a write into either).
 
     Sequence ``i`` owns rows ``[start_i, start_i + len_i)`` with ``start_i`` from
     ``cu_seqlens_padded`` (pad between sequences) or ``cu_seqlens``; rows past the last sequence
@@ -79,4 +81,6 @@ def zero_rows_outside_sequences(out: Tensor, cu_seqlens: Tensor, cu_seqlens_padd
         sequence = torch.searchsorted(starts, row, right=True) - 1
         owner = sequence.clamp(min=0)
         valid = (sequence >= 0) & (row - starts[owner] < lengths[owner])
+    if out.requires_grad:
+        return out.masked_fill(~valid[:, None, None], 0)
     return out.masked_fill_(~valid[:, None, None], 0)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from attention.backends.flash import Flash2Backend, Flash3Backend, Flash4Backend
-from tests.flash_cases import FlashCase, build_call, cases_for
+from tests.flash_cases import GRADIENT_CASES, FlashCase, build_call, cases_for, check_gradients
 
 pytestmark = pytest.mark.gpu
 
@@ -82,3 +82,17 @@ def test_decode_step_replays_in_a_cuda_graph(generation: int) -> None:
     torch.testing.assert_close(captured, eager)
     atol, rtol = backend.capabilities.tolerances[torch.bfloat16]
     torch.testing.assert_close(captured.float().cpu(), expected, atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("generation", [2, 3, 4])
+@pytest.mark.parametrize("qkv_format, mask_type, lengths", GRADIENT_CASES, ids=str)
+def test_gradients_through_the_module_match_the_reference(generation, qkv_format, mask_type, lengths) -> None:
+    """dq / dk / dv through DotProductAttention and the installed package's backward (bf16, d=64); a case the
+    installed release cannot run skips with the adapter's reasons."""
+    _backend_or_skip(generation)
+    try:
+        check_gradients(generation, qkv_format, mask_type, lengths, device="cuda", head_dim=64)
+    except ValueError as error:
+        if "cannot run these inputs" not in str(error):
+            raise
+        pytest.skip(str(error).split("Backends tried")[-1].strip())
