@@ -84,6 +84,20 @@ def warn_unread_mask(mask_type: str, fmt: str, kv_caching: bool, both_cu_seqlens
     warn(f"attention_mask is given but not read: {reason}")
 
 
+_PADDED_OFFSETS_WARNED: set[str] = set()
+
+
+def warn_unread_padded_offsets() -> None:
+    """Warn once that ``cu_seqlens_q_padded`` / ``cu_seqlens_kv_padded`` given with ``inference_params`` are not
+    read (TE drops them in a cache step): the step reads its query tokens back to back, so a query laid out with
+    gaps would be read at the wrong rows. For eager calls (a compiled one would guard on the flag)."""
+    if _PADDED_OFFSETS_WARNED:
+        return
+    _PADDED_OFFSETS_WARNED.add("warned")
+    warn("cu_seqlens_q_padded / cu_seqlens_kv_padded are given with inference_params but not read: a KV-cache step "
+         "reads its query tokens back to back (as in TE); pack them without gaps")
+
+
 _DEFAULT_LAYER_APPENDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 """Per cache object, the step (its ``step_dict`` object, new at every ``pre_step``) in which a module built without
 ``layer_number`` last appended to layer 1."""

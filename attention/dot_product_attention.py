@@ -407,6 +407,10 @@ class DotProductAttention(nn.Module):
                 max_seqlen_q, max_seqlen_kv, pad_between_seqs, bottom_right_diagonal)
             inputs.check_host_arguments(max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
                                         pad_between_seqs=pad_between_seqs)
+            if kv_caching and pad_between_seqs:
+                raise ValueError("pad_between_seqs=True cannot be honoured with inference_params: a KV-cache step "
+                                 "reads its query tokens back to back (cu_seqlens_*_padded are not read, as in TE); "
+                                 "pack the step's tokens without gaps")
             fmt = check_format(qkv_format or self.qkv_format)
             inputs.check_qkv(q, k, v, fmt, self.num_attention_heads, self.num_gqa_groups, self.head_dim_qk,
                              self.head_dim_v)
@@ -426,6 +430,9 @@ class DotProductAttention(nn.Module):
         if attention_mask is not None and eager is not False and not dry_run:
             call_setup.warn_unread_mask(mask_type, fmt, kv_caching,
                                         cu_seqlens_q is not None and cu_seqlens_kv is not None)
+        if kv_caching and (cu_seqlens_q_padded is not None or cu_seqlens_kv_padded is not None) \
+                and eager is not False and not dry_run:
+            call_setup.warn_unread_padded_offsets()
         device = q.device
         self_attention = self.attention_type == "self"
         if kv_caching and eager is None:

@@ -48,6 +48,9 @@ REFUSED = [
                  r"window_size for mask 'padding_causal' must be", id="window"),
     pytest.param("thd", dict(max_seqlen_q=2),
                  r"max_seqlen_q=2 is less than this step's longest sequence, 3 new tokens", id="thd max_seqlen_q"),
+    pytest.param("thd", dict(pad_between_seqs=True),
+                 r"pad_between_seqs=True cannot be honoured with inference_params: a KV-cache step reads its query "
+                 r"tokens back to back", id="thd pad_between_seqs"),
 ]
 
 
@@ -271,3 +274,23 @@ def test_a_mask_given_to_a_cache_step_is_warned_about(monkeypatch: pytest.Monkey
                                          "sequence's lengths from inference_params"):
         _module("bshd")(*_inputs("bshd"), attention_mask=torch.zeros(2, 1, 1, 3, dtype=torch.bool),
                         inference_params=_cache(False))
+
+
+def test_padded_offsets_given_to_a_cache_step_are_warned_about(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache step reads its query tokens back to back (TE drops the padded offsets): given ones are not read,
+    and a warning says so, once."""
+    import warnings
+
+    from attention import call_setup
+
+    monkeypatch.setattr(call_setup, "_PADDED_OFFSETS_WARNED", set())
+    offsets = torch.tensor([0, 4, 7], dtype=torch.int32)   # a gap after the first sequence: not what q holds
+    q, k, v = _inputs("thd")
+    expected = _module("thd")(q, k, v, inference_params=_cache(False))
+    with pytest.warns(UserWarning, match="cu_seqlens_q_padded / cu_seqlens_kv_padded are given with "
+                                         "inference_params but not read"):
+        out = _module("thd")(q, k, v, cu_seqlens_q_padded=offsets, inference_params=_cache(False))
+    torch.testing.assert_close(out, expected)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        _module("thd")(q, k, v, cu_seqlens_kv_padded=offsets, inference_params=_cache(False))   # once
