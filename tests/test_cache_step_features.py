@@ -1,0 +1,127 @@
+"""KV-cache steps through ``DotProductAttention`` + ``InferenceParams`` with the module's other features: a
+sliding window, ALiBi (given and default slopes), softmax sinks (off-by-one, learnable), MLA head dims, MQA and
+MHA, and the non-causal ``padding`` mask (with a window, either diagonal alignment). Every new token of three
+steps (a chunked prefill, a new sequence arriving, a decode) is compared with ``tests/reference.py`` over its
+sequence's whole history. unfused on every paging; fused (the Triton interpreter) on three format / paging pairs.
+``tests/test_serving_simulation.py`` covers the scheduling side (arrivals, finishing, refills) with the default
+features.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import pytest
+import torch
+
+from attention import DotProductAttention
+from inference import InferenceParams
+from tests.reference import default_alibi_slopes, reference_one_sequence
+
+HEADS, KV_HEADS, HEAD_DIM = 4, 2, 16
+STEPS = ({"a": 5, "b": 3}, {"a": 1, "b": 4, "c": 2}, {"a": 1, "b": 1, "c": 1})
+
+FEATURES = {
+    "window": dict(window_size=(2, 0)),
+    "alibi": dict(alibi="given"),
+    "alibi-default": dict(alibi="default"),
+    "off-by-one": dict(softmax_type="off-by-one"),
+    "learnable": dict(softmax_type="learnable"),
+    "mla": dict(head_dim_v=8),
+    "mqa": dict(kv_heads=1),
+    "mha": dict(kv_heads=HEADS),
+    "padding": dict(mask="padding"),
+    "padding-window-bottom-right": dict(mask="padding", window_size=(3, 1), bottom_right=True),
+    "padding-window-top-left": dict(mask="padding", window_size=(3, 1), bottom_right=False),
+}
+PAGINGS = {"non-paged": None, "page4": 4, "page3": 3, "page1": 1}
+FUSED_PAIRS = [("bshd", "page3"), ("sbhd", "page1"), ("thd", "non-paged")]   # the interpreter: ~0.3 s a case
+
+CASES = [pytest.param("unfused", fmt, paging, feature, id=f"unfused-{fmt}-{paging}-{feature}")
+         for fmt in ("bshd", "sbhd", "thd") for paging in PAGINGS for feature in FEATURES]
+CASES += [pytest.param("fused", fmt, paging, feature, id=f"fused-{fmt}-{paging}-{feature}")
+          for fmt, paging in FUSED_PAIRS for feature in FEATURES]
+
+
+def _step_inputs(fmt: str, new: dict[str, list[torch.Tensor]], dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """The step's new q / k / v: packed (thd) or left-aligned in a zero-padded batch (bshd / sbhd)."""
+    if fmt == "thd":
+        return tuple(torch.cat([tensors[i] for tensors in new.values()]).to(dtype) for i in range(3))
+    longest = max(tensors[0].shape[0] for tensors in new.values())
+    batch = []
+    for i in range(3):
+        padded = torch.zeros(len(new), longest, *next(iter(new.values()))[i].shape[1:], dtype=dtype)
+        for row, tensors in enumerate(new.values()):
+            padded[row, : tensors[i].shape[0]] = tensors[i]
+        batch.append(padded.transpose(0, 1).contiguous() if fmt == "sbhd" else padded)
+    return tuple(batch)
+
+
+def _step_rows(fmt: str, out: torch.Tensor, lengths: list[int]) -> list[torch.Tensor]:
+    """Each sequence's new rows of the output, ``[step_len, h * d_v]``."""
+    if fmt == "thd":
+        return list(torch.split(out, lengths))
+    if fmt == "sbhd":
+        out = out.transpose(0, 1)
+    return [out[row, :n] for row, n in enumerate(lengths)]
+
+
+@pytest.mark.parametrize("backend, fmt, paging, feature", CASES)
+def test_cache_steps_match_the_reference(backend: str, fmt: str, paging: str, feature: str,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    if backend == "fused":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    options = FEATURES[feature]
+    kv_heads, head_dim_v = options.get("kv_heads", KV_HEADS), options.get("head_dim_v", HEAD_DIM)
+    mask, window, softmax_type = options.get("mask", "padding_causal"), options.get("window_size"), \
+        options.get("softmax_type", "vanilla")
+    dtype = torch.float16 if backend == "fused" else torch.float32
+    torch.manual_seed(0)
+    page_size = PAGINGS[paging]
+    paged = dict(is_paged=True, page_size=page_size) if page_size else {}
+    cache = InferenceParams(3, 24, kv_heads, HEAD_DIM, dtype, head_dim_v=head_dim_v, device="cpu", qkv_format=fmt,
+                            **paged)
+    cache.allocate_memory(1)
+    module = DotProductAttention(HEADS, HEAD_DIM if head_dim_v == HEAD_DIM else (HEAD_DIM, head_dim_v),
+                                 num_gqa_groups=kv_heads, qkv_format=fmt, attn_mask_type=mask, window_size=window,
+                                 bottom_right_diagonal=options.get("bottom_right"), softmax_type=softmax_type,
+                                 layer_number=1, backend=backend)
+    sink = None
+    if softmax_type == "learnable":
+        with torch.no_grad():
+            module.softmax_offset.copy_(torch.randn(HEADS))
+        sink = module.softmax_offset.detach().clone()
+    elif softmax_type == "off-by-one":
+        sink = torch.zeros(HEADS)
+    alibi = {}
+    slopes = None
+    if options.get("alibi") == "given":
+        slopes = torch.rand(HEADS) * 0.5 + 0.1
+        alibi = dict(core_attention_bias_type="alibi", alibi_slopes=slopes)
+    elif options.get("alibi") == "default":
+        slopes = default_alibi_slopes(HEADS)
+        alibi = dict(core_attention_bias_type="alibi")
+    causal = mask != "padding"
+    # the reference's window and alignment: a cache step's causal mask is bottom-right (new queries sit last)
+    ref_window = (window[0], 0) if causal and window else (window or ((-1, 0) if causal else (-1, -1)))
+    ref_bottom_right = True if causal else bool(options.get("bottom_right"))
+    history: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    for step in STEPS:
+        cache.pre_step(OrderedDict(step))
+        new = {seq: [torch.randn(n, h, d).to(dtype) for h, d in ((HEADS, HEAD_DIM), (kv_heads, HEAD_DIM),
+                                                                  (kv_heads, head_dim_v))]
+               for seq, n in step.items()}
+        with torch.no_grad():
+            out = module(*_step_inputs(fmt, new, dtype), inference_params=cache, **alibi)
+        for seq, rows in zip(step, _step_rows(fmt, out, list(step.values()))):
+            q, k, v = new[seq]
+            if seq in history:
+                k, v = torch.cat([history[seq][0], k]), torch.cat([history[seq][1], v])
+            history[seq] = (k, v)
+            expected = reference_one_sequence(q.float(), k.float(), v.float(), causal=causal,
+                                              window_size=ref_window, bottom_right=ref_bottom_right,
+                                              alibi_slopes=slopes, softmax_offset=sink)
+            atol = 2e-3 if dtype == torch.float16 else 1e-5
+            torch.testing.assert_close(rows.float().reshape(expected.shape), expected, atol=atol, rtol=atol,
+                                       msg=lambda m, seq=seq: f"sequence {seq!r}, step {step}: {m}")
+    assert module.last_backend == backend
