@@ -40,6 +40,10 @@ CASES = {
                                                                           "bias_type": "pre_scale_bias",
                                                                           "ragged": True}),
     "bshd-bf16-gqa-causal": ("bshd", 2, 7, 7, 4, 2, 16, 16, "causal", {"dtype": torch.bfloat16}),
+    "thd-cross-mla": ("thd", 3, 6, 10, 4, 2, 16, 8, "padding_causal_bottom_right", {}),
+    "bshd-rows-without-keys": ("bshd", 2, 9, 5, 4, 2, 16, 16, "causal_bottom_right", {}),   # s_q > s_kv
+    "sbhd-learnable-cross": ("sbhd", 2, 5, 9, 4, 2, 16, 16, "no_mask", {"softmax": "learnable"}),
+    "bshd-arbitrary-masked-row": ("bshd", 2, 6, 8, 4, 2, 16, 16, "arbitrary", {"arbitrary": True}),
     "bshd-fp64-learnable-bias": ("bshd", 2, 6, 6, 4, 2, 8, 8, "causal", {"dtype": torch.float64,
                                                                         "softmax": "learnable",
                                                                         "bias": (2, 1, 6, 6)}),
@@ -78,6 +82,10 @@ def build(name: str):
     q, k, v = (torch.randn(*s, dtype=dtype).requires_grad_() for s in shapes)
     if "window" in extra:
         fwd["window_size"] = ref["window_size"] = extra["window"]
+    if extra.get("arbitrary"):   # True = masked out; query row 1 of sequence 0 sees no key (zero out and gradient)
+        masked = torch.rand(b, 1, s_q, s_kv) < 0.4
+        masked[0, 0, 1] = True
+        fwd["attention_mask"] = ref["attention_mask"] = masked
     if extra.get("alibi"):
         fwd["core_attention_bias_type"] = ref["bias_type"] = "alibi"
     bias = None
