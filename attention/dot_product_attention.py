@@ -47,7 +47,8 @@ class DotProductAttention(nn.Module):
 
     With ``return_max_logit=True`` the module returns ``(out, max_logit)``: ``max_logit`` is fp32 ``[h]``,
     the largest logit ``scale * Q Kᵀ + bias`` per head over the batch, the real query rows and the keys
-    each row sees (masked positions and padded rows excluded); only the ``unfused`` backend computes it.
+    each row sees (masked positions, the window's and padded rows excluded; ALiBi's term counts as a bias, a
+    softmax sink does not); only the ``unfused`` backend computes it.
 
     The constructor and ``forward`` take TransformerEngine's arguments in its order (positional calls bind as in
     TE); ``backend=`` (ours) is keyword-only. Parallelism runs one partition (``tp_size=1``, no context split),

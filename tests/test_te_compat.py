@@ -253,23 +253,58 @@ def test_flash_adapters_pass_num_splits_only_when_asked():
 # return_max_logit
 # ------------------------------------------------------------------------------------------------
 
-def expected_max_logit(q, k, lens_q, lens_kv, *, causal, bottom_right, scale, bias=None):
+def expected_max_logit(q, k, lens_q, lens_kv, *, causal, bottom_right, scale, bias=None, window=(-1, -1),
+                       slopes=None, masked=None):
     """Independent: per sequence, per head, per query row, the max over the keys it sees of
-    ``scale * q.k + bias``; padded rows and masked keys never count. fp32 ``[h]``."""
+    ``scale * q.k + bias - slope * |i + offset - j|`` (ALiBi counts, as a bias does; a softmax sink does not);
+    padded rows, masked keys (causal, the window, ``masked`` True) never count. fp32 ``[h]``."""
     h, group = q.shape[2], q.shape[2] // k.shape[2]
     best = torch.full((h,), -math.inf, dtype=torch.float64)
+    left, right = window
     for b, (n_q, n_kv) in enumerate(zip(lens_q, lens_kv)):
         offset = n_kv - n_q if bottom_right else 0
         for head in range(h):
             for i in range(n_q):
                 for j in range(n_kv):
-                    if causal and j > i + offset:
+                    if (causal and j > i + offset) or (right >= 0 and j > i + offset + right) \
+                            or (left >= 0 and j < i + offset - left) or (masked is not None and masked[b, 0, i, j]):
                         continue
                     logit = scale * float(q[b, i, head].double() @ k[b, j, head // group].double())
                     if bias is not None:
                         logit += float(bias[min(b, bias.shape[0] - 1), min(head, bias.shape[1] - 1), i, j])
+                    if slopes is not None:
+                        logit -= float(slopes[head]) * abs(i + offset - j)
                     best[head] = max(best[head], logit)
     return best.float()
+
+
+@pytest.mark.parametrize("feature", ["window", "alibi", "sink", "arbitrary", "sbhd"])
+def test_max_logit_with_the_module_features(feature):
+    """A window and an arbitrary mask drop the keys they hide, ALiBi's term counts (as a bias's does), a softmax
+    sink does not (it is no key's logit), sbhd reads as bshd."""
+    q, k, v = qkv(b=2, s_q=6, s_kv=9)
+    q = q * 3
+    options, fwd, expected_kwargs = {}, {}, {}
+    if feature == "window":
+        options["window_size"] = expected_kwargs["window"] = (2, 1)
+        options["attn_mask_type"] = "no_mask"
+    elif feature == "alibi":
+        fwd["core_attention_bias_type"] = "alibi"
+        fwd["alibi_slopes"] = expected_kwargs["slopes"] = torch.tensor([0.5, 1.0, 2.0, 4.0])[:H]
+    elif feature == "sink":
+        options["softmax_type"] = "off-by-one"
+    elif feature == "arbitrary":
+        options["attn_mask_type"] = "arbitrary"
+        fwd["attention_mask"] = expected_kwargs["masked"] = torch.rand(2, 1, 6, 9) < 0.5
+    module = attn(**{"attn_mask_type": "causal_bottom_right", **options}, return_max_logit=True,
+                  qkv_format="sbhd" if feature == "sbhd" else "bshd", softmax_scale=0.3)
+    inputs = tuple(x.transpose(0, 1).contiguous() for x in (q, k, v)) if feature == "sbhd" else (q, k, v)
+    _, max_logit = module(*inputs, **fwd)
+    assert module.last_backend == "unfused"
+    mask = module.attn_mask_type
+    expected = expected_max_logit(q, k, [6, 6], [9, 9], causal="causal" in mask, bottom_right=True, scale=0.3,
+                                  **expected_kwargs)
+    torch.testing.assert_close(max_logit, expected, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("mask,lens_q,lens_kv", [
