@@ -20,6 +20,7 @@ from attention.backends.flash import Flash3Backend, Flash4Backend
 from attention.backends.unfused import UnfusedBackend
 from attention.params import AttentionParams
 from attention.selection import registry
+from tests.reference import reference_attention
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:Conversion of an array with ndim:DeprecationWarning"),
@@ -487,12 +488,21 @@ def test_packed_qkv_and_kv_layers_run_as_their_views(fmt, interleave):
     packed = torch.randn(*lead, *((3, H, D) if interleave == -3 else (H, 3, D)))
     q, k, v = packed.unbind(interleave)
     kw = dict(cu_seqlens_q=cu([5, 5]), cu_seqlens_kv=cu([5, 5])) if fmt == "thd" else {}
-    m = attn(num_gqa_groups=H, qkv_format=fmt, attn_mask_type="padding_causal" if fmt == "thd" else "causal")
-    expected = m(q, k, v, **kw)
+    mask = "padding_causal" if fmt == "thd" else "causal"
+    m = attn(num_gqa_groups=H, qkv_format=fmt, attn_mask_type=mask)
+    expected = reference_attention(q.contiguous(), k.contiguous(), v.contiguous(), qkv_format=fmt,
+                                   attn_mask_type=mask, **kw)
     torch.testing.assert_close(m(qkv_layer=packed, qkv_interleave_dim=interleave, **kw), expected)
     kv = torch.stack([k, v], dim=interleave)
     torch.testing.assert_close(m(q, kv_layer=kv, qkv_interleave_dim=interleave, **kw), expected)
     assert "unfused" in m.explain(qkv_layer=packed, qkv_interleave_dim=interleave, **kw)
+    # GQA: kv_layer holds the KV heads beside a query of H heads
+    gqa_kv = torch.randn(*lead, *((2, H_KV, D) if interleave == -3 else (H_KV, 2, D)))
+    k, v = gqa_kv.unbind(interleave)
+    expected = reference_attention(q.contiguous(), k.contiguous(), v.contiguous(), qkv_format=fmt,
+                                   attn_mask_type=mask, **kw)
+    torch.testing.assert_close(attn(qkv_format=fmt, attn_mask_type=mask)(q, kv_layer=gqa_kv,
+                                                                        qkv_interleave_dim=interleave, **kw), expected)
 
 
 @pytest.mark.parametrize("call, message", [

@@ -77,3 +77,27 @@ def test_a_query_short_of_the_cache_step_is_refused(fmt):
     with pytest.raises(ValueError, match="query_layer"):
         module(q, k, v, inference_params=params)
     assert torch.equal(params.cache_manager.cache[1][0], k_cache)
+
+
+@pytest.mark.parametrize("fmt", ["bshd", "sbhd", "thd"])
+@pytest.mark.parametrize("interleave", [-3, -2])
+def test_packed_qkv_and_kv_layers(fmt, interleave):
+    """TE's qkv_layer (MHA) and kv_layer (GQA): the kernels read q / k / v as strided views of one buffer
+    ([..., 3, h, d] rows, or heads interleaved with the three)."""
+    lead = {"bshd": (2, 160), "sbhd": (160, 2), "thd": (250,)}[fmt]
+    cu = torch.tensor([0, 90, 250], dtype=torch.int32, device=DEVICE)
+    kwargs = {"cu_seqlens_q": cu, "cu_seqlens_kv": cu, "max_seqlen_q": 160, "max_seqlen_kv": 160} \
+        if fmt == "thd" else {}
+    mask = "padding_causal" if fmt == "thd" else "causal"
+    packed = torch.randn(*lead, *((3, H, D) if interleave == -3 else (H, 3, D)), device=DEVICE, dtype=DTYPE)
+    mha = DotProductAttention(H, D, qkv_format=fmt, attn_mask_type=mask, backend="fused")
+    out = mha(qkv_layer=packed, qkv_interleave_dim=interleave, **kwargs)
+    q, k, v = packed.unbind(interleave)
+    torch.testing.assert_close(out.float().cpu(), _reference(q, k, v, qkv_format=fmt, attn_mask_type=mask, **kwargs),
+                               atol=2e-2, rtol=2e-2)
+    kv = torch.randn(*lead, *((2, H_KV, D) if interleave == -3 else (H_KV, 2, D)), device=DEVICE, dtype=DTYPE)
+    gqa = DotProductAttention(H, D, num_gqa_groups=H_KV, qkv_format=fmt, attn_mask_type=mask, backend="fused")
+    out = gqa(q, kv_layer=kv, qkv_interleave_dim=interleave, **kwargs)
+    k, v = kv.unbind(interleave)
+    torch.testing.assert_close(out.float().cpu(), _reference(q, k, v, qkv_format=fmt, attn_mask_type=mask, **kwargs),
+                               atol=2e-2, rtol=2e-2)
