@@ -88,16 +88,17 @@ def test_packed_qkv_and_kv_layers(fmt, interleave):
     cu = torch.tensor([0, 90, 250], dtype=torch.int32, device=DEVICE)
     kwargs = {"cu_seqlens_q": cu, "cu_seqlens_kv": cu, "max_seqlen_q": 160, "max_seqlen_kv": 160} \
         if fmt == "thd" else {}
+    lengths = {name: kwargs[name] for name in ("cu_seqlens_q", "cu_seqlens_kv") if name in kwargs}
     mask = "padding_causal" if fmt == "thd" else "causal"
     packed = torch.randn(*lead, *((3, H, D) if interleave == -3 else (H, 3, D)), device=DEVICE, dtype=DTYPE)
     mha = DotProductAttention(H, D, qkv_format=fmt, attn_mask_type=mask, backend="fused")
     out = mha(qkv_layer=packed, qkv_interleave_dim=interleave, **kwargs)
     q, k, v = packed.unbind(interleave)
-    torch.testing.assert_close(out.float().cpu(), _reference(q, k, v, qkv_format=fmt, attn_mask_type=mask, **kwargs),
+    torch.testing.assert_close(out.float().cpu(), _reference(q, k, v, qkv_format=fmt, attn_mask_type=mask, **lengths),
                                atol=2e-2, rtol=2e-2)
     kv = torch.randn(*lead, *((2, H_KV, D) if interleave == -3 else (H_KV, 2, D)), device=DEVICE, dtype=DTYPE)
     gqa = DotProductAttention(H, D, num_gqa_groups=H_KV, qkv_format=fmt, attn_mask_type=mask, backend="fused")
     out = gqa(q, kv_layer=kv, qkv_interleave_dim=interleave, **kwargs)
     k, v = kv.unbind(interleave)
-    torch.testing.assert_close(out.float().cpu(), _reference(q, k, v, qkv_format=fmt, attn_mask_type=mask, **kwargs),
+    torch.testing.assert_close(out.float().cpu(), _reference(q, k, v, qkv_format=fmt, attn_mask_type=mask, **lengths),
                                atol=2e-2, rtol=2e-2)
