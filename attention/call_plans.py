@@ -155,7 +155,7 @@ def call_signature(
     return (
         q.shape, q.dtype, q.device, k.shape, k.dtype, k.device, v.shape, v.dtype, v.device, others,
         host_arguments, kv_caching, module._planned_configuration or module.planned_configuration(),
-        call_setup.requires_grad(module, q, k, v, core_attention_bias),
+        call_setup.requires_grad(module, q, k, v, core_attention_bias, kv_caching),
         capturing,
         _env_tokens(), selection.context_backends(), selection.cache_generation(),
     )

@@ -398,14 +398,15 @@ def arbitrary_mask(attention_mask: Any, batch: int, heads: int, max_seqlen_q: in
 
 
 def requires_grad(module: DotProductAttention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                  core_attention_bias: torch.Tensor | None) -> bool:
+                  core_attention_bias: torch.Tensor | None, kv_caching: bool = False) -> bool:
     """Will a derivative of this call be taken? A backward pass (grad mode on and a differentiable input), forward-mode
     AD (an input carries a tangent) or a torch.func transform (jvp, vmap, grad: wrapped inputs, which only plain
-    PyTorch ops can read). Backends without a backward pass (``fused``) are not chosen then."""
+    PyTorch ops can read). Backends without a backward pass (``fused``) are not chosen then. A KV-cache step does
+    not train the module's learnable sink (it gets the sink detached): the sink does not count there."""
     return (torch.is_grad_enabled() and (
         q.requires_grad or k.requires_grad or v.requires_grad
         or (core_attention_bias is not None and core_attention_bias.requires_grad)
-        or (module.softmax_type == "learnable" and module.softmax_offset.requires_grad)
+        or (module.softmax_type == "learnable" and module.softmax_offset.requires_grad and not kv_caching)
     )) or ((_functorch_level() is not None or _forward_ad._current_level >= 0)   # ~0.1 µs: two module-level reads
            and _transformed(q, k, v, core_attention_bias))
 
@@ -491,7 +492,7 @@ def attention_params(
         alibi_slopes_shape=tuple(alibi_slopes.shape) if alibi_slopes is not None else None,
         softmax_type=module.softmax_type,
         attention_dropout=dropout_p,
-        requires_grad=requires_grad(module, q, k, v, core_attention_bias),
+        requires_grad=requires_grad(module, q, k, v, core_attention_bias, kv_cache != "none"),
         deterministic=module.deterministic,
         pad_between_seqs=bool(pad_between_seqs),
         kv_cache=kv_cache,

@@ -222,12 +222,15 @@ class DotProductAttention(nn.Module):
             + (", return_max_logit=True" if self.return_max_logit else "")
         )
 
-    def _softmax_offset_fp32(self) -> torch.Tensor | None:
-        """The sink logits as backends take them: fp32 (a differentiable cast after ``module.half()``)."""
+    def _softmax_offset_fp32(self, kv_caching: bool) -> torch.Tensor | None:
+        """The sink logits as backends take them: fp32 (a differentiable cast after ``module.half()``), detached in
+        a KV-cache step (which has no backward pass)."""
         offset = self.softmax_offset
-        if offset is None or offset.dtype in (torch.float32, torch.float64):
-            return offset
-        return offset.float()
+        if offset is None:
+            return None
+        if kv_caching and offset.requires_grad:
+            offset = offset.detach()
+        return offset if offset.dtype in (torch.float32, torch.float64) else offset.float()
 
     def forward(
         self,
@@ -507,7 +510,7 @@ class DotProductAttention(nn.Module):
             params, q, k, v, cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q_padded, cu_seqlens_kv_padded,
             int(max_seqlen_q), int(max_seqlen_kv), self.softmax_scale, dropout_p,
             attention_mask if mask_type == "arbitrary" else None,
-            core_attention_bias, alibi_slopes, self._softmax_offset_fp32(), page_table, inference_params,
+            core_attention_bias, alibi_slopes, self._softmax_offset_fp32(kv_caching), page_table, inference_params,
             self.layer_number,
             # the step's query rows (host), in eager calls (eager is a bool for a cache step by now)
             getattr(inference_params, "step_tokens" if fmt == "thd" else "batch_size", None)

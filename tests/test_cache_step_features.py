@@ -125,3 +125,27 @@ def test_cache_steps_match_the_reference(backend: str, fmt: str, paging: str, fe
             torch.testing.assert_close(rows.float().reshape(expected.shape), expected, atol=atol, rtol=atol,
                                        msg=lambda m, seq=seq: f"sequence {seq!r}, step {step}: {m}")
     assert module.last_backend == backend
+
+
+def test_a_cache_step_does_not_train_a_learnable_sink(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A module with a learnable sink serving outside torch.no_grad(): the step has no backward pass, so the sink
+    (a parameter that requires grad) is read detached and does not keep the backends without one out."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    torch.manual_seed(0)
+    module = DotProductAttention(HEADS, HEAD_DIM, num_gqa_groups=KV_HEADS, qkv_format="thd",
+                                 attn_mask_type="padding_causal", softmax_type="learnable", layer_number=1)
+    with torch.no_grad():
+        module.softmax_offset.copy_(torch.randn(HEADS))
+    assert module.softmax_offset.requires_grad
+    outputs = []
+    for grad_mode in (True, False):
+        cache = InferenceParams(3, 24, KV_HEADS, HEAD_DIM, torch.float16, device="cpu", qkv_format="thd")
+        cache.allocate_memory(1)
+        cache.pre_step(OrderedDict({"a": 3, "b": 2}))
+        torch.manual_seed(1)
+        q, k, v = (torch.randn(5, h, HEAD_DIM, dtype=torch.float16) for h in (HEADS, KV_HEADS, KV_HEADS))
+        with torch.set_grad_enabled(grad_mode):
+            outputs.append(module(q, k, v, inference_params=cache))
+        assert module.last_backend == "fused"
+    assert not outputs[0].requires_grad
+    torch.testing.assert_close(outputs[0], outputs[1], atol=0, rtol=0)
