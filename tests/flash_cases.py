@@ -275,12 +275,14 @@ def _with_head_dim(cases: list[FlashCase], d: int) -> list[FlashCase]:
 
 GRADIENT_CASES = [
     ("bshd", "causal", None),
-    ("sbhd", "padding_causal", [3, 5]),
-    ("thd", "padding_causal", [3, 4]),   # 8 rows: the last is in no sequence (the adapter zeroes it)
+    ("sbhd", "padding_causal", [3, 5]),   # the filler rows of the packed batch read the last, real, position
+    ("thd", "padding_causal", [3, 4]),    # 8 rows: the last is in no sequence
     ("thd", "padding", [2, 5]),
+    ("thd", "padding_causal", [2, 3, "padded"]),   # rows 0-1 and 3-5 (cu_seqlens_*_padded [0, 3, 7]): v3 / v4
 ]
 """(qkv_format, attn_mask_type, sequence lengths or None) of the module-level gradient checks: batch 2, five
-positions a sequence in bshd / sbhd, eight rows in thd."""
+positions a sequence in bshd / sbhd, eight rows in thd; ``"padded"`` after the lengths puts a gap after each
+sequence."""
 
 
 def check_gradients(generation: int, qkv_format: str, mask_type: str, lengths: list[int] | None, *, device: str,
@@ -297,8 +299,13 @@ def check_gradients(generation: int, qkv_format: str, mask_type: str, lengths: l
                for h in (heads, kv_heads, kv_heads))
     lengths_kw = {}
     if lengths is not None:
+        padded = lengths[-1] == "padded"
+        lengths = lengths[:2]
         cu = torch.tensor([0, lengths[0], sum(lengths)], dtype=torch.int32)
         lengths_kw = dict(cu_seqlens_q=cu.to(device), cu_seqlens_kv=cu.to(device))
+        if padded:
+            starts = torch.tensor([0, lengths[0] + 1, sum(lengths) + 2], dtype=torch.int32, device=device)
+            lengths_kw.update(cu_seqlens_q_padded=starts, cu_seqlens_kv_padded=starts)
     module = DotProductAttention(heads, head_dim, num_gqa_groups=kv_heads, qkv_format=qkv_format,
                                  attn_mask_type=mask_type, backend=f"flash{generation}", layer_number=1)
     out = module(q, k, v, **lengths_kw)

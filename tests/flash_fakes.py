@@ -11,6 +11,7 @@ it), so an adapter that writes into it in place fails autograd's checks here as 
 from __future__ import annotations
 
 import functools
+import inspect
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -35,14 +36,16 @@ def _paged_rows(cache, table_row, length):
 
 
 class _SavesOutput(torch.autograd.Function):
-    """The fake's math under autograd, wrapped as flash-attn wraps its kernels: ``out`` saved for backward."""
+    """The fake's math under autograd, wrapped as flash-attn wraps its kernels: ``out`` saved for backward, and
+    the gradients of rows no sequence owns left as garbage (NaN here): the real backward passes allocate dq / dk /
+    dv with ``empty_like`` and write only the sequences' rows."""
 
     @staticmethod
-    def forward(ctx, call, view, *tensors):
+    def forward(ctx, call, view, owned, *tensors):
         with torch.enable_grad():
             leaves = [t.detach().requires_grad_(t.requires_grad) for t in tensors]
             out = call(*leaves)
-        ctx.graph = (leaves, out)
+        ctx.graph = (leaves, out, owned)
         saved = out.detach().clone()
         ctx.save_for_backward(saved)
         return saved[..., : saved.shape[-1]] if view else saved   # flash-attn 2: out_padded[..., :head_size_og]
@@ -50,30 +53,57 @@ class _SavesOutput(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         ctx.saved_tensors   # autograd's version check: fails when the output was written in place
-        leaves, out = ctx.graph
+        leaves, out, owned = ctx.graph
         wanted = [leaf for leaf in leaves if leaf.requires_grad]
         grads = iter(torch.autograd.grad(out, wanted, grad_out, allow_unused=True))
-        return (None, None, *(next(grads) if leaf.requires_grad else None for leaf in leaves))
+        result = []
+        for index, leaf in enumerate(leaves):
+            grad = next(grads) if leaf.requires_grad else None
+            if grad is not None and index < 3 and owned[index] is not None:
+                grad = grad.masked_fill(~owned[index][:, None, None], float("nan"))
+            result.append(grad)
+        return (None, None, None, *result)
+
+
+def _owned_rows(rows: int, cu_seqlens, seqused) -> torch.Tensor:
+    """bool ``[rows]``: the packed rows some sequence owns (starts from ``cu_seqlens``, lengths from ``seqused``
+    when given, else from ``cu_seqlens``' differences)."""
+    owned = torch.zeros(rows, dtype=torch.bool)
+    starts = cu_seqlens.tolist()
+    for i in range(len(starts) - 1):
+        length = int(seqused[i]) if seqused is not None else starts[i + 1] - starts[i]
+        owned[starts[i] : starts[i] + length] = True
+    return owned.to(cu_seqlens.device)
 
 
 def _saves_output(view: bool = False):
-    """Route a fake's ``(self, q, k, v, **kwargs)`` through :class:`_SavesOutput` (tensor keywords that
-    require grad, a learnable sink, get their gradients too); ``view``: return a view of the saved output.
-    The result keeps the fake's structure (``out``, or a tuple that starts with it)."""
+    """Route a fake's ``(self, q, k, v, ...)`` through :class:`_SavesOutput` (tensor arguments that require grad,
+    a learnable sink, get their gradients too); ``view``: return a view of the saved output. The result keeps the
+    fake's structure (``out``, or a tuple that starts with it)."""
     def decorate(method):
+        signature = inspect.signature(method)
+
         @functools.wraps(method)
         def wrapper(self, q, k, v, *args, **kwargs):
-            graded = [name for name, x in kwargs.items() if isinstance(x, torch.Tensor) and x.requires_grad]
+            named = signature.bind(self, q, k, v, *args, **kwargs).arguments
+            graded = [name for name, x in named.items()
+                      if name not in ("q", "k", "v") and isinstance(x, torch.Tensor) and x.requires_grad]
+            owned = [None, None, None]
+            if named.get("cu_seqlens_q") is not None:   # varlen: packed q; k / v too unless paged or batched
+                owned[0] = _owned_rows(q.shape[0], named["cu_seqlens_q"], named.get("seqused_q"))
+                if named.get("cu_seqlens_k") is not None and k.dim() == 3:
+                    owned[1] = owned[2] = _owned_rows(k.shape[0], named["cu_seqlens_k"], named.get("seqused_k"))
             rest = []
 
             def call(q, k, v, *values):
-                result = method(self, q, k, v, *args, **{**kwargs, **dict(zip(graded, values))})
+                arguments = {**named, "q": q, "k": k, "v": v, **dict(zip(graded, values))}
+                result = method(**arguments)
                 if isinstance(result, tuple):
                     rest.append(result[1:])
                     return result[0]
                 return result
 
-            out = _SavesOutput.apply(call, view, q, k, v, *(kwargs[name] for name in graded))
+            out = _SavesOutput.apply(call, view, owned, q, k, v, *(named[name] for name in graded))
             return (out, *rest[0]) if rest else out
         return wrapper
     return decorate

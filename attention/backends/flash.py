@@ -32,7 +32,12 @@ from torch import Tensor
 from attention import custom_ops
 from attention.backends import flash_probe
 from attention.backends.base import ALL_MASKS, AttentionCall, Backend, Capabilities
-from attention.backends.flash_packing import pack_padded, unpack_to_padded, zero_rows_outside_sequences
+from attention.backends.flash_packing import (
+    pack_padded,
+    unpack_to_padded,
+    zero_gradients_outside_sequences,
+    zero_rows_outside_sequences,
+)
 from attention.formats import has_own_offsets
 from attention.masks import has_padding, is_causal, is_trivial_window, resolve_bottom_right
 from attention.params import AttentionParams
@@ -176,6 +181,10 @@ class _FlashBackend(Backend):
             offsets_q = (call.cu_seqlens_q_padded if call.cu_seqlens_q_padded is not None else cu_q).to(torch.int32)
             offsets_kv = (call.cu_seqlens_kv_padded if call.cu_seqlens_kv_padded is not None else cu_kv).to(torch.int32)
             offsets_q, offsets_kv = offsets_q.contiguous(), offsets_kv.contiguous()
+        if p.requires_grad:   # flash-attn's backward leaves the gradients of rows outside the sequences unwritten
+            q = zero_gradients_outside_sequences(q, cu_q, offsets_q if padded_offsets else None)
+            k = zero_gradients_outside_sequences(k, cu_kv, offsets_kv if padded_offsets else None)
+            v = zero_gradients_outside_sequences(v, cu_kv, offsets_kv if padded_offsets else None)
         out = self._varlen(fa, call, q, k, v, offsets_q, offsets_kv, max_q, max_kv, seqused_q, seqused_kv)
         if p.qkv_format == "thd":
             return zero_rows_outside_sequences(out, cu_q, offsets_q.contiguous() if padded_offsets else None)

@@ -10,6 +10,8 @@ the adapters stay CUDA-graph capturable.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -60,27 +62,50 @@ def unpack_to_padded(packed: Tensor, cu_seqlens: Tensor, batch: int, seqlen: int
     return out.masked_fill_(~valid[..., None, None], 0)
 
 
-def zero_rows_outside_sequences(out: Tensor, cu_seqlens: Tensor, cu_seqlens_padded: Tensor | None = None) -> Tensor:
-    """Zero the thd rows of ``out [t, h, d]`` that belong to no sequence: in place, or in a new tensor when
-    ``out`` requires grad (flash-attn saves its output for the backward pass, and flash-attn 2 returns a view
-    of it: autograd refuses a write into either).
+def rows_in_sequences(rows: int, cu_seqlens: Tensor, cu_seqlens_padded: Tensor | None = None) -> Tensor:
+    """bool ``[rows]``: the thd rows some sequence owns. Sequence ``i`` owns ``[start_i, start_i + len_i)``, with
+    ``start_i`` from ``cu_seqlens_padded`` (pad between sequences) or ``cu_seqlens``; rows past the last sequence
+    or between sequences belong to none."""
+    batch = cu_seqlens.numel() - 1
+    row = torch.arange(rows, device=cu_seqlens.device)
+    if cu_seqlens_padded is None:
+        return row < cu_seqlens[batch].long()
+    _, lengths = _starts_and_lengths(cu_seqlens, batch)
+    starts = cu_seqlens_padded[:batch].long()
+    sequence = torch.searchsorted(starts, row, right=True) - 1
+    owner = sequence.clamp(min=0)
+    return (sequence >= 0) & (row - starts[owner] < lengths[owner])
 
-    Sequence ``i`` owns rows ``[start_i, start_i + len_i)`` with ``start_i`` from
-    ``cu_seqlens_padded`` (pad between sequences) or ``cu_seqlens``; rows past the last sequence
-    or between sequences are left unwritten by flash-attn and must read as zero.
-    """
+
+def zero_rows_outside_sequences(out: Tensor, cu_seqlens: Tensor, cu_seqlens_padded: Tensor | None = None) -> Tensor:
+    """Zero the thd rows of ``out [t, h, d]`` that belong to no sequence (:func:`rows_in_sequences`), which
+    flash-attn leaves unwritten: in place, or in a new tensor when ``out`` requires grad (flash-attn saves its
+    output for the backward pass, and flash-attn 2 returns a view of it: autograd refuses a write into either)."""
     if out.shape[0] == 0:
         return out
-    batch = cu_seqlens.numel() - 1
-    row = torch.arange(out.shape[0], device=out.device)
-    if cu_seqlens_padded is None:
-        valid = row < cu_seqlens[batch].long()
-    else:
-        _, lengths = _starts_and_lengths(cu_seqlens, batch)
-        starts = cu_seqlens_padded[:batch].long()
-        sequence = torch.searchsorted(starts, row, right=True) - 1
-        owner = sequence.clamp(min=0)
-        valid = (sequence >= 0) & (row - starts[owner] < lengths[owner])
-    if out.requires_grad:
-        return out.masked_fill(~valid[:, None, None], 0)
-    return out.masked_fill_(~valid[:, None, None], 0)
+    outside = ~rows_in_sequences(out.shape[0], cu_seqlens, cu_seqlens_padded)[:, None, None]
+    return out.masked_fill(outside, 0) if out.requires_grad else out.masked_fill_(outside, 0)
+
+
+class _GradientRowsInSequences(torch.autograd.Function):
+    """The identity; its backward zeroes the gradient rows no sequence owns."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, owned: Tensor) -> Tensor:
+        ctx.save_for_backward(owned)
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+        (owned,) = ctx.saved_tensors
+        return grad.masked_fill(~owned[:, None, None], 0), None
+
+
+def zero_gradients_outside_sequences(x: Tensor, cu_seqlens: Tensor, cu_seqlens_padded: Tensor | None = None) -> Tensor:
+    """``x [t, h, d]`` as flash-attn's input, with the gradient of the rows no sequence owns zeroed on the way back
+    (``x`` itself when it needs none). flash-attn's backward passes allocate dq / dk / dv with ``empty_like`` and
+    write only the sequences' rows: the others hold garbage, which would reach the caller's thd padding, or a real
+    token through :func:`pack_padded`'s filler rows (they all read the last position)."""
+    if not (x.requires_grad and torch.is_grad_enabled()) or x.shape[0] == 0:
+        return x
+    return _GradientRowsInSequences.apply(x, rows_in_sequences(x.shape[0], cu_seqlens, cu_seqlens_padded))
