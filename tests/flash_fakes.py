@@ -184,9 +184,13 @@ class FakeFlash2:
 
 
 class FakeFlash3:
+    """flash-attn 3 (``hopper/flash_attn_interface.py`` as shipped with flash-attn 2.8.3.post2): its signatures,
+    ``num_splits`` included, int32 contiguous ``cu_seqlens`` / ``seqused`` of one batch. ``flash_attn_func``
+    returns ``(out, None)`` as older hopper builds do (the adapter takes either)."""
+
     @_saves_output()
     def flash_attn_func(self, q, k, v, softmax_scale=None, causal=False, qv=None, window_size=(-1, -1),
-                        deterministic=False):
+                        deterministic=False, num_splits=1):
         out = torch.stack([_attend(q[i], k[i], v[i], softmax_scale, causal, window_size, None)
                            for i in range(q.shape[0])])
         return out, None   # older hopper builds return (out, lse)
@@ -194,7 +198,13 @@ class FakeFlash3:
     @_saves_output()
     def flash_attn_varlen_func(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=None,
                                seqused_k=None, softmax_scale=None, causal=False, window_size=(-1, -1),
-                               deterministic=False):
+                               deterministic=False, num_splits=1):
+        batch = cu_seqlens_q.numel() - 1
+        for t in (cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k):
+            if t is not None:
+                assert t.dtype == torch.int32 and t.is_contiguous(), "cu_seqlens / seqused must be int32, contiguous"
+        assert tuple(cu_seqlens_k.shape) == (batch + 1,), "batch_size == batch_size_k"
+        assert num_splits >= 0
         out = torch.full(q.shape[:2] + (v.shape[-1],), float("nan"), dtype=q.dtype)
         cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
         for i in range(len(cq) - 1):

@@ -7,6 +7,7 @@ real packages.
 
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import replace
 from types import SimpleNamespace
@@ -198,6 +199,8 @@ def _check(backend, params, fragment):
     (4, P(qkv_format="thd", kv_format="thd", pad_between_seqs=True), None),
     # determinism and backward
     (3, P(deterministic=True, requires_grad=True, head_dim_qk=256, head_dim_v=256), "deterministic backward"),
+    (3, P(requires_grad=True, head_dim_qk=64, head_dim_v=512), "head_dim_v=512 > 256 (MLA) has no backward"),
+    (3, P(head_dim_qk=64, head_dim_v=512), None),
     (4, P(deterministic=True, requires_grad=True), None),   # 4.0.0b36's sm90 backward takes deterministic
     (2, P(requires_grad=True), None),
 ])
@@ -436,3 +439,33 @@ def test_gradients_through_the_module_match_the_reference(generation, qkv_format
             check_gradients(generation, qkv_format, mask_type, lengths, device="cpu", head_dim=16)
         return
     check_gradients(generation, qkv_format, mask_type, lengths, device="cpu", head_dim=16)
+
+
+@pytest.mark.parametrize("qkv_format", ["bshd", "thd"])
+def test_v3_num_splits_reaches_the_package(qkv_format, monkeypatch):
+    """num_splits > 1 is passed to flash-attn 3 (flash_attn_func / flash_attn_varlen_func take it): the call runs
+    and matches the reference."""
+    run_fake_on_cpu(monkeypatch, 3)
+    seen = []
+    fake = flash_probe.probe(3).module
+    def spy(function):
+        @functools.wraps(function)   # the adapter probes the signature for num_splits
+        def wrapper(*args, **kwargs):
+            seen.append(kwargs.get("num_splits"))
+            return function(*args, **kwargs)
+        return wrapper
+
+    for name in ("flash_attn_func", "flash_attn_varlen_func"):
+        monkeypatch.setattr(fake, name, spy(getattr(fake, name)))
+    lead = (2, 6) if qkv_format == "bshd" else (12,)
+    q, k, v = (torch.randn(*lead, h, 16, dtype=torch.bfloat16) for h in (4, 2, 2))
+    cu = torch.tensor([0, 6, 12], dtype=torch.int32)
+    lengths = dict(cu_seqlens_q=cu, cu_seqlens_kv=cu) if qkv_format == "thd" else {}
+    mask = "padding_causal" if qkv_format == "thd" else "causal"
+    module = DotProductAttention(4, 16, num_gqa_groups=2, qkv_format=qkv_format, attn_mask_type=mask,
+                                 backend="flash3", layer_number=1)
+    out = module(q, k, v, num_splits=2, **lengths)
+    assert seen == [2]
+    expected = reference_attention(q.float(), k.float(), v.float(), qkv_format=qkv_format, attn_mask_type=mask,
+                                   **lengths)
+    torch.testing.assert_close(out.float(), expected, atol=2e-2, rtol=2e-2)
