@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The GPU test suite in parallel shards: Triton compiles are CPU-bound, so on a 16-core GPU host
 # eight pytest processes finish in about 3 minutes where one takes over 10.
-# Usage: scripts/gpu_tests.sh [LOG_DIR]   (env T = per-shard time limit in seconds, default 600)
+# Usage: scripts/gpu_tests.sh [LOG_DIR]   (env T = per-shard time limit in seconds, default 600;
+#        env SHARDS = the shards to run, by name, e.g. SHARDS="cache-compile-flash grid-a"; default all)
 set -u
 case ${1:-} in
-  -h|--help) sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   -*) echo "gpu_tests.sh: unknown option $1 (usage: scripts/gpu_tests.sh [LOG_DIR])" >&2; exit 2 ;;
 esac
 cd "$(dirname "$0")/.."
@@ -15,6 +16,7 @@ T=${T:-600}
 grid=tests/gpu/test_attention_grid_gpu.py
 shard() {
   local name=$1; shift
+  case " ${SHARDS:-$name} " in *" $name "*) ;; *) return ;; esac
   ( timeout "$T" python3 -m pytest -q -p no:cacheprovider "$@" > "$logs/$name.log" 2>&1
     echo "rc=$?" >> "$logs/$name.log" ) &
 }
