@@ -429,7 +429,7 @@ ARBITRARY_CASES = [
 #: How many tiny cases of each grid the slow (interpreted) backends run.
 KEEP_SLOW = {
     "MASK_CASES": 24, "THD_CASES": 16, "PADDING_CASES": 12, "HEAD_DIM_CASES": 12, "WINDOW_CASES": 20,
-    "ALIBI_CASES": 20, "BIAS_CASES": 0, "SOFTMAX_CASES": 14, "ARBITRARY_CASES": 0,   # fused runs no bias, no arbitrary mask
+    "ALIBI_CASES": 20, "BIAS_CASES": 0, "SOFTMAX_CASES": 14, "ARBITRARY_CASES": 0,   # fused: no bias, no arbitrary
 }
 GRIDS = {name: globals()[name] for name in KEEP_SLOW}
 
