@@ -56,8 +56,9 @@ def resolve_mask(
     return mask_type, window, resolve_bottom_right(mask_type, bottom_right_diagonal)
 
 
-_UNREAD_MASKS_WARNED: set[tuple[str, str, bool]] = set()
-"""(mask type, format, KV caching) of the calls already warned about an unread attention_mask."""
+_UNREAD_MASKS_WARNED: set[tuple[str, str, bool, bool]] = set()
+"""(mask type, format, KV caching, both cu_seqlens given) of the calls already warned about an unread
+attention_mask."""
 
 
 def warn_unread_mask(mask_type: str, fmt: str, kv_caching: bool, both_cu_seqlens: bool = False) -> None:
@@ -85,6 +86,7 @@ def warn_unread_mask(mask_type: str, fmt: str, kv_caching: bool, both_cu_seqlens
 
 
 _PADDED_OFFSETS_WARNED: set[str] = set()
+"""Holds one entry once the warning below was given (a set, like the one above, so tests can reset it)."""
 
 
 def warn_unread_padded_offsets() -> None:
