@@ -193,7 +193,9 @@ class KVCacheManager:
 
     Subclasses set ``cache_rows`` (the two leading dims of each layer's K and V; or override
     ``allocate_memory``) and implement ``pre_step`` and ``step``; ``reset`` forgets every sequence
-    (cache contents are left as they are). A layer's caches, and a paged manager's ``page_table``,
+    (cache contents are left as they are). ``InferenceParams`` builds one with keyword arguments (TE's, plus
+    ``device`` when the subclass takes it); a subclass written for TE, whose ``__init__`` calls
+    ``super().__init__()`` without arguments and keeps its sizes itself, works too. A layer's caches, and a paged manager's ``page_table``,
     are allocated once: ``step`` returns the same tensors every call (``InferenceParams.layout_memo``
     relies on their metadata staying as it is).
     """
@@ -202,14 +204,20 @@ class KVCacheManager:
 
     def __init__(
         self,
-        max_batch_size: int,
-        max_seqlen: int,
-        num_heads: int,
-        head_dim_k: int,
-        dtype: torch.dtype,
+        max_batch_size: int | None = None,
+        max_seqlen: int | None = None,
+        num_heads: int | None = None,
+        head_dim_k: int | None = None,
+        dtype: torch.dtype | None = None,
         head_dim_v: int | None = None,
         device: torch.device | str | None = None,
     ) -> None:
+        self.cache: dict[int, tuple[Tensor, Tensor]] = {}
+        self.sequences: OrderedDict[Hashable, int] = OrderedDict()
+        self.step_lens: list[int] = []
+        self._cache_layouts: dict[int, tuple] = {}   # layer -> its append's cache-side tensors and their number
+        if max_batch_size is None:   # TE's ``KVCacheManager()``: a subclass that keeps its sizes itself
+            return
         self.max_batch_size = max_batch_size
         self.max_seqlen = max_seqlen
         self.num_heads = num_heads
@@ -217,10 +225,6 @@ class KVCacheManager:
         self.head_dim_v = head_dim_k if head_dim_v is None else head_dim_v
         self.dtype = dtype
         self.device = torch.get_default_device() if device is None else torch.device(device)
-        self.cache: dict[int, tuple[Tensor, Tensor]] = {}
-        self.sequences: OrderedDict[Hashable, int] = OrderedDict()
-        self.step_lens: list[int] = []
-        self._cache_layouts: dict[int, tuple] = {}   # layer -> its append's cache-side tensors and their number
 
     def reset(self) -> None:
         """Forget every sequence; the cache tensors keep their addresses (CUDA graphs)."""

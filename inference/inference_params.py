@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import inspect
 import operator
+import warnings
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping
 from itertools import accumulate
@@ -145,8 +146,13 @@ class InferenceParams:
             if page_allocation is not None:  # (a custom manager that takes no such argument still builds)
                 check_page_allocation(page_allocation)
                 manager_kwargs.update(page_allocation=page_allocation)
-        elif total_num_pages is not None or page_size is not None or page_allocation is not None:
-            raise ValueError("total_num_pages, page_size and page_allocation are for is_paged=True only")
+        else:
+            if page_allocation is not None:
+                raise ValueError("page_allocation is for is_paged=True only")
+            if total_num_pages is not None or page_size is not None:   # TE ignores them (a config's paging off)
+                warnings.warn("total_num_pages and page_size are ignored with is_paged=False (as in TE)",
+                              UserWarning, stacklevel=2)
+                total_num_pages = page_size = None
         self.page_size = page_size
         self.total_num_pages = total_num_pages
         default_manager = PagedKVCacheManager if self.is_paged else NonPagedKVCacheManager

@@ -16,6 +16,7 @@ from inference import (
     NonPagedKVCacheManager,
     PagedKVCacheManager,
 )
+from tests.reference import reference_one_sequence
 
 HEADS_KV, HEAD_DIM_K, HEAD_DIM_V = 2, 8, 4
 
@@ -310,7 +311,6 @@ def test_thd_step_must_hold_every_new_token():
         (dict(qkv_format="bsd"), "qkv_format"),
         (dict(is_paged=True), "page_size"),
         (dict(is_paged=True, page_size=0), "page_size"),
-        (dict(page_size=4), "is_paged"),
         (dict(custom_cache_manager=dict), "custom_cache_manager"),
         (dict(device="tpu"), "device must be a torch.device or its name"),
     ],
@@ -319,6 +319,58 @@ def test_constructor_rejects_bad_arguments(kwargs, message):
     base = dict(max_batch_size=2, max_sequence_length=8, num_heads_kv=1, head_dim_k=4, dtype=torch.float32)
     with pytest.raises(ValueError, match=message):
         InferenceParams(**{**base, **kwargs})
+
+
+def test_paging_sizes_are_ignored_without_paging():
+    """TE ignores page_size / total_num_pages when is_paged=False (a config that turns paging off keeps passing
+    them): so do we, with a warning."""
+    with pytest.warns(UserWarning, match="total_num_pages and page_size are ignored with is_paged=False") as record:
+        params = InferenceParams(2, 8, 1, 4, torch.float32, page_size=4, total_num_pages=4, device="cpu")
+    assert record[0].filename == __file__
+    assert (params.is_paged, params.page_size, params.total_num_pages) == (False, None, None)
+    assert not hasattr(params.cache_manager, "page_table")
+
+
+def test_a_cache_manager_written_for_te_builds_and_runs():
+    """TE's KVCacheManager.__init__ takes no arguments: a subclass written for TE calls super().__init__() and keeps
+    its sizes itself. It builds here too, and a decode through DotProductAttention reads what it wrote."""
+    from attention import DotProductAttention
+
+    class Simple(KVCacheManager):
+        def __init__(self, max_batch_size, max_seqlen, num_heads, head_dim_k, dtype, head_dim_v=None):
+            super().__init__()
+            self.shape = (max_batch_size, max_seqlen, num_heads)
+            self.head_dims = (head_dim_k, head_dim_v or head_dim_k)
+
+        def allocate_memory(self, layer_number):
+            self.cache[layer_number] = tuple(torch.zeros(*self.shape, d) for d in self.head_dims)
+
+        def pre_step(self, step_dict):
+            self.sequences = OrderedDict((seq, self.sequences.get(seq, 0) + n) for seq, n in step_dict.items())
+            return self.sequences
+
+        def step(self, layer_number, new_k, new_v, cu_new_seqlens, cu_cached_seqlens, qkv_format):
+            k_cache, v_cache = self.cache[layer_number]
+            for row in range(len(self.sequences)):
+                n = int(cu_new_seqlens[row + 1] - cu_new_seqlens[row])
+                end = int(cu_cached_seqlens[row + 1] - cu_cached_seqlens[row])
+                k_cache[row, end - n : end], v_cache[row, end - n : end] = new_k[row, :n], new_v[row, :n]
+            return k_cache[: new_k.shape[0]], v_cache[: new_k.shape[0]]
+
+    params = InferenceParams(1, 16, 2, 8, torch.float32, custom_cache_manager=Simple, device="cpu")
+    params.allocate_memory(1)
+    module = DotProductAttention(4, 8, num_gqa_groups=2, qkv_format="bshd", attn_mask_type="padding_causal",
+                                 layer_number=1, backend="unfused")
+    keys, values, queries = [], [], []
+    for n in (3, 1):
+        params.pre_step(OrderedDict(a=n))
+        q, k, v = torch.randn(1, n, 4, 8), torch.randn(1, n, 2, 8), torch.randn(1, n, 2, 8)
+        keys.append(k[0])
+        values.append(v[0])
+        with torch.no_grad():
+            out = module(q, k, v, inference_params=params)
+    expected = reference_one_sequence(q[0], torch.cat(keys), torch.cat(values), causal=True, bottom_right=True)
+    torch.testing.assert_close(out[0].reshape(expected.shape), expected)
 
 
 @pytest.mark.parametrize("layer_number", ["1", 1.0, -1, True, None])

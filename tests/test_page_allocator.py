@@ -175,7 +175,7 @@ def test_page_allocation_is_checked():
     with pytest.raises(ValueError, match="page_allocation must be one of"):
         InferenceParams(2, 64, num_heads_kv=2, head_dim_k=8, dtype=torch.float32, is_paged=True, page_size=4,
                         page_allocation="lifo", device="cpu")
-    with pytest.raises(ValueError, match="page_allocation are for is_paged=True only"):
+    with pytest.raises(ValueError, match="page_allocation is for is_paged=True only"):
         InferenceParams(2, 64, num_heads_kv=2, head_dim_k=8, dtype=torch.float32, page_allocation="runs",
                         device="cpu")
 

@@ -530,3 +530,17 @@ def test_a_te_checkpoint_loads_strictly(softmax_type):
     attn(softmax_type=softmax_type).load_state_dict(state, strict=True)
     outer = torch.nn.Sequential(attn(softmax_type=softmax_type))
     outer.load_state_dict({f"0.{key}": value for key, value in state.items()}, strict=True)
+
+
+def test_inference_params_is_importable_beside_the_module():
+    """TE exports InferenceParams next to DotProductAttention; ``attention`` hands out ``inference``'s class on first
+    use and imports none of ``inference`` before (its imports run one way)."""
+    import subprocess
+    import sys
+
+    import inference
+    from attention import InferenceParams
+
+    assert InferenceParams is inference.InferenceParams
+    code = "import sys, attention; assert 'inference' not in sys.modules; from attention import InferenceParams"
+    subprocess.run([sys.executable, "-c", code], check=True)
