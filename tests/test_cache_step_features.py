@@ -2,7 +2,8 @@
 sliding window, ALiBi (given and default slopes), softmax sinks (off-by-one, learnable), MLA head dims, MQA and
 MHA, and the non-causal ``padding`` mask (with a window, either diagonal alignment). Every new token of three
 steps (a chunked prefill, a new sequence arriving, a decode) is compared with ``tests/reference.py`` over its
-sequence's whole history. unfused on every paging; fused (the Triton interpreter) on three format / paging pairs.
+sequence's whole history. unfused on every paging (CPU); fused on three format / paging pairs (on the GPU when
+there is one, else in the Triton interpreter).
 ``tests/test_serving_simulation.py`` covers the scheduling side (arrivals, finishing, refills) with the default
 features.
 """
@@ -19,6 +20,7 @@ from inference import InferenceParams
 from tests.reference import default_alibi_slopes, reference_one_sequence
 
 HEADS, KV_HEADS, HEAD_DIM = 4, 2, 16
+FUSED_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"   # tests/conftest.py sets TRITON_INTERPRET=1 on CPU
 STEPS = ({"a": 5, "b": 3}, {"a": 1, "b": 4, "c": 2}, {"a": 1, "b": 1, "c": 1})
 
 FEATURES = {
@@ -43,14 +45,15 @@ CASES += [pytest.param("fused", fmt, paging, feature, id=f"fused-{fmt}-{paging}-
           for fmt, paging in FUSED_PAIRS for feature in FEATURES]
 
 
-def _step_inputs(fmt: str, new: dict[str, list[torch.Tensor]], dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
-    """The step's new q / k / v: packed (thd) or left-aligned in a zero-padded batch (bshd / sbhd)."""
+def _step_inputs(fmt: str, new: dict[str, list[torch.Tensor]], dtype: torch.dtype,
+                 device: str) -> tuple[torch.Tensor, ...]:
+    """The step's new q / k / v on ``device``: packed (thd) or left-aligned in a zero-padded batch (bshd / sbhd)."""
     if fmt == "thd":
-        return tuple(torch.cat([tensors[i] for tensors in new.values()]).to(dtype) for i in range(3))
+        return tuple(torch.cat([tensors[i] for tensors in new.values()]).to(device, dtype) for i in range(3))
     longest = max(tensors[0].shape[0] for tensors in new.values())
     batch = []
     for i in range(3):
-        padded = torch.zeros(len(new), longest, *next(iter(new.values()))[i].shape[1:], dtype=dtype)
+        padded = torch.zeros(len(new), longest, *next(iter(new.values()))[i].shape[1:], dtype=dtype, device=device)
         for row, tensors in enumerate(new.values()):
             padded[row, : tensors[i].shape[0]] = tensors[i]
         batch.append(padded.transpose(0, 1).contiguous() if fmt == "sbhd" else padded)
@@ -67,11 +70,9 @@ def _step_rows(fmt: str, out: torch.Tensor, lengths: list[int]) -> list[torch.Te
 
 
 @pytest.mark.parametrize("backend, fmt, paging, feature", CASES)
-def test_cache_steps_match_the_reference(backend: str, fmt: str, paging: str, feature: str,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    if backend == "fused":
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
+def test_cache_steps_match_the_reference(backend: str, fmt: str, paging: str, feature: str) -> None:
     options = FEATURES[feature]
+    device = FUSED_DEVICE if backend == "fused" else "cpu"
     kv_heads, head_dim_v = options.get("kv_heads", KV_HEADS), options.get("head_dim_v", HEAD_DIM)
     mask, window, softmax_type = options.get("mask", "padding_causal"), options.get("window_size"), \
         options.get("softmax_type", "vanilla")
@@ -79,25 +80,25 @@ def test_cache_steps_match_the_reference(backend: str, fmt: str, paging: str, fe
     torch.manual_seed(0)
     page_size = PAGINGS[paging]
     paged = dict(is_paged=True, page_size=page_size) if page_size else {}
-    cache = InferenceParams(3, 24, kv_heads, HEAD_DIM, dtype, head_dim_v=head_dim_v, device="cpu", qkv_format=fmt,
+    cache = InferenceParams(3, 24, kv_heads, HEAD_DIM, dtype, head_dim_v=head_dim_v, device=device, qkv_format=fmt,
                             **paged)
     cache.allocate_memory(1)
     module = DotProductAttention(HEADS, HEAD_DIM if head_dim_v == HEAD_DIM else (HEAD_DIM, head_dim_v),
                                  num_gqa_groups=kv_heads, qkv_format=fmt, attn_mask_type=mask, window_size=window,
                                  bottom_right_diagonal=options.get("bottom_right"), softmax_type=softmax_type,
-                                 layer_number=1, backend=backend)
+                                 layer_number=1, backend=backend).to(device)
     sink = None
     if softmax_type == "learnable":
         with torch.no_grad():
             module.softmax_offset.copy_(torch.randn(HEADS))
-        sink = module.softmax_offset.detach().clone()
+        sink = module.softmax_offset.detach().cpu().clone()
     elif softmax_type == "off-by-one":
         sink = torch.zeros(HEADS)
     alibi = {}
     slopes = None
     if options.get("alibi") == "given":
         slopes = torch.rand(HEADS) * 0.5 + 0.1
-        alibi = dict(core_attention_bias_type="alibi", alibi_slopes=slopes)
+        alibi = dict(core_attention_bias_type="alibi", alibi_slopes=slopes.to(device))
     elif options.get("alibi") == "default":
         slopes = default_alibi_slopes(HEADS)
         alibi = dict(core_attention_bias_type="alibi")
@@ -112,7 +113,7 @@ def test_cache_steps_match_the_reference(backend: str, fmt: str, paging: str, fe
                                                                   (kv_heads, head_dim_v))]
                for seq, n in step.items()}
         with torch.no_grad():
-            out = module(*_step_inputs(fmt, new, dtype), inference_params=cache, **alibi)
+            out = module(*_step_inputs(fmt, new, dtype, device), inference_params=cache, **alibi).cpu()
         for seq, rows in zip(step, _step_rows(fmt, out, list(step.values()))):
             q, k, v = new[seq]
             if seq in history:
@@ -127,23 +128,23 @@ def test_cache_steps_match_the_reference(backend: str, fmt: str, paging: str, fe
     assert module.last_backend == backend
 
 
-def test_a_cache_step_does_not_train_a_learnable_sink(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_cache_step_does_not_train_a_learnable_sink() -> None:
     """A module with a learnable sink serving outside torch.no_grad(): the step has no backward pass, so the sink
     (a parameter that requires grad) is read detached and does not keep the backends without one out."""
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
     torch.manual_seed(0)
+    device = FUSED_DEVICE
     module = DotProductAttention(HEADS, HEAD_DIM, num_gqa_groups=KV_HEADS, qkv_format="thd",
-                                 attn_mask_type="padding_causal", softmax_type="learnable", layer_number=1)
+                                 attn_mask_type="padding_causal", softmax_type="learnable", layer_number=1).to(device)
     with torch.no_grad():
         module.softmax_offset.copy_(torch.randn(HEADS))
     assert module.softmax_offset.requires_grad
     outputs = []
     for grad_mode in (True, False):
-        cache = InferenceParams(3, 24, KV_HEADS, HEAD_DIM, torch.float16, device="cpu", qkv_format="thd")
+        cache = InferenceParams(3, 24, KV_HEADS, HEAD_DIM, torch.float16, device=device, qkv_format="thd")
         cache.allocate_memory(1)
         cache.pre_step(OrderedDict({"a": 3, "b": 2}))
         torch.manual_seed(1)
-        q, k, v = (torch.randn(5, h, HEAD_DIM, dtype=torch.float16) for h in (HEADS, KV_HEADS, KV_HEADS))
+        q, k, v = (torch.randn(5, h, HEAD_DIM, dtype=torch.float16, device=device) for h in (HEADS, KV_HEADS, KV_HEADS))
         with torch.set_grad_enabled(grad_mode):
             outputs.append(module(q, k, v, inference_params=cache))
         assert module.last_backend == "fused"
