@@ -56,9 +56,8 @@ def resolve_mask(
     return mask_type, window, resolve_bottom_right(mask_type, bottom_right_diagonal)
 
 
-_UNREAD_MASKS_WARNED: set[tuple[str, str, bool, bool]] = set()
-"""(mask type, format, KV caching, both cu_seqlens given) of the calls already warned about an unread
-attention_mask."""
+_UNREAD_MASKS_WARNED: set[tuple[str, ...]] = set()
+"""The reasons (and, for a mask type that reads no mask, the type) already warned about an unread attention_mask."""
 
 
 def warn_unread_mask(mask_type: str, fmt: str, kv_caching: bool, both_cu_seqlens: bool = False) -> None:
@@ -66,21 +65,26 @@ def warn_unread_mask(mask_type: str, fmt: str, kv_caching: bool, both_cu_seqlens
     a KV-cache step, thd and a padding type given both ``cu_seqlens_q`` and ``cu_seqlens_kv`` take the lengths from
     elsewhere, and masks other than the padding ones and ``"arbitrary"`` read none. For eager calls (a compiled one
     would guard on the warned set)."""
-    key = (mask_type, fmt, kv_caching, both_cu_seqlens)
-    if key in _UNREAD_MASKS_WARNED:
-        return
     if kv_caching:
-        reason = "a KV-cache step takes each sequence's lengths from inference_params"
+        key = ("cache step",)
     elif fmt == "thd":
-        reason = "qkv_format='thd' takes each sequence's lengths from cu_seqlens_q / cu_seqlens_kv"
+        key = ("thd",)
     elif not has_padding(mask_type) and mask_type != "arbitrary":
-        reason = (f"attn_mask_type={mask_type!r} reads no mask (a mask that only repeats it can be left out; a "
-                  "padding mask needs a padding type such as 'padding_causal', any other mask 'arbitrary')")
+        key = ("mask type", mask_type)
     elif both_cu_seqlens and has_padding(mask_type):
-        reason = ("cu_seqlens_q and cu_seqlens_kv give each sequence's lengths (the mask's are read only when one of "
-                  "them is left out)")
+        key = ("cu_seqlens",)
     else:
         return
+    if key in _UNREAD_MASKS_WARNED:
+        return
+    reason = {
+        "cache step": "a KV-cache step takes each sequence's lengths from inference_params",
+        "thd": "qkv_format='thd' takes each sequence's lengths from cu_seqlens_q / cu_seqlens_kv",
+        "mask type": (f"attn_mask_type={mask_type!r} reads no mask (a mask that only repeats it can be left out; "
+                      "a padding mask needs a padding type such as 'padding_causal', any other mask 'arbitrary')"),
+        "cu_seqlens": ("cu_seqlens_q and cu_seqlens_kv give each sequence's lengths (the mask's are read only when "
+                       "one of them is left out)"),
+    }[key[0]]
     _UNREAD_MASKS_WARNED.add(key)
     warn(f"attention_mask is given but not read: {reason}")
 
@@ -403,12 +407,12 @@ def requires_grad(module: DotProductAttention, q: torch.Tensor, k: torch.Tensor,
                   core_attention_bias: torch.Tensor | None, kv_caching: bool = False) -> bool:
     """Will a derivative of this call be taken? A backward pass (grad mode on and a differentiable input), forward-mode
     AD (an input carries a tangent) or a torch.func transform (jvp, vmap, grad: wrapped inputs, which only plain
-    PyTorch ops can read). Backends without a backward pass (``fused``) are not chosen then. A KV-cache step does
-    not train the module's learnable sink (it gets the sink detached): the sink does not count there."""
+    PyTorch ops can read). Backends without a backward pass (``fused``) are not chosen then. A KV-cache step trains
+    neither a bias nor the module's learnable sink (it reads both detached): they do not count there."""
     return (torch.is_grad_enabled() and (
         q.requires_grad or k.requires_grad or v.requires_grad
-        or (core_attention_bias is not None and core_attention_bias.requires_grad)
-        or (module.softmax_type == "learnable" and module.softmax_offset.requires_grad and not kv_caching)
+        or (not kv_caching and core_attention_bias is not None and core_attention_bias.requires_grad)
+        or (not kv_caching and module.softmax_type == "learnable" and module.softmax_offset.requires_grad)
     )) or ((_functorch_level() is not None or _forward_ad._current_level >= 0)   # ~0.1 µs: two module-level reads
            and _transformed(q, k, v, core_attention_bias))
 

@@ -411,11 +411,11 @@ class DotProductAttention(nn.Module):
                 max_seqlen_q, max_seqlen_kv, pad_between_seqs, bottom_right_diagonal)
             inputs.check_host_arguments(max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
                                         pad_between_seqs=pad_between_seqs)
-            if kv_caching and pad_between_seqs:
-                raise ValueError("pad_between_seqs=True cannot be honoured with inference_params: a KV-cache step "
+            fmt = check_format(qkv_format or self.qkv_format)
+            if kv_caching and pad_between_seqs and fmt == "thd":   # (bshd / sbhd have no gaps: the flag is unread)
+                raise ValueError("pad_between_seqs=True cannot be honoured with inference_params: a thd KV-cache step "
                                  "reads its query tokens back to back (cu_seqlens_*_padded are not read, as in TE); "
                                  "pack the step's tokens without gaps")
-            fmt = check_format(qkv_format or self.qkv_format)
             inputs.check_qkv(q, k, v, fmt, self.num_attention_heads, self.num_gqa_groups, self.head_dim_qk,
                              self.head_dim_v)
             mask_type, window, bottom_right = call_setup.resolve_mask(
@@ -473,6 +473,8 @@ class DotProductAttention(nn.Module):
         else:
             if kv_caching and fmt == "thd":
                 alibi_slopes = call_setup.step_slopes(alibi_slopes, inference_params.batch_size, batch)
+            if kv_caching and core_attention_bias is not None and core_attention_bias.requires_grad:
+                core_attention_bias = core_attention_bias.detach()   # a cache step trains nothing (as the sink)
             bias_shape, alibi_slopes = call_setup.check_bias(
                 self, core_attention_bias_type, core_attention_bias, alibi_slopes, batch, max_seqlen_q, max_seqlen_kv,
                 device,

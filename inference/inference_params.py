@@ -59,7 +59,8 @@ class InferenceParams:
             ``[max_batch_size, max_sequence_length, h_kv, d]``.
         total_num_pages: paged only; default ``max_batch_size * ceil(max_sequence_length /
             page_size)``; may be smaller (pages are allocated on demand).
-        page_size: paged only, required.
+        page_size: required when ``is_paged``; ignored, with ``total_num_pages``, otherwise (a warning, as TE
+            ignores them).
         page_allocation: paged only; ``"runs"`` (default: a sequence's pages in 2 MiB runs where
             free space allows, which a decode reads as fast as a contiguous cache) or ``"fifo"``
             (TransformerEngine's free list and page ids).

@@ -12,6 +12,7 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # 8 shards x 16 threads stall CPU-side work
 logs=${1:-gpu-test-logs}
 mkdir -p "$logs"
+rm -f "$logs"/*.log   # a reused folder's old logs would count below
 T=${T:-600}
 grid=tests/gpu/test_attention_grid_gpu.py
 shard() {
@@ -20,6 +21,9 @@ shard() {
   ( timeout "$T" python3 -m pytest -q -p no:cacheprovider "$@" > "$logs/$name.log" 2>&1
     echo "rc=$?" >> "$logs/$name.log" ) &
 }
+for name in ${SHARDS:-}; do   # a misspelt name would run nothing, silently
+  grep -q "^shard $name " scripts/gpu_tests.sh || { echo "gpu_tests.sh: no shard named $name" >&2; exit 2; }
+done
 shard kernels-a -m gpu tests/gpu/test_kernels_gpu.py -k "paged or ragged or fuzz or graph or split"
 shard kernels-b -m gpu tests/gpu/test_kernels_gpu.py -k "not (paged or ragged or fuzz or graph or split)"
 shard variants -m gpu tests/gpu/test_variants_gpu.py

@@ -3,6 +3,7 @@ sequence state as they were (nothing is appended before every check has passed).
 
 from __future__ import annotations
 
+import warnings
 from collections import OrderedDict
 
 import pytest
@@ -49,8 +50,8 @@ REFUSED = [
     pytest.param("thd", dict(max_seqlen_q=2),
                  r"max_seqlen_q=2 is less than this step's longest sequence, 3 new tokens", id="thd max_seqlen_q"),
     pytest.param("thd", dict(pad_between_seqs=True),
-                 r"pad_between_seqs=True cannot be honoured with inference_params: a KV-cache step reads its query "
-                 r"tokens back to back", id="thd pad_between_seqs"),
+                 r"pad_between_seqs=True cannot be honoured with inference_params: a thd KV-cache step reads its "
+                 r"query tokens back to back", id="thd pad_between_seqs"),
 ]
 
 
@@ -274,13 +275,16 @@ def test_a_mask_given_to_a_cache_step_is_warned_about(monkeypatch: pytest.Monkey
                                          "sequence's lengths from inference_params"):
         _module("bshd")(*_inputs("bshd"), attention_mask=torch.zeros(2, 1, 1, 3, dtype=torch.bool),
                         inference_params=_cache(False))
+    cu = torch.tensor([0, 3, 5], dtype=torch.int32)
+    with warnings.catch_warnings():   # once per reason, whatever else the call brings
+        warnings.simplefilter("error", UserWarning)
+        _module("bshd")(*_inputs("bshd"), attention_mask=torch.zeros(2, 1, 1, 3, dtype=torch.bool),
+                        inference_params=_cache(False), cu_seqlens_q=cu, cu_seqlens_kv=cu)
 
 
 def test_padded_offsets_given_to_a_cache_step_are_warned_about(monkeypatch: pytest.MonkeyPatch) -> None:
     """A cache step reads its query tokens back to back (TE drops the padded offsets): given ones are not read,
     and a warning says so, once."""
-    import warnings
-
     from attention import call_setup
 
     monkeypatch.setattr(call_setup, "_PADDED_OFFSETS_WARNED", set())
@@ -294,3 +298,27 @@ def test_padded_offsets_given_to_a_cache_step_are_warned_about(monkeypatch: pyte
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         _module("thd")(q, k, v, cu_seqlens_kv_padded=offsets, inference_params=_cache(False))   # once
+
+
+@pytest.mark.parametrize("fmt", ["bshd", "sbhd"])
+def test_pad_between_seqs_is_not_read_by_a_padded_batch_step(fmt: str) -> None:
+    """bshd / sbhd have no gaps between sequences: the flag is not read (as without a cache, and in TE)."""
+    q, k, v = _inputs("bshd")
+    if fmt == "sbhd":
+        q, k, v = (x.transpose(0, 1).contiguous() for x in (q, k, v))
+    expected = _module(fmt)(q, k, v, inference_params=_cache(False))
+    torch.testing.assert_close(_module(fmt)(q, k, v, inference_params=_cache(False), pad_between_seqs=True), expected)
+
+
+def test_a_bias_that_requires_grad_is_read_detached_by_a_cache_step() -> None:
+    """A cache step trains nothing: a learnable bias (as the learnable sink) is read detached, so it neither keeps
+    the backends without a backward pass out nor makes the output require grad."""
+    bias = torch.nn.Parameter(torch.randn(1, H, 3, 16))
+    q, k, v = _inputs("bshd")
+    module = _module("bshd")
+    kwargs = dict(core_attention_bias_type="post_scale_bias", core_attention_bias=bias)
+    assert "requires_grad = False" in module.explain(q, k, v, inference_params=_cache(False), **kwargs)
+    out = module(q, k, v, inference_params=_cache(False), **kwargs)
+    assert not out.requires_grad
+    with torch.no_grad():
+        torch.testing.assert_close(out, module(q, k, v, inference_params=_cache(False), **kwargs))

@@ -401,7 +401,7 @@ def test_v4_interface_overwritten_by_flash_attn_2_is_a_reason(tmp_path, monkeypa
 
 
 @pytest.mark.parametrize("generation", [3, 4])
-def test_v3_v4_read_padded_offsets_under_a_false_hint(generation, install, monkeypatch):
+def test_v3_v4_read_padded_offsets_under_a_false_hint(generation, monkeypatch):
     """thd with gapped cu_seqlens_*_padded and pad_between_seqs=False, as on a GPU where nothing reads the values to
     refuse the hint (ATTN_CHECK_SEQLENS=0): flash-attn 3 / 4 take the padded offsets (seqused), as fused and unfused
     do; flash-attn 2 has no way to and relies on the promise."""

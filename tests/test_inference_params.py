@@ -361,7 +361,7 @@ def test_a_cache_manager_written_for_te_builds_and_runs():
     params.allocate_memory(1)
     module = DotProductAttention(4, 8, num_gqa_groups=2, qkv_format="bshd", attn_mask_type="padding_causal",
                                  layer_number=1, backend="unfused")
-    keys, values, queries = [], [], []
+    keys, values = [], []
     for n in (3, 1):
         params.pre_step(OrderedDict(a=n))
         q, k, v = torch.randn(1, n, 4, 8), torch.randn(1, n, 2, 8), torch.randn(1, n, 2, 8)

@@ -34,6 +34,7 @@ from attention.backends import flash_probe
 from attention.backends.base import ALL_MASKS, AttentionCall, Backend, Capabilities
 from attention.backends.flash_packing import (
     pack_padded,
+    rows_in_sequences,
     unpack_to_padded,
     zero_gradients_outside_sequences,
     zero_rows_outside_sequences,
@@ -181,13 +182,15 @@ class _FlashBackend(Backend):
             offsets_q = (call.cu_seqlens_q_padded if call.cu_seqlens_q_padded is not None else cu_q).to(torch.int32)
             offsets_kv = (call.cu_seqlens_kv_padded if call.cu_seqlens_kv_padded is not None else cu_kv).to(torch.int32)
             offsets_q, offsets_kv = offsets_q.contiguous(), offsets_kv.contiguous()
+        owned_q = None
         if p.requires_grad:   # flash-attn's backward leaves the gradients of rows outside the sequences unwritten
-            q = zero_gradients_outside_sequences(q, cu_q, offsets_q if padded_offsets else None)
-            k = zero_gradients_outside_sequences(k, cu_kv, offsets_kv if padded_offsets else None)
-            v = zero_gradients_outside_sequences(v, cu_kv, offsets_kv if padded_offsets else None)
+            owned_q = rows_in_sequences(q.shape[0], cu_q, offsets_q if padded_offsets else None)
+            owned_kv = rows_in_sequences(k.shape[0], cu_kv, offsets_kv if padded_offsets else None)
+            q = zero_gradients_outside_sequences(q, owned_q)
+            k, v = zero_gradients_outside_sequences(k, owned_kv), zero_gradients_outside_sequences(v, owned_kv)
         out = self._varlen(fa, call, q, k, v, offsets_q, offsets_kv, max_q, max_kv, seqused_q, seqused_kv)
         if p.qkv_format == "thd":
-            return zero_rows_outside_sequences(out, cu_q, offsets_q.contiguous() if padded_offsets else None)
+            return zero_rows_outside_sequences(out, cu_q, offsets_q if padded_offsets else None, owned_q)
         batch, s_q = _batch_and_seqlen(call.query, p.qkv_format)
         return unpack_to_padded(out, cu_q, batch, s_q, seq_first=p.qkv_format == "sbhd")
 

@@ -77,17 +77,21 @@ def rows_in_sequences(rows: int, cu_seqlens: Tensor, cu_seqlens_padded: Tensor |
     return (sequence >= 0) & (row - starts[owner] < lengths[owner])
 
 
-def zero_rows_outside_sequences(out: Tensor, cu_seqlens: Tensor, cu_seqlens_padded: Tensor | None = None) -> Tensor:
-    """Zero the thd rows of ``out [t, h, d]`` that belong to no sequence (:func:`rows_in_sequences`), which
-    flash-attn leaves unwritten: in place, or in a new tensor when ``out`` requires grad (flash-attn saves its
-    output for the backward pass, and flash-attn 2 returns a view of it: autograd refuses a write into either)."""
+def zero_rows_outside_sequences(out: Tensor, cu_seqlens: Tensor, cu_seqlens_padded: Tensor | None = None,
+                                owned: Tensor | None = None) -> Tensor:
+    """Zero the thd rows of ``out [t, h, d]`` that belong to no sequence (:func:`rows_in_sequences`, or ``owned``
+    when the caller has it), which flash-attn leaves unwritten: in place, or in a new tensor when ``out`` requires
+    grad (flash-attn saves its output for the backward pass, and flash-attn 2 returns a view of it: autograd
+    refuses a write into either)."""
     if out.shape[0] == 0:
         return out
-    outside = ~rows_in_sequences(out.shape[0], cu_seqlens, cu_seqlens_padded)[:, None, None]
+    if owned is None:
+        owned = rows_in_sequences(out.shape[0], cu_seqlens, cu_seqlens_padded)
+    outside = ~owned[:, None, None]
     return out.masked_fill(outside, 0) if out.requires_grad else out.masked_fill_(outside, 0)
 
 
-class _GradientRowsInSequences(torch.autograd.Function):
+class _ZeroGradientsOutsideSequences(torch.autograd.Function):
     """The identity; its backward zeroes the gradient rows no sequence owns."""
 
     @staticmethod
@@ -101,11 +105,12 @@ class _GradientRowsInSequences(torch.autograd.Function):
         return grad.masked_fill(~owned[:, None, None], 0), None
 
 
-def zero_gradients_outside_sequences(x: Tensor, cu_seqlens: Tensor, cu_seqlens_padded: Tensor | None = None) -> Tensor:
-    """``x [t, h, d]`` as flash-attn's input, with the gradient of the rows no sequence owns zeroed on the way back
-    (``x`` itself when it needs none). flash-attn's backward passes allocate dq / dk / dv with ``empty_like`` and
-    write only the sequences' rows: the others hold garbage, which would reach the caller's thd padding, or a real
-    token through :func:`pack_padded`'s filler rows (they all read the last position)."""
+def zero_gradients_outside_sequences(x: Tensor, owned: Tensor) -> Tensor:
+    """``x [t, h, d]`` as flash-attn's input, with the gradient of the rows outside ``owned`` (bool ``[t]``,
+    :func:`rows_in_sequences`) zeroed on the way back (``x`` itself when it needs none). flash-attn's backward
+    passes allocate dq / dk / dv with ``empty_like`` and write only the sequences' rows: the others hold garbage,
+    which would reach the caller's thd padding, or a real token through :func:`pack_padded`'s filler rows (clamped
+    to the last sequence's last position)."""
     if not (x.requires_grad and torch.is_grad_enabled()) or x.shape[0] == 0:
         return x
-    return _GradientRowsInSequences.apply(x, rows_in_sequences(x.shape[0], cu_seqlens, cu_seqlens_padded))
+    return _ZeroGradientsOutsideSequences.apply(x, owned)
