@@ -196,9 +196,9 @@ class KVCacheManager:
     (cache contents are left as they are). ``InferenceParams`` builds one with keyword arguments (TE's, plus
     ``device`` when the subclass takes it). A subclass written for TE, whose ``__init__`` calls
     ``super().__init__()`` without arguments, builds too; it keeps its sizes itself and overrides
-    ``allocate_memory``, ``pre_step`` and ``step`` (the base's helpers read the sizes the full call sets). A layer's caches, and a paged manager's ``page_table``,
-    are allocated once: ``step`` returns the same tensors every call (``InferenceParams.layout_memo``
-    relies on their metadata staying as it is).
+    ``allocate_memory``, ``pre_step`` and ``step`` (the base's helpers read the sizes the full call sets).
+    A layer's caches, and a paged manager's ``page_table``, are allocated once: ``step`` returns the same
+    tensors every call (``InferenceParams.layout_memo`` relies on their metadata staying as it is).
     """
 
     cache_rows: tuple[int, int] | None = None
