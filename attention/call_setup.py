@@ -56,8 +56,8 @@ def resolve_mask(
     return mask_type, window, resolve_bottom_right(mask_type, bottom_right_diagonal)
 
 
-_UNREAD_MASKS_WARNED: set[tuple[str, ...]] = set()
-"""The reasons (and, for a mask type that reads no mask, the type) already warned about an unread attention_mask."""
+_WARNED: set[tuple[str, ...]] = set()
+"""The unread-argument warnings already given, by key: once each per process (tests reset it)."""
 
 
 def warn_unread_mask(mask_type: str, fmt: str, kv_caching: bool, both_cu_seqlens: bool = False) -> None:
@@ -75,7 +75,7 @@ def warn_unread_mask(mask_type: str, fmt: str, kv_caching: bool, both_cu_seqlens
         key = ("cu_seqlens",)
     else:
         return
-    if key in _UNREAD_MASKS_WARNED:
+    if key in _WARNED:
         return
     reason = {
         "cache step": "a KV-cache step takes each sequence's lengths from inference_params",
@@ -85,21 +85,17 @@ def warn_unread_mask(mask_type: str, fmt: str, kv_caching: bool, both_cu_seqlens
         "cu_seqlens": ("cu_seqlens_q and cu_seqlens_kv give each sequence's lengths (the mask's are read only when "
                        "one of them is left out)"),
     }[key[0]]
-    _UNREAD_MASKS_WARNED.add(key)
+    _WARNED.add(key)
     warn(f"attention_mask is given but not read: {reason}")
-
-
-_PADDED_OFFSETS_WARNED: set[str] = set()
-"""Holds one entry once the warning below was given (a set, like the one above, so tests can reset it)."""
 
 
 def warn_unread_padded_offsets() -> None:
     """Warn once that ``cu_seqlens_q_padded`` / ``cu_seqlens_kv_padded`` given with ``inference_params`` are not
     read (TE drops them in a cache step): the step reads its query tokens back to back, so a query laid out with
-    gaps would be read at the wrong rows. For eager calls (a compiled one would guard on the flag)."""
-    if _PADDED_OFFSETS_WARNED:
+    gaps would be read at the wrong rows. For eager calls (a compiled one would guard on the warned set)."""
+    if ("padded offsets",) in _WARNED:
         return
-    _PADDED_OFFSETS_WARNED.add("warned")
+    _WARNED.add(("padded offsets",))
     warn("cu_seqlens_q_padded / cu_seqlens_kv_padded are given with inference_params but not read: a KV-cache step "
          "reads its query tokens back to back (as in TE); pack them without gaps")
 

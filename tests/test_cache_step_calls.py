@@ -270,7 +270,7 @@ def test_a_mask_given_to_a_cache_step_is_warned_about(monkeypatch: pytest.Monkey
     """The step's lengths come from inference_params: a padding mask is not read (as in TE), and a warning says so."""
     from attention import call_setup
 
-    monkeypatch.setattr(call_setup, "_UNREAD_MASKS_WARNED", set())
+    monkeypatch.setattr(call_setup, "_WARNED", set())
     with pytest.warns(UserWarning, match="attention_mask is given but not read: a KV-cache step takes each "
                                          "sequence's lengths from inference_params"):
         _module("bshd")(*_inputs("bshd"), attention_mask=torch.zeros(2, 1, 1, 3, dtype=torch.bool),
@@ -287,7 +287,7 @@ def test_padded_offsets_given_to_a_cache_step_are_warned_about(monkeypatch: pyte
     and a warning says so, once."""
     from attention import call_setup
 
-    monkeypatch.setattr(call_setup, "_PADDED_OFFSETS_WARNED", set())
+    monkeypatch.setattr(call_setup, "_WARNED", set())
     offsets = torch.tensor([0, 4, 7], dtype=torch.int32)   # a gap after the first sequence: not what q holds
     q, k, v = _inputs("thd")
     expected = _module("thd")(q, k, v, inference_params=_cache(False))

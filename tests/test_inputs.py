@@ -183,7 +183,7 @@ def test_thd_self_attention_takes_the_queries_cu_seqlens_only_for_as_many_key_to
 def test_a_mask_that_is_not_read_is_warned_about_once(mask_type, fmt, reason, monkeypatch):
     """TE ignores attention_mask silently where the mask type or format reads none; a padding mask passed with the
     default causal type then attends padded keys. A UserWarning says so, once per reason."""
-    monkeypatch.setattr(call_setup, "_UNREAD_MASKS_WARNED", set())
+    monkeypatch.setattr(call_setup, "_WARNED", set())
     q, k, v = qkv(fmt)
     m = module(qkv_format=fmt, attn_mask_type=mask_type)
     lengths = dict(cu_seqlens_q=cu(S, S), cu_seqlens_kv=cu(S, S)) if fmt == "thd" or "padding" in mask_type else {}
@@ -197,7 +197,7 @@ def test_a_mask_that_is_not_read_is_warned_about_once(mask_type, fmt, reason, mo
         warnings.simplefilter("error")
         m(q, k, v, attention_mask=pad, **lengths)   # once
         module(qkv_format="bshd", attn_mask_type="padding")(*qkv("bshd"), attention_mask=pad)   # read: no warning
-    monkeypatch.setattr(call_setup, "_UNREAD_MASKS_WARNED", set())
+    monkeypatch.setattr(call_setup, "_WARNED", set())
     m.explain(q, k, v, attention_mask=pad, **lengths)   # explain() runs nothing: it leaves the warning to the call
     with pytest.warns(UserWarning, match="attention_mask is given but not read"):
         m(q, k, v, attention_mask=pad, **lengths)
