@@ -274,19 +274,18 @@ def _with_head_dim(cases: list[FlashCase], d: int) -> list[FlashCase]:
 
 
 GRADIENT_CASES = [
-    ("bshd", "causal", None),
-    ("sbhd", "padding_causal", [3, 5]),   # the filler rows of the packed batch read the last, real, position
-    ("thd", "padding_causal", [3, 4]),    # 8 rows: the last is in no sequence
-    ("thd", "padding", [2, 5]),
-    ("thd", "padding_causal", [2, 3, "padded"]),   # rows 0-1 and 3-5 (cu_seqlens_*_padded [0, 3, 7]): v3 / v4
+    ("bshd", "causal", None, False),
+    ("sbhd", "padding_causal", [3, 5], False),   # the filler rows of the packed batch read the last, real, position
+    ("thd", "padding_causal", [3, 4], False),    # 8 rows: the last is in no sequence
+    ("thd", "padding", [2, 5], False),
+    ("thd", "padding_causal", [2, 3], True),     # rows 0-1 and 3-5 (cu_seqlens_*_padded [0, 3, 7]): v3 / v4
 ]
-"""(qkv_format, attn_mask_type, sequence lengths or None) of the module-level gradient checks: batch 2, five
-positions a sequence in bshd / sbhd, eight rows in thd; ``"padded"`` after the lengths puts a gap after each
-sequence."""
+"""(qkv_format, attn_mask_type, sequence lengths or None, a gap after each sequence) of the module-level gradient
+checks: batch 2, five positions a sequence in bshd / sbhd, eight rows in thd."""
 
 
-def check_gradients(generation: int, qkv_format: str, mask_type: str, lengths: list[int] | None, *, device: str,
-                    head_dim: int, dtype: torch.dtype = torch.bfloat16) -> None:
+def check_gradients(generation: int, qkv_format: str, mask_type: str, lengths: list[int] | None, padded: bool, *,
+                    device: str, head_dim: int, dtype: torch.dtype = torch.bfloat16) -> None:
     """Run ``DotProductAttention(backend="flash<generation>")`` forward and backward (GQA 4/2) and compare out,
     dq, dk and dv with autograd through ``tests/reference.py`` in fp32 (on CPU)."""
     from attention import DotProductAttention
@@ -299,8 +298,6 @@ def check_gradients(generation: int, qkv_format: str, mask_type: str, lengths: l
                for h in (heads, kv_heads, kv_heads))
     lengths_kw = {}
     if lengths is not None:
-        padded = lengths[-1] == "padded"
-        lengths = lengths[:2]
         cu = torch.tensor([0, lengths[0], sum(lengths)], dtype=torch.int32)
         lengths_kw = dict(cu_seqlens_q=cu.to(device), cu_seqlens_kv=cu.to(device))
         if padded:

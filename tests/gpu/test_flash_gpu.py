@@ -85,13 +85,13 @@ def test_decode_step_replays_in_a_cuda_graph(generation: int) -> None:
 
 
 @pytest.mark.parametrize("generation", [2, 3, 4])
-@pytest.mark.parametrize("qkv_format, mask_type, lengths", GRADIENT_CASES, ids=str)
-def test_gradients_through_the_module_match_the_reference(generation, qkv_format, mask_type, lengths) -> None:
+@pytest.mark.parametrize("qkv_format, mask_type, lengths, padded", GRADIENT_CASES, ids=str)
+def test_gradients_through_the_module_match_the_reference(generation, qkv_format, mask_type, lengths, padded) -> None:
     """dq / dk / dv through DotProductAttention and the installed package's backward (bf16, d=64); a case the
     installed release cannot run skips with the adapter's reasons."""
     _backend_or_skip(generation)
     try:
-        check_gradients(generation, qkv_format, mask_type, lengths, device="cuda", head_dim=64)
+        check_gradients(generation, qkv_format, mask_type, lengths, padded, device="cuda", head_dim=64)
     except ValueError as error:
         if "cannot run these inputs" not in str(error):
             raise
