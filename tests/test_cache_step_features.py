@@ -17,6 +17,7 @@ import torch
 
 from attention import DotProductAttention
 from inference import InferenceParams
+from tests.cache_steps import step_inputs, step_rows
 from tests.reference import default_alibi_slopes, reference_one_sequence
 
 HEADS, KV_HEADS, HEAD_DIM = 4, 2, 16
@@ -43,30 +44,6 @@ CASES = [pytest.param("unfused", fmt, paging, feature, id=f"unfused-{fmt}-{pagin
          for fmt in ("bshd", "sbhd", "thd") for paging in PAGINGS for feature in FEATURES]
 CASES += [pytest.param("fused", fmt, paging, feature, id=f"fused-{fmt}-{paging}-{feature}")
           for fmt, paging in FUSED_PAIRS for feature in FEATURES]
-
-
-def _step_inputs(fmt: str, new: dict[str, list[torch.Tensor]], dtype: torch.dtype,
-                 device: str) -> tuple[torch.Tensor, ...]:
-    """The step's new q / k / v on ``device``: packed (thd) or left-aligned in a zero-padded batch (bshd / sbhd)."""
-    if fmt == "thd":
-        return tuple(torch.cat([tensors[i] for tensors in new.values()]).to(device, dtype) for i in range(3))
-    longest = max(tensors[0].shape[0] for tensors in new.values())
-    batch = []
-    for i in range(3):
-        padded = torch.zeros(len(new), longest, *next(iter(new.values()))[i].shape[1:], dtype=dtype, device=device)
-        for row, tensors in enumerate(new.values()):
-            padded[row, : tensors[i].shape[0]] = tensors[i]
-        batch.append(padded.transpose(0, 1).contiguous() if fmt == "sbhd" else padded)
-    return tuple(batch)
-
-
-def _step_rows(fmt: str, out: torch.Tensor, lengths: list[int]) -> list[torch.Tensor]:
-    """Each sequence's new rows of the output, ``[step_len, h * d_v]``."""
-    if fmt == "thd":
-        return list(torch.split(out, lengths))
-    if fmt == "sbhd":
-        out = out.transpose(0, 1)
-    return [out[row, :n] for row, n in enumerate(lengths)]
 
 
 @pytest.mark.parametrize("backend, fmt, paging, feature", CASES)
@@ -113,8 +90,8 @@ def test_cache_steps_match_the_reference(backend: str, fmt: str, paging: str, fe
                                                                   (kv_heads, head_dim_v))]
                for seq, n in step.items()}
         with torch.no_grad():
-            out = module(*_step_inputs(fmt, new, dtype, device), inference_params=cache, **alibi).cpu()
-        for seq, rows in zip(step, _step_rows(fmt, out, list(step.values()))):
+            out = module(*step_inputs(fmt, new, dtype, device), inference_params=cache, **alibi).cpu()
+        for seq, rows in zip(step, step_rows(fmt, out, list(step.values()))):
             q, k, v = new[seq]
             if seq in history:
                 k, v = torch.cat([history[seq][0], k]), torch.cat([history[seq][1], v])
