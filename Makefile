@@ -2,7 +2,8 @@
 # gpu-test run with the machine's python3, on a GPU machine where the project is installed.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# The CPU wheel of torch (no multi-GB CUDA download). On a GPU machine, install the project yourself.
+# torch from pip's configured sources: CI's find-links hold the CPU wheel (no multi-GB CUDA download); elsewhere
+# point PIP_INDEX_URL at https://download.pytorch.org/whl/cpu for it. On a GPU machine, install the project yourself.
 TORCH_SPEC ?= torch==2.13.0
 # Triton pinned too: its Gluon API renames things between releases (tests/sm90_compile.py compiles the
 # Gluon kernel with it). The H200 runs 3.6; attention_fwd_hopper.py compiles with both.
