@@ -3,7 +3,8 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # torch from pip's configured sources: CI's find-links hold the CPU wheel (no multi-GB CUDA download); elsewhere
-# point PIP_INDEX_URL at https://download.pytorch.org/whl/cpu for it. On a GPU machine, install the project yourself.
+# ask for it: PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu make test TORCH_SPEC=torch==2.13.0+cpu.
+# On a GPU machine, install the project yourself.
 TORCH_SPEC ?= torch==2.13.0
 # Triton pinned too: its Gluon API renames things between releases (tests/sm90_compile.py compiles the
 # Gluon kernel with it). The H200 runs 3.6; attention_fwd_hopper.py compiles with both.
