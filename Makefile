@@ -1,4 +1,5 @@
-# demo and test set themselves up on a fresh machine: a local virtual environment with CPU PyTorch. bench and
+# demo and test set themselves up on a fresh machine: a local virtual environment with PyTorch (the CPU wheel where
+# pip's sources have it, see TORCH_SPEC). bench and
 # gpu-test run with the machine's python3, on a GPU machine where the project is installed.
 VENV ?= .venv
 PY := $(VENV)/bin/python

@@ -11,6 +11,7 @@ attention over its sequence's whole history.
 
 from __future__ import annotations
 
+import math
 import os
 from collections import OrderedDict
 
@@ -48,13 +49,15 @@ def run_steps(device: str, dtype: torch.dtype, backend: str, page_size: int | No
     def check(new: dict[int, list[torch.Tensor]], out: torch.Tensor) -> None:
         nonlocal worst
         lengths = [tensors[0].shape[0] for tensors in new.values()]
-        for seq, rows in zip(new, step_rows(fmt, out.float().cpu(), lengths)):
+        for seq, rows in zip(new, step_rows(fmt, out.float().cpu(), lengths), strict=True):
             q, k, v = (t.to(dtype).float() for t in new[seq])
             if seq in history:
                 k, v = torch.cat([history[seq][0], k]), torch.cat([history[seq][1], v])
             history[seq] = (k, v)
             expected = reference_one_sequence(q, k, v, causal=True, bottom_right=True)
-            worst = max(worst, (rows.reshape(expected.shape) - expected).abs().max().item())
+            error = (rows.reshape(expected.shape) - expected).abs().max().item()
+            assert math.isfinite(error), f"sequence {seq}: non-finite output"   # (max() would drop a NaN)
+            worst = max(worst, error)
 
     prompt = new_tokens(PROMPT_LENS)
     params.pre_step(OrderedDict(enumerate(PROMPT_LENS)))
