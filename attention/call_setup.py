@@ -60,6 +60,14 @@ _WARNED: set[tuple[str, ...]] = set()
 """The unread-argument warnings already given, by key: once each per process (tests reset it)."""
 
 
+def _first_time(key: tuple[str, ...]) -> bool:
+    """Whether the warning of ``key`` has not been given yet (it counts as given from now on)."""
+    if key in _WARNED:
+        return False
+    _WARNED.add(key)
+    return True
+
+
 def warn_unread_mask(mask_type: str, fmt: str, kv_caching: bool, both_cu_seqlens: bool = False) -> None:
     """Warn once per kind of call that a given ``attention_mask`` is not read (as in TE, which ignores it silently):
     a KV-cache step, thd and a padding type given both ``cu_seqlens_q`` and ``cu_seqlens_kv`` take the lengths from
@@ -75,7 +83,7 @@ def warn_unread_mask(mask_type: str, fmt: str, kv_caching: bool, both_cu_seqlens
         key = ("cu_seqlens",)
     else:
         return
-    if key in _WARNED:
+    if not _first_time(key):
         return
     reason = {
         "cache step": "a KV-cache step takes each sequence's lengths from inference_params",
@@ -85,7 +93,6 @@ def warn_unread_mask(mask_type: str, fmt: str, kv_caching: bool, both_cu_seqlens
         "cu_seqlens": ("cu_seqlens_q and cu_seqlens_kv give each sequence's lengths (the mask's are read only when "
                        "one of them is left out)"),
     }[key[0]]
-    _WARNED.add(key)
     warn(f"attention_mask is given but not read: {reason}")
 
 
@@ -93,11 +100,9 @@ def warn_unread_padded_offsets() -> None:
     """Warn once that ``cu_seqlens_q_padded`` / ``cu_seqlens_kv_padded`` given with ``inference_params`` are not
     read (TE drops them in a cache step): the step reads its query tokens back to back, so a query laid out with
     gaps would be read at the wrong rows. For eager calls (a compiled one would guard on the warned set)."""
-    if ("padded offsets",) in _WARNED:
-        return
-    _WARNED.add(("padded offsets",))
-    warn("cu_seqlens_q_padded / cu_seqlens_kv_padded are given with inference_params but not read: a KV-cache step "
-         "reads its query tokens back to back (as in TE); pack them without gaps")
+    if _first_time(("padded offsets",)):
+        warn("cu_seqlens_q_padded / cu_seqlens_kv_padded are given with inference_params but not read: a KV-cache "
+             "step reads its query tokens back to back (as in TE); pack them without gaps")
 
 
 _DEFAULT_LAYER_APPENDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
