@@ -17,11 +17,18 @@ launcher, batch 1, 256 keys, page 16; ``DotProductAttention(backend="fused")`` i
 ``InferenceParams.step``, the KV append included), ``dpa_static_thd`` (the module in thd over a
 read-only paged cache) and ``pre_step_64`` (``InferenceParams.pre_step`` of 64 decoding sequences).
 Needs CUDA.
+
+Where the time goes, on the GPU's host (``benchmarks.host_proxy`` profiles the same calls on CPU)::
+
+    python benchmarks/host_ab.py --profile dpa_static_thd   # cProfile of one call, top 30 by own time
+    python benchmarks/host_ab.py --no-launch                # the calls with every kernel launch stubbed
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -98,10 +105,32 @@ def measure() -> dict[str, float]:
     return best
 
 
+def profile(name: str) -> None:
+    """cProfile of ``CALLS`` x 10 calls of one entry point (after a warm-up), top 30 functions by own time."""
+    fn = _calls()[name]
+    with torch.no_grad():
+        for _ in range(20):
+            fn()
+        torch.cuda.synchronize()
+        profiler = cProfile.Profile()
+        profiler.runcall(lambda: [fn() for _ in range(CALLS * 10)])
+        torch.cuda.synchronize()
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--label", default="")
+    parser.add_argument("--profile", metavar="NAME", help="cProfile this entry point (e.g. dpa_static_thd)")
+    parser.add_argument("--no-launch", action="store_true",
+                        help="stub every kernel launch (KernelLaunch.__call__), the host path's CUDA tensors kept")
     args = parser.parse_args(argv)
+    if args.no_launch:
+        from attention.kernels import launch
+        launch.KernelLaunch.__call__ = lambda self, *tensors: None
+    if args.profile:
+        profile(args.profile)
+        return
     best = measure()
     print(args.label, " ".join(f"{name}={us:.1f}" for name, us in best.items()), flush=True)
 

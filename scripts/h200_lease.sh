@@ -67,10 +67,7 @@ sweep() {
   stamp "sweep done"
 }
 install_fa4() {
-  cp .device/fa4-c/* /tmp/fa4w/
-  cat /tmp/fa4w/cu13.part.a? > "/tmp/fa4w/$(cat /tmp/fa4w/big-wheel-name)" && rm /tmp/fa4w/cu13.part.*
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir /tmp/fa4w/*.whl 2>&1 | tail -3
-  python3 -c "import flash_attn.cute as c; print('flash-attn-4 ready:', c.flash_attn_varlen_func.__name__)"
+  bash scripts/stage_flash_attn4.sh install
   python3 -m pip list 2>/dev/null | grep -iE "^(flash|nvidia-cutlass|torch |triton)" | tee -a $L/env.txt
 }
 bench() {
@@ -111,7 +108,7 @@ fa2-build)
   sweep; pack call1;;
 call2)
   stamp call2
-  mkdir -p /tmp/fa4w && cp .device/fa4-a/* /tmp/fa4w/
+  bash scripts/stage_flash_attn4.sh a
   stamp "GPU suite (variants on as picked)"
   export ATTN_FUSED_VARIANTS=$(cat $L/variants.txt 2>/dev/null)
   T=${T:-290} bash scripts/gpu_tests.sh $L/gpu
@@ -119,7 +116,7 @@ call2)
   timeout 120 python3 -m benchmarks.run_all --out $L/overhead --only overhead > $L/overhead.log 2>&1; echo "overhead rc=$?"
   stamp "call2 done"; pack call2;;
 call3)
-  stamp call3; cp .device/fa4-b/* /tmp/fa4w/ && ls /tmp/fa4w;;
+  stamp call3; bash scripts/stage_flash_attn4.sh b;;
 call4)
   stamp call4; install_fa4
   stamp "fa4 tests, serving simulation and share of the cross-backend grid"
