@@ -71,6 +71,27 @@ def test_no_cuda_says_needs_cuda(generation, monkeypatch):
     assert reason.startswith("needs CUDA")
 
 
+@pytest.mark.parametrize("generation", [2, 3, 4])
+@pytest.mark.parametrize("machine_has_cuda", [False, True])
+def test_cpu_inputs_without_cuda_are_refused_once(generation, machine_has_cuda, monkeypatch):
+    # without CUDA the availability reason says it; the inputs' device is a second reason only where CUDA exists
+    monkeypatch.setattr(flash_probe, "cuda_available", lambda: machine_has_cuda)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: machine_has_cuda)
+    monkeypatch.setattr(flash_probe, "_looks_installed", lambda g: False)
+    monkeypatch.setattr(flash_probe.importlib.util, "find_spec", lambda name: None)
+    flash_probe.probe.cache_clear()
+    try:
+        reasons = BACKENDS[generation].support_reasons(P(device_type="cpu", compute_capability=None))
+    finally:
+        flash_probe.probe.cache_clear()
+    device_reasons = [r for r in reasons if "cuda" in r.lower()]
+    if machine_has_cuda:
+        assert reasons[:2] == [flash_probe.INSTALL_HINTS[generation], "needs a cuda device, got cpu"]
+    else:
+        assert len(device_reasons) == 1 and device_reasons[0].startswith("needs CUDA"), reasons
+        assert flash_probe.INSTALL_HINTS[generation] in device_reasons[0]
+
+
 def test_broken_install_reports_the_import_error(monkeypatch):
     def broken(name):
         raise OSError("undefined symbol: _ZN3c10")

@@ -95,7 +95,9 @@ class Backend:
         """Every reason this backend cannot run ``params``; empty when it can."""
         missing = self.availability_reason()
         reasons = [missing] if missing else []
-        return reasons + capability_reasons(self.capabilities, params) + self.extra_reasons(params)
+        # on a machine without CUDA the availability reason says so: "needs a cuda device, got cpu" would repeat it
+        check_device = not (missing and self.capabilities.device_types == {"cuda"} and not torch.cuda.is_available())
+        return reasons + capability_reasons(self.capabilities, params, check_device) + self.extra_reasons(params)
 
     def extra_reasons(self, params: AttentionParams) -> list[str]:
         return []
@@ -122,10 +124,10 @@ def _fmt_dtypes(dtypes: frozenset[torch.dtype]) -> str:
     return ", ".join(sorted(str(d).replace("torch.", "") for d in dtypes))
 
 
-def capability_reasons(caps: Capabilities, p: AttentionParams) -> list[str]:
-    """The reasons that follow from the capability sheet alone."""
+def capability_reasons(caps: Capabilities, p: AttentionParams, check_device: bool = True) -> list[str]:
+    """The reasons that follow from the capability sheet alone (``check_device=False``: not the device type's)."""
     r: list[str] = []
-    if p.device_type not in caps.device_types:
+    if check_device and p.device_type not in caps.device_types:
         r.append(f"needs a {'/'.join(sorted(caps.device_types))} device, got {p.device_type}")
     elif p.device_type == "cuda" and p.compute_capability is not None:
         cc = p.compute_capability
