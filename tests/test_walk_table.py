@@ -1,0 +1,185 @@
+"""PagedKVCacheManager.walk_table: each decoding sequence's pages ascending but the last, kept last, step after step;
+and the fused backend reads it only where the order of the keys does not matter."""
+
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+
+import pytest
+import torch
+
+from attention import DotProductAttention
+from inference import InferenceParams, KVCacheFullError, PagedKVCacheManager
+from inference.paged_cache_manager import WALK_MIN_PAGE_SIZE
+from tests.reference import reference_one_sequence
+
+PAGE = 16
+
+
+def manager(allocation: str, total_num_pages: int = 48, max_batch_size: int = 4,
+            page_size: int = PAGE) -> PagedKVCacheManager:
+    return PagedKVCacheManager(total_num_pages=total_num_pages, page_size=page_size, num_heads=1, head_dim_k=8,
+                               dtype=torch.float16, max_batch_size=max_batch_size, max_seqlen=256,
+                               page_allocation=allocation)
+
+
+def expected_walk(m: PagedKVCacheManager) -> torch.Tensor:
+    """The walk table from first principles: the step's sequences in batch order, a one-token step's pages but the
+    last sorted, zeros past each row's pages and past the batch."""
+    table = torch.zeros_like(m.walk_table)
+    for row, (seq_id, step_len) in enumerate(zip(m.sequences, m.step_lens)):
+        pages = m.get_page_list(seq_id)
+        walk = [*sorted(pages[:-1]), pages[-1]] if step_len == 1 else pages
+        table[row, : len(walk)] = torch.tensor(walk, dtype=torch.int32)
+    return table
+
+
+def churn(m: PagedKVCacheManager, rng: random.Random) -> None:
+    """Steps of other requests until the free list is shuffled: pages come back in the order requests end."""
+    live: dict[str, int] = {}
+    for step in range(40):
+        for seq_id in rng.sample(sorted(live), k=len(live) // 3):
+            del live[seq_id]
+        while len(live) < m.max_batch_size and rng.random() < 0.7:
+            live[f"old{step}-{len(live)}"] = rng.randint(1, 60)
+        try:
+            m.pre_step(OrderedDict((seq_id, n if seq_id not in m.sequences else rng.randint(1, 20))
+                                   for seq_id, n in live.items()))
+        except (KVCacheFullError, ValueError):
+            live.clear()
+            m.pre_step(OrderedDict())
+    m.pre_step(OrderedDict())
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_walk_table_follows_the_batch_step_after_step(seed):
+    rng = random.Random(seed)
+    m = manager("fifo")
+    churn(m, rng)
+    live: dict[str, int] = {}   # seq_id -> tokens
+    sorted_rows_seen = 0
+    for step in range(120):
+        if live and rng.random() < 0.1:   # a sequence finishes: the rows after it move up
+            del live[rng.choice(sorted(live))]
+        if len(live) < m.max_batch_size and rng.random() < 0.2:
+            live[f"s{step}"] = 0
+        steps = OrderedDict()
+        for seq_id, tokens in live.items():   # prefills, chunks of chunked prefill, decodes and verify steps
+            steps[seq_id] = rng.choice([1, 1, 1, 1, 3, 20]) if tokens else rng.randint(1, 70)
+        try:
+            m.pre_step(steps)
+        except (KVCacheFullError, ValueError):
+            continue
+        for seq_id, n in steps.items():
+            live[seq_id] += n
+        assert torch.equal(m.walk_table, expected_walk(m)), f"step {step}"
+        sorted_rows_seen += int(not torch.equal(m.walk_table, m.page_table))
+    assert sorted_rows_seen > 0   # FIFO after churn: walks differ from the page table
+
+
+def test_refused_step_leaves_the_walk_table_as_it_was():
+    m = manager("fifo", total_num_pages=8)
+    m.pre_step(OrderedDict(a=40, b=40))
+    for _ in range(10):
+        m.pre_step(OrderedDict(a=1, b=1))
+    before = m.walk_table.clone()
+    with pytest.raises(KVCacheFullError):
+        m.pre_step(OrderedDict(a=1, b=1, c=200))
+    assert torch.equal(m.walk_table, before)
+    m.pre_step(OrderedDict(a=1, b=1))
+    assert torch.equal(m.walk_table, expected_walk(m))
+
+
+class OwnSteps(PagedKVCacheManager):
+    def pre_step(self, step_dict):
+        return super().pre_step(step_dict)
+
+
+def test_who_keeps_a_walk_table():
+    assert manager("fifo").walk_table is not None
+    assert manager("runs").walk_table is None   # runs read about as fast, and the host is spared the walk
+    assert manager("fifo", page_size=WALK_MIN_PAGE_SIZE // 2).walk_table is None
+    own = OwnSteps(total_num_pages=8, page_size=PAGE, num_heads=1, head_dim_k=8, dtype=torch.float16,
+                   max_batch_size=2, max_seqlen=64, page_allocation="fifo")
+    assert own.walk_table is None   # a subclass's own pre_step would not keep it in step
+
+
+def test_reset_clears_the_walk_table():
+    m = manager("fifo")
+    m.pre_step(OrderedDict(a=50))
+    m.pre_step(OrderedDict(a=1))
+    m.reset()
+    assert not m.walk_table.any()
+    m.pre_step(OrderedDict(b=20))
+    assert torch.equal(m.walk_table, expected_walk(m))
+
+
+# ------------------------------------------------------------------------------------------------
+# The module over a FIFO cache whose decodes read the walk
+# ------------------------------------------------------------------------------------------------
+
+def _scrambled_cache(heads_kv: int, head_dim: int, dtype: torch.dtype, device: str) -> InferenceParams:
+    """InferenceParams on FIFO pages, its free list reversed by requests that end in turn, so decodes' pages descend."""
+    cache = InferenceParams(2, 256, heads_kv, head_dim, dtype, is_paged=True, page_size=PAGE, total_num_pages=40,
+                            page_allocation="fifo", device=device)
+    cache.allocate_memory(1)
+    for count in range(1, 9):   # eight requests of 1..8 pages end in turn, each freed page back to the list
+        cache.pre_step(OrderedDict({f"old{count}": count * PAGE}))
+    cache.pre_step(OrderedDict())
+    return cache
+
+
+def run_steps(case: str, device: str, dtype: torch.dtype, heads: tuple[int, int], head_dim: int,
+              tolerance: float) -> None:
+    """Twenty steps after a prefill of 70 and 45 tokens (``mixed``: every third step sequence a brings a 20-token
+    chunk beside b's decode, its row then in logical order), through the fused backend; every new token checked
+    against the fp32 reference over its logical history."""
+    torch.manual_seed(0)
+    (heads_q, heads_kv), window = heads, ((40, 0) if case == "window" else None)
+    cache = _scrambled_cache(heads_kv, head_dim, dtype, device)
+    module = DotProductAttention(heads_q, head_dim, num_gqa_groups=heads_kv, qkv_format="bshd",
+                                 attn_mask_type="padding_causal", window_size=window, layer_number=1,
+                                 backend="fused").to(device)
+    slopes = torch.rand(heads_q, device=device) * 0.2 if case == "alibi" else None
+    extra = {"core_attention_bias_type": "alibi", "alibi_slopes": slopes} if slopes is not None else {}
+    history_k = [torch.empty(0, heads_kv, head_dim, dtype=dtype, device=device) for _ in range(2)]
+    history_v = [torch.empty(0, heads_kv, head_dim, dtype=dtype, device=device) for _ in range(2)]
+    walked = 0
+    with torch.no_grad():
+        for step in range(21):
+            new = (70, 45) if step == 0 else (20 if case == "mixed" and step % 3 == 0 else 1, 1)
+            cache.pre_step(OrderedDict(zip("ab", new)))
+            manager_ = cache.cache_manager
+            walked += int(not torch.equal(manager_.walk_table[:2], manager_.page_table[:2]))
+            q, new_k, new_v = (torch.randn(2, max(new), h, head_dim, dtype=dtype, device=device)
+                               for h in (heads_q, heads_kv, heads_kv))
+            out = module(q, new_k, new_v, inference_params=cache, **extra).view(2, max(new), heads_q, head_dim)
+            for row, n in enumerate(new):
+                history_k[row] = torch.cat([history_k[row], new_k[row, :n]])
+                history_v[row] = torch.cat([history_v[row], new_v[row, :n]])
+                expected = reference_one_sequence(q[row, :n], history_k[row], history_v[row], causal=True,
+                                                  bottom_right=True, window_size=window or (-1, -1),
+                                                  alibi_slopes=slopes)
+                assert torch.isfinite(out[row, :n]).all()
+                torch.testing.assert_close(out[row, :n].float(), expected, atol=tolerance, rtol=tolerance)
+    assert walked > 0   # the steps read pages out of order in the walk
+
+
+CASES = ["decodes", "mixed", "window", "alibi"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_steps_through_the_walk_match_the_reference(case):
+    """Over scrambled pages the fused backend reads walk_table without a window or ALiBi and page_table with them (a
+    position matters there): the outputs match the reference either way (CPU, the Triton interpreter)."""
+    run_steps(case, "cpu", torch.float16, (4, 2), 16, 2e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CASES)
+def test_steps_through_the_walk_match_the_reference_on_the_gpu(case):
+    """The same on CUDA, bf16, GQA 32/8, d128: the GPU's decode and mixed kernels (Hopper's on sm90) through the walk."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    run_steps(case, "cuda", torch.bfloat16, (32, 8), 128, 2e-2)
