@@ -22,7 +22,7 @@ rows would cost the host more than the walk saves the GPU."""
 WALK_ALLOCATIONS = ("fifo",)
 """The page allocations that keep a ``walk_table``: those that scatter a sequence's pages over the pool. ``runs``
 places them in 2 MiB runs, which a decode reads about as fast (whether a walk over runs gains too is not measured), and
-skips the walk's host cost (~8 µs a step of 64 decoding sequences on the CPU proxy, 2026-12-05)."""
+skips the walk's host cost (docs/kv_cache.md)."""
 
 
 def pages_for(num_tokens: int, page_size: int) -> int:
@@ -43,13 +43,13 @@ class PagedKVCacheManager(KVCacheManager):
     ``page_allocator.PAGE_ALLOCATIONS`` (default ``runs``).
 
     ``walk_table`` (a WALK_ALLOCATIONS allocation of pages of at least WALK_MIN_PAGE_SIZE tokens, else None; the
-    same shape, kept beside ``page_table``) is the order a decode may read its keys in: for a sequence whose step brings one token, its pages
-    but the last in ascending page id, then the last (the one it may fill in part); for the other sequences their
-    pages as in ``page_table``. A decode's softmax does not depend on the order of its keys, and over pages placed
-    anywhere in the pool, programs that all sweep it upward read it faster (0.4-2.3 % on an H100, 2026-12-05,
-    docs/results/2026-12-05-h100-44f1237): the fused backend reads it for calls whose keys carry no position (no
-    window, no ALiBi). Appends and every other reader use ``page_table``. A subclass that overrides ``pre_step``
-    keeps no walk table.
+    same shape, kept beside ``page_table``) is the order a decode may read its keys in: for a sequence whose step
+    brings one token, its pages but the last in ascending page id, then the last (the one it may fill in part); for
+    the other sequences their pages as in ``page_table``. A decode's softmax does not depend on the order of its
+    keys, and over pages placed anywhere in the pool, programs that all sweep it upward read it faster (0.4-2.3 % on
+    an H100, 2026-12-05, docs/results/2026-12-05-h100-44f1237): the fused backend reads it for decode steps whose
+    keys carry no position (no window, no ALiBi). Appends and every other reader use ``page_table``. A subclass that
+    overrides ``pre_step`` keeps no walk table.
 
     Example::
 
@@ -95,6 +95,7 @@ class PagedKVCacheManager(KVCacheManager):
         # host copies stay on the CPU whatever torch's default device (a TE-style manager is built under ours)
         self._host_table = torch.zeros(max_batch_size, self.max_pages_per_seq, dtype=torch.int32, device="cpu")
         self._rows: list[tuple[Hashable, int]] = []
+        self._rows_written: list[int] = []   # the rows the last table write changed
         self.walk_table: Tensor | None = None
         # (a subclass with its own pre_step keeps none: this class's pre_step is what keeps it in step with the pages)
         if page_size >= WALK_MIN_PAGE_SIZE and page_allocation in WALK_ALLOCATIONS \
@@ -131,13 +132,13 @@ class PagedKVCacheManager(KVCacheManager):
         # no page moved and the batch in the same order (finished sequences change it): every row stays as it is
         rows_change = pages_needed or list(lengths_after) != list(self.sequences)
         step_lens = list(step_dict.values())
-        walks_change = self.walk_table is not None and (rows_change or self._walks_change(step_lens))
+        walks_flip = self.walk_table is not None and self._walks_flip(step_lens)
         self.sequences = lengths_after
         self.step_lens = step_lens
         if rows_change:
             self._write_page_table()
-        if walks_change:
-            self._write_walk_table()
+        if walks_flip or (rows_change and self.walk_table is not None):
+            self._write_walk_table(None if walks_flip else self._rows_written)
         return self.sequences
 
     def _write_page_table(self) -> None:
@@ -149,12 +150,14 @@ class PagedKVCacheManager(KVCacheManager):
         entry_rows: list[int] = []   # the table entries to write: (row, column) -> page (0: cleared)
         entry_columns: list[int] = []
         entry_pages: list[int] = []
+        written: list[int] = []
         for row, seq_id in enumerate(self.sequences):
             pages = allocated[seq_id]
             held, count = previous[row] if row < len(previous) else (None, 0)
             if held == seq_id and count == len(pages):   # unchanged (most rows of a decode step)
                 rows.append((seq_id, count))
                 continue
+            written.append(row)
             start = count if held == seq_id and count <= len(pages) else 0  # the same sequence only grows
             end = max(count, len(pages))   # a shorter sequence in the row: its tail cleared
             entry_rows += [row] * (end - start)
@@ -168,6 +171,7 @@ class PagedKVCacheManager(KVCacheManager):
             entry_columns += range(count)
             entry_pages += [0] * count
         self._rows = rows
+        self._rows_written = written
         if entry_rows:   # a decode step that adds no page copies nothing
             self._host_table[torch.tensor(entry_rows, device="cpu"), torch.tensor(entry_columns, device="cpu")] = \
                 torch.tensor(entry_pages, dtype=torch.int32, device="cpu")
@@ -177,27 +181,35 @@ class PagedKVCacheManager(KVCacheManager):
             columns_changed = slice(min(entry_columns), max(entry_columns) + 1)
             upload(self.page_table[rows_changed, columns_changed], self._host_table[rows_changed, columns_changed])
 
-    def _walks_change(self, step_lens: list[int]) -> bool:
-        """Whether, the rows' pages unchanged, a sequence's step went from one token to more or back."""
+    def _walks_flip(self, step_lens: list[int]) -> bool:
+        """Whether a row's step goes from one token to more or back (or rows come or go, one not a decode)."""
         if self._all_walked and (not step_lens or max(step_lens) == 1):   # a decode step after one (the usual)
             return False
         return [n == 1 for n in step_lens] != [n == 1 for n in self.step_lens]
 
-    def _write_walk_table(self) -> None:
+    def _write_walk_table(self, visit: list[int] | None) -> None:
         """walk_table's rows for this step's batch (see the class), written as _write_page_table writes its table:
-        the changed entries only, uploaded as their box. A decoding sequence that gained a page changes its row from
-        where its previous last page went in."""
-        allocated, previous = self.allocator.allocated_pages, self._walk_rows
-        rows: list[tuple[Hashable, int, bool]] = []
+        the changed entries only, uploaded as their box. ``visit``: the rows that may have changed (the page table's
+        rewritten rows, when no row's step flipped between one token and more), None: every row. A decoding sequence
+        that gained a page changes its row from where its previous last page went in."""
+        allocated, states, step_lens = self.allocator.allocated_pages, self._walk_rows, self.step_lens
+        seq_ids = list(self.sequences)
         entry_rows: list[int] = []
         entry_columns: list[int] = []
         entry_pages: list[int] = []
-        for row, (seq_id, step_len) in enumerate(zip(self.sequences, self.step_lens)):
+        for row in range(len(seq_ids), len(states)):   # rows past the batch: cleared
+            count = states[row][1]
+            entry_rows += [row] * count
+            entry_columns += range(count)
+            entry_pages += [0] * count
+        del states[len(seq_ids):]
+        states += [(None, 0, False)] * (len(seq_ids) - len(states))
+        for row in range(len(seq_ids)) if visit is None else visit:
+            seq_id = seq_ids[row]
             pages = allocated[seq_id]
-            walked = step_len == 1
-            held, count, held_walked = previous[row] if row < len(previous) else (None, 0, False)
+            walked = step_lens[row] == 1
+            held, count, held_walked = states[row]
             if held == seq_id and count == len(pages) and held_walked == walked:
-                rows.append((seq_id, count, walked))
                 continue
             same = held == seq_id and held_walked == walked and count <= len(pages)
             end = max(count, len(pages))   # a shorter sequence in the row: its tail cleared
@@ -212,14 +224,9 @@ class PagedKVCacheManager(KVCacheManager):
             entry_rows += [row] * (end - start)
             entry_columns += range(start, end)
             entry_pages += [0] * (end - max(start, len(pages)))
-            rows.append((seq_id, len(pages), walked))
-        for row in range(len(rows), len(previous)):   # rows past the batch: cleared
-            count = previous[row][1]
-            entry_rows += [row] * count
-            entry_columns += range(count)
-            entry_pages += [0] * count
-        self._walk_rows = rows
-        self._all_walked = all(walked for _, _, walked in rows)
+            states[row] = (seq_id, len(pages), walked)
+        if visit is None:
+            self._all_walked = all(walked for _, _, walked in states)
         if entry_rows:
             self._host_walk[torch.tensor(entry_rows, device="cpu"), torch.tensor(entry_columns, device="cpu")] = \
                 torch.tensor(entry_pages, dtype=torch.int32, device="cpu")

@@ -179,7 +179,8 @@ def test_steps_through_the_walk_match_the_reference(case):
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", CASES)
 def test_steps_through_the_walk_match_the_reference_on_the_gpu(case):
-    """The same on CUDA, bf16, GQA 32/8, d128: the GPU's decode and mixed kernels (Hopper's on sm90) through the walk."""
+    """The same on CUDA, bf16, GQA 32/8, d128: the GPU's decode kernels (Hopper's on sm90) through the walk, the mixed
+    steps through the page table."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     run_steps(case, "cuda", torch.bfloat16, (32, 8), 128, 2e-2)
