@@ -8,7 +8,9 @@ non-paged at 64x4k (page 16 is the 64x4k cell itself); small pages on latency-bo
 1, 1x8k at page 4); page order: 64x4k and 128x2k with their pages where a
 serving run puts them (``cells.served_page_table``: TransformerEngine's FIFO free list, or InferenceParams' page
 runs), and 8x4k, 32x2k, 32x32k and MHA 32/32 at 64x4k through the page runs; every other paged cell's pages lie in
-random order. Every paged cell also has a ``fused_dense``
+random order. Over FIFO pages our rows read the walk table InferenceParams keeps for such a cache (each sequence's
+pages ascending but the last: ``inference.paged_cache_manager.walk_order``; layout ``paged-16 walk``); the
+competitors read the page table. Every paged cell also has a ``fused_dense``
 row: the same call on a non-paged cache. Every cell is also timed as a CUDA-graph replay, and the
 replay is the reported time: an eager decode call shorter than its host work (Triton's launcher
 alone costs ~160 µs on the H200's host) would otherwise measure the host, which the overhead suite
@@ -80,6 +82,7 @@ def cells(cfg: BenchConfig) -> list[Cell]:
             _decode("2x64 verify q4 p16", "verify", 2, 64, dtype, q_len=4, **small),
             _decode("2x96 non-paged", "page-sweep", 2, 96, dtype, page=None, **small),
             _decode("2x96 p16 served, page runs", "page-order", 2, 96, dtype, page_order="runs", **small),
+            _decode("2x96 p16 served, FIFO pages", "page-order", 2, 96, dtype, page_order="fifo", **small),
         ]
     base = [(1, 8192), (1, 32768), (8, 4096), (32, 2048), (64, 4096), (128, 2048), (32, 32768)]
     result = [_decode(f"{b}x{_k(s)} p16", "decode", b, s, dtype) for b, s in base]

@@ -14,7 +14,7 @@ from inference.device_upload import upload
 from inference.errors import KVCacheFullError
 from inference.page_allocator import cache_page_bytes, check_page_allocation, make_page_allocator
 
-__all__ = ["WALK_ALLOCATIONS", "WALK_MIN_PAGE_SIZE", "PagedKVCacheManager"]
+__all__ = ["WALK_ALLOCATIONS", "WALK_MIN_PAGE_SIZE", "PagedKVCacheManager", "walk_order"]
 
 WALK_MIN_PAGE_SIZE = 16
 """The smallest page size that keeps a ``walk_table``: below it a decode step adds pages so often that re-sorting the
@@ -23,6 +23,16 @@ WALK_ALLOCATIONS = ("fifo",)
 """The page allocations that keep a ``walk_table``: those that scatter a sequence's pages over the pool. ``runs``
 places them in 2 MiB runs, which a decode reads about as fast (whether a walk over runs gains too is not measured), and
 skips the walk's host cost (docs/kv_cache.md)."""
+
+
+def walk_order(pages: list[int]) -> list[int]:
+    """A decoding sequence's row of ``walk_table``: its ``pages`` but the last in ascending page id, then the last.
+
+    Example:
+        >>> walk_order([7, 2, 9, 4])
+        [2, 7, 9, 4]
+    """
+    return [*sorted(pages[:-1]), *pages[-1:]]
 
 
 def pages_for(num_tokens: int, page_size: int) -> int:
