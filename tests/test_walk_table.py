@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from attention import DotProductAttention
+from attention.backends import fused
 from inference import InferenceParams, KVCacheFullError, PagedKVCacheManager
 from inference.paged_cache_manager import WALK_MIN_PAGE_SIZE
 from tests.reference import reference_one_sequence
@@ -184,3 +185,42 @@ def test_steps_through_the_walk_match_the_reference_on_the_gpu(case):
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     run_steps(case, "cuda", torch.bfloat16, (32, 8), 128, 2e-2)
+
+
+@pytest.mark.parametrize("qkv_format, attn_mask_type", [("bshd", "padding_causal"), ("thd", "padding")])
+@pytest.mark.parametrize("softmax_type", ["vanilla", "learnable", "off-by-one"])
+def test_decodes_read_the_walk_and_match_the_page_table_order(qkv_format, attn_mask_type, softmax_type, monkeypatch):
+    """The fused backend launches over the walk for these decodes (sinks included: they carry no position), and the
+    outputs match the same steps read through the page table."""
+    launched_walks = []
+    choose = fused._walked_page_table
+
+    def spy(call):
+        table = choose(call)
+        launched_walks.append(table is not call.page_table)
+        return table
+
+    monkeypatch.setattr(fused, "_walked_page_table", spy)
+    outputs = []
+    for keep_walk in (True, False):
+        torch.manual_seed(0)
+        cache = _scrambled_cache(2, 16, torch.float16, "cpu")
+        if not keep_walk:
+            cache.cache_manager.walk_table = None   # (none kept from here: the backend reads page_table)
+        module = DotProductAttention(4, 16, num_gqa_groups=2, qkv_format=qkv_format, attn_mask_type=attn_mask_type,
+                                     layer_number=1, backend="fused", softmax_type=softmax_type)
+        if softmax_type == "learnable":
+            with torch.no_grad():
+                module.softmax_offset.copy_(torch.randn_like(module.softmax_offset))
+        steps = []
+        with torch.no_grad():
+            for step in range(12):
+                new = (70, 45) if step == 0 else (1, 1)
+                cache.pre_step(OrderedDict(zip("ab", new)))
+                shape = (2, max(new)) if qkv_format == "bshd" else (sum(new),)
+                q, k, v = (torch.randn(*shape, h, 16, dtype=torch.float16) for h in (4, 2, 2))
+                steps.append(module(q, k, v, inference_params=cache))
+        outputs.append(steps)
+    assert any(launched_walks)
+    for walked, logical in zip(*outputs):
+        torch.testing.assert_close(walked, logical, atol=2e-3, rtol=2e-3)
