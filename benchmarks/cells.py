@@ -121,6 +121,11 @@ SERVED_PROMPT_TOKENS = 512
 sequence), so that the decodes cross page boundaries at different steps, as a continuous batch's do."""
 
 
+def served_prompt_tokens(seq: int) -> int:
+    """The prompt of served_page_table's sequence ``seq`` (SERVED_PROMPT_TOKENS)."""
+    return SERVED_PROMPT_TOKENS + (seq * 997) % SERVED_PROMPT_TOKENS
+
+
 def served_page_table(kv_lens: Sequence[int], page_size: int, page_bytes: int, order: str,
                       seed: int = 0) -> tuple[list[list[int]], int]:
     """(each sequence's pages, the pool's pages) as a serving run allots them, through TransformerEngine's FIFO free
@@ -160,8 +165,7 @@ def served_page_table(kv_lens: Sequence[int], page_size: int, page_bytes: int, o
                 allocator.allocate(name, 1)
                 live[name][0] += 1
                 allotted += 1
-    prompts = [SERVED_PROMPT_TOKENS + (seq * 997) % SERVED_PROMPT_TOKENS for seq in range(len(kv_lens))]
-    held = [-(-min(length, prompt) // page_size) for length, prompt in zip(kv_lens, prompts)]
+    held = [-(-min(length, served_prompt_tokens(seq)) // page_size) for seq, length in enumerate(kv_lens)]
     for seq, count in enumerate(held):
         allocator.allocate(seq, count)
     while held != pages:
@@ -208,10 +212,11 @@ class Inputs:
         return torch.tensor(values, dtype=torch.int32, device=self.device)
 
     def walk_table(self, page_size: int) -> torch.Tensor | None:
-        """The ``walk_table`` InferenceParams would keep beside this cache's page table (decode cells over a
-        WALK_ALLOCATIONS order with pages of at least WALK_MIN_PAGE_SIZE tokens: each sequence's pages but the last
-        ascending, then the last), or None where it keeps none."""
-        from inference.paged_cache_manager import WALK_ALLOCATIONS, WALK_MIN_PAGE_SIZE, walk_order
+        """The ``walk_table`` InferenceParams keeps beside this cache's page table (decode cells over a
+        WALK_ALLOCATIONS order with pages of at least WALK_MIN_PAGE_SIZE tokens), as it stands once each sequence,
+        first seen decoding with its prompt's pages (served_page_table's), has grown to its length a page a step;
+        None where it keeps none."""
+        from inference.paged_cache_manager import WALK_ALLOCATIONS, WALK_MIN_PAGE_SIZE, walk_after_growth
 
         p = self.problem
         if self.page_order not in WALK_ALLOCATIONS or page_size < WALK_MIN_PAGE_SIZE or p.max_q != 1:
@@ -222,7 +227,9 @@ class Inputs:
             walk = table.cpu()
             for row, length in enumerate(p.kv_lens):
                 pages = -(-length // page_size)
-                walk[row, :pages] = torch.tensor(walk_order(walk[row, :pages].tolist()), dtype=walk.dtype)
+                first_held = min(pages, -(-(served_prompt_tokens(row) + 1) // page_size))   # its first decode step
+                walk[row, :pages] = torch.tensor(walk_after_growth(walk[row, :pages].tolist(), first_held),
+                                                 dtype=walk.dtype)
             self._cache[key] = walk.to(table.device)
         return self._cache[key]
 

@@ -14,7 +14,8 @@ from inference.device_upload import upload
 from inference.errors import KVCacheFullError
 from inference.page_allocator import cache_page_bytes, check_page_allocation, make_page_allocator
 
-__all__ = ["WALK_ALLOCATIONS", "WALK_MIN_PAGE_SIZE", "PagedKVCacheManager", "walk_order"]
+__all__ = ["WALK_ALLOCATIONS", "WALK_MIN_PAGE_SIZE", "WALK_TAIL_FRACTION", "PagedKVCacheManager", "SequenceWalk",
+           "walk_after_growth"]
 
 WALK_MIN_PAGE_SIZE = 16
 """The smallest page size that keeps a ``walk_table``: below it a decode step adds pages so often that re-sorting the
@@ -25,14 +26,65 @@ places them in 2 MiB runs, which a decode reads about as fast (whether a walk ov
 skips the walk's host cost (docs/kv_cache.md)."""
 
 
-def walk_order(pages: list[int]) -> list[int]:
-    """A decoding sequence's row of ``walk_table``: its ``pages`` but the last in ascending page id, then the last.
+WALK_TAIL_FRACTION = 16
+"""A walk re-sorts the pages its sequence gained since the last sort once they outnumber 1/16 of the sorted ones; until
+then they follow the sorted pages in logical order, so a decode step that adds a page rewrites two entries of the row,
+not half of it (at most 1/17 of a walk's pages lie out of order)."""
+
+
+class SequenceWalk:
+    """One decoding sequence's row of ``walk_table``: its pages sorted (``head``), the pages it gained since they were
+    sorted (``tail``, in logical order, at most ``len(head) // WALK_TAIL_FRACTION`` of them), then its last page.
 
     Example:
-        >>> walk_order([7, 2, 9, 4])
+        >>> walk = SequenceWalk([7, 2, 9, 4])
+        >>> walk.row([7, 2, 9, 4])
         [2, 7, 9, 4]
+        >>> walk.grow([7, 2, 9, 4, 1])   # page 4 stops being last and is sorted in: the row changes from column 1
+        1
+        >>> walk.row([7, 2, 9, 4, 1])
+        [2, 4, 7, 9, 1]
     """
-    return [*sorted(pages[:-1]), *pages[-1:]]
+
+    __slots__ = ("head", "tail")
+
+    def __init__(self, pages: list[int]) -> None:
+        self.head = sorted(pages[:-1])
+        self.tail: list[int] = []
+
+    def grow(self, pages: list[int]) -> int:
+        """Take in the sequence's ``pages`` (those it held, then more); return the first column of its row that
+        changed."""
+        held = len(self.head) + len(self.tail)
+        first_changed = held   # where the previous last page stood
+        self.tail += pages[held:-1]
+        if len(self.tail) > len(self.head) // WALK_TAIL_FRACTION:
+            for page in self.tail:
+                position = bisect.bisect_left(self.head, page)
+                self.head.insert(position, page)
+                first_changed = min(first_changed, position)
+            self.tail = []
+        return first_changed
+
+    def row(self, pages: list[int], start: int = 0) -> list[int]:
+        """The row for ``pages`` (those taken in), from column ``start``."""
+        sorted_count = len(self.head)
+        if start >= sorted_count:
+            return [*self.tail[start - sorted_count:], *pages[-1:]]
+        return [*self.head[start:], *self.tail, *pages[-1:]]
+
+
+def walk_after_growth(pages: list[int], first_held: int) -> list[int]:
+    """The row of a sequence first seen decoding with ``first_held`` of its ``pages``, then grown a page a step.
+
+    Example:
+        >>> walk_after_growth([7, 2, 9, 4, 1], first_held=4)
+        [2, 4, 7, 9, 1]
+    """
+    walk = SequenceWalk(pages[:first_held])
+    for count in range(first_held + 1, len(pages) + 1):
+        walk.grow(pages[:count])
+    return walk.row(pages)
 
 
 def pages_for(num_tokens: int, page_size: int) -> int:
@@ -54,8 +106,9 @@ class PagedKVCacheManager(KVCacheManager):
 
     ``walk_table`` (a WALK_ALLOCATIONS allocation of pages of at least WALK_MIN_PAGE_SIZE tokens, else None; the
     same shape, kept beside ``page_table``) is the order a decode may read its keys in: for a sequence whose step
-    brings one token, its pages but the last in ascending page id, then the last (the one it may fill in part); for
-    the other sequences their pages as in ``page_table``. A decode's softmax does not depend on the order of its
+    brings one token, its pages but the last in ascending page id (but for the few it gained since they were sorted:
+    SequenceWalk), then the last (the one it may fill in part); for the other sequences their pages as in
+    ``page_table``. A decode's softmax does not depend on the order of its
     keys, and over pages placed anywhere in the pool, programs that all sweep it upward read it faster (0.4-2.3 % on
     an H100, 2026-12-05, docs/results/2026-12-05-h100-44f1237): the fused backend reads it for decode steps whose
     keys carry no position (no window, no ALiBi). Appends and every other reader use ``page_table``. A subclass that
@@ -112,10 +165,10 @@ class PagedKVCacheManager(KVCacheManager):
                 and type(self).pre_step is PagedKVCacheManager.pre_step:
             self.walk_table = torch.zeros_like(self.page_table)
             self._host_walk = torch.zeros_like(self._host_table)
-        # per row, the (sequence, page count, walked) its walk_table row holds; per decoding sequence, its pages but
-        # the last, ascending (kept while it lives: a row's walk grows by an insertion, not a sort)
+        # per row, the (sequence, page count, walked) its walk_table row holds; per decoding sequence, its walk (kept
+        # while it lives: a row's walk grows, it is not sorted again)
         self._walk_rows: list[tuple[Hashable, int, bool]] = []
-        self._walk_heads: dict[Hashable, list[int]] = {}
+        self._walks: dict[Hashable, SequenceWalk] = {}
         self._all_walked = True
 
     def pre_step(self, step_dict: Mapping[Hashable, int]) -> OrderedDict[Hashable, int]:
@@ -135,7 +188,7 @@ class PagedKVCacheManager(KVCacheManager):
             )
         for seq_id in finished:
             self.allocator.free(seq_id)
-            self._walk_heads.pop(seq_id, None)
+            self._walks.pop(seq_id, None)
         for seq_id, num_pages in new_pages.items():
             if num_pages:   # a decode step usually needs no new page (every sequence holds >= 1 already)
                 self.allocator.allocate(seq_id, num_pages)
@@ -201,7 +254,7 @@ class PagedKVCacheManager(KVCacheManager):
         """walk_table's rows for this step's batch (see the class), written as _write_page_table writes its table:
         the changed entries only, uploaded as their box. ``visit``: the rows that may have changed (the page table's
         rewritten rows, when no row's step flipped between one token and more), None: every row. A decoding sequence
-        that gained a page changes its row from where its previous last page went in."""
+        that gained a page changes its row from where its SequenceWalk says."""
         allocated, states, step_lens = self.allocator.allocated_pages, self._walk_rows, self.step_lens
         seq_ids = list(self.sequences)
         entry_rows: list[int] = []
@@ -224,10 +277,14 @@ class PagedKVCacheManager(KVCacheManager):
             same = held == seq_id and held_walked == walked and count <= len(pages)
             end = max(count, len(pages))   # a shorter sequence in the row: its tail cleared
             if walked:
-                head, first_changed = self._walk_head(seq_id, pages)
+                walk = self._walks.get(seq_id)
+                if walk is None:
+                    walk = self._walks[seq_id] = SequenceWalk(pages)
+                    first_changed = 0
+                else:
+                    first_changed = walk.grow(pages)
                 start = first_changed if same else 0
-                entry_pages += head[start:]
-                entry_pages.append(pages[-1])
+                entry_pages += walk.row(pages, start)
             else:
                 start = count if same else 0
                 entry_pages += pages[start:]
@@ -243,20 +300,6 @@ class PagedKVCacheManager(KVCacheManager):
             rows_changed = slice(min(entry_rows), max(entry_rows) + 1)
             columns_changed = slice(min(entry_columns), max(entry_columns) + 1)
             upload(self.walk_table[rows_changed, columns_changed], self._host_walk[rows_changed, columns_changed])
-
-    def _walk_head(self, seq_id: Hashable, pages: list[int]) -> tuple[list[int], int]:
-        """(a decoding sequence's ``pages`` but the last, ascending: its walk without the last page; the first column
-        in which its walk differs from the walk of the pages it held when last seen, 0 when first seen)."""
-        head = self._walk_heads.get(seq_id)
-        if head is None:
-            head = self._walk_heads[seq_id] = sorted(pages[:-1])
-            return head, 0
-        first_changed = len(head)   # where the previous last page stood
-        for page in pages[len(head):-1]:   # the pages that stopped being last since
-            position = bisect.bisect_left(head, page)
-            head.insert(position, page)
-            first_changed = min(first_changed, position)
-        return head, first_changed
 
     def step(
         self,
@@ -281,7 +324,7 @@ class PagedKVCacheManager(KVCacheManager):
             self.walk_table.zero_()
             self._host_walk.zero_()
         self._walk_rows = []
-        self._walk_heads = {}
+        self._walks = {}
         self._all_walked = True
 
     def get_page_list(self, seq_id: Hashable) -> list[int]:
