@@ -6,7 +6,8 @@ mixed step (sequence 0 brings a 3-token chunk of chunked prefill, the others dec
 thd. The same driver runs eagerly on CPU (unfused fp32, fused in the interpreter) so its bookkeeping is
 checked in CI; on CUDA it captures one step (fused, bf16) and replays it after each ``pre_step`` with
 fresh q / k / v written into the captured buffers. Every new token's output is compared with causal
-attention over its sequence's whole history.
+attention over its sequence's whole history. Over FIFO pages handed out in reverse, the decodes read the cache's
+walk table (``PagedKVCacheManager.walk_table``), which ``pre_step`` rewrites in place too.
 """
 
 from __future__ import annotations
@@ -31,12 +32,17 @@ STEPS = 4
 
 
 def run_steps(device: str, dtype: torch.dtype, backend: str, page_size: int | None, capture: bool,
-              fmt: str = "bshd", shape: str = "decode") -> tuple[float, str]:
+              fmt: str = "bshd", shape: str = "decode", fifo: bool = False) -> tuple[float, str]:
     """Prefill the four sequences eagerly, then ``STEPS`` steps of ``STEP_SHAPES[shape]`` new tokens, with one
-    captured graph (``capture``) or eager calls. Returns (the max error against the reference, the backend)."""
+    captured graph (``capture``) or eager calls. ``fifo``: pages from TE's FIFO free list, reversed, so that a
+    sequence's pages descend and the decodes read a walk table that differs from the page table. Returns (the max
+    error against the reference, the backend)."""
     params = InferenceParams(MAX_BATCH, MAX_SEQLEN, HEADS_KV, HEAD_DIM, dtype, is_paged=page_size is not None,
-                             page_size=page_size, device=device, qkv_format=fmt)
+                             page_size=page_size, device=device, qkv_format=fmt,
+                             **({"page_allocation": "fifo"} if fifo else {}))
     params.allocate_memory(1)
+    if fifo:
+        params.cache_manager.allocator.free_pages.reverse()
     attn = DotProductAttention(HEADS, HEAD_DIM, HEADS_KV, qkv_format=fmt, attn_mask_type="padding_causal",
                                layer_number=1, backend=backend)
     history: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -96,6 +102,9 @@ def run_steps(device: str, dtype: torch.dtype, backend: str, page_size: int | No
         check(new, out)
     steps_run = STEPS + capture
     assert list(params.sequences.values()) == [n + steps_run * m for n, m in zip(PROMPT_LENS, lengths)]
+    if fifo:   # the steps' decodes had a walk to read that is not the page table
+        manager = params.cache_manager
+        assert not torch.equal(manager.walk_table, manager.page_table)
     return worst, attn.last_backend
 
 
@@ -104,14 +113,17 @@ EAGER_CASES = [pytest.param("unfused", paging, fmt, shape, id=f"unfused-{paging}
                for paging in PAGINGS for fmt in ("bshd", "sbhd", "thd") for shape in STEP_SHAPES]
 EAGER_CASES += [pytest.param("fused", paging, fmt, shape, id=f"fused-{paging}-{fmt}-{shape}")   # ~2.5 s each
                 for paging, fmt, shape in [("non-paged", "bshd", "decode"), ("page16", "bshd", "decode"),
-                                           ("non-paged", "sbhd", "mixed"), ("page16", "thd", "mixed")]]
+                                           ("non-paged", "sbhd", "mixed"), ("page16", "thd", "mixed"),
+                                           ("page16-fifo", "thd", "decode")]]
 
 
 @pytest.mark.parametrize("backend, paging, fmt, shape", EAGER_CASES)
 def test_eager_steps_match_reference(backend, paging, fmt, shape):
     if backend == "fused" and os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("fused runs on CPU tensors only under TRITON_INTERPRET=1")
-    worst, chosen = run_steps("cpu", torch.float32, backend, PAGINGS[paging], capture=False, fmt=fmt, shape=shape)
+    fifo = paging.endswith("-fifo")   # FIFO pages: the decodes read the walk table
+    worst, chosen = run_steps("cpu", torch.float32, backend, PAGINGS[paging.removesuffix("-fifo")], capture=False,
+                              fmt=fmt, shape=shape, fifo=fifo)
     assert chosen == backend and worst < 1e-5
 
 
@@ -135,4 +147,13 @@ def test_captured_steps_in_every_format_replay_with_new_metadata(page_size, fmt,
 @pytest.mark.parametrize("page_size", [None, 16], ids=["non-paged", "page16"])
 def test_captured_mixed_bshd_step_replays_with_new_metadata(page_size):
     worst, backend = run_steps("cuda", torch.bfloat16, "fused", page_size, capture=True, shape="mixed")
+    assert backend == "fused" and worst < 2.5e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["bshd", "thd"])
+def test_captured_decode_over_fifo_pages_replays_through_the_walk(fmt):
+    """FIFO pages, reversed: the captured decode reads the cache's walk table (bshd; thd's capture plans for
+    max_ctx_len queries and reads the page table), which pre_step rewrites in place before each replay."""
+    worst, backend = run_steps("cuda", torch.bfloat16, "fused", 16, capture=True, fmt=fmt, fifo=True)
     assert backend == "fused" and worst < 2.5e-2
