@@ -24,8 +24,6 @@ WALK_ALLOCATIONS = ("fifo",)
 """The page allocations that keep a ``walk_table``: those that scatter a sequence's pages over the pool. ``runs``
 places them in 2 MiB runs, which a decode reads about as fast (whether a walk over runs gains too is not measured), and
 skips the walk's host cost (docs/kv_cache.md)."""
-
-
 WALK_TAIL_FRACTION = 16
 """A walk re-sorts the pages its sequence gained since the last sort once they outnumber 1/16 of the sorted ones; until
 then they follow the sorted pages in logical order, so a decode step that adds a page rewrites two entries of the row,
@@ -85,6 +83,20 @@ def walk_after_growth(pages: list[int], first_held: int) -> list[int]:
     for count in range(first_held + 1, len(pages) + 1):
         walk.grow(pages[:count])
     return walk.row(pages)
+
+
+def _write_entries(host: Tensor, device_table: Tensor, entry_rows: list[int], entry_columns: list[int],
+                   entry_pages: list[int]) -> None:
+    """Write a table's changed entries ((row, column) -> page) into its host mirror in one indexed assignment, then
+    upload the box of changed entries only (a page-boundary decode step: one column, not whole rows of
+    max_pages_per_seq entries). No entries: nothing is copied (a decode step that adds no page)."""
+    if not entry_rows:
+        return
+    host[torch.tensor(entry_rows, device="cpu"), torch.tensor(entry_columns, device="cpu")] = \
+        torch.tensor(entry_pages, dtype=torch.int32, device="cpu")
+    rows_changed = slice(min(entry_rows), max(entry_rows) + 1)
+    columns_changed = slice(min(entry_columns), max(entry_columns) + 1)
+    upload(device_table[rows_changed, columns_changed], host[rows_changed, columns_changed])
 
 
 def pages_for(num_tokens: int, page_size: int) -> int:
@@ -235,14 +247,7 @@ class PagedKVCacheManager(KVCacheManager):
             entry_pages += [0] * count
         self._rows = rows
         self._rows_written = written
-        if entry_rows:   # a decode step that adds no page copies nothing
-            self._host_table[torch.tensor(entry_rows, device="cpu"), torch.tensor(entry_columns, device="cpu")] = \
-                torch.tensor(entry_pages, dtype=torch.int32, device="cpu")
-            # the box of changed entries only (a page-boundary decode step: one column, not whole rows of
-            # max_pages_per_seq entries)
-            rows_changed = slice(min(entry_rows), max(entry_rows) + 1)
-            columns_changed = slice(min(entry_columns), max(entry_columns) + 1)
-            upload(self.page_table[rows_changed, columns_changed], self._host_table[rows_changed, columns_changed])
+        _write_entries(self._host_table, self.page_table, entry_rows, entry_columns, entry_pages)
 
     def _walks_flip(self, step_lens: list[int]) -> bool:
         """Whether a row's step goes from one token to more or back (or rows come or go, one not a decode)."""
@@ -294,12 +299,7 @@ class PagedKVCacheManager(KVCacheManager):
             states[row] = (seq_id, len(pages), walked)
         if visit is None:
             self._all_walked = all(walked for _, _, walked in states)
-        if entry_rows:
-            self._host_walk[torch.tensor(entry_rows, device="cpu"), torch.tensor(entry_columns, device="cpu")] = \
-                torch.tensor(entry_pages, dtype=torch.int32, device="cpu")
-            rows_changed = slice(min(entry_rows), max(entry_rows) + 1)
-            columns_changed = slice(min(entry_columns), max(entry_columns) + 1)
-            upload(self.walk_table[rows_changed, columns_changed], self._host_walk[rows_changed, columns_changed])
+        _write_entries(self._host_walk, self.walk_table, entry_rows, entry_columns, entry_pages)
 
     def step(
         self,
