@@ -212,11 +212,27 @@ def test_steps_through_the_walk_match_the_reference(case):
     run_steps(case, "cpu", torch.float16, (4, 2), 16, 2e-3)
 
 
+def test_mixed_steps_launch_over_the_walk(monkeypatch):
+    """A mixed step (a chunk beside a decode) launches over the walk: the chunk's row is in logical order there."""
+    mixed_launches = []
+    choose = fused._walked_page_table
+
+    def spy(call):
+        table = choose(call)
+        if call.max_seqlen_q > 1:
+            mixed_launches.append(table is not call.page_table)
+        return table
+
+    monkeypatch.setattr(fused, "_walked_page_table", spy)
+    run_steps("mixed", "cpu", torch.float16, (4, 2), 16, 2e-3)
+    assert len(mixed_launches) == 7 and all(mixed_launches)   # the prefill, then every third step
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", CASES)
 def test_steps_through_the_walk_match_the_reference_on_the_gpu(case):
-    """The same on CUDA, bf16, GQA 32/8, d128: the GPU's decode kernels (Hopper's on sm90) through the walk, the mixed
-    steps through the page table."""
+    """The same on CUDA, bf16, GQA 32/8, d128: the GPU's decode kernels (Hopper's on sm90) and its mixed launches
+    through the walk."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     run_steps(case, "cuda", torch.bfloat16, (32, 8), 128, 2e-2)

@@ -77,11 +77,10 @@ def _walked_page_table(call: AttentionCall) -> torch.Tensor:
     """The table the kernel reads a paged cache through: the cache manager's ``walk_table``
     (inference.PagedKVCacheManager: a one-token step's pages ascending but the last) where the order of the keys
     does not matter to the call (no window, no bias or ALiBi, a causal mask bottom-right), else ``page_table``.
-    Decode steps only (one query a sequence) for now: the decode kernels' outputs over walk tables are checked on an
-    H100 (docs/results/2026-12-05-h100-44f1237), the mixed launches' not yet (tests/test_walk_table.py's GPU cases).
-    The walk table is made ``zeros_like(page_table)``: the launch plans, keyed on the page table's metadata, serve it."""
+    Mixed steps read it too: their rows of more than one query are in logical order there. The walk table is made
+    ``zeros_like(page_table)``: the launch plans, keyed on the page table's metadata, serve it."""
     p = call.params
-    if call.max_seqlen_q == 1 and p.core_attention_bias_type == "no_bias" and is_trivial_window(p.window_size) \
+    if p.core_attention_bias_type == "no_bias" and is_trivial_window(p.window_size) \
             and (p.bottom_right_diagonal or not is_causal(p.attn_mask_type)):
         walk = getattr(getattr(call.inference_params, "cache_manager", None), "walk_table", None)
         if walk is not None:
