@@ -11,11 +11,15 @@ import torch
 
 from attention import DotProductAttention
 from attention.backends import fused
+from attention.kernels.availability import interpreter_enabled
 from inference import InferenceParams, KVCacheFullError, PagedKVCacheManager
 from inference.paged_cache_manager import WALK_MIN_PAGE_SIZE, WALK_TAIL_FRACTION, SequenceWalk
 from tests.reference import reference_one_sequence
 
 PAGE = 16
+# the fused kernels run on CPU tensors only under the interpreter, which tests/conftest.py turns on where CUDA is absent
+interpreted = pytest.mark.skipif(torch.cuda.is_available() and not interpreter_enabled(),
+                                 reason="CPU tensors run the fused kernels only under TRITON_INTERPRET=1")
 
 
 def manager(allocation: str, total_num_pages: int = 48, max_batch_size: int = 4,
@@ -205,6 +209,7 @@ def run_steps(case: str, device: str, dtype: torch.dtype, heads: tuple[int, int]
 CASES = ["decodes", "mixed", "window", "alibi"]
 
 
+@interpreted
 @pytest.mark.parametrize("case", CASES)
 def test_steps_through_the_walk_match_the_reference(case):
     """Over scrambled pages the fused backend reads walk_table without a window or ALiBi and page_table with them (a
@@ -212,6 +217,7 @@ def test_steps_through_the_walk_match_the_reference(case):
     run_steps(case, "cpu", torch.float16, (4, 2), 16, 2e-3)
 
 
+@interpreted
 def test_mixed_steps_launch_over_the_walk(monkeypatch):
     """A mixed step (a chunk beside a decode) launches over the walk: the chunk's row is in logical order there."""
     mixed_launches = []
@@ -238,6 +244,7 @@ def test_steps_through_the_walk_match_the_reference_on_the_gpu(case):
     run_steps(case, "cuda", torch.bfloat16, (32, 8), 128, 2e-2)
 
 
+@interpreted
 @pytest.mark.parametrize("qkv_format, attn_mask_type", [("bshd", "padding_causal"), ("thd", "padding")])
 @pytest.mark.parametrize("softmax_type", ["vanilla", "learnable", "off-by-one"])
 def test_decodes_read_the_walk_and_match_the_page_table_order(qkv_format, attn_mask_type, softmax_type, monkeypatch):
