@@ -6,7 +6,7 @@ mixed step (sequence 0 brings a 3-token chunk of chunked prefill, the others dec
 thd. The same driver runs eagerly on CPU (unfused fp32, fused in the interpreter) so its bookkeeping is
 checked in CI; on CUDA it captures one step (fused, bf16) and replays it after each ``pre_step`` with
 fresh q / k / v written into the captured buffers. Every new token's output is compared with causal
-attention over its sequence's whole history. Over FIFO pages handed out in reverse, the decodes read the cache's
+attention over its sequence's whole history. Over FIFO pages handed out in reverse, the steps read the cache's
 walk table (``PagedKVCacheManager.walk_table``), which ``pre_step`` rewrites in place too.
 """
 
@@ -102,7 +102,7 @@ def run_steps(device: str, dtype: torch.dtype, backend: str, page_size: int | No
         check(new, out)
     steps_run = STEPS + capture
     assert list(params.sequences.values()) == [n + steps_run * m for n, m in zip(PROMPT_LENS, lengths)]
-    if fifo:   # the steps' decodes had a walk to read that is not the page table
+    if fifo:   # the steps had a walk to read that is not the page table
         manager = params.cache_manager
         assert not torch.equal(manager.walk_table, manager.page_table)
     return worst, attn.last_backend
@@ -114,14 +114,14 @@ EAGER_CASES = [pytest.param("unfused", paging, fmt, shape, id=f"unfused-{paging}
 EAGER_CASES += [pytest.param("fused", paging, fmt, shape, id=f"fused-{paging}-{fmt}-{shape}")   # ~2.5 s each
                 for paging, fmt, shape in [("non-paged", "bshd", "decode"), ("page16", "bshd", "decode"),
                                            ("non-paged", "sbhd", "mixed"), ("page16", "thd", "mixed"),
-                                           ("page16-fifo", "thd", "decode")]]
+                                           ("page16-fifo", "thd", "decode"), ("page16-fifo", "bshd", "mixed")]]
 
 
 @pytest.mark.parametrize("backend, paging, fmt, shape", EAGER_CASES)
 def test_eager_steps_match_reference(backend, paging, fmt, shape):
     if backend == "fused" and os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("fused runs on CPU tensors only under TRITON_INTERPRET=1")
-    fifo = paging.endswith("-fifo")   # FIFO pages: the decodes read the walk table
+    fifo = paging.endswith("-fifo")   # FIFO pages: the steps read the walk table
     worst, chosen = run_steps("cpu", torch.float32, backend, PAGINGS[paging.removesuffix("-fifo")], capture=False,
                               fmt=fmt, shape=shape, fifo=fifo)
     assert chosen == backend and worst < 1e-5
@@ -151,9 +151,10 @@ def test_captured_mixed_bshd_step_replays_with_new_metadata(page_size):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("shape", list(STEP_SHAPES))
 @pytest.mark.parametrize("fmt", ["bshd", "thd"])
-def test_captured_decode_over_fifo_pages_replays_through_the_walk(fmt):
-    """FIFO pages, reversed: the captured decode reads the cache's walk table (bshd; thd's capture plans for
-    max_ctx_len queries and reads the page table), which pre_step rewrites in place before each replay."""
-    worst, backend = run_steps("cuda", torch.bfloat16, "fused", 16, capture=True, fmt=fmt, fifo=True)
+def test_captured_steps_over_fifo_pages_replay_through_the_walk(fmt, shape):
+    """FIFO pages, reversed: the captured step reads the cache's walk table (a mixed step's chunk row in logical
+    order there), which pre_step rewrites in place before each replay."""
+    worst, backend = run_steps("cuda", torch.bfloat16, "fused", 16, capture=True, fmt=fmt, shape=shape, fifo=True)
     assert backend == "fused" and worst < 2.5e-2
