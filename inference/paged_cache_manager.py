@@ -14,16 +14,18 @@ from inference.device_upload import upload
 from inference.errors import KVCacheFullError
 from inference.page_allocator import cache_page_bytes, check_page_allocation, make_page_allocator
 
-__all__ = ["WALK_ALLOCATIONS", "WALK_MIN_PAGE_SIZE", "WALK_TAIL_FRACTION", "PagedKVCacheManager", "SequenceWalk",
-           "walk_after_growth"]
+__all__ = ["WALK_ALLOCATIONS", "WALK_KEEPERS", "WALK_MIN_PAGE_SIZE", "WALK_TAIL_FRACTION", "PagedKVCacheManager",
+           "SequenceWalk", "walk_after_growth"]
 
 WALK_MIN_PAGE_SIZE = 16
 """The smallest page size that keeps a ``walk_table``: below it a decode step adds pages so often that re-sorting the
 rows would cost the host more than the walk saves the GPU."""
 WALK_ALLOCATIONS = ("fifo",)
 """The page allocations that keep a ``walk_table``: those that scatter a sequence's pages over the pool. ``runs``
-places them in 2 MiB runs, which a decode reads about as fast (whether a walk over runs gains too is not measured), and
-skips the walk's host cost (docs/kv_cache.md)."""
+places them in 2 MiB runs, which a decode reads about as fast (a walk over them gained nothing on an H100,
+docs/results/2026-12-05-h100-3b21fc4), and skips the walk's host cost (docs/kv_cache.md)."""
+WALK_KEEPERS = ("pre_step", "_write_page_table")
+"""The methods that keep ``walk_table`` in step with the pages: a subclass that overrides one keeps no walk table."""
 WALK_TAIL_FRACTION = 16
 """A walk re-sorts the pages its sequence gained since the last sort once they outnumber 1/16 of the sorted ones; until
 then they follow the sorted pages in logical order, so a decode step that adds a page rewrites two entries of the row,
@@ -122,9 +124,9 @@ class PagedKVCacheManager(KVCacheManager):
     SequenceWalk), then the last (the one it may fill in part); for the other sequences their pages as in
     ``page_table``. A decode's softmax does not depend on the order of its
     keys, and over pages placed anywhere in the pool, programs that all sweep it upward read it faster (0.4-2.3 % on
-    an H100, 2026-12-05, docs/results/2026-12-05-h100-44f1237): the fused backend reads it for decode steps whose
-    keys carry no position (no window, no ALiBi). Appends and every other reader use ``page_table``. A subclass that
-    overrides ``pre_step`` keeps no walk table.
+    an H100, 2026-12-05, docs/results/2026-12-05-h100-44f1237): the fused backend reads it for steps whose keys
+    carry no position (no window, no ALiBi), mixed ones included. Appends and every other reader use ``page_table``.
+    A subclass that overrides ``pre_step`` or ``_write_page_table`` (WALK_KEEPERS) keeps no walk table.
 
     Example::
 
@@ -172,9 +174,8 @@ class PagedKVCacheManager(KVCacheManager):
         self._rows: list[tuple[Hashable, int]] = []
         self._rows_written: list[int] = []   # the rows the last table write changed
         self.walk_table: Tensor | None = None
-        # (a subclass with its own pre_step keeps none: this class's pre_step is what keeps it in step with the pages)
         if page_size >= WALK_MIN_PAGE_SIZE and page_allocation in WALK_ALLOCATIONS \
-                and type(self).pre_step is PagedKVCacheManager.pre_step:
+                and all(getattr(type(self), name) is getattr(PagedKVCacheManager, name) for name in WALK_KEEPERS):
             self.walk_table = torch.zeros_like(self.page_table)
             self._host_walk = torch.zeros_like(self._host_table)
         # per row, the (sequence, page count, walked) its walk_table row holds; per decoding sequence, its walk (kept

@@ -136,13 +136,25 @@ class OwnSteps(PagedKVCacheManager):
         return super().pre_step(step_dict)
 
 
-def test_who_keeps_a_walk_table():
+class OwnTable(PagedKVCacheManager):
+    def _write_page_table(self):
+        super()._write_page_table()
+
+
+class OwnAppend(PagedKVCacheManager):
+    def step(self, *args):
+        return super().step(*args)
+
+
+@pytest.mark.parametrize("subclass, keeps", [(OwnSteps, False), (OwnTable, False), (OwnAppend, True)])
+def test_who_keeps_a_walk_table(subclass, keeps):
     assert manager("fifo").walk_table is not None
     assert manager("runs").walk_table is None   # runs read about as fast, and the host is spared the walk
     assert manager("fifo", page_size=WALK_MIN_PAGE_SIZE // 2).walk_table is None
-    own = OwnSteps(total_num_pages=8, page_size=PAGE, num_heads=1, head_dim_k=8, dtype=torch.float16,
+    own = subclass(total_num_pages=8, page_size=PAGE, num_heads=1, head_dim_k=8, dtype=torch.float16,
                    max_batch_size=2, max_seqlen=64, page_allocation="fifo")
-    assert own.walk_table is None   # a subclass's own pre_step would not keep it in step
+    # a subclass's own pre_step or page table writer would not keep it in step; other overrides leave it
+    assert (own.walk_table is not None) == keeps
 
 
 def test_reset_clears_the_walk_table():
