@@ -148,7 +148,11 @@ class OwnAppend(PagedKVCacheManager):
 
 @pytest.mark.parametrize("subclass, keeps", [(OwnSteps, False), (OwnTable, False), (OwnAppend, True)])
 def test_who_keeps_a_walk_table(subclass, keeps):
-    assert manager("fifo").walk_table is not None
+    fifo = manager("fifo")
+    # the fused backend's launch plans key on page_table's metadata and serve the walk: the two must share it
+    walk, table = fifo.walk_table, fifo.page_table
+    assert (walk.shape, walk.stride(), walk.dtype, walk.device) == (table.shape, table.stride(), table.dtype,
+                                                                    table.device)
     assert manager("runs").walk_table is None   # runs read about as fast, and the host is spared the walk
     assert manager("fifo", page_size=WALK_MIN_PAGE_SIZE // 2).walk_table is None
     own = subclass(total_num_pages=8, page_size=PAGE, num_heads=1, head_dim_k=8, dtype=torch.float16,
