@@ -146,8 +146,7 @@ class OwnAppend(PagedKVCacheManager):
         return super().step(*args)
 
 
-@pytest.mark.parametrize("subclass, keeps", [(OwnSteps, False), (OwnTable, False), (OwnAppend, True)])
-def test_who_keeps_a_walk_table(subclass, keeps):
+def test_who_keeps_a_walk_table():
     fifo = manager("fifo")
     # the fused backend's launch plans key on page_table's metadata and serve the walk: the two must share it
     walk, table = fifo.walk_table, fifo.page_table
@@ -155,9 +154,13 @@ def test_who_keeps_a_walk_table(subclass, keeps):
                                                                     table.device)
     assert manager("runs").walk_table is None   # runs read about as fast, and the host is spared the walk
     assert manager("fifo", page_size=WALK_MIN_PAGE_SIZE // 2).walk_table is None
+
+
+@pytest.mark.parametrize("subclass, keeps", [(OwnSteps, False), (OwnTable, False), (OwnAppend, True)])
+def test_a_subclass_with_its_own_steps_keeps_no_walk_table(subclass, keeps):
+    """A subclass's own pre_step or page-table writer would not keep the walk in step; other overrides leave it."""
     own = subclass(total_num_pages=8, page_size=PAGE, num_heads=1, head_dim_k=8, dtype=torch.float16,
                    max_batch_size=2, max_seqlen=64, page_allocation="fifo")
-    # a subclass's own pre_step or page table writer would not keep it in step; other overrides leave it
     assert (own.walk_table is not None) == keeps
 
 
