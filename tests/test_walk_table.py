@@ -14,6 +14,7 @@ from attention.backends import fused
 from attention.kernels.availability import interpreter_enabled
 from inference import InferenceParams, KVCacheFullError, PagedKVCacheManager
 from inference.paged_cache_manager import WALK_MIN_PAGE_SIZE, WALK_TAIL_FRACTION, SequenceWalk
+from tests.cache_steps import step_inputs, step_rows
 from tests.reference import reference_one_sequence
 
 PAGE = 16
@@ -301,3 +302,82 @@ def test_decodes_read_the_walk_and_match_the_page_table_order(qkv_format, attn_m
     assert any(launched_walks)
     for walked, logical in zip(*outputs):
         torch.testing.assert_close(walked, logical, atol=2e-3, rtol=2e-3)
+
+
+def random_trace(seed: int, fmt: str, device: str, dtype: torch.dtype, heads: tuple[int, int], head_dim: int,
+                 tolerance: float, steps: int) -> int:
+    """A serving trace over a scrambled FIFO pool through the fused backend: sequences join (prompts of 1-80
+    tokens, anywhere in the batch), decode a token a step or bring a chunk of 2-40, finish; the batch order
+    shuffled now and then, a step the pool cannot hold retried without its joins. Every new token is checked
+    against the fp32 reference over its sequence's history. Returns how many steps launched over a walk that
+    differs from the page table (rows of the batch)."""
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    (heads_q, heads_kv), max_batch, max_seqlen = heads, 5, 192
+    cache = InferenceParams(max_batch, max_seqlen, heads_kv, head_dim, dtype, is_paged=True, page_size=PAGE,
+                            total_num_pages=40, page_allocation="fifo", device=device, qkv_format=fmt)
+    cache.allocate_memory(1)
+    free = cache.cache_manager.allocator.free_pages
+    shuffled = list(free)
+    rng.shuffle(shuffled)
+    free.clear()
+    free.extend(shuffled)
+    module = DotProductAttention(heads_q, head_dim, num_gqa_groups=heads_kv, qkv_format=fmt,
+                                 attn_mask_type="padding_causal", layer_number=1, backend="fused").to(device)
+    history: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    live: dict[str, int] = {}
+    walked, joined = 0, 0
+    with torch.no_grad():
+        for _ in range(steps):
+            order = [seq for seq in live if rng.random() > 0.1 and live[seq] < max_seqlen - 40]
+            if rng.random() < 0.3:
+                rng.shuffle(order)
+            step = OrderedDict((seq, 1 if rng.random() < 0.75 else rng.randint(2, 40)) for seq in order)
+            for _ in range(rng.randint(0, max_batch - len(step))):
+                items = list(step.items())
+                items.insert(rng.randint(0, len(items)), (f"s{joined}", rng.randint(1, 80)))
+                step, joined = OrderedDict(items), joined + 1
+            for attempt in (step, OrderedDict((seq, n) for seq, n in step.items() if seq in live)):
+                try:
+                    cache.pre_step(attempt)
+                    break
+                except KVCacheFullError:
+                    continue
+            else:   # not even the live ones fit: the longest finishes
+                longest = max(live, key=live.get)
+                attempt = OrderedDict((seq, n) for seq, n in step.items() if seq in live and seq != longest)
+                cache.pre_step(attempt)
+            live = {seq: live.get(seq, 0) + n for seq, n in attempt.items()}
+            if not attempt:
+                continue
+            manager_ = cache.cache_manager
+            rows = len(attempt)
+            walked += int(not torch.equal(manager_.walk_table[:rows], manager_.page_table[:rows]))
+            new = {seq: [torch.randn(n, h, head_dim) for h in (heads_q, heads_kv, heads_kv)]
+                   for seq, n in attempt.items()}
+            out = module(*step_inputs(fmt, new, dtype, device), inference_params=cache)
+            for seq, got in zip(new, step_rows(fmt, out.float().cpu(), list(attempt.values())), strict=True):
+                q, k, v = (t.to(dtype).float() for t in new[seq])
+                if seq in history:
+                    k, v = torch.cat([history[seq][0], k]), torch.cat([history[seq][1], v])
+                history[seq] = (k, v)
+                expected = reference_one_sequence(q, k, v, causal=True, bottom_right=True)
+                assert torch.isfinite(got).all(), seq
+                torch.testing.assert_close(got.reshape(expected.shape), expected, atol=tolerance, rtol=tolerance)
+    return walked
+
+
+@interpreted
+def test_a_random_trace_through_the_walk_matches_the_reference():
+    """Joins, finishes, reorders, chunks beside decodes over a scrambled FIFO pool (CPU, the interpreter)."""
+    assert random_trace(0, "thd", "cpu", torch.float16, (4, 2), 16, 2e-3, steps=12) > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["bshd", "thd"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_random_trace_through_the_walk_matches_the_reference_on_the_gpu(seed, fmt):
+    """The same on CUDA, bf16, GQA 32/8, d128: the GPU's decode and mixed kernels over the walk."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    assert random_trace(seed, fmt, "cuda", torch.bfloat16, (32, 8), 128, 2e-2, steps=40) > 0
