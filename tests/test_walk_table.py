@@ -13,7 +13,7 @@ from attention import DotProductAttention
 from attention.backends import fused
 from attention.kernels.availability import interpreter_enabled
 from inference import InferenceParams, KVCacheFullError, PagedKVCacheManager
-from inference.paged_cache_manager import WALK_MIN_PAGE_SIZE, WALK_TAIL_FRACTION, SequenceWalk
+from inference.paged_cache_manager import WALK_MIN_PAGE_SIZE, WALK_TAIL_FRACTION, SequenceWalk, walk_after_growth
 from tests.cache_steps import step_inputs, step_rows
 from tests.reference import reference_one_sequence
 
@@ -117,6 +117,26 @@ def test_a_walk_grows_with_its_sequence(seed):
         assert walk.row(pages, first_changed) == after[first_changed:]
         sorted_columns = max(sorted_columns, len(walk.head))
     assert sorted_columns >= 250 and len(walk.tail) <= len(walk.head) // WALK_TAIL_FRACTION
+
+
+@pytest.mark.parametrize("prompt, length", [(1, 40), (37, 600), (512, 4096), (1000, 4000)])
+def test_walk_after_growth_is_the_walk_pre_step_keeps(prompt, length):
+    """benchmarks.cells.Inputs.walk_table builds the FIFO cells' walks with walk_after_growth: it must equal the row
+    pre_step keeps for a sequence prefilled with ``prompt`` tokens, then decoded a token a step to ``length``."""
+    m = PagedKVCacheManager(total_num_pages=400, page_size=PAGE, num_heads=1, head_dim_k=8, dtype=torch.float16,
+                            max_batch_size=1, max_seqlen=4096, page_allocation="fifo")
+    m.pre_step(OrderedDict(old=250 * PAGE))   # a request that ends, so that its pages come back
+    free = m.allocator.free_pages
+    shuffled = list(free)
+    random.Random(prompt).shuffle(shuffled)
+    free.clear()
+    free.extend(shuffled)
+    m.pre_step(OrderedDict(a=prompt))
+    for _ in range(length - prompt):
+        m.pre_step(OrderedDict(a=1))
+    pages = m.get_page_list("a")
+    first_held = -(-(prompt + 1) // PAGE)
+    assert m.walk_table[0, : len(pages)].tolist() == walk_after_growth(pages, min(len(pages), first_held))
 
 
 def test_refused_step_leaves_the_walk_table_as_it_was():
