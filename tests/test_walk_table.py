@@ -210,6 +210,19 @@ def _scrambled_cache(heads_kv: int, head_dim: int, dtype: torch.dtype, device: s
     return cache
 
 
+def check_new_rows(history: dict, seq: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, got: torch.Tensor,
+                   tolerance: float, **reference: object) -> None:
+    """Append a step's new ``k`` / ``v`` of sequence ``seq`` to ``history`` and check ``got``, its new rows of the
+    output, against the fp32 causal (bottom-right) reference over the whole history; ``reference``: its window and
+    ALiBi slopes."""
+    if seq in history:
+        k, v = torch.cat([history[seq][0], k]), torch.cat([history[seq][1], v])
+    history[seq] = (k, v)
+    expected = reference_one_sequence(q, k, v, causal=True, bottom_right=True, **reference)
+    assert torch.isfinite(got).all(), seq
+    torch.testing.assert_close(got.float().reshape(expected.shape), expected, atol=tolerance, rtol=tolerance)
+
+
 def run_steps(case: str, device: str, dtype: torch.dtype, heads: tuple[int, int], head_dim: int,
               tolerance: float) -> None:
     """Twenty steps after a prefill of 70 and 45 tokens (``mixed``: every third step sequence a brings a 20-token
@@ -223,8 +236,7 @@ def run_steps(case: str, device: str, dtype: torch.dtype, heads: tuple[int, int]
                                  backend="fused").to(device)
     slopes = torch.rand(heads_q, device=device) * 0.2 if case == "alibi" else None
     extra = {"core_attention_bias_type": "alibi", "alibi_slopes": slopes} if slopes is not None else {}
-    history_k = [torch.empty(0, heads_kv, head_dim, dtype=dtype, device=device) for _ in range(2)]
-    history_v = [torch.empty(0, heads_kv, head_dim, dtype=dtype, device=device) for _ in range(2)]
+    history: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     walked = 0
     with torch.no_grad():
         for step in range(21):
@@ -235,14 +247,9 @@ def run_steps(case: str, device: str, dtype: torch.dtype, heads: tuple[int, int]
             q, new_k, new_v = (torch.randn(2, max(new), h, head_dim, dtype=dtype, device=device)
                                for h in (heads_q, heads_kv, heads_kv))
             out = module(q, new_k, new_v, inference_params=cache, **extra).view(2, max(new), heads_q, head_dim)
-            for row, n in enumerate(new):
-                history_k[row] = torch.cat([history_k[row], new_k[row, :n]])
-                history_v[row] = torch.cat([history_v[row], new_v[row, :n]])
-                expected = reference_one_sequence(q[row, :n], history_k[row], history_v[row], causal=True,
-                                                  bottom_right=True, window_size=window or (-1, -1),
-                                                  alibi_slopes=slopes)
-                assert torch.isfinite(out[row, :n]).all()
-                torch.testing.assert_close(out[row, :n].float(), expected, atol=tolerance, rtol=tolerance)
+            for row, (seq, n) in enumerate(zip("ab", new)):
+                check_new_rows(history, seq, q[row, :n], new_k[row, :n], new_v[row, :n], out[row, :n], tolerance,
+                               window_size=window or (-1, -1), alibi_slopes=slopes)
     assert walked > 0   # the steps read pages out of order in the walk
 
 
@@ -376,14 +383,8 @@ def random_trace(seed: int, fmt: str, device: str, dtype: torch.dtype, heads: tu
             new = {seq: [torch.randn(n, h, head_dim) for h in (heads_q, heads_kv, heads_kv)]
                    for seq, n in attempt.items()}
             out = module(*step_inputs(fmt, new, dtype, device), inference_params=cache)
-            for seq, got in zip(new, step_rows(fmt, out.float().cpu(), list(attempt.values())), strict=True):
-                q, k, v = (t.to(dtype).float() for t in new[seq])
-                if seq in history:
-                    k, v = torch.cat([history[seq][0], k]), torch.cat([history[seq][1], v])
-                history[seq] = (k, v)
-                expected = reference_one_sequence(q, k, v, causal=True, bottom_right=True)
-                assert torch.isfinite(got).all(), seq
-                torch.testing.assert_close(got.reshape(expected.shape), expected, atol=tolerance, rtol=tolerance)
+            for seq, got in zip(new, step_rows(fmt, out.cpu(), list(attempt.values())), strict=True):
+                check_new_rows(history, seq, *(t.to(dtype) for t in new[seq]), got, tolerance)
     return walked
 
 
