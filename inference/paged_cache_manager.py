@@ -87,18 +87,39 @@ def walk_after_growth(pages: list[int], first_held: int) -> list[int]:
     return walk.row(pages)
 
 
-def _write_entries(host: Tensor, device_table: Tensor, entry_rows: list[int], entry_columns: list[int],
-                   entry_pages: list[int]) -> None:
-    """Write a table's changed entries ((row, column) -> page) into its host mirror in one indexed assignment, then
-    upload the box of changed entries only (a page-boundary decode step: one column, not whole rows of
-    max_pages_per_seq entries). No entries: nothing is copied (a decode step that adds no page)."""
-    if not entry_rows:
-        return
-    host[torch.tensor(entry_rows, device="cpu"), torch.tensor(entry_columns, device="cpu")] = \
-        torch.tensor(entry_pages, dtype=torch.int32, device="cpu")
-    rows_changed = slice(min(entry_rows), max(entry_rows) + 1)
-    columns_changed = slice(min(entry_columns), max(entry_columns) + 1)
-    upload(device_table[rows_changed, columns_changed], host[rows_changed, columns_changed])
+class _TableEntries:
+    """A table's changed entries, (row, column) -> page (0: cleared), gathered row by row and written at once."""
+
+    __slots__ = ("rows", "columns", "pages")
+
+    def __init__(self) -> None:
+        self.rows: list[int] = []
+        self.columns: list[int] = []
+        self.pages: list[int] = []
+
+    def put(self, row: int, start: int, end: int, pages: list[int]) -> None:
+        """Columns ``start`` to ``end`` of ``row``: ``pages``, then zeros up to ``end`` (a shorter row's tail)."""
+        self.rows += [row] * (end - start)
+        self.columns += range(start, end)
+        self.pages += pages
+        self.pages += [0] * (end - start - len(pages))
+
+    def clear_past(self, first_row: int, held: list[tuple]) -> None:
+        """Clear the rows from ``first_row`` on, each of the ``held[row][1]`` entries it held (rows past the batch)."""
+        for row in range(first_row, len(held)):
+            self.put(row, 0, held[row][1], [])
+
+    def write(self, host: Tensor, device_table: Tensor) -> None:
+        """Write the entries into the table's host mirror in one indexed assignment, then upload the box of changed
+        entries only (a page-boundary decode step: one column, not whole rows of max_pages_per_seq entries). No
+        entries: nothing is copied (a decode step that adds no page)."""
+        if not self.rows:
+            return
+        host[torch.tensor(self.rows, device="cpu"), torch.tensor(self.columns, device="cpu")] = \
+            torch.tensor(self.pages, dtype=torch.int32, device="cpu")
+        rows_changed = slice(min(self.rows), max(self.rows) + 1)
+        columns_changed = slice(min(self.columns), max(self.columns) + 1)
+        upload(device_table[rows_changed, columns_changed], host[rows_changed, columns_changed])
 
 
 def pages_for(num_tokens: int, page_size: int) -> int:
@@ -223,9 +244,7 @@ class PagedKVCacheManager(KVCacheManager):
         slice assignment a row cost 64 sequences ~0.4 ms), and only the box of changed entries is uploaded."""
         allocated, previous = self.allocator.allocated_pages, self._rows
         rows: list[tuple[Hashable, int]] = []
-        entry_rows: list[int] = []   # the table entries to write: (row, column) -> page (0: cleared)
-        entry_columns: list[int] = []
-        entry_pages: list[int] = []
+        entries = _TableEntries()
         written: list[int] = []
         for row, seq_id in enumerate(self.sequences):
             pages = allocated[seq_id]
@@ -235,20 +254,13 @@ class PagedKVCacheManager(KVCacheManager):
                 continue
             written.append(row)
             start = count if held == seq_id and count <= len(pages) else 0  # the same sequence only grows
-            end = max(count, len(pages))   # a shorter sequence in the row: its tail cleared
-            entry_rows += [row] * (end - start)
-            entry_columns += range(start, end)
-            entry_pages += pages[start:]
-            entry_pages += [0] * (end - max(start, len(pages)))
+            # a shorter sequence in the row: its tail cleared
+            entries.put(row, start, max(count, len(pages)), pages[start:])
             rows.append((seq_id, len(pages)))
-        for row in range(len(rows), len(previous)):   # rows past the batch: cleared
-            count = previous[row][1]
-            entry_rows += [row] * count
-            entry_columns += range(count)
-            entry_pages += [0] * count
+        entries.clear_past(len(rows), previous)
         self._rows = rows
         self._rows_written = written
-        _write_entries(self._host_table, self.page_table, entry_rows, entry_columns, entry_pages)
+        entries.write(self._host_table, self.page_table)
 
     def _walks_flip(self, step_lens: list[int]) -> bool:
         """Whether a row's step goes from one token to more or back (or rows come or go, one not a decode)."""
@@ -263,14 +275,8 @@ class PagedKVCacheManager(KVCacheManager):
         that gained a page changes its row from where its SequenceWalk says."""
         allocated, states, step_lens = self.allocator.allocated_pages, self._walk_rows, self.step_lens
         seq_ids = list(self.sequences)
-        entry_rows: list[int] = []
-        entry_columns: list[int] = []
-        entry_pages: list[int] = []
-        for row in range(len(seq_ids), len(states)):   # rows past the batch: cleared
-            count = states[row][1]
-            entry_rows += [row] * count
-            entry_columns += range(count)
-            entry_pages += [0] * count
+        entries = _TableEntries()
+        entries.clear_past(len(seq_ids), states)
         del states[len(seq_ids):]
         states += [(None, 0, False)] * (len(seq_ids) - len(states))
         for row in range(len(seq_ids)) if visit is None else visit:
@@ -281,7 +287,6 @@ class PagedKVCacheManager(KVCacheManager):
             if held == seq_id and count == len(pages) and held_walked == walked:
                 continue
             same = held == seq_id and held_walked == walked and count <= len(pages)
-            end = max(count, len(pages))   # a shorter sequence in the row: its tail cleared
             if walked:
                 walk = self._walks.get(seq_id)
                 if walk is None:
@@ -290,17 +295,15 @@ class PagedKVCacheManager(KVCacheManager):
                 else:
                     first_changed = walk.grow(pages)
                 start = first_changed if same else 0
-                entry_pages += walk.row(pages, start)
+                new_pages = walk.row(pages, start)
             else:
                 start = count if same else 0
-                entry_pages += pages[start:]
-            entry_rows += [row] * (end - start)
-            entry_columns += range(start, end)
-            entry_pages += [0] * (end - max(start, len(pages)))
+                new_pages = pages[start:]
+            entries.put(row, start, max(count, len(pages)), new_pages)   # a shorter sequence's tail cleared
             states[row] = (seq_id, len(pages), walked)
         if visit is None:
             self._all_walked = all(walked for _, _, walked in states)
-        _write_entries(self._host_walk, self.walk_table, entry_rows, entry_columns, entry_pages)
+        entries.write(self._host_walk, self.walk_table)
 
     def step(
         self,
