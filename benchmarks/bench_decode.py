@@ -8,13 +8,10 @@ non-paged at 64x4k (page 16 is the 64x4k cell itself); small pages on latency-bo
 1, 1x8k at page 4); page order: 64x4k and 128x2k with their pages where a
 serving run puts them (``cells.served_page_table``: TransformerEngine's FIFO free list, or InferenceParams' page
 runs), and 8x4k, 32x2k, 32x32k and MHA 32/32 at 64x4k through the page runs; every other paged cell's pages lie in
-random order. Over FIFO pages our rows read the walk table InferenceParams keeps for such a cache (each sequence's
-pages ascending but the last and the few gained since the last sort: ``cells.Inputs.walk_table``; layout
-``paged-16 walk``); the competitors read the page table. Every paged cell also has a ``fused_dense``
-row: the same call on a non-paged cache. Every cell is also timed as a CUDA-graph replay, and the
-replay is the reported time: an eager decode call shorter than its host work (Triton's launcher
-alone costs ~160 µs on the H200's host) would otherwise measure the host, which the overhead suite
-reports on its own.
+random order. Every paged cell also has a ``fused_dense`` row: the same call on a non-paged cache. Every cell is
+also timed as a CUDA-graph replay, and the replay is the reported time: an eager decode call shorter than its host
+work (Triton's launcher alone costs ~160 µs on the H200's host) would otherwise measure the host, which the overhead
+suite reports on its own.
 
     python -m benchmarks.bench_decode --out DIR        # on the GPU
     python -m benchmarks.bench_decode --smoke --out DIR  # tiny shapes, CPU: checks the script

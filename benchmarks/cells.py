@@ -211,28 +211,6 @@ class Inputs:
             values.append(values[-1] + int(length))
         return torch.tensor(values, dtype=torch.int32, device=self.device)
 
-    def walk_table(self, page_size: int) -> torch.Tensor | None:
-        """The ``walk_table`` InferenceParams keeps beside this cache's page table (decode cells over a
-        WALK_ALLOCATIONS order with pages of at least WALK_MIN_PAGE_SIZE tokens), as it stands once each sequence,
-        first seen decoding with its prompt's pages (served_page_table's), has grown to its length a page a step;
-        None where it keeps none."""
-        from inference.paged_cache_manager import WALK_ALLOCATIONS, WALK_MIN_PAGE_SIZE, walk_after_growth
-
-        p = self.problem
-        if self.page_order not in WALK_ALLOCATIONS or page_size < WALK_MIN_PAGE_SIZE or p.max_q != 1:
-            return None
-        key = ("walk", page_size)
-        if key not in self._cache:
-            table = self.paged(page_size)[2]
-            walk = table.cpu()
-            for row, length in enumerate(p.kv_lens):
-                pages = -(-length // page_size)
-                first_held = min(pages, -(-(served_prompt_tokens(row) + 1) // page_size))   # its first decode step
-                walk[row, :pages] = torch.tensor(walk_after_growth(walk[row, :pages].tolist(), first_held),
-                                                 dtype=walk.dtype)
-            self._cache[key] = walk.to(table.device)
-        return self._cache[key]
-
     def paged(self, page_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(k_cache, v_cache, page_table)``: the pages the sequences use, placed by ``page_order``."""
         key = ("paged", page_size)

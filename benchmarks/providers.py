@@ -84,9 +84,6 @@ def _fused(cell: Cell, inputs: Inputs, kv_source: str, **overrides: Any) -> Resu
     if kv_source == "paged":
         k, v, kwargs["page_table"] = inputs.paged(cell.page_size)
         layout = f"paged-{cell.page_size}"
-        walk = inputs.walk_table(cell.page_size)
-        if walk is not None:   # read as InferenceParams' walk table (a FIFO cache's decodes)
-            kwargs["page_table"], layout = walk, layout + " walk"
     elif kv_source == "dense":
         k, v = inputs.k_dense, inputs.v_dense
         layout = "dense"
@@ -140,7 +137,7 @@ class StaticKVCache:
         if self.is_paged:
             k, v, table = inputs.paged(page_size)
             self._cache = (k, v)
-            self.cache_manager = SimpleNamespace(page_table=table, walk_table=inputs.walk_table(page_size))
+            self.cache_manager = SimpleNamespace(page_table=table)
         else:
             self._cache = self._dense
             self.cache_manager = SimpleNamespace(page_table=None)
@@ -173,8 +170,6 @@ def _dpa(cell: Cell, inputs: Inputs, backend: str | None, kv_source: str | None 
         cache = StaticKVCache(inputs, page_size)
         new_k, new_v = inputs.new_tokens()
         layout = f"paged-{page_size}" if page_size else "dense"
-        if page_size and cache.cache_manager.walk_table is not None:
-            layout += " walk"
 
         def run() -> torch.Tensor:
             return module(inputs.q, new_k, new_v, inference_params=cache, **common)

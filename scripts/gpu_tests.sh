@@ -36,7 +36,7 @@ shard grid-b -m gpu "$grid" -k "fused and (head_dims or softmax)"
 shard grid-c -m gpu "$grid" -k "fused and (sliding or alibi)"
 shard grid-d -m gpu "$grid" -k "not fused or bias or arbitrary or training"
 shard cache-compile tests/gpu/test_kv_append_gpu.py tests/gpu/test_serving_gpu.py tests/test_serving_simulation.py tests/test_compile.py tests/test_decode_graph.py \
-  tests/test_cache_step_features.py tests/test_walk_table.py \
+  tests/test_cache_step_features.py tests/test_scrambled_pages.py \
   tests/test_seqlens_check.py tests/gpu/test_input_layouts_gpu.py
 shard flash tests/gpu/test_flash_gpu.py   # its own: with flash-attn-4 installed it ran past 430 s beside the above
 wait

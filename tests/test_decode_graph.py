@@ -6,8 +6,8 @@ mixed step (sequence 0 brings a 3-token chunk of chunked prefill, the others dec
 thd. The same driver runs eagerly on CPU (unfused fp32, fused in the interpreter) so its bookkeeping is
 checked in CI; on CUDA it captures one step (fused, bf16) and replays it after each ``pre_step`` with
 fresh q / k / v written into the captured buffers. Every new token's output is compared with causal
-attention over its sequence's whole history. Over FIFO pages handed out in reverse, the steps read the cache's
-walk table (``PagedKVCacheManager.walk_table``), which ``pre_step`` rewrites in place too.
+attention over its sequence's whole history. Over FIFO pages handed out in reverse, each sequence's pages descend
+through the pool.
 """
 
 from __future__ import annotations
@@ -35,8 +35,7 @@ def run_steps(device: str, dtype: torch.dtype, backend: str, page_size: int | No
               fmt: str = "bshd", shape: str = "decode", fifo: bool = False) -> tuple[float, str]:
     """Prefill the four sequences eagerly, then ``STEPS`` steps of ``STEP_SHAPES[shape]`` new tokens, with one
     captured graph (``capture``) or eager calls. ``fifo``: pages from TE's FIFO free list, reversed, so that a
-    sequence's pages descend and the decodes read a walk table that differs from the page table. Returns (the max
-    error against the reference, the backend)."""
+    sequence's pages descend through the pool. Returns (the max error against the reference, the backend)."""
     params = InferenceParams(MAX_BATCH, MAX_SEQLEN, HEADS_KV, HEAD_DIM, dtype, is_paged=page_size is not None,
                              page_size=page_size, device=device, qkv_format=fmt,
                              **({"page_allocation": "fifo"} if fifo else {}))
@@ -102,9 +101,9 @@ def run_steps(device: str, dtype: torch.dtype, backend: str, page_size: int | No
         check(new, out)
     steps_run = STEPS + capture
     assert list(params.sequences.values()) == [n + steps_run * m for n, m in zip(PROMPT_LENS, lengths)]
-    if fifo:   # the steps had a walk to read that is not the page table
-        manager = params.cache_manager
-        assert not torch.equal(manager.walk_table, manager.page_table)
+    if fifo:   # the steps read pages out of the pool's order
+        pages = [params.cache_manager.get_page_list(seq) for seq in params.sequences]
+        assert any(p != sorted(p) for p in pages), pages
     return worst, attn.last_backend
 
 
@@ -121,7 +120,7 @@ EAGER_CASES += [pytest.param("fused", paging, fmt, shape, id=f"fused-{paging}-{f
 def test_eager_steps_match_reference(backend, paging, fmt, shape):
     if backend == "fused" and os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("fused runs on CPU tensors only under TRITON_INTERPRET=1")
-    fifo = paging.endswith("-fifo")   # FIFO pages: the steps read the walk table
+    fifo = paging.endswith("-fifo")   # FIFO pages handed out in reverse
     worst, chosen = run_steps("cpu", torch.float32, backend, PAGINGS[paging.removesuffix("-fifo")], capture=False,
                               fmt=fmt, shape=shape, fifo=fifo)
     assert chosen == backend and worst < 1e-5
@@ -153,8 +152,8 @@ def test_captured_mixed_bshd_step_replays_with_new_metadata(page_size):
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", list(STEP_SHAPES))
 @pytest.mark.parametrize("fmt", ["bshd", "thd"])
-def test_captured_steps_over_fifo_pages_replay_through_the_walk(fmt, shape):
-    """FIFO pages, reversed: the captured step reads the cache's walk table (a mixed step's chunk row in logical
-    order there), which pre_step rewrites in place before each replay."""
+def test_captured_steps_over_descending_pages_replay_with_new_metadata(fmt, shape):
+    """FIFO pages, reversed: the captured step reads each sequence's pages in descending pool order, through the
+    page table that pre_step rewrites in place before each replay."""
     worst, backend = run_steps("cuda", torch.bfloat16, "fused", 16, capture=True, fmt=fmt, shape=shape, fifo=True)
     assert backend == "fused" and worst < 2.5e-2

@@ -18,7 +18,7 @@ from attention.backends.base import AttentionCall, Backend, Capabilities
 from attention.call_setup import eager_step_value
 from attention.kernels.availability import interpreter_enabled
 from attention.kernels.configs import MAX_NUM_SPLITS
-from attention.masks import is_causal, is_trivial_window
+from attention.masks import is_causal
 from attention.params import AttentionParams
 
 _HALF = frozenset({torch.float16, torch.bfloat16})
@@ -71,21 +71,6 @@ def split_sizing_kv_length(call: AttentionCall) -> int:
     ip = call.inference_params
     longest = None if ip is None else eager_step_value(ip, "longest_sequence", call.query.device, call.eager)
     return call.max_seqlen_kv if longest is None else min(call.max_seqlen_kv, longest)
-
-
-def _walked_page_table(call: AttentionCall) -> torch.Tensor:
-    """The table the kernel reads a paged cache through: the cache manager's ``walk_table``
-    (inference.PagedKVCacheManager: a one-token step's pages ascending but the last) where the order of the keys
-    does not matter to the call (no window, no bias or ALiBi, a causal mask bottom-right), else ``page_table``.
-    Mixed steps read it too: their rows of more than one query are in logical order there. The walk table is made
-    ``zeros_like(page_table)``: the launch plans, keyed on the page table's metadata, serve it."""
-    p = call.params
-    if p.core_attention_bias_type == "no_bias" and is_trivial_window(p.window_size) \
-            and (p.bottom_right_diagonal or not is_causal(p.attn_mask_type)):
-        walk = getattr(getattr(call.inference_params, "cache_manager", None), "walk_table", None)
-        if walk is not None:
-            return walk
-    return call.page_table
 
 
 def _leading(x: torch.Tensor, rows: int) -> torch.Tensor:
@@ -156,7 +141,7 @@ class FusedBackend(Backend):
         kv_format = p.kv_format
         if p.kv_cache == "paged":
             k, v = call.key, call.value
-            page_table = _leading(_walked_page_table(call), batch)
+            page_table = _leading(call.page_table, batch)
             kv_format = "cache"
         elif p.kv_cache == "non_paged":
             k, v = _leading(call.key, batch), _leading(call.value, batch)
