@@ -16,41 +16,6 @@ from inference.page_allocator import cache_page_bytes, check_page_allocation, ma
 __all__ = ["PagedKVCacheManager"]
 
 
-class _TableEntries:
-    """A table's changed entries, (row, column) -> page (0: cleared), gathered row by row and written at once."""
-
-    __slots__ = ("rows", "columns", "pages")
-
-    def __init__(self) -> None:
-        self.rows: list[int] = []
-        self.columns: list[int] = []
-        self.pages: list[int] = []
-
-    def put(self, row: int, start: int, end: int, pages: list[int]) -> None:
-        """Columns ``start`` to ``end`` of ``row``: ``pages``, then zeros up to ``end`` (a shorter row's tail)."""
-        self.rows += [row] * (end - start)
-        self.columns += range(start, end)
-        self.pages += pages
-        self.pages += [0] * (end - start - len(pages))
-
-    def clear_past(self, first_row: int, held: list[tuple]) -> None:
-        """Clear the rows from ``first_row`` on, each of the ``held[row][1]`` entries it held (rows past the batch)."""
-        for row in range(first_row, len(held)):
-            self.put(row, 0, held[row][1], [])
-
-    def write(self, host: Tensor, device_table: Tensor) -> None:
-        """Write the entries into the table's host mirror in one indexed assignment, then upload the box of changed
-        entries only (a page-boundary decode step: one column, not whole rows of max_pages_per_seq entries). No
-        entries: nothing is copied (a decode step that adds no page)."""
-        if not self.rows:
-            return
-        host[torch.tensor(self.rows, device="cpu"), torch.tensor(self.columns, device="cpu")] = \
-            torch.tensor(self.pages, dtype=torch.int32, device="cpu")
-        rows_changed = slice(min(self.rows), max(self.rows) + 1)
-        columns_changed = slice(min(self.columns), max(self.columns) + 1)
-        upload(device_table[rows_changed, columns_changed], host[rows_changed, columns_changed])
-
-
 def pages_for(num_tokens: int, page_size: int) -> int:
     """Pages needed to hold ``num_tokens`` tokens."""
     return -(-num_tokens // page_size)
@@ -147,7 +112,9 @@ class PagedKVCacheManager(KVCacheManager):
         slice assignment a row cost 64 sequences ~0.4 ms), and only the box of changed entries is uploaded."""
         allocated, previous = self.allocator.allocated_pages, self._rows
         rows: list[tuple[Hashable, int]] = []
-        entries = _TableEntries()
+        entry_rows: list[int] = []   # the table entries to write: (row, column) -> page (0: cleared)
+        entry_columns: list[int] = []
+        entry_pages: list[int] = []
         for row, seq_id in enumerate(self.sequences):
             pages = allocated[seq_id]
             held, count = previous[row] if row < len(previous) else (None, 0)
@@ -155,12 +122,26 @@ class PagedKVCacheManager(KVCacheManager):
                 rows.append((seq_id, count))
                 continue
             start = count if held == seq_id and count <= len(pages) else 0  # the same sequence only grows
-            # a shorter sequence in the row: its tail cleared
-            entries.put(row, start, max(count, len(pages)), pages[start:])
+            end = max(count, len(pages))   # a shorter sequence in the row: its tail cleared
+            entry_rows += [row] * (end - start)
+            entry_columns += range(start, end)
+            entry_pages += pages[start:]
+            entry_pages += [0] * (end - max(start, len(pages)))
             rows.append((seq_id, len(pages)))
-        entries.clear_past(len(rows), previous)
+        for row in range(len(rows), len(previous)):   # rows past the batch: cleared
+            count = previous[row][1]
+            entry_rows += [row] * count
+            entry_columns += range(count)
+            entry_pages += [0] * count
         self._rows = rows
-        entries.write(self._host_table, self.page_table)
+        if entry_rows:   # a decode step that adds no page copies nothing
+            self._host_table[torch.tensor(entry_rows, device="cpu"), torch.tensor(entry_columns, device="cpu")] = \
+                torch.tensor(entry_pages, dtype=torch.int32, device="cpu")
+            # the box of changed entries only (a page-boundary decode step: one column, not whole rows of
+            # max_pages_per_seq entries)
+            rows_changed = slice(min(entry_rows), max(entry_rows) + 1)
+            columns_changed = slice(min(entry_columns), max(entry_columns) + 1)
+            upload(self.page_table[rows_changed, columns_changed], self._host_table[rows_changed, columns_changed])
 
     def step(
         self,

@@ -1,6 +1,6 @@
-"""KV-cache steps over pages that lie out of order in the pool (a FIFO free list scrambled by earlier requests),
-through the fused backend: every new token against the fp32 reference, with decodes, chunks beside them, windows,
-ALiBi, and a random serving trace of joins, finishes and reorders."""
+"""KV-cache steps over pages that lie out of order in the pool (a FIFO free list reversed or shuffled), through the
+fused backend: every new token against the fp32 reference, with decodes, chunks beside them, a window, ALiBi, softmax
+sinks, and a random serving trace of joins, finishes and reorders."""
 
 from __future__ import annotations
 
@@ -29,22 +29,20 @@ def out_of_order(cache: InferenceParams) -> int:
 
 
 def _scrambled_cache(heads_kv: int, head_dim: int, dtype: torch.dtype, device: str) -> InferenceParams:
-    """InferenceParams on FIFO pages, its free list reversed by requests that end in turn, so a sequence's pages
-    descend."""
+    """InferenceParams on FIFO pages, its free list reversed, so that each sequence's pages descend through the
+    pool."""
     cache = InferenceParams(2, 256, heads_kv, head_dim, dtype, is_paged=True, page_size=PAGE, total_num_pages=40,
                             page_allocation="fifo", device=device)
     cache.allocate_memory(1)
-    for count in range(1, 9):   # eight requests of 1..8 pages end in turn, each freed page back to the list
-        cache.pre_step(OrderedDict({f"old{count}": count * PAGE}))
-    cache.pre_step(OrderedDict())
+    cache.cache_manager.allocator.free_pages.reverse()
     return cache
 
 
 def check_new_rows(history: dict, seq: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, got: torch.Tensor,
                    tolerance: float, **reference: object) -> None:
     """Append a step's new ``k`` / ``v`` of sequence ``seq`` to ``history`` and check ``got``, its new rows of the
-    output, against the fp32 causal (bottom-right) reference over the whole history; ``reference``: its window and
-    ALiBi slopes."""
+    output, against the fp32 causal (bottom-right) reference over the whole history; ``reference``: its window, ALiBi
+    slopes and sink logits."""
     if seq in history:
         k, v = torch.cat([history[seq][0], k]), torch.cat([history[seq][1], v])
     history[seq] = (k, v)
@@ -56,14 +54,20 @@ def check_new_rows(history: dict, seq: str, q: torch.Tensor, k: torch.Tensor, v:
 def run_steps(case: str, device: str, dtype: torch.dtype, heads: tuple[int, int], head_dim: int,
               tolerance: float) -> None:
     """Twenty steps after a prefill of 70 and 45 tokens (``mixed``: every third step sequence a brings a 20-token
-    chunk beside b's decode), through the fused backend; every new token checked against the fp32 reference over
-    its logical history."""
+    chunk beside b's decode; ``learnable`` / ``off-by-one``: that softmax, random sink logits for ``learnable``),
+    through the fused backend; every new token checked against the fp32 reference over its logical history."""
     torch.manual_seed(0)
     (heads_q, heads_kv), window = heads, ((40, 0) if case == "window" else None)
     cache = _scrambled_cache(heads_kv, head_dim, dtype, device)
+    softmax_type = case if case in ("learnable", "off-by-one") else "vanilla"
     module = DotProductAttention(heads_q, head_dim, num_gqa_groups=heads_kv, qkv_format="bshd",
                                  attn_mask_type="padding_causal", window_size=window, layer_number=1,
-                                 backend="fused").to(device)
+                                 backend="fused", softmax_type=softmax_type).to(device)
+    sinks = None if softmax_type == "vanilla" else torch.zeros(heads_q, device=device)
+    if softmax_type == "learnable":
+        sinks = torch.randn(heads_q, device=device)
+        with torch.no_grad():
+            module.softmax_offset.copy_(sinks)
     slopes = torch.rand(heads_q, device=device) * 0.2 if case == "alibi" else None
     extra = {"core_attention_bias_type": "alibi", "alibi_slopes": slopes} if slopes is not None else {}
     history: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -78,17 +82,17 @@ def run_steps(case: str, device: str, dtype: torch.dtype, heads: tuple[int, int]
             out = module(q, new_k, new_v, inference_params=cache, **extra).view(2, max(new), heads_q, head_dim)
             for row, (seq, n) in enumerate(zip("ab", new)):
                 check_new_rows(history, seq, q[row, :n], new_k[row, :n], new_v[row, :n], out[row, :n], tolerance,
-                               window_size=window or (-1, -1), alibi_slopes=slopes)
+                               window_size=window or (-1, -1), alibi_slopes=slopes, softmax_offset=sinks)
     assert scrambled > 0   # the steps read pages out of the pool's order
 
 
-CASES = ["decodes", "mixed", "window", "alibi"]
+CASES = ["decodes", "mixed", "window", "alibi", "learnable", "off-by-one"]
 
 
 @interpreted
 @pytest.mark.parametrize("case", CASES)
 def test_steps_over_scrambled_pages_match_the_reference(case):
-    """Decodes, chunks beside them, a window, ALiBi (CPU, the Triton interpreter)."""
+    """Decodes, chunks beside them, a window, ALiBi, sinks (CPU, the Triton interpreter)."""
     run_steps(case, "cpu", torch.float16, (4, 2), 16, 2e-3)
 
 
