@@ -68,11 +68,22 @@ def _first_time(key: tuple[str, ...]) -> bool:
     return True
 
 
+def cu_seqlens_replace_mask(q: torch.Tensor, k: torch.Tensor, fmt: str, attention_mask: Any, self_attention: bool,
+                            cu_seqlens_q: torch.Tensor | None, cu_seqlens_kv: torch.Tensor | None) -> bool:
+    """Whether bshd / sbhd padding lengths come from the given cu_seqlens alone (bshd_seqlens): both are given, or
+    one of them in self-attention with one mask over as many keys as queries (the other side takes its lengths)."""
+    if cu_seqlens_q is not None and cu_seqlens_kv is not None:
+        return True
+    return ((cu_seqlens_q is not None or cu_seqlens_kv is not None) and self_attention and fmt != "thd"
+            and not isinstance(attention_mask, (tuple, list))
+            and batch_and_seqlen(q, fmt)[1] == batch_and_seqlen(k, fmt)[1])
+
+
 def warn_unread_mask(mask_type: str, fmt: str, kv_caching: bool, both_cu_seqlens: bool = False) -> None:
     """Warn once per kind of call that a given ``attention_mask`` is not read (as in TE, which ignores it silently):
-    a KV-cache step, thd and a padding type given both ``cu_seqlens_q`` and ``cu_seqlens_kv`` take the lengths from
-    elsewhere, and masks other than the padding ones and ``"arbitrary"`` read none. For eager calls (a compiled one
-    would guard on the warned set)."""
+    a KV-cache step, thd and a padding type whose lengths all come from the given cu_seqlens
+    (``both_cu_seqlens``: cu_seqlens_replace_mask's) take the lengths from elsewhere, and masks other than the
+    padding ones and ``"arbitrary"`` read none. For eager calls (a compiled one would guard on the warned set)."""
     if kv_caching:
         key = ("cache step",)
     elif fmt == "thd":
@@ -90,10 +101,20 @@ def warn_unread_mask(mask_type: str, fmt: str, kv_caching: bool, both_cu_seqlens
         "thd": "qkv_format='thd' takes each sequence's lengths from cu_seqlens_q / cu_seqlens_kv",
         "mask type": (f"attn_mask_type={mask_type!r} reads no mask (a mask that only repeats it can be left out; "
                       "a padding mask needs a padding type such as 'padding_causal', any other mask 'arbitrary')"),
-        "cu_seqlens": ("cu_seqlens_q and cu_seqlens_kv give each sequence's lengths (the mask's are read only when "
-                       "one of them is left out)"),
+        "cu_seqlens": ("the given cu_seqlens give each sequence's lengths (self-attention: one of cu_seqlens_q / "
+                       "cu_seqlens_kv serves both sides; the mask's are read only when neither, or one in "
+                       "cross-attention, is given)"),
     }[key[0]]
     warn(f"attention_mask is given but not read: {reason}")
+
+
+def warn_unread_cu_seqlens(mask_type: str) -> None:
+    """Warn once per mask type that ``cu_seqlens_q`` / ``cu_seqlens_kv`` given in bshd / sbhd with a mask type
+    without padding are not read (every sequence is full length there; TE ignores them silently)."""
+    if _first_time(("unread cu_seqlens", mask_type)):
+        warn(f"cu_seqlens_q / cu_seqlens_kv are given but not read: attn_mask_type={mask_type!r} has no padding, so "
+             "every sequence in bshd / sbhd is full length (for per-sequence lengths use a padding type such as "
+             "'padding_causal')")
 
 
 def warn_unread_padded_offsets() -> None:
@@ -215,9 +236,11 @@ def bshd_seqlens(
             from_mask = inputs.padding_cu_seqlens(attention_mask, batch, seqlen_q, seqlen_kv, device, self_attention)
             if check_values and attention_mask is not None:
                 seqlens_check.check_padding_mask_values(attention_mask)
-            if (cu_seqlens_q is not None and self_attention and seqlen_q == seqlen_kv
-                    and not isinstance(attention_mask, (tuple, list))):   # one mask: the keys' lengths are q's
-                from_mask = (cu_seqlens_q, cu_seqlens_q)
+            if (self_attention and seqlen_q == seqlen_kv
+                    and not isinstance(attention_mask, (tuple, list))):   # one mask: both sides share their lengths
+                given = cu_seqlens_q if cu_seqlens_q is not None else cu_seqlens_kv
+                if given is not None:
+                    from_mask = (given, given)
             cu_seqlens_q = cu_seqlens_q if cu_seqlens_q is not None else from_mask[0]
             cu_seqlens_kv = cu_seqlens_kv if cu_seqlens_kv is not None else from_mask[1]
     elif not kv_caching:
@@ -505,6 +528,6 @@ def attention_params(
         kv_cache=kv_cache,
         page_size=page_size,
         cuda_graph_capture=capturing,
-        num_splits=num_splits,
+        num_splits=int(num_splits),   # (a numpy integer's value: a plan keys it as equal to the int)
         return_max_logit=module.return_max_logit,
     )

@@ -19,7 +19,7 @@ from attention import call_plans, call_setup, inputs, selection, seqlens_check, 
 from attention.backends.base import AttentionCall, Backend
 from attention.formats import check_format
 from attention.integers import integer_argument
-from attention.masks import check_set_window_size, normalize_mask_type, resolve_bottom_right
+from attention.masks import check_set_window_size, has_padding, normalize_mask_type, resolve_bottom_right
 
 _PLANNED_ATTRIBUTES = frozenset({
     "training", "num_attention_heads", "num_gqa_groups", "head_dim_qk", "head_dim_v", "attention_dropout",
@@ -27,6 +27,49 @@ _PLANNED_ATTRIBUTES = frozenset({
     "return_max_logit", "backend", "deterministic",
 })
 """The module's attributes that a call plan's checks and choice read (``planned_configuration``)."""
+
+
+def _checked_backend(module: nn.Module, backend: str | Sequence[str] | None) -> tuple[str, ...] | None:
+    return None if backend is None else selection.expand_names(backend, "backend")
+
+
+def _checked_dropout(module: nn.Module, attention_dropout: Any) -> float:
+    if not (isinstance(attention_dropout, numbers.Real) and 0.0 <= attention_dropout < 1.0):
+        raise ValueError(f"attention_dropout must be a number in [0, 1); got {attention_dropout!r}")
+    return float(attention_dropout)
+
+
+def _checked_softmax_scale(module: nn.Module, softmax_scale: Any) -> float:
+    """A finite number (a numpy scalar or one-element tensor: its value); None: 1/sqrt(d_qk)."""
+    (softmax_scale,) = inputs.host_scalars(softmax_scale)
+    if softmax_scale is None:
+        return 1.0 / math.sqrt(module.head_dim_qk)
+    if isinstance(softmax_scale, bool) or not (isinstance(softmax_scale, numbers.Real)
+                                               and math.isfinite(softmax_scale)):
+        raise ValueError(f"softmax_scale must be a finite number or None (1/sqrt(d_qk)); got {softmax_scale!r}")
+    return softmax_scale
+
+
+def _checked_softmax_type(module: nn.Module, softmax_type: Any) -> str:
+    """One of SOFTMAX_TYPES, set once: the constructor gives the module its sink logits for it."""
+    if softmax_type not in inputs.SOFTMAX_TYPES:
+        raise ValueError(f"softmax_type must be one of {inputs.SOFTMAX_TYPES}; got {softmax_type!r}")
+    held = module.__dict__.get("softmax_type")
+    if held is not None and softmax_type != held:
+        raise ValueError(f"softmax_type is fixed when the module is built (it decides the softmax_offset sink "
+                         f"logits): this one has {held!r}; build DotProductAttention(..., softmax_type="
+                         f"{softmax_type!r}) instead")
+    return softmax_type
+
+
+_ASSIGNMENT_CHECKS = {
+    "backend": _checked_backend,
+    "attention_dropout": _checked_dropout,
+    "softmax_scale": _checked_softmax_scale,
+    "softmax_type": _checked_softmax_type,
+}
+"""Attributes whose every assignment, the constructor's and later ones, is checked (and normalised) as the
+constructor's argument of that name: name -> check(module, value) -> the value kept."""
 
 
 class DotProductAttention(nn.Module):
@@ -135,9 +178,7 @@ class DotProductAttention(nn.Module):
             raise ValueError(f"kv_channels must be an int or a (d_qk, d_v) pair; got {kv_channels!r}")
         else:
             self.head_dim_qk = self.head_dim_v = integer_argument("kv_channels", kv_channels, 1)
-        if not (isinstance(attention_dropout, numbers.Real) and 0.0 <= attention_dropout < 1.0):
-            raise ValueError(f"attention_dropout must be a number in [0, 1); got {attention_dropout!r}")
-        self.attention_dropout = float(attention_dropout)
+        self.attention_dropout = attention_dropout   # (checked by _ASSIGNMENT_CHECKS, as every later assignment)
         self.qkv_format = check_format(qkv_format)
         self.attn_mask_type = normalize_mask_type(attn_mask_type)
         # normalised for the module's mask type, as TE's constructor does: a causal module's (2, 2) is (2, 0) in
@@ -145,18 +186,13 @@ class DotProductAttention(nn.Module):
         self.window_size = window_size if window_size is None else check_set_window_size(self.attn_mask_type,
                                                                                           window_size)
         # a numpy scalar or one-element tensor: its value
-        bottom_right_diagonal, softmax_scale = inputs.host_scalars(bottom_right_diagonal, softmax_scale)
-        if softmax_scale is not None and (isinstance(softmax_scale, bool) or not (
-                isinstance(softmax_scale, numbers.Real) and math.isfinite(softmax_scale))):
-            raise ValueError(f"softmax_scale must be a finite number or None (1/sqrt(d_qk)); got {softmax_scale!r}")
-        self.softmax_scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(self.head_dim_qk)
+        (bottom_right_diagonal,) = inputs.host_scalars(bottom_right_diagonal)
+        self.softmax_scale = softmax_scale
         self.layer_number = 1 if layer_number is None else integer_argument("layer_number", layer_number, 0)
         self._layer_number_defaulted = layer_number is None
         if attention_type not in ("self", "cross"):
             raise ValueError(f"attention_type must be 'self' or 'cross'; got {attention_type!r}")
         self.attention_type = attention_type
-        if softmax_type not in inputs.SOFTMAX_TYPES:
-            raise ValueError(f"softmax_type must be one of {inputs.SOFTMAX_TYPES}; got {softmax_type!r}")
         self.softmax_type = softmax_type
         if softmax_type == "learnable":
             self.softmax_offset = nn.Parameter(torch.zeros(self.num_attention_heads))
@@ -169,7 +205,7 @@ class DotProductAttention(nn.Module):
         if return_max_logit not in (True, False) or not isinstance(return_max_logit, int):
             raise ValueError(f"return_max_logit must be True or False; got {return_max_logit!r}")
         self.return_max_logit = bool(return_max_logit)
-        self.backend = selection.expand_names(backend, "backend") if backend is not None else None
+        self.backend = backend
         self.deterministic = (
             not selection.env_flag("NVTE_ALLOW_NONDETERMINISTIC_ALGO") or torch.are_deterministic_algorithms_enabled()
         )
@@ -195,6 +231,9 @@ class DotProductAttention(nn.Module):
         self._window_size_arg = window_size
 
     def __setattr__(self, name: str, value: Any) -> None:
+        check = _ASSIGNMENT_CHECKS.get(name)
+        if check is not None:   # in the constructor and after it: `attn.backend = "unfused"` is checked as backend=
+            value = check(self, value)
         super().__setattr__(name, value)
         if name in _PLANNED_ATTRIBUTES:   # .train() / .eval() set training so too
             self.__dict__["_planned_configuration"] = None
@@ -403,8 +442,8 @@ class DotProductAttention(nn.Module):
             if kv_caching and not hasattr(inference_params, "cu_seqlens_kv"):
                 raise ValueError("inference_params must be an inference.InferenceParams (or None); got "
                                  f"{type(inference_params).__name__}")
-            if type(num_splits) is not int or num_splits < 1:
-                raise ValueError(f"num_splits must be a positive int; got {num_splits!r}")
+            if type(num_splits) is not int or num_splits < 1:   # (a numpy integer is an int: attention.integers)
+                integer_argument("num_splits", num_splits, 1)
             # a numpy scalar or one-element tensor (Megatron's max_seqlen_*) is its value; a plan made for a value
             # serves its equals (numpy scalars hash as their value, a tensor as itself)
             max_seqlen_q, max_seqlen_kv, pad_between_seqs, bottom_right_diagonal = inputs.host_scalars(
@@ -432,8 +471,11 @@ class DotProductAttention(nn.Module):
             if plan is not None:
                 plan.fmt, plan.mask_type, plan.window, plan.bottom_right = fmt, mask_type, window, bottom_right
         if attention_mask is not None and eager is not False and not dry_run:
-            call_setup.warn_unread_mask(mask_type, fmt, kv_caching,
-                                        cu_seqlens_q is not None and cu_seqlens_kv is not None)
+            call_setup.warn_unread_mask(mask_type, fmt, kv_caching, call_setup.cu_seqlens_replace_mask(
+                q, k, fmt, attention_mask, self.attention_type == "self", cu_seqlens_q, cu_seqlens_kv))
+        if (cu_seqlens_q is not None or cu_seqlens_kv is not None) and fmt != "thd" and not kv_caching \
+                and not has_padding(mask_type) and eager is not False and not dry_run:
+            call_setup.warn_unread_cu_seqlens(mask_type)
         if kv_caching and (cu_seqlens_q_padded is not None or cu_seqlens_kv_padded is not None) \
                 and eager is not False and not dry_run:
             call_setup.warn_unread_padded_offsets()

@@ -304,7 +304,8 @@ def configure_logging(debug: str | None = None, debug_level: str | None = None) 
     try:
         level = int(debug_level or "0")
     except ValueError:
-        raise ValueError("environment variable NVTE_DEBUG_LEVEL must be 0, 1 or 2") from None
+        raise ValueError("environment variable NVTE_DEBUG_LEVEL must be an integer: 0 (warnings), 1 (info) or 2 "
+                         f"(debug; larger counts as 2, below 0 as 0); got {debug_level!r}") from None
     logger.setLevel(_LOG_LEVELS.get(min(max(level, 0), 2)))
     if _handler is None:
         _handler = logging.StreamHandler()

@@ -138,5 +138,6 @@ def check_padding_mask_values(attention_mask: torch.Tensor | tuple[torch.Tensor,
             raise ValueError(
                 f"{name} row {row} pads a position before a real token: a padding mask [b, 1, 1, s] (True = "
                 "padded) must be right-padded, each row's real tokens first. For left padding pass the tokens as "
-                "thd with cu_seqlens_q_padded / cu_seqlens_kv_padded, or attn_mask_type='arbitrary' with the mask"
+                "thd with cu_seqlens_q_padded / cu_seqlens_kv_padded, or attn_mask_type='arbitrary' with the mask. "
+                "(A Hugging Face attention_mask, 1 = keep, means the opposite: pass ~mask.bool().)"
             )

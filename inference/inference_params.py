@@ -113,8 +113,9 @@ class InferenceParams:
         head_dim_k = integer_argument("head_dim_k", head_dim_k, 1)
         if head_dim_v is not None:
             head_dim_v = integer_argument("head_dim_v", head_dim_v, 1)
-        if not isinstance(dtype, torch.dtype):
-            raise ValueError(f"dtype must be a torch.dtype, got {dtype!r}")
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise ValueError(
+                f"dtype must be a floating-point torch.dtype (the K/V caches' element type), got {dtype!r}")
         if qkv_format not in QKV_FORMATS:
             raise ValueError(f"qkv_format must be one of {QKV_FORMATS}, got {qkv_format!r}")
         if max_ctx_len is not None:

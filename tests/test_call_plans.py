@@ -87,7 +87,7 @@ def test_bad_input_is_refused_after_a_planned_call():
         attn(q, k.double(), v)
     with pytest.raises(ValueError, match="key_layer must have num_gqa_groups=2"):
         attn(q, torch.randn(2, 8, 3, DIM), torch.randn(2, 8, 3, DIM))
-    with pytest.raises(ValueError, match="num_splits must be a positive int"):
+    with pytest.raises(ValueError, match="num_splits must be an int >= 1"):
         attn(q, k, v, num_splits=0)
     with pytest.raises(ValueError, match="attn_mask_type"):
         attn(q, k, v, attn_mask_type="sideways")

@@ -231,6 +231,14 @@ def test_a_step_listing_a_sequence_twice_is_refused(paging):
     assert_unchanged(params, before)
 
 
+@pytest.mark.parametrize("dtype", [torch.int32, torch.bool, "float16"])
+def test_the_cache_dtype_must_be_a_floating_point_dtype(dtype):
+    """An integer cache was accepted, and the first step's error then blamed key_layer's dtype."""
+    with pytest.raises(ValueError, match=rf"dtype must be a floating-point torch.dtype \(the K/V caches' element "
+                                         rf"type\), got {dtype!r}"):
+        InferenceParams(2, 32, 2, 16, dtype, device="cpu")
+
+
 def test_step_past_max_ctx_len_is_refused():
     params = make_params("non-paged", max_ctx_len=4)
     with pytest.raises(ValueError, match="max_ctx_len"):

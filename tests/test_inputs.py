@@ -177,8 +177,8 @@ def test_thd_self_attention_takes_the_queries_cu_seqlens_only_for_as_many_key_to
                        r"padding mask needs a padding type such as 'padding_causal', any other mask 'arbitrary'\)"),
     ("no_mask", "sbhd", r"attn_mask_type='no_mask' reads no mask"),
     ("padding", "thd", r"qkv_format='thd' takes each sequence's lengths from cu_seqlens_q / cu_seqlens_kv"),
-    ("padding_causal", "bshd", r"cu_seqlens_q and cu_seqlens_kv give each sequence's lengths \(the mask's are read "
-                               r"only when one of them is left out\)"),
+    ("padding_causal", "bshd", r"the given cu_seqlens give each sequence's lengths \(self-attention: one of "
+                               r"cu_seqlens_q / cu_seqlens_kv serves both sides"),
 ])
 def test_a_mask_that_is_not_read_is_warned_about_once(mask_type, fmt, reason, monkeypatch):
     """TE ignores attention_mask silently where the mask type or format reads none; a padding mask passed with the
@@ -426,6 +426,87 @@ def test_bad_attention_type():
 def test_unknown_backend_name(backend):
     with pytest.raises(ValueError, match="backend"):
         module(backend=backend)
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("backend", "cudnn", "backend: unknown backend 'cudnn'"),
+    ("backend", ["unfused", "triton"], "backend: unknown backend 'triton'"),
+    ("attention_dropout", 2.0, r"attention_dropout must be a number in \[0, 1\); got 2.0"),
+    ("softmax_scale", "x", "softmax_scale must be a finite number or None"),
+    ("softmax_scale", float("nan"), "softmax_scale must be a finite number or None"),
+    ("softmax_type", "learnable", "softmax_type is fixed when the module is built"),
+    ("softmax_type", "softmax", "softmax_type must be one of"),
+])
+def test_assignments_after_construction_are_checked_as_the_arguments(name, value, message):
+    """``attn.backend = "unfused"`` was read a character at a time (KeyError: 'u'); a softmax_type set later found
+    no sink logits, a string softmax_scale failed deep in a backend. Each assignment is checked as the constructor's
+    argument, and a refused one leaves the module as it was."""
+    m = module()
+    before = {key: getattr(m, key) for key in ("backend", "attention_dropout", "softmax_scale", "softmax_type")}
+    with pytest.raises(ValueError, match=message):
+        setattr(m, name, value)
+    assert {key: getattr(m, key) for key in before} == before
+    q, k, v = qkv()
+    m(q, k, v)
+
+
+def test_assignments_after_construction_are_normalised():
+    m = module(backend=None)
+    m.backend = "unfused"
+    assert m.backend == ("unfused",)
+    m.backend = "flash"   # a family: its generations, as backend="flash" gives
+    assert m.backend == module(backend="flash").backend
+    m.backend = None
+    assert m.backend is None
+    m.softmax_scale = None   # the default, 1/sqrt(d_qk)
+    assert m.softmax_scale == pytest.approx(D ** -0.5)
+    m.softmax_scale = torch.tensor(0.5)   # a one-element tensor: its value
+    assert m.softmax_scale == 0.5 and type(m.softmax_scale) is float
+    m.softmax_type = "vanilla"   # the same type again: allowed
+    m.attention_dropout = 0   # an int: stored as a float
+    assert m.attention_dropout == 0.0 and type(m.attention_dropout) is float
+
+
+def test_num_splits_may_be_a_numpy_integer():
+    import numpy as np
+
+    q, k, v = qkv()
+    m = module()
+    torch.testing.assert_close(m(q, k, v, num_splits=np.int64(1)), m(q, k, v))
+    with pytest.raises(ValueError, match="num_splits must be an int >= 1"):
+        m(q, k, v, num_splits=np.int64(0))
+    with pytest.raises(ValueError, match="num_splits must be an int >= 1; got True"):
+        module()(q, k, v, num_splits=True)   # (a fresh module: a call plan made for 1 serves its equal, True)
+
+
+@pytest.mark.parametrize("given", ["cu_seqlens_q", "cu_seqlens_kv"])
+def test_one_cu_seqlens_serves_both_sides_of_self_attention(given):
+    """bshd self-attention given only one of cu_seqlens_q / cu_seqlens_kv: the other side has the same lengths
+    (only cu_seqlens_kv used to leave the queries at full length, silently)."""
+    q, k, v = qkv()
+    m = module(attn_mask_type="padding_causal")
+    lengths = cu(4, S)
+    torch.testing.assert_close(m(q, k, v, **{given: lengths}),
+                               m(q, k, v, cu_seqlens_q=lengths, cu_seqlens_kv=lengths))
+
+
+@pytest.mark.parametrize("fmt", ["bshd", "sbhd"])
+@pytest.mark.parametrize("mask_type", ["causal", "no_mask"])
+def test_cu_seqlens_that_are_not_read_are_warned_about_once(fmt, mask_type, monkeypatch):
+    """cu_seqlens with a mask type without padding were ignored silently in bshd / sbhd (as in TE): every
+    sequence is full length there. A UserWarning says so, once per mask type."""
+    monkeypatch.setattr(call_setup, "_WARNED", set())
+    q, k, v = qkv(fmt)
+    m = module(qkv_format=fmt, attn_mask_type=mask_type)
+    with pytest.warns(UserWarning, match=rf"cu_seqlens_q / cu_seqlens_kv are given but not read: "
+                                         rf"attn_mask_type='{mask_type}' has no padding"):
+        out = m(q, k, v, cu_seqlens_q=cu(4, S), cu_seqlens_kv=cu(4, S))
+    torch.testing.assert_close(out, m(q, k, v))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m(q, k, v, cu_seqlens_q=cu(4, S))   # once
+        module(qkv_format=fmt, attn_mask_type="padding")(q, k, v, cu_seqlens_q=cu(4, S))   # read: no warning
+    monkeypatch.setattr(call_setup, "_WARNED", set())
 
 
 # ------------------------------------------------------------------------------------------------

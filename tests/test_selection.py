@@ -220,6 +220,14 @@ def test_debug_level_maps_to_logger_level(fakes, monkeypatch):
         assert logging.getLogger("attention").level == expected
 
 
+def test_a_debug_level_that_is_not_an_integer_is_named(fakes, monkeypatch):
+    monkeypatch.setenv("NVTE_DEBUG", "1")
+    monkeypatch.setenv("NVTE_DEBUG_LEVEL", "verbose")
+    with pytest.raises(ValueError, match=r"NVTE_DEBUG_LEVEL must be an integer: 0 \(warnings\), 1 \(info\) or 2 "
+                                         r"\(debug; larger counts as 2, below 0 as 0\); got 'verbose'"):
+        selection.configure_logging()
+
+
 @pytest.mark.parametrize("name", ["NVTE_DEBUG", "NVTE_ALLOW_NONDETERMINISTIC_ALGO"])
 @pytest.mark.parametrize("value", ["true", "false", "2", ""])
 def test_debug_and_determinism_variables_take_0_or_1(name, value, monkeypatch):

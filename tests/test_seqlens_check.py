@@ -166,6 +166,9 @@ def test_left_padded_mask_refused(pair: bool) -> None:
     with pytest.raises(ValueError, match=rf"{name} row 0 pads a position before a real token: a padding mask "
                                          r"\[b, 1, 1, s\] \(True = padded\) must be right-padded"):
         _module("bshd", "padding_causal")(q, k, v, attention_mask=(mask, mask) if pair else mask)
+    with pytest.raises(ValueError, match=r"A Hugging Face attention_mask, 1 = keep, means the opposite: pass "
+                                         r"~mask.bool\(\)"):   # (what a keep-mask of right padding looks like)
+        _module("bshd", "padding_causal")(q, k, v, attention_mask=~mask.flip(-1))
     right = torch.zeros_like(mask)
     right[0, ..., 4:] = True
     assert _module("bshd", "padding_causal")(q, k, v, attention_mask=right).shape == (2, 6, H * D)
