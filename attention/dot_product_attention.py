@@ -6,6 +6,7 @@ ours (a name or a priority list: fused, flash, flash2, flash3, flash4, unfused).
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 from collections.abc import Callable, Sequence
@@ -332,7 +333,8 @@ class DotProductAttention(nn.Module):
         """
         if qkv_layer is not None or kv_layer is not None or query_layer is None:
             query_layer, key_layer, value_layer = te_arguments.unpack_packed_inputs(
-                query_layer, key_layer, value_layer, qkv_layer, kv_layer, qkv_interleave_dim, inference_params)
+                query_layer, key_layer, value_layer, qkv_layer, kv_layer, qkv_interleave_dim, inference_params,
+                (self.num_attention_heads, self.num_gqa_groups))
         if fp8_output or bf16_backward or score_mod is not None or score_mod_bprop is not None \
                 or score_mod_tensors is not None or score_mod_bprop_tensors is not None:
             te_arguments.refuse_unsupported_forward_arguments(
@@ -393,6 +395,9 @@ class DotProductAttention(nn.Module):
                 value_layer: torch.Tensor | None = None, **kwargs: Any) -> str:
         """What ``forward`` with these arguments would choose and why, without running (the KV cache
         is not touched)."""
+        unknown = sorted(set(kwargs) - set(inspect.signature(self.forward).parameters))
+        if unknown:
+            raise TypeError(f"explain() takes forward's arguments; got an unexpected keyword argument {unknown[0]!r}")
         kwargs.pop("checkpoint_core_attention", None)   # forward-only: no effect on the choice
         kwargs.pop("fast_zero_fill", None)
         te_arguments.refuse_unsupported_forward_arguments(
@@ -401,7 +406,8 @@ class DotProductAttention(nn.Module):
                                                       "score_mod_bprop_tensors")))
         query_layer, key_layer, value_layer = te_arguments.unpack_packed_inputs(
             query_layer, key_layer, value_layer, kwargs.pop("qkv_layer", None), kwargs.pop("kv_layer", None),
-            kwargs.pop("qkv_interleave_dim", -3), kwargs.get("inference_params"))
+            kwargs.pop("qkv_interleave_dim", -3), kwargs.get("inference_params"),
+            (self.num_attention_heads, self.num_gqa_groups))
         call, _ = self._prepare(query_layer, key_layer, value_layer, dry_run=True, **kwargs)
         return selection.explain_params(call.params, self.backend)
 

@@ -68,10 +68,12 @@ def refuse_unsupported_forward_arguments(fp8_output: Any, bf16_backward: Any, sc
 def unpack_packed_inputs(query_layer: torch.Tensor | None, key_layer: torch.Tensor | None,
                          value_layer: torch.Tensor | None, qkv_layer: torch.Tensor | None,
                          kv_layer: torch.Tensor | None, qkv_interleave_dim: int,
-                         inference_params: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                         inference_params: Any, heads: tuple[int, int] | None = None,
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(q, k, v): the given layers, or views of TE's packed buffers. ``qkv_layer``: ``[..., 3, h, d]``
     (``qkv_interleave_dim=-3``) or ``[..., h, 3, d]`` (-2); ``kv_layer``: the same with 2, beside ``query_layer``.
-    Not with ``inference_params`` (as in TE)."""
+    Not with ``inference_params`` (as in TE). ``heads``: the module's (num_attention_heads, num_gqa_groups); a
+    qkv_layer packs as many of each, so GQA modules are refused one."""
     if qkv_layer is None and kv_layer is None:
         if query_layer is None or key_layer is None or value_layer is None:
             raise ValueError("query_layer, key_layer and value_layer are required (or qkv_layer, or query_layer "
@@ -86,6 +88,10 @@ def unpack_packed_inputs(query_layer: torch.Tensor | None, key_layer: torch.Tens
     if qkv_layer is not None:
         if query_layer is not None or key_layer is not None or value_layer is not None or kv_layer is not None:
             raise ValueError("qkv_layer replaces query_layer, key_layer, value_layer and kv_layer: pass it alone")
+        if heads is not None and heads[0] != heads[1]:
+            raise ValueError(f"qkv_layer packs as many key / value heads as query heads, but this module has "
+                             f"num_gqa_groups={heads[1]} for num_attention_heads={heads[0]}: pass query_layer with "
+                             "kv_layer, or query_layer, key_layer and value_layer")
         return tuple(_unpack(qkv_layer, "qkv_layer", 3, qkv_interleave_dim))
     if query_layer is None or key_layer is not None or value_layer is not None:
         raise ValueError("kv_layer replaces key_layer and value_layer: pass it with query_layer only")

@@ -520,6 +520,25 @@ def test_packed_inputs_misused_are_refused(call, message):
         call(m, torch.randn(2, 5, H, D))
 
 
+def test_a_packed_qkv_layer_needs_as_many_kv_heads_as_query_heads():
+    """A GQA module given qkv_layer was told that key_layer (which the user never passed) has the wrong head
+    count."""
+    m = attn(num_gqa_groups=H_KV)
+    message = rf"qkv_layer packs as many key / value heads as query heads, but this module has num_gqa_groups={H_KV}"
+    with pytest.raises(ValueError, match=message):
+        m(qkv_layer=torch.randn(2, 5, 3, H, D))
+    with pytest.raises(ValueError, match=message):
+        m.explain(qkv_layer=torch.randn(2, 5, 3, H, D))
+
+
+def test_explain_refuses_what_forward_would_not_take():
+    """An unknown keyword named the private method explain() hands its arguments to."""
+    q = torch.randn(2, 5, H, D)
+    with pytest.raises(TypeError, match=r"explain\(\) takes forward's arguments; got an unexpected keyword "
+                                        r"argument 'bogus'"):
+        attn(num_gqa_groups=H).explain(q, q, q, bogus=1)
+
+
 @pytest.mark.parametrize("softmax_type", ["vanilla", "learnable"])
 def test_a_te_checkpoint_loads_strictly(softmax_type):
     """TE's state_dict carries ``_extra_state`` (FP8 metadata): strict loading refused it as an unexpected key."""
