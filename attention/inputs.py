@@ -158,8 +158,9 @@ def check_bias(bias_type: str, bias: torch.Tensor | None, alibi_slopes: torch.Te
         tag = bias_shape_tag(bias, batch, heads)
         if bias.shape[-1] != seqlen_kv or (tag != "111s" and bias.shape[-2] != seqlen_q):
             raise ValueError(
-                f"core_attention_bias must end in [s_q, s_kv] = [{seqlen_q}, {seqlen_kv}] (max_seqlen_q, max_seqlen_kv; "
-                f"a KV-cache step's max_seqlen_kv is the cache's max_sequence_length); got {tuple(bias.shape)}"
+                f"core_attention_bias must end in [s_q, s_kv] = [{seqlen_q}, {seqlen_kv}] (max_seqlen_q, "
+                f"max_seqlen_kv; a KV-cache step's max_seqlen_kv is the cache's max_sequence_length); got "
+                f"{tuple(bias.shape)}"
             )
         return tag
     if bias is not None:
