@@ -346,7 +346,7 @@ class DotProductAttention(nn.Module):
         signature = None if compiling else call_plans.call_signature(
             self, query_layer, key_layer, value_layer, cu_seqlens, core_attention_bias,
             (qkv_format, attn_mask_type, window_size, bottom_right_diagonal, core_attention_bias_type, max_seqlen_q,
-             max_seqlen_kv, pad_between_seqs, num_splits),
+             max_seqlen_kv, pad_between_seqs, num_splits, type(inference_params)),
             inference_params is not None, capturing,
         )
         plan = self._call_plans.lookup(signature)

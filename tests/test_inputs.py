@@ -592,6 +592,25 @@ def test_inference_params_must_be_inference_params():
         module(attn_mask_type="padding_causal")(q, k, v, inference_params={})
 
 
+def test_inference_params_are_checked_after_a_cache_step_too():
+    """The call plan of a cache step was keyed on "some inference_params": a dict in its place then skipped the check
+    and failed with an AttributeError deep in the step."""
+    from collections import OrderedDict
+
+    from inference import InferenceParams
+
+    cache = InferenceParams(B, 16, HK, D, torch.float32, head_dim_v=DV, device="cpu")
+    cache.allocate_memory(1)
+    m = module(attn_mask_type="padding_causal")
+    q, k, v = qkv(s_q=1, s_kv=1)
+    cache.pre_step(OrderedDict((seq, 1) for seq in range(B)))
+    with torch.no_grad():
+        m(q, k, v, inference_params=cache)
+    for wrong in ({}, "cache", object()):
+        with pytest.raises(ValueError, match="inference_params must be an inference.InferenceParams"):
+            m(q, k, v, inference_params=wrong)
+
+
 def test_alibi_slopes_need_the_alibi_bias_type():
     q, k, v = qkv()
     with pytest.raises(ValueError, match="alibi_slopes"):
