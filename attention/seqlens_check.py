@@ -30,6 +30,7 @@ from itertools import pairwise
 import torch
 
 from attention.environment import getenv
+from attention.user_warnings import warn
 
 __all__ = ["check_cu_seqlens_values", "check_padding_mask_values", "values_checked"]
 
@@ -127,11 +128,15 @@ def check_cu_seqlens_values(
 
 def check_padding_mask_values(attention_mask: torch.Tensor | tuple[torch.Tensor, ...]) -> None:
     """Refuse a ``[b, 1, 1, s]`` padding mask (True = padded) with a padded position before a real token: the
-    lengths are counted from it, so each row's real tokens must come first (right padding)."""
+    lengths are counted from it, so each row's real tokens must come first (right padding). Warn where every position
+    is padded (most likely a keep-mask)."""
     masks = attention_mask if isinstance(attention_mask, (tuple, list)) else (attention_mask,)
     names = ("attention_mask",) if len(masks) == 1 else ("attention_mask[0] (queries)", "attention_mask[1] (keys)")
     for name, mask in zip(names, masks):
         flat = mask.reshape(mask.shape[0], -1)
+        if flat.numel() and bool(flat.all()):
+            warn(f"{name} marks every position as padded (True = padded), so every output row is zero. A Hugging "
+                 "Face attention_mask (1 = keep) means the opposite: pass ~mask.bool()")
         padding_before_real = (flat[:, :-1] & ~flat[:, 1:]).any(-1)
         if bool(padding_before_real.any()):
             row = int(padding_before_real.nonzero()[0, 0])

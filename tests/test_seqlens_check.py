@@ -174,6 +174,16 @@ def test_left_padded_mask_refused(pair: bool) -> None:
     assert _module("bshd", "padding_causal")(q, k, v, attention_mask=right).shape == (2, 6, H * D)
 
 
+def test_a_mask_padding_every_position_is_warned_about() -> None:
+    """A Hugging Face keep-mask of an unpadded batch (all True) read as TE's padding mask pads everything: every
+    output row is zero, silently."""
+    q, k, v, mask = _left_padded()
+    with pytest.warns(UserWarning, match=r"attention_mask marks every position as padded \(True = padded\), so every "
+                                         r"output row is zero"):
+        out = _module("bshd", "padding_causal")(q, k, v, attention_mask=torch.ones_like(mask))
+    assert not out.any()
+
+
 def test_left_padding_through_the_named_alternatives() -> None:
     """What the error suggests works: thd with padded offsets, or the mask as an arbitrary mask."""
     from tests.reference import reference_one_sequence
