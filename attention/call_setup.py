@@ -236,11 +236,9 @@ def bshd_seqlens(
             from_mask = inputs.padding_cu_seqlens(attention_mask, batch, seqlen_q, seqlen_kv, device, self_attention)
             if check_values and attention_mask is not None:
                 seqlens_check.check_padding_mask_values(attention_mask)
-            if (self_attention and seqlen_q == seqlen_kv
-                    and not isinstance(attention_mask, (tuple, list))):   # one mask: both sides share their lengths
-                given = cu_seqlens_q if cu_seqlens_q is not None else cu_seqlens_kv
-                if given is not None:
-                    from_mask = (given, given)
+            if cu_seqlens_replace_mask(q, k, fmt, attention_mask, self_attention, cu_seqlens_q, cu_seqlens_kv):
+                given = cu_seqlens_q if cu_seqlens_q is not None else cu_seqlens_kv   # it serves both sides
+                from_mask = (given, given)
             cu_seqlens_q = cu_seqlens_q if cu_seqlens_q is not None else from_mask[0]
             cu_seqlens_kv = cu_seqlens_kv if cu_seqlens_kv is not None else from_mask[1]
     elif not kv_caching:
