@@ -408,6 +408,9 @@ class DotProductAttention(nn.Module):
             query_layer, key_layer, value_layer, kwargs.pop("qkv_layer", None), kwargs.pop("kv_layer", None),
             kwargs.pop("qkv_interleave_dim", -3), kwargs.get("inference_params"),
             (self.num_attention_heads, self.num_gqa_groups))
+        check_stepped = getattr(kwargs.get("inference_params"), "check_stepped", None)
+        if check_stepped is not None:   # forward refuses a cache without a step when it appends; explain appends none
+            check_stepped()
         call, _ = self._prepare(query_layer, key_layer, value_layer, dry_run=True, **kwargs)
         return selection.explain_params(call.params, self.backend)
 

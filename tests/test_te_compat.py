@@ -531,6 +531,19 @@ def test_a_packed_qkv_layer_needs_as_many_kv_heads_as_query_heads():
         m.explain(qkv_layer=torch.randn(2, 5, 3, H, D))
 
 
+def test_explain_refuses_a_cache_without_a_step_as_forward_does():
+    """explain() named a backend for a cache step that forward refuses (no pre_step yet)."""
+    from inference import InferenceParams
+
+    cache = InferenceParams(2, 16, H, D, torch.float32, device="cpu")
+    cache.allocate_memory(1)
+    q = torch.randn(2, 1, H, D)
+    m = attn(num_gqa_groups=H, attn_mask_type="padding_causal", layer_number=1)
+    for run in (m, m.explain):
+        with pytest.raises(ValueError, match="inference_params has no step: call inference_params.pre_step"):
+            run(q, q, q, inference_params=cache)
+
+
 def test_explain_refuses_what_forward_would_not_take():
     """An unknown keyword named the private method explain() hands its arguments to."""
     q = torch.randn(2, 5, H, D)
