@@ -133,6 +133,8 @@ class InferenceParams:
         except (RuntimeError, TypeError) as error:
             raise ValueError(f"device must be a torch.device or its name ('cuda', 'cuda:1', 'cpu'); got {device!r}: "
                              f"{error}") from None
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device={device!r} needs CUDA, and torch.cuda.is_available() is False here")
         manager_kwargs = dict(
             num_heads=num_heads_kv, head_dim_k=head_dim_k, dtype=dtype, head_dim_v=self.head_dim_v,
             max_batch_size=max_batch_size, max_seqlen=max_sequence_length, device=self.device,

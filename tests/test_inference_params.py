@@ -231,6 +231,13 @@ def test_a_step_listing_a_sequence_twice_is_refused(paging):
     assert_unchanged(params, before)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
+def test_a_cuda_device_without_cuda_is_refused_by_name():
+    """torch's own AssertionError ("Torch not compiled with CUDA enabled") came from deep in the first allocation."""
+    with pytest.raises(ValueError, match=r"device='cuda' needs CUDA, and torch.cuda.is_available\(\) is False"):
+        InferenceParams(2, 32, 2, 16, torch.float16, device="cuda")
+
+
 @pytest.mark.parametrize("dtype", [torch.int32, torch.bool, "float16"])
 def test_the_cache_dtype_must_be_a_floating_point_dtype(dtype):
     """An integer cache was accepted, and the first step's error then blamed key_layer's dtype."""
