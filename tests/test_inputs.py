@@ -490,6 +490,21 @@ def test_one_cu_seqlens_serves_both_sides_of_self_attention(given):
                                m(q, k, v, cu_seqlens_q=lengths, cu_seqlens_kv=lengths))
 
 
+
+@pytest.mark.parametrize("given", ["cu_seqlens_q", "cu_seqlens_kv"])
+def test_a_mask_beside_one_cu_seqlens_of_self_attention_is_warned_about(given, monkeypatch):
+    """The one cu_seqlens serves both sides, so the mask beside it is not read: it was dropped silently."""
+    monkeypatch.setattr(call_setup, "_WARNED", set())
+    q, k, v = qkv()
+    m = module(attn_mask_type="padding_causal")
+    pad = torch.zeros(2, 1, 1, S, dtype=torch.bool)
+    pad[:, ..., 2:] = True
+    with pytest.warns(UserWarning, match="attention_mask is given but not read: the given cu_seqlens give"):
+        out = m(q, k, v, attention_mask=pad, **{given: cu(4, S)})
+    torch.testing.assert_close(out, m(q, k, v, cu_seqlens_q=cu(4, S), cu_seqlens_kv=cu(4, S)))
+    monkeypatch.setattr(call_setup, "_WARNED", set())
+
+
 @pytest.mark.parametrize("fmt", ["bshd", "sbhd"])
 @pytest.mark.parametrize("mask_type", ["causal", "no_mask"])
 def test_cu_seqlens_that_are_not_read_are_warned_about_once(fmt, mask_type, monkeypatch):
