@@ -79,10 +79,10 @@ def cu_seqlens_replace_mask(q: torch.Tensor, k: torch.Tensor, fmt: str, attentio
             and batch_and_seqlen(q, fmt)[1] == batch_and_seqlen(k, fmt)[1])
 
 
-def warn_unread_mask(mask_type: str, fmt: str, kv_caching: bool, both_cu_seqlens: bool = False) -> None:
+def warn_unread_mask(mask_type: str, fmt: str, kv_caching: bool, lengths_given: bool = False) -> None:
     """Warn once per kind of call that a given ``attention_mask`` is not read (as in TE, which ignores it silently):
     a KV-cache step, thd and a padding type whose lengths all come from the given cu_seqlens
-    (``both_cu_seqlens``: cu_seqlens_replace_mask's) take the lengths from elsewhere, and masks other than the
+    (``lengths_given``: cu_seqlens_replace_mask's) take the lengths from elsewhere, and masks other than the
     padding ones and ``"arbitrary"`` read none. For eager calls (a compiled one would guard on the warned set)."""
     if kv_caching:
         key = ("cache step",)
@@ -90,7 +90,7 @@ def warn_unread_mask(mask_type: str, fmt: str, kv_caching: bool, both_cu_seqlens
         key = ("thd",)
     elif not has_padding(mask_type) and mask_type != "arbitrary":
         key = ("mask type", mask_type)
-    elif both_cu_seqlens and has_padding(mask_type):
+    elif lengths_given and has_padding(mask_type):
         key = ("cu_seqlens",)
     else:
         return
