@@ -17,6 +17,8 @@ A variant is ``NAME=VAR=VALUE[;VAR=VALUE...]`` (an empty VALUE unsets VAR); ``de
 process started with, always runs and is the one the others are compared with. ``--cells`` picks cells of
 bench_decode, bench_mixed (whole batches, their parts and probes) and bench_prefill by substring, as the suites do;
 every picked cell's inputs stay on the GPU for the whole run (the large decode cells hold 1-4 GB of K/V each).
+``--providers fused_dpa`` times ``DotProductAttention`` in place of ``attention_forward`` (its CUDA-graph captures plan
+without the step's lengths).
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ import torch
 from benchmarks.argtypes import positive_int
 from benchmarks.cells import Inputs
 from benchmarks.config import BenchConfig, add_common_arguments, config_from_args, environment_smoke_default
-from benchmarks.providers import make_fused
 from benchmarks.suites import wanted_cells
 from benchmarks.timing import time_fn
 
@@ -92,14 +93,22 @@ def environment(env: dict[str, str]) -> Iterator[None]:
         attention_fwd._plans.clear()
 
 
+PROVIDERS = ("fused", "fused_dpa")
+"""What env_ab may time: ``attention_forward`` with the host's lengths (the default), or ``DotProductAttention``,
+whose graph captures plan without them."""
+
+
 def run(cfg: BenchConfig, variants: dict[str, dict[str, str]], rounds: int) -> list[Measurement]:
     """Every round: each variant (the default first in round 0; the order reversed every other round) on each of
     the config's cells. The default's outputs of round 0 are the reference of the others' first outputs."""
+    from benchmarks.providers import FACTORIES
+
+    provider = (cfg.providers or PROVIDERS[:1])[0]
     runners = {}
     for cell in wanted_cells(cfg):
-        runner, reason = make_fused(cell, Inputs(cell.problem, cfg.device, cfg.seed, cell.page_order))
+        runner, reason = FACTORIES[provider](cell, Inputs(cell.problem, cfg.device, cfg.seed, cell.page_order))
         if runner is None:
-            raise SystemExit(f"{cell.name}: the fused backend cannot run it ({reason})")
+            raise SystemExit(f"{cell.name}: {provider} cannot run it ({reason})")
         runners[cell.name] = (cell, runner)
     order = [DEFAULT, *variants]
     reference: dict[str, torch.Tensor] = {}
@@ -157,8 +166,8 @@ def main(argv: Sequence[str] | None = None) -> list[Measurement]:
     variants = dict(pairs)
     if len(variants) < len(pairs):
         parser.error("--variant: each variant needs its own NAME")
-    if args.providers and args.providers != "fused":
-        parser.error("--providers: env_ab times the fused backend only")
+    if args.providers and args.providers not in PROVIDERS:
+        parser.error(f"--providers: env_ab times one of {', '.join(PROVIDERS)}")
     cfg = config_from_args(args)
     measurements = run(cfg, variants, max(1, args.rounds))
     print(table(measurements))

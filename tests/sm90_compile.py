@@ -238,7 +238,8 @@ def mixed_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
     256-token pages at d64 without a mask (64 rows); the first two again with a heavy prefill's tiles (128-key
     prefill tiles, one decode V slot) and 64-token pages with 32-row decode tiles on one, and 16-token pages and a
     non-paged cache at d64 (8 and 16 rows: 128-key prefill tiles, the whole ring). The heavy prefills' launches
-    take their prefill items off the queue in L2 sections (QUEUE), as a long prefill's do."""
+    take their prefill items off the queue in L2 sections (QUEUE), as a long prefill's do. The first and fourth
+    again as the pair a plan without host lengths launches (TILE_RULE 2 / 1: the device's lengths pick one)."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -247,10 +248,12 @@ def mixed_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
 
     launches = []
     cu = torch.zeros(3, dtype=torch.int32)
-    for head_dim, page_size, causal, starts, decode_rows, heavy_prefill in (
-            (128, 16, True, False, 8, False), (128, 0, True, True, 16, False), (64, 256, False, False, 64, False),
-            (128, 16, True, False, 8, True), (128, 0, True, True, 16, True), (128, 64, True, False, 32, True),
-            (64, 16, True, False, 8, False), (64, 0, True, True, 16, False)):
+    for head_dim, page_size, causal, starts, decode_rows, heavy_prefill, rule in (
+            (128, 16, True, False, 8, False, 0), (128, 0, True, True, 16, False, 0),
+            (64, 256, False, False, 64, False, 0), (128, 16, True, False, 8, True, 0),
+            (128, 0, True, True, 16, True, 0), (128, 64, True, False, 32, True, 0),
+            (64, 16, True, False, 8, False, 0), (64, 0, True, True, 16, False, 0),
+            (128, 16, True, False, 8, False, 2), (128, 16, True, False, 8, True, 1)):
         tile = _tile(head_dim, decode_rows, heavy_prefill, page_size)
         block_n, stages, decode_block_n, decode_stages, consumer_registers, decode_registers, maxnreg = tile[:7]
         q = torch.zeros(256, 4 * head_dim, dtype=torch.bfloat16)
@@ -268,9 +271,9 @@ def mixed_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
                           HAS_Q_START=starts, HAS_KV_START=starts, LOG2_MAX_SEQS=8, DECODE_ROWS=decode_rows,
                           DECODE_V_STAGES=(*tile, 0)[7],
                           CONSUMER_REGISTERS=consumer_registers, DECODE_REGISTERS=decode_registers, QUEUE=heavy_prefill,
-                          maxnreg=maxnreg)
+                          TILE_RULE=rule, RULE_RATIO=192 if rule else 0, maxnreg=maxnreg)
         label = (f"mixed d{head_dim} {f'page {page_size}' if page_size else 'non-paged'}{' causal' if causal else ''}"
-                 f"{' prefill tile' if heavy_prefill else ''}")
+                 f"{' prefill tile' if heavy_prefill else ''}{f' device rule {rule}' if rule else ''}")
         launches.append((label, attention_mixed_hopper_kernel, args, constexprs, 4, 1))
     return launches
 

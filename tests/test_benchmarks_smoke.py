@@ -517,6 +517,17 @@ def test_env_ab_alternates_variants_and_compares_outputs(capsys, tmp_path) -> No
     assert len((tmp_path / "env_ab.csv").read_text().splitlines()) == 1 + len(measurements)
 
 
+def test_env_ab_times_the_module_with_fused_dpa_and_refuses_other_providers(capsys, tmp_path) -> None:
+    _skip_unless_fused_runs()
+    measurements = env_ab.main(["--smoke", "--quiet", "--cells", "chunk 16 on 64 prefix p16", "--rounds", "1",
+                                "--providers", "fused_dpa", "--variant",
+                                "one=ATTN_FUSED_HOPPER_MIXED_DEVICE_RULE=0", "--out", str(tmp_path)])
+    assert [m.variant for m in measurements] == ["default", "one"] and measurements[1].max_diff < 1e-2
+    with pytest.raises(SystemExit):
+        env_ab.main(["--smoke", "--quiet", "--providers", "flash4", "--out", str(tmp_path)])
+    assert "env_ab times one of fused, fused_dpa" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------------------------------------
 # benchmarks/tree_ab.py: source trees timed in alternating processes.
 

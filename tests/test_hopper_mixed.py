@@ -11,12 +11,14 @@ from attention.kernels import hopper_forward, hopper_mixed
 from attention.kernels.attention_fwd import kv_length_buckets
 from attention.kernels.hopper_forward import plan_hopper_forward
 from attention.kernels.hopper_mixed import (
+    MIXED_HOPPER_DEVICE_RULE_ENV,
     MIXED_HOPPER_ENV,
     MIXED_HOPPER_L2_DEALT_ENV,
     MIXED_HOPPER_L2_SECTION_ENV,
     MIXED_HOPPER_PREFILL_TILE,
     MIXED_HOPPER_QUEUE_ENV,
     MIXED_HOPPER_TILE_ENV,
+    PREFILL_TO_DECODE_RATIO,
     MixedHopperPlan,
     decode_tile_rows,
     mixed_decode_rows,
@@ -138,11 +140,12 @@ def test_long_prefills_run_in_l2_sections_off_a_queue(monkeypatch: pytest.Monkey
                                alibi=False, sink=False, has_q_start=False, has_kv_start=False, num_sms=132)
     plan(q, k, k, q, torch.zeros(302, dtype=torch.int32), torch.zeros(302, dtype=torch.int32), None, None,
          torch.zeros(301, 1024, dtype=torch.int32))
-    (_, args, kwargs), = kernel.calls
-    assert (args[-1], kwargs["QUEUE"]) == sections  # (query heads a section, the queue on)
-    if kwargs["QUEUE"]:  # the prefill items' queue: counters left zeros by every launch
-        assert args[12] is hopper_mixed.split_counter_buffer(q.device, 2)
-        assert args[12].dtype == torch.int32 and args[12].numel() >= 2
+    assert len(kernel.calls) == 2  # without total_kv both tiles launch, the device picking one: the same order
+    for _, args, kwargs in kernel.calls:
+        assert (args[-1], kwargs["QUEUE"]) == sections  # (query heads a section, the queue on)
+        if kwargs["QUEUE"]:  # the prefill items' queue: counters left zeros by every launch
+            assert args[12] is hopper_mixed.split_counter_buffer(q.device, 2)
+            assert args[12].dtype == torch.int32 and args[12].numel() >= 2
 
 
 @pytest.mark.parametrize("value", ["16MiB", "-4", " 8", "²"])
@@ -242,33 +245,83 @@ def test_the_heads_a_kv_head_weigh_the_prefill_against_the_decodes_bytes(group_s
     assert prefill_outweighs_decodes(65, 4096, kv_length, mean_kv, causal=True, group_size=group_size) is heavy
 
 
-@pytest.mark.parametrize("head_dim, queries, page_size, mean_kv, heavy_tile", [
-    (128, 1, 16, 4352, True),  # M2: one-token decodes, page 16
-    (128, 1, 0, 4352, True),  # non-paged
-    (128, 1, 64, 4352, True), (128, 1, 256, 4352, True),  # pages that divide or hold 128-key boxes
-    (128, 1, 16, 16384, False),  # decodes as long as the prefill: they outweigh it
-    (128, 1, 16, None, False),  # no total_kv: the decodes' reads unknown
-    (128, 4, 16, 4352, True),  # verification steps (16-row decode tiles): their own register split
-    (128, 4, 16, None, False),
-    (64, 1, 16, None, True),  # d64: the whole decode ring fits beside 128-key tiles, every batch takes them
-    (64, 4, 16, None, True),  # d64 with 16-row decode tiles: the whole ring too
-])
-def test_plans_take_the_prefill_tile_where_the_rule_and_the_kernel_allow(
-        monkeypatch: pytest.MonkeyPatch, head_dim: int, queries: int, page_size: int, mean_kv: int | None,
-        heavy_tile: bool) -> None:
-    monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
+def _m2_plan(head_dim: int = 128, queries: int = 1, page_size: int = 16, mean_kv: int | None = 4352) -> MixedHopperPlan:
+    """plan_hopper_forward's plan of M2's shape (a 2k chunk on a 14k prefix beside 64 decodes of ``queries``
+    queries), the tensor checks passed (callers patch hopper_unsupported_reason)."""
     total = 2048 + 64 * queries
     q = torch.empty(1, total, 32, head_dim, dtype=torch.bfloat16)
     k = (torch.empty(4096, page_size, 8, head_dim, dtype=torch.bfloat16) if page_size
          else torch.empty(65, 16384, 8, head_dim, dtype=torch.bfloat16))
-    plan = plan_hopper_forward(q, k, k, q, num_seqs=65, max_seqlen_q=2048, max_seqlen_kv=16384, total_q=total,
+    return plan_hopper_forward(q, k, k, q, num_seqs=65, max_seqlen_q=2048, max_seqlen_kv=16384, total_q=total,
                                softmax_scale=0.1, window=(-1, 0), bottom_right=True, page_size=page_size,
                                alibi=False, sink=False, has_q_start=False, has_kv_start=False, num_sms=132,
                                mean_seqlen_kv=mean_kv)
+
+
+@pytest.mark.parametrize("head_dim, queries, page_size, mean_kv, heavy_tile, device_picks", [
+    (128, 1, 16, 4352, True, False),  # M2: one-token decodes, page 16
+    (128, 1, 0, 4352, True, False),  # non-paged
+    (128, 1, 64, 4352, True, False), (128, 1, 256, 4352, True, False),  # pages that divide or hold 128-key boxes
+    (128, 1, 16, 16384, False, False),  # decodes as long as the prefill: they outweigh it
+    (128, 1, 16, None, False, True),  # no total_kv: the host cannot tell; the device picks between the two
+    (128, 4, 16, 4352, True, False),  # verification steps (16-row decode tiles): their own register split
+    (128, 4, 16, None, False, True),
+    (64, 1, 16, None, True, False),  # d64: the whole decode ring fits beside 128-key tiles, every batch takes them
+    (64, 4, 16, None, True, False),  # d64 with 16-row decode tiles: the whole ring too
+])
+def test_plans_take_the_prefill_tile_where_the_rule_and_the_kernel_allow(
+        monkeypatch: pytest.MonkeyPatch, head_dim: int, queries: int, page_size: int, mean_kv: int | None,
+        heavy_tile: bool, device_picks: bool) -> None:
+    monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
+    plan = _m2_plan(head_dim, queries, page_size, mean_kv)
     assert type(plan) is MixedHopperPlan
     assert (plan.tile == MIXED_HOPPER_PREFILL_TILE.get((head_dim, plan.decode_rows))) is heavy_tile, plan.tile
     if heavy_tile:
         assert plan.descriptors[1].block[0] == min(128, page_size or 128)  # prefill K boxes: 128 keys or a page
+    assert (plan.heavy_plan is not None) is device_picks
+    if device_picks:
+        assert plan.heavy_plan.tile == MIXED_HOPPER_PREFILL_TILE[head_dim, plan.decode_rows]
+        assert plan.heavy_plan.descriptors[1].block[0] == 16 and plan.heavy_plan.heavy_plan is None
+
+
+@pytest.mark.parametrize("mean_kv, env, rules", [
+    (None, None, [(2, 64), (1, 128)]),  # the host has no lengths: both tiles, the light one first
+    (None, "1", [(2, 64), (1, 128)]),
+    (None, "0", [(0, 64)]),  # switched off: the 64-key tile alone, as before the device rule
+    (4352, None, [(0, 128)]),  # the host's lengths pick the prefill tile: one launch
+    (16384, None, [(0, 64)]),
+])
+def test_without_host_lengths_both_tiles_launch_and_the_device_picks(
+        monkeypatch: pytest.MonkeyPatch, mean_kv: int | None, env: str | None, rules: list[tuple[int, int]]) -> None:
+    """Each launch of the pair reads the lengths on the device and returns unless the rule picks its tile
+    (TILE_RULE 1: a heavy prefill, 2: not), at the host rule's ratio; with lengths on the host nothing is left to
+    the device."""
+    monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
+    if env is not None:
+        monkeypatch.setenv(MIXED_HOPPER_DEVICE_RULE_ENV, env)
+    kernel = _RecordedLaunch()
+    monkeypatch.setattr(hopper_mixed, "attention_mixed_hopper_kernel", kernel)
+    plan = _m2_plan(mean_kv=mean_kv)
+    q, k, total = _paged_mixed_batch()
+    cu = torch.zeros(66, dtype=torch.int32)
+    plan(q, k, k, q, cu, cu, None, None, torch.zeros(65, 1024, dtype=torch.int32), zero_tail=True)
+    assert [(kwargs["TILE_RULE"], kwargs["BLOCK_N"]) for _, _, kwargs in kernel.calls] == rules
+    for _, args, kwargs in kernel.calls:
+        assert kwargs["RULE_RATIO"] == (PREFILL_TO_DECODE_RATIO if kwargs["TILE_RULE"] else 0)
+        assert args[6] is q and args[7] is cu and args[-2] == total  # both write out, either zeroes its tail rows
+
+
+def test_an_override_or_pages_the_prefill_tile_cannot_box_leave_one_launch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
+    assert _m2_plan(mean_kv=None, page_size=192).heavy_plan is None  # 192-token pages: 64-key boxes only
+    monkeypatch.setenv(MIXED_HOPPER_TILE_ENV, "64,2,64,3,192,104,128")
+    assert _m2_plan(mean_kv=None).heavy_plan is None
+
+
+def test_a_device_rule_switch_that_is_not_0_or_1_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(MIXED_HOPPER_DEVICE_RULE_ENV, "yes")
+    with pytest.raises(ValueError, match=MIXED_HOPPER_DEVICE_RULE_ENV):
+        hopper_mixed.check_environment()
 
 
 def test_an_override_wins_over_the_prefill_tile(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -80,6 +80,29 @@ def _prefill_schedule(cu_seqlens_q_ptr, num_seqs, out_ptr, tail_rows, stride_os,
 
 
 @gluon.jit
+def _prefill_outweighs_decodes(cu_seqlens_q_ptr, cu_seqlens_kv_ptr, num_seqs, CAUSAL: gl.constexpr,
+                               GROUP_SIZE: gl.constexpr, RATIO: gl.constexpr, MAX_SEQS: gl.constexpr):
+    """hopper_mixed.prefill_outweighs_decodes on the batch's lengths as the device has them (the host's are
+    rounded up to buckets): 1 when the longest query sequence's query-key pairs times GROUP_SIZE reach RATIO times
+    the other sequences' KV tokens, else 0. In int64, doubled to keep the causal average's half exact."""
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    seqs = gl.arange(0, MAX_SEQS, layout=layout)
+    live = seqs < num_seqs
+    q_lens = gl.load(cu_seqlens_q_ptr + seqs + 1, mask=live, other=0) - gl.load(cu_seqlens_q_ptr + seqs, mask=live,
+                                                                                 other=0)
+    kv_begin = gl.load(cu_seqlens_kv_ptr + seqs, mask=live, other=0)
+    kv_lens = gl.load(cu_seqlens_kv_ptr + seqs + 1, mask=live, other=0) - kv_begin
+    longest_q = gl.max(q_lens, 0).to(gl.int64)
+    longest_kv = gl.max(kv_lens, 0).to(gl.int64)
+    other_kv = gl.sum(kv_lens.to(gl.int64), 0) - longest_kv
+    if CAUSAL:
+        twice_pairs = longest_q * (2 * longest_kv - longest_q)
+    else:
+        twice_pairs = 2 * longest_q * longest_kv
+    return (twice_pairs * GROUP_SIZE >= 2 * RATIO * other_kv).to(gl.int32)
+
+
+@gluon.jit
 def _prefill_first_step():
     """The step from this program's first prefill item to its second. The items are dealt round by round, each
     round's num_programs items in alternating directions: program p takes item p of the first round, the
@@ -395,7 +418,7 @@ def attention_mixed_hopper_kernel(
     DECODE_STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr, CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr,
     HAS_Q_START: gl.constexpr, HAS_KV_START: gl.constexpr, LOG2_MAX_SEQS: gl.constexpr, DECODE_ROWS: gl.constexpr,
     CONSUMER_REGISTERS: gl.constexpr, DECODE_REGISTERS: gl.constexpr, DECODE_V_STAGES: gl.constexpr = 0,
-    QUEUE: gl.constexpr = False,
+    QUEUE: gl.constexpr = False, TILE_RULE: gl.constexpr = 0, RULE_RATIO: gl.constexpr = 0,
 ):
     """Grid (programs,): persistent, one per SM. Tensors as attention_fwd_hopper_kernel's: q_desc / k_desc / v_desc
     over 2-D views [token rows, heads x head dim] with blocks [64, D] / [min(BLOCK_N, PAGE_SIZE), D], and
@@ -409,7 +432,15 @@ def attention_mixed_hopper_kernel(
     awaited while K_t is held: K needs two). section_heads: query heads a section of the prefill items' order
     (_section_item) when QUEUE: the programs then take prefill items off a queue, queue_ptr[0] (a counter;
     queue_ptr[1] counts the programs that found it empty; both 0 before the launch and left 0 by it), the producer
-    posting each to the consumers. Else the items are dealt (_prefill_first_step) over every head."""
+    posting each to the consumers. Else the items are dealt (_prefill_first_step) over every head. TILE_RULE 1 / 2:
+    the launch returns at once unless the batch's prefill does / does not outweigh its decodes
+    (_prefill_outweighs_decodes at RULE_RATIO): one of two launches of this batch, each compiled with its tile, when
+    the host does not know the lengths (hopper_mixed.MixedHopperPlan.heavy_plan); 0: it always runs."""
+    if TILE_RULE != 0:
+        heavy = _prefill_outweighs_decodes(cu_seqlens_q_ptr, cu_seqlens_kv_ptr, num_seqs, CAUSAL, GROUP_SIZE,
+                                           RULE_RATIO, 1 << LOG2_MAX_SEQS)
+        if heavy != (2 - TILE_RULE):
+            return
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     MAX_SEQS: gl.constexpr = 1 << LOG2_MAX_SEQS

@@ -21,7 +21,7 @@ from .attention_mixed_hopper import attention_mixed_hopper_kernel
 from .combine import split_counter_buffer
 from .launch import KernelLaunch
 
-__all__ = ["MIXED_HOPPER_ENV", "MIXED_HOPPER_L2_DEALT_ENV", "MIXED_HOPPER_L2_DEALT_MIB", "MIXED_HOPPER_L2_SECTION_ENV",
+__all__ = ["MIXED_HOPPER_DEVICE_RULE_ENV", "MIXED_HOPPER_ENV", "MIXED_HOPPER_L2_DEALT_ENV", "MIXED_HOPPER_L2_DEALT_MIB", "MIXED_HOPPER_L2_SECTION_ENV",
            "MIXED_HOPPER_L2_SECTION_MIB",
            "MIXED_HOPPER_PREFILL_TILE", "MIXED_HOPPER_QUEUE_ENV", "MIXED_HOPPER_SMALL_DECODE_REGISTERS",
            "MIXED_HOPPER_TILE",
@@ -163,6 +163,11 @@ apart in the last call (docs/benchmarks_log.md, fifty-fifth, fifty-sixth and fif
 MIXED_HOPPER_L2_DEALT_ENV = "ATTN_FUSED_HOPPER_MIXED_L2_DEALT"
 """Override of MIXED_HOPPER_L2_DEALT_MIB (A/B measurements; ``0``: sections wherever one does not hold every head)."""
 
+MIXED_HOPPER_DEVICE_RULE_ENV = "ATTN_FUSED_HOPPER_MIXED_DEVICE_RULE"
+"""``0``: a mixed batch planned without its lengths on the host (a CUDA graph's capture, a call without
+``total_kv``) runs MIXED_HOPPER_TILE's 64-key tile in one launch; unset or ``1``: two launches, the device's lengths
+picking one (MixedHopperPlan.heavy_plan), where the prefill tile differs."""
+
 MIXED_HOPPER_QUEUE_ENV = "ATTN_FUSED_HOPPER_MIXED_QUEUE"
 """``0``: the launch's prefill items are dealt round by round over every head even where they would run in sections
 off a queue (MIXED_HOPPER_L2_SECTION_MIB; A/B measurements); unset or ``1``: the rule."""
@@ -223,6 +228,13 @@ class MixedHopperPlan(PersistentLaunch):
     section_heads: int = 0
     """Query heads a section of the prefill items' order (MIXED_HOPPER_L2_SECTION_MIB), the items then taken off a
     queue; 0: one section of every head, the items dealt."""
+    tile_rule: int = 0
+    """0: the launch always runs. 1 / 2: it runs only where the device's lengths say that the batch's prefill does /
+    does not outweigh its decodes (prefill_outweighs_decodes), the other returning at once: see ``heavy_plan``."""
+    heavy_plan: MixedHopperPlan | None = None
+    """Where the host does not know the lengths (a CUDA graph's capture, whose replays bring other steps, or a call
+    without ``total_kv``) and the two tiles differ: this plan has the 64-key tile (``tile_rule`` 2) and heavy_plan
+    MIXED_HOPPER_PREFILL_TILE's (1), both launched, and the batch's lengths on the device pick the one that runs."""
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor, q_start: torch.Tensor | None,
@@ -233,6 +245,8 @@ class MixedHopperPlan(PersistentLaunch):
             q, k, v, k, v, q, out, cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q if q_start is None else q_start,
             cu_seqlens_kv if kv_start is None else kv_start, cu_seqlens_q if page_table is None else page_table,
             split_counter_buffer(q.device, 2) if self.section_heads else cu_seqlens_q)  # the queue (unread if dealt)
+        if self.heavy_plan is not None:
+            self.heavy_plan(q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, zero_tail)
 
     def _kernel_launch(self, zero_tail: bool, table_stride: int) -> KernelLaunch:
         """attention_mixed_hopper_kernel's launch, all but its 13 tensor arguments fixed."""
@@ -249,7 +263,8 @@ class MixedHopperPlan(PersistentLaunch):
                 "HAS_KV_START": self.has_kv_start, "LOG2_MAX_SEQS": max(5, self.num_seqs.bit_length()),
                 "DECODE_ROWS": self.decode_rows, "CONSUMER_REGISTERS": consumer_registers,
                 "DECODE_REGISTERS": decode_registers, "DECODE_V_STAGES": (*self.tile, 0)[7],
-                "QUEUE": self.section_heads > 0,
+                "QUEUE": self.section_heads > 0, "TILE_RULE": self.tile_rule,
+                "RULE_RATIO": PREFILL_TO_DECODE_RATIO if self.tile_rule else 0,
             },
             options={"num_warps": 4, "maxnreg": maxnreg}, descriptors=self.descriptors)
 
@@ -288,7 +303,8 @@ def plan_mixed_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads_k
     """A MixedHopperPlan for a mixed batch the Hopper kernel serves (plan_hopper_forward checked the tensors), or a
     MixedRolesPlan when the one-role-a-program kernel is switched on (hopper_mixed_roles.py), else None. q: a 4-D
     view [B, S, H_q, D]; k / v: as attention_forward's (their geometry sizes the TMA descriptors); batch_rows as
-    HopperPlan's; the lengths pick the tile (prefill_outweighs_decodes)."""
+    HopperPlan's; the lengths pick the tile (prefill_outweighs_decodes), or without ``mean_seqlen_kv`` the device's
+    lengths do, between two launches (MixedHopperPlan.heavy_plan)."""
     group_size = q.shape[2] // heads_kv
     if mixed_hopper_unsupported_reason(q.shape[3], group_size, num_seqs, page_size):
         return None
@@ -306,17 +322,26 @@ def plan_mixed_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads_k
     heavy_prefill = prefill_outweighs_decodes(num_seqs, max_seqlen_q, max_seqlen_kv, mean_seqlen_kv, causal,
                                               group_size)
     tile = _tile(q.shape[3], decode_rows, heavy_prefill, page_size)
-    block_n, decode_block_n = tile[0], tile[2]
-    return MixedHopperPlan(
-        descriptors=(RowsDescriptor.of(q, HOPPER_ROWS_PER_GROUP), RowsDescriptor.of(k, block_n, page_size),
-                     RowsDescriptor.of(v, block_n, page_size), RowsDescriptor.of(k, decode_block_n, page_size),
-                     RowsDescriptor.of(v, decode_block_n, page_size)),
-        programs=num_sms, group_size=group_size, heads_kv=heads_kv, num_seqs=num_seqs, batch_rows=batch_rows,
-        q_token_stride=q.stride(-3), out_token_stride=out_token_stride,
-        softmax_scale_log2=scale_log2(softmax_scale), page_size=page_size, causal=causal,
-        bottom_right=bool(bottom_right), has_q_start=has_q_start, has_kv_start=has_kv_start,
-        tile=tile, decode_rows=decode_rows, total_q=total_q,
-        section_heads=_section_heads(q, k, v, heads_kv, max_seqlen_kv, causal))
+    device_rule = mean_seqlen_kv is None and switch(MIXED_HOPPER_DEVICE_RULE_ENV, True)
+    heavy_tile = _tile(q.shape[3], decode_rows, True, page_size) if device_rule else tile
+    sections = _section_heads(q, k, v, heads_kv, max_seqlen_kv, causal)
+
+    def plan(tile: tuple[int, ...], tile_rule: int = 0, heavy_plan: MixedHopperPlan | None = None) -> MixedHopperPlan:
+        block_n, decode_block_n = tile[0], tile[2]
+        return MixedHopperPlan(
+            descriptors=(RowsDescriptor.of(q, HOPPER_ROWS_PER_GROUP), RowsDescriptor.of(k, block_n, page_size),
+                         RowsDescriptor.of(v, block_n, page_size), RowsDescriptor.of(k, decode_block_n, page_size),
+                         RowsDescriptor.of(v, decode_block_n, page_size)),
+            programs=num_sms, group_size=group_size, heads_kv=heads_kv, num_seqs=num_seqs, batch_rows=batch_rows,
+            q_token_stride=q.stride(-3), out_token_stride=out_token_stride,
+            softmax_scale_log2=scale_log2(softmax_scale), page_size=page_size, causal=causal,
+            bottom_right=bool(bottom_right), has_q_start=has_q_start, has_kv_start=has_kv_start,
+            tile=tile, decode_rows=decode_rows, total_q=total_q, section_heads=sections, tile_rule=tile_rule,
+            heavy_plan=heavy_plan)
+
+    if heavy_tile == tile:
+        return plan(tile)
+    return plan(tile, tile_rule=2, heavy_plan=plan(heavy_tile, tile_rule=1))
 
 
 def check_environment() -> None:
@@ -324,7 +349,7 @@ def check_environment() -> None:
     device (the plans read them on sm90 GPUs only)."""
     from .hopper_forward import section_budget_mib  # (hopper_forward imports this module)
 
-    for name in (MIXED_HOPPER_ENV, MIXED_HOPPER_QUEUE_ENV):
+    for name in (MIXED_HOPPER_ENV, MIXED_HOPPER_QUEUE_ENV, MIXED_HOPPER_DEVICE_RULE_ENV):
         switch(name, True)
     _tile(128)   # parses MIXED_HOPPER_TILE_ENV where set (any head dim reads it)
     section_budget_mib(MIXED_HOPPER_L2_SECTION_ENV, MIXED_HOPPER_L2_SECTION_MIB)
@@ -379,8 +404,9 @@ def prefill_outweighs_decodes(num_seqs: int, max_seqlen_q: int, max_seqlen_kv: i
     longest query sequence's query-key pairs (taken as the prefill, over the longest KV; causal: its rows see
     max_seqlen_kv - max_seqlen_q / 2 keys on average) times ``group_size`` (query heads a KV head: the prefill's
     work per KV head's bytes) at least PREFILL_TO_DECODE_RATIO times the other sequences' KV tokens (num_seqs x the
-    mean KV length less the prefill's). Without a mean KV length (no ``total_kv``) the decodes' reads are unknown:
-    False. A wrong guess costs speed, never correctness.
+    mean KV length less the prefill's). Without a mean KV length (no ``total_kv``, or a CUDA graph's capture) the
+    host cannot tell: False, and plan_mixed_hopper leaves the choice to the device (the kernel's
+    _prefill_outweighs_decodes, on exact lengths). A wrong guess costs speed, never correctness.
 
     Example:
         >>> prefill_outweighs_decodes(65, 2048, 16384, 4352, causal=True, group_size=4)  # M2: 2k chunk on 14k + 64

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import pytest
 import torch
@@ -13,13 +14,14 @@ import torch
 from attention.kernels import attention_forward
 from attention.kernels import attention_fwd as launcher
 from attention.kernels.hopper_mixed import (
+    MIXED_HOPPER_DEVICE_RULE_ENV,
     MIXED_HOPPER_ENV,
     MIXED_HOPPER_L2_DEALT_ENV,
     MIXED_HOPPER_L2_SECTION_ENV,
     MIXED_HOPPER_PREFILL_TILE,
     MIXED_HOPPER_TILE_ENV,
 )
-from tests.test_kernels import AttentionCase, build_inputs, check_output, load_inputs_into
+from tests.test_kernels import SENTINEL, AttentionCase, build_inputs, check_output, load_inputs_into
 
 pytestmark = [
     pytest.mark.gpu,
@@ -82,8 +84,13 @@ def _run(inputs: dict) -> None:
     assert kinds == {"MixedHopperPlan"}, f"planned {kinds}"
 
 
+@pytest.mark.parametrize("device_rule", ["0", "1"])
 @pytest.mark.parametrize("case", CASES, ids=str)
-def test_mixed_kernel_matches_the_reference(case: AttentionCase) -> None:
+def test_mixed_kernel_matches_the_reference(case: AttentionCase, device_rule: str,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without total_kv: the 64-key tile alone (``0``), or both tiles launched and the device's lengths picking
+    (``1``, the default: the prefill tile on these batches at d128)."""
+    monkeypatch.setenv(MIXED_HOPPER_DEVICE_RULE_ENV, device_rule)
     inputs = build_inputs(case, "cuda")
     _run(inputs)
     check_output(case, inputs)
@@ -116,8 +123,11 @@ token count: the host then plans decode tiles of 8 rows (mixed_decode_rows), and
 MIXED_HOPPER_SMALL_DECODE_REGISTERS. (build_inputs passes a padded bound, which plans 16-row tiles.)"""
 
 
+@pytest.mark.parametrize("device_rule", ["0", "1"])
 @pytest.mark.parametrize("case", EIGHT_ROW_CASES, ids=str)
-def test_mixed_kernel_with_eight_row_decode_tiles(case: AttentionCase) -> None:
+def test_mixed_kernel_with_eight_row_decode_tiles(case: AttentionCase, device_rule: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(MIXED_HOPPER_DEVICE_RULE_ENV, device_rule)
     inputs = build_inputs(case, "cuda")
     inputs["call"]["total_q"] = sum(case.q_lens)
     _run(inputs)
@@ -221,3 +231,61 @@ def test_cuda_graph_replays_leave_the_queue_empty(monkeypatch: pytest.MonkeyPatc
         assert plan.section_heads == 4, plan.section_heads
 
     replay_with_new_lengths(run, replays=3)
+
+
+LIGHT_BATCH = C((256,) + (1,) * 40, (256,) + (2048,) * 40, heads=(32, 8), d_qk=128, d_v=128, dtype=torch.bfloat16,
+                layout="paged", page_size=16, causal=True, bottom_right=True, num_pages=5200, max_pages=257)
+"""A 256-token prefill beside 40 decodes at 2k: the decodes outweigh it (prefill_outweighs_decodes), the 64-key tile."""
+HEAVY_BATCH = replace(LIGHT_BATCH, kv_lens=(4096,) + (64,) * 40)
+"""The same shapes (tokens, pages, page table) with the prefill's chunk on a 3,840-token prefix and short decodes:
+the prefill outweighs them, the prefill tile."""
+
+
+def _planned_without_total_kv(inputs: dict, max_seqlen_kv: int = 4096) -> Any:
+    """Plan and run ``inputs``' call as a CUDA graph's capture plans it (no total_kv, max_seqlen_kv a bound), with its
+    real token count (8-row decode tiles); returns the plan: both tiles."""
+    inputs["call"]["total_q"] = inputs["q"].shape[1]
+    inputs["call"]["max_seqlen_kv"] = max_seqlen_kv
+    _run(inputs)
+    (plan,) = launcher._plans.values()
+    assert plan.tile_rule == 2 and plan.heavy_plan is not None and plan.heavy_plan.tile_rule == 1
+    assert (plan.tile[0], plan.heavy_plan.tile[0]) == (64, 128)
+    return plan
+
+
+@pytest.mark.parametrize("case, heavy", [(LIGHT_BATCH, False), (HEAVY_BATCH, True)], ids=["light", "heavy"])
+def test_without_host_lengths_the_device_lengths_pick_the_launch_that_runs(case: AttentionCase, heavy: bool) -> None:
+    """The pair's two launches each alone: the one the rule picks on the device's lengths writes every row, the
+    other returns at once and leaves out's sentinel; both together match the reference."""
+    inputs = build_inputs(case, "cuda")
+    plan = _planned_without_total_kv(inputs)
+    check_output(case, inputs)
+    call = inputs["call"]
+    for launch, runs in ((replace(plan, heavy_plan=None), not heavy), (plan.heavy_plan, heavy)):
+        inputs["out_base"].fill_(SENTINEL)
+        launcher.launch_plan(launch, inputs["q"], inputs["k"], inputs["v"], inputs["out"], call["cu_seqlens_q"],
+                             call["cu_seqlens_kv"], call.get("q_start"), call.get("kv_start"), call["page_table"],
+                             None, None)
+        torch.cuda.synchronize()
+        if runs:
+            check_output(case, inputs)
+        else:
+            assert bool((inputs["out_base"] == SENTINEL).all()), f"tile rule {launch.tile_rule} ran on {case}"
+
+
+def test_a_captured_pair_replays_light_and_heavy_steps() -> None:
+    """A graph captured on a light step (both tiles launched, planned without lengths) replays a heavy one and the
+    light one again: the device picks per replay, and every replay matches the reference."""
+    inputs = build_inputs(LIGHT_BATCH, "cuda")
+    _planned_without_total_kv(inputs)
+    check_output(LIGHT_BATCH, inputs)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **inputs["call"])
+    for case in (HEAVY_BATCH, LIGHT_BATCH, HEAVY_BATCH):
+        moved = build_inputs(case, "cuda")
+        load_inputs_into(inputs, moved)
+        graph.replay()
+        torch.cuda.synchronize()
+        moved["out_base"].copy_(inputs["out_base"])
+        check_output(case, moved)
