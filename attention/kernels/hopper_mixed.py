@@ -166,7 +166,13 @@ MIXED_HOPPER_L2_DEALT_ENV = "ATTN_FUSED_HOPPER_MIXED_L2_DEALT"
 MIXED_HOPPER_DEVICE_RULE_ENV = "ATTN_FUSED_HOPPER_MIXED_DEVICE_RULE"
 """``0``: a mixed batch planned without its lengths on the host (a CUDA graph's capture, a call without
 ``total_kv``) runs MIXED_HOPPER_TILE's 64-key tile in one launch; unset or ``1``: two launches, the device's lengths
-picking one (MixedHopperPlan.heavy_plan), where the prefill tile differs."""
+picking one (MixedHopperPlan.heavy_plan), where the prefill tile differs. H100, 2026-12-05, env_ab of
+DotProductAttention's graph replays (fused_dpa), two rounds, page 16, against ``0``
+(docs/results/2026-12-05-h100-da2b7c2/out/call3): M2 (a 2k chunk on 14k + 64 decodes at 4k) 981.8 against 1,155.5
+us, over served page runs 1,003.8 against 1,175.0, a 2k chunk on 6k + 128 decodes at 2k 552.7 against 657.1; the
+light batches pay for the launch that returns: M1 384.8 against 380.7 (1.011), over page runs 1.013, a 2k chunk on 4k
++ 64 decodes at 4k 1.002. The captured M2 then runs as fast as attention_forward planned with the lengths (940.2
+against 964.4 us in one bench_mixed run)."""
 
 MIXED_HOPPER_QUEUE_ENV = "ATTN_FUSED_HOPPER_MIXED_QUEUE"
 """``0``: the launch's prefill items are dealt round by round over every head even where they would run in sections
