@@ -18,7 +18,8 @@ process started with, always runs and is the one the others are compared with. `
 bench_decode, bench_mixed (whole batches, their parts and probes) and bench_prefill by substring, as the suites do;
 every picked cell's inputs stay on the GPU for the whole run (the large decode cells hold 1-4 GB of K/V each).
 ``--providers fused_dpa`` times ``DotProductAttention`` in place of ``attention_forward`` (its CUDA-graph captures plan
-without the step's lengths).
+without the step's lengths). The outputs compared are those of an eager call, which plans with the lengths: a
+variant that changes only what a capture runs shows in the graph timings (the latency cells'), not in the max diff.
 """
 
 from __future__ import annotations

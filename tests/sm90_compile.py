@@ -244,7 +244,7 @@ def mixed_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from attention.kernels.attention_mixed_hopper import attention_mixed_hopper_kernel
-    from attention.kernels.hopper_mixed import _tile
+    from attention.kernels.hopper_mixed import PREFILL_TO_DECODE_RATIO, _tile
 
     launches = []
     cu = torch.zeros(3, dtype=torch.int32)
@@ -271,7 +271,7 @@ def mixed_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
                           HAS_Q_START=starts, HAS_KV_START=starts, LOG2_MAX_SEQS=8, DECODE_ROWS=decode_rows,
                           DECODE_V_STAGES=(*tile, 0)[7],
                           CONSUMER_REGISTERS=consumer_registers, DECODE_REGISTERS=decode_registers, QUEUE=heavy_prefill,
-                          TILE_RULE=rule, RULE_RATIO=192 if rule else 0, maxnreg=maxnreg)
+                          TILE_RULE=rule, RULE_RATIO=PREFILL_TO_DECODE_RATIO if rule else 0, maxnreg=maxnreg)
         label = (f"mixed d{head_dim} {f'page {page_size}' if page_size else 'non-paged'}{' causal' if causal else ''}"
                  f"{' prefill tile' if heavy_prefill else ''}{f' device rule {rule}' if rule else ''}")
         launches.append((label, attention_mixed_hopper_kernel, args, constexprs, 4, 1))

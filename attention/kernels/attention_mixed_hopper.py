@@ -25,6 +25,10 @@ finds q tile u's sequence by counting the sums <= u. A decode item's sequence is
 
 Masking as attention_fwd_hopper.py: keys past the sequence and the causal band are masked on the tiles that need
 it, V rows past the sequence zeroed before their PV, query rows past the sequence computed and not stored.
+
+Where the host does not know the batch's lengths (a CUDA graph's capture), the plan launches the kernel once per
+tile (TILE_RULE): the launch whose tile the lengths do not call for returns before its prologue, so the work still
+runs in one launch.
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ from .attention_mixed_hopper import attention_mixed_hopper_kernel
 from .combine import split_counter_buffer
 from .launch import KernelLaunch
 
-__all__ = ["MIXED_HOPPER_DEVICE_RULE_ENV", "MIXED_HOPPER_ENV", "MIXED_HOPPER_L2_DEALT_ENV", "MIXED_HOPPER_L2_DEALT_MIB", "MIXED_HOPPER_L2_SECTION_ENV",
-           "MIXED_HOPPER_L2_SECTION_MIB",
+__all__ = ["MIXED_HOPPER_DEVICE_RULE_ENV", "MIXED_HOPPER_ENV", "MIXED_HOPPER_L2_DEALT_ENV", "MIXED_HOPPER_L2_DEALT_MIB",
+           "MIXED_HOPPER_L2_SECTION_ENV", "MIXED_HOPPER_L2_SECTION_MIB",
            "MIXED_HOPPER_PREFILL_TILE", "MIXED_HOPPER_QUEUE_ENV", "MIXED_HOPPER_SMALL_DECODE_REGISTERS",
            "MIXED_HOPPER_TILE",
            "MIXED_HOPPER_TILE_ENV", "PREFILL_TO_DECODE_RATIO", "MixedHopperPlan", "PersistentLaunch",
@@ -165,14 +165,16 @@ MIXED_HOPPER_L2_DEALT_ENV = "ATTN_FUSED_HOPPER_MIXED_L2_DEALT"
 
 MIXED_HOPPER_DEVICE_RULE_ENV = "ATTN_FUSED_HOPPER_MIXED_DEVICE_RULE"
 """``0``: a mixed batch planned without its lengths on the host (a CUDA graph's capture, a call without
-``total_kv``) runs MIXED_HOPPER_TILE's 64-key tile in one launch; unset or ``1``: two launches, the device's lengths
-picking one (MixedHopperPlan.heavy_plan), where the prefill tile differs. H100, 2026-12-05, env_ab of
-DotProductAttention's graph replays (fused_dpa), two rounds, page 16, against ``0``
-(docs/results/2026-12-05-h100-da2b7c2/out/call3): M2 (a 2k chunk on 14k + 64 decodes at 4k) 981.8 against 1,155.5
-us, over served page runs 1,003.8 against 1,175.0, a 2k chunk on 6k + 128 decodes at 2k 552.7 against 657.1; the
-light batches pay for the launch that returns: M1 384.8 against 380.7 (1.011), over page runs 1.013, a 2k chunk on 4k
-+ 64 decodes at 4k 1.002. The captured M2 then runs as fast as attention_forward planned with the lengths (940.2
-against 964.4 us in one bench_mixed run)."""
+``total_kv``) runs, in one launch, the tile the host rule gives without them (MIXED_HOPPER_TILE's 64-key tile at
+d128). Unset or ``1``: where MIXED_HOPPER_PREFILL_TILE's tile differs from that one (d128), both launch and the
+device's lengths pick the one that runs (MixedHopperPlan.heavy_plan); an eager call without ``total_kv`` then pays a
+second launch's host work. H100, 2026-12-05, env_ab of DotProductAttention's graph replays (fused_dpa), two rounds,
+page 16, against ``0`` (docs/results/2026-12-05-h100-da2b7c2/out/call3): M2 (a 2k chunk on 14k + 64 decodes at 4k)
+981.8 against 1,155.5 us, over served page runs 1,003.8 against 1,175.0, a 2k chunk on 6k + 128 decodes at 2k 552.7
+against 657.1. The light batches pay ~4 us for the launch that returns: M1 384.8 against 380.7 (1.011), over page
+runs 1.013; a 2k chunk on 4k + 64 decodes at 4k (light, near the threshold) 535.1 against 536.1 (noise). The
+captured M2 then runs as fast as attention_forward planned with the lengths (940.2 against 964.4 us in one
+bench_mixed run)."""
 
 MIXED_HOPPER_QUEUE_ENV = "ATTN_FUSED_HOPPER_MIXED_QUEUE"
 """``0``: the launch's prefill items are dealt round by round over every head even where they would run in sections
@@ -200,7 +202,7 @@ class PersistentLaunch:
     bottom_right: bool
     has_q_start: bool
     has_kv_start: bool
-    launches: dict = field(default_factory=dict, compare=False, repr=False, kw_only=True)
+    launches: dict = field(default_factory=dict, init=False, compare=False, repr=False)
     """The kernel's KernelLaunch per (zero_tail, page table row stride), both fixed by attention_forward's key, made
     at the first call with them: later calls skip Triton's argument binding (attention.kernels.launch: ~17 us a
     launch on the H200's host)."""

@@ -46,6 +46,8 @@ def test_later_calls_launch_directly_at_new_addresses(name: str) -> None:
         check_output(case, inputs)
     plans = list(launcher._plans.values())
     assert [type(plan).__name__ for plan in plans] == [name.split()[-1]], f"planned {plans}"
-    (kernel_launch,) = plans[0].launches.values()
-    assert kernel_launch._direct, "the later calls went through Triton"
-    assert [len(by_address) for _, by_address in kernel_launch._encoded] == [2] * len(kernel_launch.descriptors)
+    launched = [plans[0], *([plans[0].heavy_plan] if getattr(plans[0], "heavy_plan", None) else [])]
+    for plan in launched:  # a mixed batch without total_kv: both tiles launch, the device's lengths picking one
+        (kernel_launch,) = plan.launches.values()
+        assert kernel_launch._direct, "the later calls went through Triton"
+        assert [len(by_address) for _, by_address in kernel_launch._encoded] == [2] * len(kernel_launch.descriptors)

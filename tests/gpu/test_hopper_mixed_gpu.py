@@ -20,6 +20,8 @@ from attention.kernels.hopper_mixed import (
     MIXED_HOPPER_L2_SECTION_ENV,
     MIXED_HOPPER_PREFILL_TILE,
     MIXED_HOPPER_TILE_ENV,
+    PREFILL_TO_DECODE_RATIO,
+    prefill_outweighs_decodes,
 )
 from tests.test_kernels import SENTINEL, AttentionCase, build_inputs, check_output, load_inputs_into
 
@@ -241,25 +243,22 @@ HEAVY_BATCH = replace(LIGHT_BATCH, kv_lens=(4096,) + (64,) * 40)
 the prefill outweighs them, the prefill tile."""
 
 
-def _planned_without_total_kv(inputs: dict, max_seqlen_kv: int = 4096) -> Any:
-    """Plan and run ``inputs``' call as a CUDA graph's capture plans it (no total_kv, max_seqlen_kv a bound), with its
-    real token count (8-row decode tiles); returns the plan: both tiles."""
-    inputs["call"]["total_q"] = inputs["q"].shape[1]
-    inputs["call"]["max_seqlen_kv"] = max_seqlen_kv
+def _planned_without_total_kv(case: AttentionCase, inputs: dict, max_seqlen_kv: int | None = None) -> Any:
+    """Plan and run ``inputs``' call as a CUDA graph's capture plans it (no total_kv; max_seqlen_kv a bound when
+    given), with its real token count (8-row decode tiles); returns the plan: both tiles."""
+    inputs["call"]["total_q"] = sum(case.q_lens)
+    if max_seqlen_kv is not None:
+        inputs["call"]["max_seqlen_kv"] = max_seqlen_kv
     _run(inputs)
     (plan,) = launcher._plans.values()
     assert plan.tile_rule == 2 and plan.heavy_plan is not None and plan.heavy_plan.tile_rule == 1
-    assert (plan.tile[0], plan.heavy_plan.tile[0]) == (64, 128)
+    assert (plan.tile[0], plan.heavy_plan.tile[0], plan.decode_rows) == (64, 128, 8)
     return plan
 
 
-@pytest.mark.parametrize("case, heavy", [(LIGHT_BATCH, False), (HEAVY_BATCH, True)], ids=["light", "heavy"])
-def test_without_host_lengths_the_device_lengths_pick_the_launch_that_runs(case: AttentionCase, heavy: bool) -> None:
+def _check_each_launch_alone(case: AttentionCase, inputs: dict, plan: Any, heavy: bool) -> None:
     """The pair's two launches each alone: the one the rule picks on the device's lengths writes every row, the
-    other returns at once and leaves out's sentinel; both together match the reference."""
-    inputs = build_inputs(case, "cuda")
-    plan = _planned_without_total_kv(inputs)
-    check_output(case, inputs)
+    other returns at once and leaves out's sentinel."""
     call = inputs["call"]
     for launch, runs in ((replace(plan, heavy_plan=None), not heavy), (plan.heavy_plan, heavy)):
         inputs["out_base"].fill_(SENTINEL)
@@ -273,11 +272,45 @@ def test_without_host_lengths_the_device_lengths_pick_the_launch_that_runs(case:
             assert bool((inputs["out_base"] == SENTINEL).all()), f"tile rule {launch.tile_rule} ran on {case}"
 
 
+@pytest.mark.parametrize("case, heavy", [(LIGHT_BATCH, False), (HEAVY_BATCH, True)], ids=["light", "heavy"])
+def test_without_host_lengths_the_device_lengths_pick_the_launch_that_runs(case: AttentionCase, heavy: bool) -> None:
+    """Both launches together match the reference; each alone runs only on its side of the rule."""
+    inputs = build_inputs(case, "cuda")
+    plan = _planned_without_total_kv(case, inputs, max_seqlen_kv=4096)
+    check_output(case, inputs)
+    _check_each_launch_alone(case, inputs, plan, heavy)
+
+
+def _threshold_batch(group_size: int, causal: bool, extra: int) -> AttentionCase:
+    """A 128-token chunk on a 1,024-key prefix (the longest sequence) beside 16 one-token decodes whose KV tokens sum
+    to the largest count the prefill still outweighs (prefill_outweighs_decodes), plus ``extra``."""
+    pairs_twice = 128 * (2 * 1024 - 128) if causal else 2 * 128 * 1024
+    decode_tokens = pairs_twice * group_size // (2 * PREFILL_TO_DECODE_RATIO) + extra
+    lengths = [decode_tokens // 16 + (i < decode_tokens % 16) for i in range(16)]
+    return C((128,) + (1,) * 16, (1024,) + tuple(lengths), heads=(8 * group_size, 8) if group_size < 8 else (16, 2),
+             d_qk=128, d_v=128, dtype=torch.bfloat16, layout="paged", page_size=16, causal=causal, bottom_right=True)
+
+
+@pytest.mark.parametrize("extra", [0, 1], ids=["at the threshold", "one token past"])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "no mask"])
+@pytest.mark.parametrize("group_size", [1, 4, 8])
+def test_the_device_rule_turns_where_the_host_rule_does(group_size: int, causal: bool, extra: int) -> None:
+    """Batches one KV token either side of the rule's threshold, causal or not, at 1, 4 and 8 query heads a KV head:
+    the launch that runs is the one prefill_outweighs_decodes picks with the exact mean KV length."""
+    case = _threshold_batch(group_size, causal, extra)
+    num_seqs, total_kv = len(case.kv_lens), sum(case.kv_lens)
+    heavy = prefill_outweighs_decodes(num_seqs, 128, 1024, total_kv / num_seqs, causal, group_size)
+    assert heavy is (extra == 0)
+    inputs = build_inputs(case, "cuda")
+    plan = _planned_without_total_kv(case, inputs)
+    _check_each_launch_alone(case, inputs, plan, heavy)
+
+
 def test_a_captured_pair_replays_light_and_heavy_steps() -> None:
     """A graph captured on a light step (both tiles launched, planned without lengths) replays a heavy one and the
     light one again: the device picks per replay, and every replay matches the reference."""
     inputs = build_inputs(LIGHT_BATCH, "cuda")
-    _planned_without_total_kv(inputs)
+    _planned_without_total_kv(LIGHT_BATCH, inputs, max_seqlen_kv=4096)
     check_output(LIGHT_BATCH, inputs)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
