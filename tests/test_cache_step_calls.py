@@ -240,6 +240,30 @@ def test_a_batch_padded_up_to_max_batch_size_runs_as_in_te(paged: bool, fmt: str
     assert_unchanged(padded, before)
 
 
+@pytest.mark.parametrize("fmt", ["bshd", "sbhd"])
+def test_a_padded_decode_step_runs_as_thd_whose_kernels_zero_the_padding_rows(fmt: str,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decode step padded up to max_batch_size (one query row a sequence) reaches the fused launcher as thd with
+    zero_tail: the kernels zero the rows of no sequence, and out is not zeroed first (a memset a layer in a captured
+    graph). A chunk step (three rows a sequence) keeps its format. The rows themselves:
+    test_a_batch_padded_up_to_max_batch_size_runs_as_in_te."""
+    from attention.backends import fused_launches
+
+    launched = []
+    monkeypatch.setattr(fused_launches, "run", lambda call, q, k, v, out, *args: launched.append(
+        (args[5], tuple(q.shape), tuple(out.shape), args[-1])))
+    monkeypatch.setattr(torch.Tensor, "new_zeros", lambda *args, **kwargs: pytest.fail("out zeroed first"))
+    params = InferenceParams(4, 16, H_KV, D, torch.float16, device="cpu", is_paged=True, page_size=4)
+    params.allocate_memory(1)
+    params.pre_step(OrderedDict({"a": 1, "b": 1}))
+    q, k, v = (torch.randn(4, 1, heads, D, dtype=torch.float16) for heads in (H, H_KV, H_KV))
+    if fmt == "sbhd":
+        q, k, v = (x.transpose(0, 1) for x in (q, k, v))
+    out = _module(fmt, "fused")(q, k, v, inference_params=params)
+    assert launched == [("thd", (4, H, D), (4, H * D), True)]
+    assert out.shape == q.shape[:2] + (H * D,)
+
+
 def test_two_modules_without_layer_number_in_one_step_are_refused() -> None:
     """Built without layer_number, a module caches as layer 1 (TE's default): a model whose layers all left it out
     wrote every layer's K / V into layer 1's cache. The second such append in a step is refused and writes nothing;

@@ -152,10 +152,19 @@ class FusedBackend(Backend):
                 kv_starts = call.cu_seqlens_kv if call.cu_seqlens_kv_padded is None else call.cu_seqlens_kv_padded
 
         padding = output_rows_may_be_padding(p, q_shape, call.step_rows)
+        one_token_rows = padding and q_format != "thd" and total_q == batch and p.kv_cache != "none"
+        if one_token_rows:
+            # A cache step of one query row a sequence, padded (a decode captured at max_batch_size): its rows are the
+            # step's tokens back to back, then the rows of no sequence, whose cu_seqlens_q entries repeat the last
+            # (InferenceParams gives every sequence of a step a token). So it runs as thd, whose kernels zero those
+            # tail rows themselves, in place of a memset of all of out.
+            q = q.select(1 if q_format == "bshd" else 0, 0)
+            q_format, q_starts = "thd", cu_seqlens_q
         # thd padding rows are the rows past the last sequence when the sequences are packed from row 0 (no padded
         # offsets of their own): the kernels zero them (no memset of all of out)
         zero_tail = padding and q_format == "thd" and (q_starts is cu_seqlens_q) and not p.pad_between_seqs
         out = _flat_output(q, q_shape, q_shape[-2] * p.head_dim_v, padding and not zero_tail)
+        rows_out = out.select(1 if p.qkv_format == "bshd" else 0, 0) if one_token_rows else out
         # num_splits=1 (the default) keeps the kernel's own split-KV heuristic; a larger value is forced.
         window_left, window_right = p.window_size
         num_splits = None if p.num_splits == 1 else p.num_splits
@@ -164,14 +173,14 @@ class FusedBackend(Backend):
         causal = is_causal(p.attn_mask_type)
         if call.eager:   # through the plans kept under the call's choice
             _launches().run(
-                call, q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_starts, kv_starts, page_table, q_format, kv_format,
+                call, q, k, v, rows_out, cu_seqlens_q, cu_seqlens_kv, q_starts, kv_starts, page_table, q_format, kv_format,
                 batch, kv_length, eager_step_value(call.inference_params, "kv_tokens", q.device, True), total_q,
                 causal, window_left, window_right, num_splits, zero_tail,
             )
             return out
         # the custom op dpa::fused_attention_forward under torch.compile (attention.custom_ops)
         custom_ops.dispatch("fused_attention_forward", eager=call.eager)(
-            q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_starts, kv_starts, page_table, q_format, kv_format, batch,
+            q, k, v, rows_out, cu_seqlens_q, cu_seqlens_kv, q_starts, kv_starts, page_table, q_format, kv_format, batch,
             call.max_seqlen_q, kv_length, total_q, call.softmax_scale, causal, window_left, window_right,
             p.bottom_right_diagonal, call.alibi_slopes, call.softmax_offset, num_splits, zero_tail,
         )
