@@ -90,6 +90,12 @@ class InferenceParams:
     """The caches' layout (TE's attribute). A class attribute: CPython 3.11 keeps the attributes of an instance with
     fewer than 30 of them inline, and reads them ~15 % faster than from a dict (tests/test_inference_params.py)."""
 
+    step_tokens_packed = True
+    """A promise to the fused backend: ``cu_seqlens_q`` starts at 0, every sequence of a step brings at least one
+    token (``pre_step`` checks it), and rows past ``batch_size`` repeat its last value. So a bshd / sbhd step of one
+    query row a sequence holds the step's tokens back to back, and the backend may run it as thd
+    (attention/backends/fused.py). A cache object without this attribute keeps its own format."""
+
     def __init__(
         self,
         max_batch_size: int,

@@ -240,27 +240,41 @@ def test_a_batch_padded_up_to_max_batch_size_runs_as_in_te(paged: bool, fmt: str
     assert_unchanged(padded, before)
 
 
-@pytest.mark.parametrize("fmt", ["bshd", "sbhd"])
-def test_a_padded_decode_step_runs_as_thd_whose_kernels_zero_the_padding_rows(fmt: str,
-                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """A decode step padded up to max_batch_size (one query row a sequence) reaches the fused launcher as thd with
-    zero_tail: the kernels zero the rows of no sequence, and out is not zeroed first (a memset a layer in a captured
-    graph). A chunk step (three rows a sequence) keeps its format. The rows themselves:
+@pytest.mark.parametrize("fmt, live, packed, launched", [
+    ("bshd", 2, True, ("thd", True)),  # padded: the kernels zero the rows of no sequence, out is not zeroed first
+    ("sbhd", 2, True, ("thd", True)),
+    ("bshd", 4, True, ("bshd", False)),  # every row a token: nothing to zero, the format kept
+    ("sbhd", 4, True, ("thd", False)),  # sbhd's rows as the token rows the Hopper decode kernel reads
+    ("bshd", 2, False, ("bshd", False)),  # a cache that does not promise packed steps: its format, out zeroed first
+])
+def test_a_decode_step_of_one_row_a_sequence_runs_as_thd(fmt: str, live: int, packed: bool,
+                                                          launched: tuple[str, bool],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decode step (one query row a sequence) of a cache whose steps are packed (InferenceParams.step_tokens_packed)
+    reaches the fused launcher as thd where its rows may be padding, or in sbhd: with zero_tail the kernels zero the
+    rows of no sequence, and out is not zeroed first (a memset a layer in a captured graph). The rows themselves:
     test_a_batch_padded_up_to_max_batch_size_runs_as_in_te."""
     from attention.backends import fused_launches
 
-    launched = []
-    monkeypatch.setattr(fused_launches, "run", lambda call, q, k, v, out, *args: launched.append(
-        (args[5], tuple(q.shape), tuple(out.shape), args[-1])))
-    monkeypatch.setattr(torch.Tensor, "new_zeros", lambda *args, **kwargs: pytest.fail("out zeroed first"))
+    calls = []
+    monkeypatch.setattr(fused_launches, "run", lambda call, q, k, v, out, *args: calls.append(
+        (args[5], args[-1], tuple(q.shape), tuple(out.shape))))
+    zeroed = []
+    new_zeros = torch.Tensor.new_zeros
+    monkeypatch.setattr(torch.Tensor, "new_zeros", lambda *args, **kwargs: zeroed.append(1) or new_zeros(*args,
+                                                                                                          **kwargs))
+    monkeypatch.setattr(InferenceParams, "step_tokens_packed", packed)
     params = InferenceParams(4, 16, H_KV, D, torch.float16, device="cpu", is_paged=True, page_size=4)
     params.allocate_memory(1)
-    params.pre_step(OrderedDict({"a": 1, "b": 1}))
+    params.pre_step(OrderedDict((name, 1) for name in "abcd"[:live]))
     q, k, v = (torch.randn(4, 1, heads, D, dtype=torch.float16) for heads in (H, H_KV, H_KV))
     if fmt == "sbhd":
         q, k, v = (x.transpose(0, 1) for x in (q, k, v))
     out = _module(fmt, "fused")(q, k, v, inference_params=params)
-    assert launched == [("thd", (4, H, D), (4, H * D), True)]
+    ((q_format, zero_tail, q_shape, out_shape),) = calls
+    assert (q_format, zero_tail) == launched
+    assert (q_shape, out_shape) == (((4, H, D), (4, H * D)) if q_format == "thd" else (q.shape, out.shape))
+    assert bool(zeroed) is (live < 4 and q_format != "thd")
     assert out.shape == q.shape[:2] + (H * D,)
 
 

@@ -42,8 +42,8 @@ def _triton_reason() -> str | None:
 
 
 def output_rows_may_be_padding(p: AttentionParams, q_shape: torch.Size, step_rows: int | None = None) -> bool:
-    """Can the output hold rows of padding tokens, which the kernel never writes (so they must start
-    as zeros)? Not for a KV-cache step whose query rows are exactly the step's ``step_rows`` (host; None when
+    """Can the output hold rows of padding tokens, which must come out as zeros (a memset first, unless the kernels
+    zero them: thd rows past the last sequence, and bshd / sbhd decodes run as thd)? Not for a KV-cache step whose query rows are exactly the step's ``step_rows`` (host; None when
     the call is captured or compiled, and later replays may bring fewer): a thd step's tokens, or a bshd/sbhd
     decode's sequences with one query each (every sequence of a step brings at least one token, InferenceParams
     checks it), so an eager decode step skips the memset. A bshd/sbhd batch padded up to max_batch_size has rows
@@ -152,12 +152,14 @@ class FusedBackend(Backend):
                 kv_starts = call.cu_seqlens_kv if call.cu_seqlens_kv_padded is None else call.cu_seqlens_kv_padded
 
         padding = output_rows_may_be_padding(p, q_shape, call.step_rows)
-        one_token_rows = padding and q_format != "thd" and total_q == batch and p.kv_cache != "none"
+        one_token_rows = (q_format != "thd" and total_q == batch and p.kv_cache != "none"
+                          and (padding or q_format == "sbhd")
+                          and getattr(call.inference_params, "step_tokens_packed", False))
         if one_token_rows:
-            # A cache step of one query row a sequence, padded (a decode captured at max_batch_size): its rows are the
-            # step's tokens back to back, then the rows of no sequence, whose cu_seqlens_q entries repeat the last
-            # (InferenceParams gives every sequence of a step a token). So it runs as thd, whose kernels zero those
-            # tail rows themselves, in place of a memset of all of out.
+            # A cache step of one query row a sequence (a decode) whose rows may be padding (batch_size below the
+            # rows, or a capture), or in sbhd: its rows are the step's tokens back to back, then the rows of no
+            # sequence (InferenceParams.step_tokens_packed). As thd, the kernels zero those tail rows themselves, in
+            # place of a memset of all of out; and sbhd reads as the token rows the Hopper decode kernel takes.
             q = q.select(1 if q_format == "bshd" else 0, 0)
             q_format, q_starts = "thd", cu_seqlens_q
         # thd padding rows are the rows past the last sequence when the sequences are packed from row 0 (no padded
