@@ -43,10 +43,11 @@ def _triton_reason() -> str | None:
 
 def output_rows_may_be_padding(p: AttentionParams, q_shape: torch.Size, step_rows: int | None = None) -> bool:
     """Can the output hold rows of padding tokens, which must come out as zeros (a memset first, unless the kernels
-    zero them: thd rows past the last sequence, and bshd / sbhd decodes run as thd)? Not for a KV-cache step whose query rows are exactly the step's ``step_rows`` (host; None when
-    the call is captured or compiled, and later replays may bring fewer): a thd step's tokens, or a bshd/sbhd
-    decode's sequences with one query each (every sequence of a step brings at least one token, InferenceParams
-    checks it), so an eager decode step skips the memset. A bshd/sbhd batch padded up to max_batch_size has rows
+    zero them: thd rows past the last sequence, and bshd / sbhd decodes run as thd)? Not for a KV-cache step whose
+    query rows are exactly the step's ``step_rows`` (host; None when the call is captured or compiled, and later
+    replays may bring fewer): a thd step's tokens, or a bshd/sbhd decode's sequences with one query each (every
+    sequence of a step brings at least one token, InferenceParams checks it), so an eager decode step skips the
+    memset. A bshd/sbhd batch padded up to max_batch_size has rows
     of no sequence."""
     if p.pad_between_seqs:
         return True
@@ -175,15 +176,15 @@ class FusedBackend(Backend):
         causal = is_causal(p.attn_mask_type)
         if call.eager:   # through the plans kept under the call's choice
             _launches().run(
-                call, q, k, v, rows_out, cu_seqlens_q, cu_seqlens_kv, q_starts, kv_starts, page_table, q_format, kv_format,
-                batch, kv_length, eager_step_value(call.inference_params, "kv_tokens", q.device, True), total_q,
-                causal, window_left, window_right, num_splits, zero_tail,
+                call, q, k, v, rows_out, cu_seqlens_q, cu_seqlens_kv, q_starts, kv_starts, page_table, q_format,
+                kv_format, batch, kv_length, eager_step_value(call.inference_params, "kv_tokens", q.device, True),
+                total_q, causal, window_left, window_right, num_splits, zero_tail,
             )
             return out
         # the custom op dpa::fused_attention_forward under torch.compile (attention.custom_ops)
         custom_ops.dispatch("fused_attention_forward", eager=call.eager)(
-            q, k, v, rows_out, cu_seqlens_q, cu_seqlens_kv, q_starts, kv_starts, page_table, q_format, kv_format, batch,
-            call.max_seqlen_q, kv_length, total_q, call.softmax_scale, causal, window_left, window_right,
+            q, k, v, rows_out, cu_seqlens_q, cu_seqlens_kv, q_starts, kv_starts, page_table, q_format, kv_format,
+            batch, call.max_seqlen_q, kv_length, total_q, call.softmax_scale, causal, window_left, window_right,
             p.bottom_right_diagonal, call.alibi_slopes, call.softmax_offset, num_splits, zero_tail,
         )
         return out
