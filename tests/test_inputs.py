@@ -490,7 +490,6 @@ def test_one_cu_seqlens_serves_both_sides_of_self_attention(given):
                                m(q, k, v, cu_seqlens_q=lengths, cu_seqlens_kv=lengths))
 
 
-
 @pytest.mark.parametrize("given", ["cu_seqlens_q", "cu_seqlens_kv"])
 def test_a_mask_beside_one_cu_seqlens_of_self_attention_is_warned_about(given, monkeypatch):
     """The one cu_seqlens serves both sides, so the mask beside it is not read: it was dropped silently."""

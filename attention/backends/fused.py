@@ -47,8 +47,7 @@ def output_rows_may_be_padding(p: AttentionParams, q_shape: torch.Size, step_row
     query rows are exactly the step's ``step_rows`` (host; None when the call is captured or compiled, and later
     replays may bring fewer): a thd step's tokens, or a bshd/sbhd decode's sequences with one query each (every
     sequence of a step brings at least one token, InferenceParams checks it), so an eager decode step skips the
-    memset. A bshd/sbhd batch padded up to max_batch_size has rows
-    of no sequence."""
+    memset. A bshd/sbhd batch padded up to max_batch_size has rows of no sequence."""
     if p.pad_between_seqs:
         return True
     if p.kv_cache != "none":
@@ -161,13 +160,14 @@ class FusedBackend(Backend):
             # rows, or a capture), or in sbhd: its rows are the step's tokens back to back, then the rows of no
             # sequence (InferenceParams.step_tokens_packed). As thd, the kernels zero those tail rows themselves, in
             # place of a memset of all of out; and sbhd reads as the token rows the Hopper decode kernel takes.
-            q = q.select(1 if q_format == "bshd" else 0, 0)
+            token_dim = 1 if q_format == "bshd" else 0
+            q = q.select(token_dim, 0)
             q_format, q_starts = "thd", cu_seqlens_q
         # thd padding rows are the rows past the last sequence when the sequences are packed from row 0 (no padded
         # offsets of their own): the kernels zero them (no memset of all of out)
         zero_tail = padding and q_format == "thd" and (q_starts is cu_seqlens_q) and not p.pad_between_seqs
         out = _flat_output(q, q_shape, q_shape[-2] * p.head_dim_v, padding and not zero_tail)
-        rows_out = out.select(1 if p.qkv_format == "bshd" else 0, 0) if one_token_rows else out
+        rows_out = out.select(token_dim, 0) if one_token_rows else out
         # num_splits=1 (the default) keeps the kernel's own split-KV heuristic; a larger value is forced.
         window_left, window_right = p.window_size
         num_splits = None if p.num_splits == 1 else p.num_splits
