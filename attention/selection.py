@@ -13,9 +13,9 @@ import functools
 import logging
 import operator
 import os
-from typing import Any
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import fields
+from typing import Any
 
 from attention.backends.base import Backend
 from attention.environment import getenv_many

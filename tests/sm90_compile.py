@@ -189,8 +189,8 @@ def configurations() -> list[dict]:
 
 def hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
     """Launches of the Gluon sm90 kernel (attention_fwd_hopper.py): head dims 64, 128 and 256, causal top-left /
-    bottom-right and full, with and without start offsets, bf16 and fp16, two consumer groups and (d64) three, with a
-    plan's launch options."""
+    bottom-right and full, with and without start offsets (with them again zeroing a thd tail), bf16 and fp16, two
+    consumer groups and (d64) three, with a plan's launch options."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -220,7 +220,7 @@ def hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
         kv_rows = min(block_n, page_size) if page_size else block_n  # small pages: a TMA load per page
         args = (descriptor(q, HOPPER_ROWS_PER_GROUP), descriptor(k, kv_rows), descriptor(k, kv_rows),
                 torch.zeros(256, 4, head_dim, dtype=dtype), cu, cu, cu, cu, cu, 0, 0, 0, 0, 4 * head_dim, 8, 0.18,
-                4)
+                4, 200)
         constexprs = dict(GROUP_SIZE=2, BLOCK_N=block_n, STAGES=stages, PAGE_SIZE=page_size, CAUSAL=causal,
                           BOTTOM_RIGHT=bottom_right,
                           HAS_Q_START=starts, HAS_KV_START=starts, CONSUMER_REGISTERS=registers, PINGPONG=pingpong,
@@ -229,6 +229,9 @@ def hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
                  f"{' + starts' if starts else ''}{f' page {page_size}' if page_size else ''}"
                  f"{' 3 groups' if groups == 3 else ''}")
         launches.append((label, attention_fwd_hopper_kernel, args, constexprs, 4, 1))
+        if starts:  # thd's launches with rows past the last sequence (zero_tail) start at cu_seqlens_q
+            launches.append((f"{label} zero tail", attention_fwd_hopper_kernel, args,
+                             dict(constexprs, ZERO_TAIL=True), 4, 1))
     return launches
 
 

@@ -102,6 +102,35 @@ def test_a_plan_launches_with_the_planned_output_row_stride(monkeypatch: pytest.
     assert launched["out_ptr"].data_ptr() == out.data_ptr() and launched["stride_os"] == heads * head_dim
 
 
+@pytest.mark.parametrize("zero_tail", [False, True])
+def test_a_zero_tail_launch_adds_the_tail_programs_and_no_memset(monkeypatch: pytest.MonkeyPatch,
+                                                                 zero_tail: bool) -> None:
+    """thd with rows past the last sequence (zero_tail): the kernel's grid gets one more sequence, whose programs
+    zero rows cu_seqlens_q[-1] .. total_q - 1 (tail_rows = total_q); out itself is not written on the host (no
+    memset of the whole output). Without zero_tail: the planned grid, tail_rows 0."""
+    from attention.kernels.attention_fwd import launch_plan
+
+    monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
+    names = hopper_forward.attention_fwd_hopper_kernel.arg_names
+    kernel = _RecordedLaunch()
+    monkeypatch.setattr(hopper_forward, "attention_fwd_hopper_kernel", kernel)
+    tokens, heads, heads_kv, head_dim = 300, 4, 2, 128
+    q = torch.randn(tokens, heads, head_dim, dtype=torch.bfloat16)
+    k = v = torch.randn(tokens, heads_kv, head_dim, dtype=torch.bfloat16)
+    out = torch.full_like(q, 7.0)
+    q4, k4, v4, out4 = (x.unsqueeze(0).expand(2, -1, -1, -1) for x in (q, k, v, out))
+    plan = plan_hopper_forward(q4, k4, v4, out4, num_seqs=2, max_seqlen_q=128, max_seqlen_kv=128, total_q=tokens,
+                               softmax_scale=0.1, window=(-1, 0), bottom_right=False, page_size=0, alibi=False,
+                               sink=False, has_q_start=True, has_kv_start=True, num_sms=4)
+    assert isinstance(plan, hopper_forward.HopperPlan)
+    cu = torch.tensor([0, 128, 256], dtype=torch.int32)
+    launch_plan(plan, q, k, v, out, cu, cu, cu, cu, None, None, None, zero_tail)
+    (grid, args, _), = kernel.calls
+    assert grid == ((*plan.grid[:2], plan.grid[2] + 1) if zero_tail else plan.grid)
+    assert dict(zip(names, args))["tail_rows"] == (tokens if zero_tail else 0)
+    assert bool((out == 7.0).all())
+
+
 @pytest.mark.parametrize("qkv_format", ["thd", "bshd"])
 def test_the_module_hands_a_hopper_plan_its_flat_output(monkeypatch: pytest.MonkeyPatch, qkv_format: str) -> None:
     """DotProductAttention -> fused backend -> packed_attention_forward -> HopperPlan, the kernel stubbed: the

@@ -50,6 +50,7 @@ from .attention_fwd_hopper import (
     _tile_page_rows,
     _tile_walk,
     _zero_rows_from,
+    _zero_tail_rows,
 )
 
 _async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
@@ -458,19 +459,6 @@ def _split_decode(kv_descriptors, decode_buffers, sequences, output, partials, C
 
 
 @gluon.jit
-def _zero_tail_rows(out_ptr, first, end, stride_os, heads_q, HEAD_DIM: gl.constexpr):
-    """Zeros in out's rows first, first + num_programs, ... below ``end`` (this program's share of the rows past
-    the last sequence), all query heads."""
-    layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    cols = gl.arange(0, HEAD_DIM, layout=layout)
-    zeros = gl.zeros([HEAD_DIM], out_ptr.dtype.element_ty, layout=layout)
-    for row in range(first + gl.program_id(0), end, gl.num_programs(0)):
-        row_ptr = out_ptr + row.to(gl.int64) * stride_os
-        for head in range(heads_q):
-            gl.store(row_ptr + head * HEAD_DIM + cols, zeros)
-
-
-@gluon.jit
 def attention_decode_hopper_kernel(
     k_desc, v_desc, q_ptr, out_ptr, partial_out_ptr, partial_lse_ptr, split_counter_ptr,
     cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr,
@@ -502,7 +490,7 @@ def attention_decode_hopper_kernel(
     dtype: gl.constexpr = q_ptr.dtype.element_ty
     if tail_rows > 0:  # (else no load here: the start of every program would wait for its round trip)
         _zero_tail_rows(out_ptr, gl.load(cu_seqlens_q_ptr + num_seqs), tail_rows, stride_os, heads_kv * GROUP_SIZE,
-                        HEAD_DIM)
+                        gl.program_id(0), gl.num_programs(0), HEAD_DIM)
     dq_smem = gl.allocate_shared_memory(dtype, [ROWS, HEAD_DIM], gl.NVMMASharedLayout.get_default_for([ROWS, HEAD_DIM],
                                                                                                        dtype))
     dp_smem = gl.allocate_shared_memory(dtype, [ROWS, BLOCK_N], gl.NVMMASharedLayout.get_default_for([ROWS, BLOCK_N],

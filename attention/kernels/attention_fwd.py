@@ -214,8 +214,8 @@ def attention_forward(
     `python -m benchmarks.sweep`); it must pack whole query tokens (block_q * group <= block_m).
 
     ``zero_tail`` (thd: q / out with batch stride 0, sequences back to back from row 0): the output rows
-    cu_seqlens_q[B] .. total_q - 1, which no sequence holds, are written as zeros, by the general kernel's
-    extra programs or a memset before the other kernels (instead of the caller zeroing the whole output).
+    cu_seqlens_q[B] .. total_q - 1, which no sequence holds, are written as zeros by the kernel's own programs
+    (instead of the caller zeroing the whole output first).
 
     The example needs a CUDA GPU (compute capability 8.0+), so doctest skips its GPU lines. Two
     sequences in bshd: 5 queries over 7 keys, and 3 queries over 5 keys.
@@ -405,16 +405,10 @@ def launch_plan(plan: ForwardPlan | HopperPlan | MixedHopperPlan | DecodeHopperP
                 page_table: torch.Tensor | None, alibi_slopes: torch.Tensor | None,
                 softmax_offset: torch.Tensor | None, zero_tail: bool = False) -> None:
     """Run a plan's launches on these tensors (only their addresses are read): tensors with the metadata of those
-    the plan was made for, as ``packed_attention_forward`` or ``attention_forward`` took them. ``zero_tail``: the Gluon
-    prefill kernel leaves out's tail rows to a memset first; the mixed and decode kernels and a ForwardPlan planned
-    with it zero them themselves."""
-    if type(plan) in (MixedHopperPlan, MixedRolesPlan, DecodeHopperPlan):
+    the plan was made for, as ``packed_attention_forward`` or ``attention_forward`` took them. ``zero_tail``: out's
+    rows past the last sequence come out zero; every kernel writes them itself (a ForwardPlan planned with it)."""
+    if type(plan) in (HopperPlan, MixedHopperPlan, MixedRolesPlan, DecodeHopperPlan):
         plan(q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table, zero_tail)
-        return
-    if type(plan) is HopperPlan:
-        if zero_tail:
-            out.zero_()
-        plan(q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_start, kv_start, page_table)
         return
     placeholder = cu_seqlens_q  # any device tensor for pointers a constexpr flag disables
     if plan.partial_out_shape:  # (unpacked sizes: a tuple argument parses ~0.5 µs slower)

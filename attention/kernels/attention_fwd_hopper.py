@@ -462,13 +462,27 @@ def _section_order(index, q_tiles, heads_q, section_heads):
 
 
 @gluon.jit
+def _zero_tail_rows(out_ptr, first, end, stride_os, heads_q, program, programs, HEAD_DIM: gl.constexpr):
+    """Zeros in out's rows first + program, first + program + programs, ... below ``end`` (program's share of the
+    rows past the last sequence, shared by ``programs`` programs), all query heads."""
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    cols = gl.arange(0, HEAD_DIM, layout=layout)
+    zeros = gl.zeros([HEAD_DIM], out_ptr.dtype.element_ty, layout=layout)
+    for row in range(first + program, end, programs):
+        row_ptr = out_ptr + row.to(gl.int64) * stride_os
+        for head in range(heads_q):
+            gl.store(row_ptr + head * HEAD_DIM + cols, zeros)
+
+
+@gluon.jit
 def attention_fwd_hopper_kernel(
     q_desc, k_desc, v_desc, out_ptr,
     cu_seqlens_q_ptr, cu_seqlens_kv_ptr, q_start_ptr, kv_start_ptr, page_table_ptr,
     q_batch_rows, k_batch_rows, v_batch_rows, out_batch_rows, stride_os, page_table_stride, qk_scale, section_heads,
-    GROUP_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
+    tail_rows, GROUP_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
     CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr, HAS_KV_START: gl.constexpr,
     CONSUMER_REGISTERS: gl.constexpr, PINGPONG: gl.constexpr = False, GROUPS: gl.constexpr = 2,
+    ZERO_TAIL: gl.constexpr = False,
 ):
     """Grid (q tiles of the longest sequence x GROUP_SIZE, H_kv, sequences). q_desc / k_desc / v_desc: descriptors over
     2-D views [token rows, heads x head dim] with blocks [64, D] / [BLOCK_N, D]; sequence b's token i is
@@ -477,12 +491,18 @@ def attention_fwd_hopper_kernel(
     is row page_table[b, j // PAGE_SIZE] * PAGE_SIZE + j % PAGE_SIZE. out: element offsets
     (b * out_batch_rows + q_start[b] + i) * stride_os + h * D + d. qk_scale in log2 units. section_heads: query
     heads a section of the program order (_program_tile), a multiple of GROUP_SIZE. GROUPS (2 or 3) consumer warp
-    groups of 64 query rows each: a q tile is GROUPS * 64 queries."""
+    groups of 64 query rows each: a q tile is GROUPS * 64 queries. ZERO_TAIL (thd, sequences back to back): the grid
+    has one more sequence, whose programs write out's rows cu_seqlens_q[sequences] .. tail_rows - 1 as zeros (a
+    constexpr: the branch cost the d64 three-group kernel 88 B more spills, Triton 3.9's ptxas, even where it did
+    not run)."""
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     tile, q_head, seq = _program_tile(section_heads, GROUP_SIZE)
     q_begin = gl.load(cu_seqlens_q_ptr + seq)
-    q_len = gl.load(cu_seqlens_q_ptr + seq + 1) - q_begin
+    if ZERO_TAIL:  # the grid's last sequence is the tail's (cu_seqlens_q has no entry past it): no queries
+        q_len = gl.load(cu_seqlens_q_ptr + gl.minimum(seq + 1, gl.num_programs(2) - 1)) - q_begin
+    else:
+        q_len = gl.load(cu_seqlens_q_ptr + seq + 1) - q_begin
     first_query = tile * (GROUPS * ROWS)
     if first_query < q_len:
         kv_len, q_first, kv_first, diag, num_tiles, first_masked = _tile_walk(
@@ -531,3 +551,8 @@ def attention_fwd_hopper_kernel(
                                    CAUSAL, BLOCK_N, STAGES, PAGE_SIZE, PINGPONG)),
                 (_producer, (descriptors, buffers, loads, walk, output, CAUSAL, BLOCK_N, STAGES, PAGE_SIZE, PINGPONG)),
             ], [4, 1], [CONSUMER_REGISTERS, 24])
+    if ZERO_TAIL:
+        if seq == gl.num_programs(2) - 1:  # the tail's programs, launched last
+            _zero_tail_rows(out_ptr, q_begin, tail_rows, stride_os, gl.num_programs(1) * GROUP_SIZE,
+                            gl.program_id(1) * gl.num_programs(0) + gl.program_id(0),
+                            gl.num_programs(0) * gl.num_programs(1), HEAD_DIM)

@@ -44,9 +44,16 @@ from .attention_decode_hopper import (
     _decode_walk,
     _load_decode_q,
     _load_decode_tiles,
+)
+from .attention_fwd_hopper import (
+    _cta_barrier,
+    _load_kv_tile,
+    _prefill_tiles,
+    _section_order,
+    _tile_walk,
+    _tma_load,
     _zero_tail_rows,
 )
-from .attention_fwd_hopper import _cta_barrier, _load_kv_tile, _prefill_tiles, _section_order, _tile_walk, _tma_load
 
 __all__ = ["MAX_DECODE_ROWS", "attention_mixed_hopper_kernel"]
 
@@ -79,7 +86,8 @@ def _prefill_schedule(cu_seqlens_q_ptr, num_seqs, out_ptr, tail_rows, stride_os,
     tiles = gl.where(q_lens * GROUP_SIZE > DECODE_ROWS, (q_lens + 2 * ROWS - 1) // (2 * ROWS), 0)
     tile_ends = gl.allocate_shared_memory(gl.int32, [MAX_SEQS], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     _store_running_sums(tiles, tile_ends, MAX_SEQS, sum_layout)
-    _zero_tail_rows(out_ptr, tail_first, tail_rows, stride_os, heads_q, HEAD_DIM)
+    _zero_tail_rows(out_ptr, tail_first, tail_rows, stride_os, heads_q, gl.program_id(0), gl.num_programs(0),
+                    HEAD_DIM)
     return tile_ends, gl.sum(tiles, 0)
 
 

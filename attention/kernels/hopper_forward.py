@@ -249,38 +249,42 @@ class HopperPlan:
     """Consumer warp groups of 64 query rows a program (consumer_groups)."""
     descriptors: tuple[RowsDescriptor, RowsDescriptor, RowsDescriptor]
     """Q's, K's and V's TMA descriptor makers."""
+    total_q: int = 0
+    """out's rows (thd): a zero_tail launch zeros those past the last sequence."""
     launches: dict = field(default_factory=dict, compare=False, repr=False)
-    """The kernel's KernelLaunch per page table row stride (fixed by attention_forward's key, known at the first
-    call): later calls skip Triton's argument binding (attention.kernels.launch)."""
+    """The kernel's KernelLaunch per (zero_tail, page table row stride), both fixed by attention_forward's key and
+    known at the first call: later calls skip Triton's argument binding (attention.kernels.launch)."""
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  cu_seqlens_q: torch.Tensor, cu_seqlens_kv: torch.Tensor, q_start: torch.Tensor | None,
-                 kv_start: torch.Tensor | None, page_table: torch.Tensor | None) -> None:
+                 kv_start: torch.Tensor | None, page_table: torch.Tensor | None, zero_tail: bool = False) -> None:
         """Launch on these tensors: q, k, v as planned (4-D views or 3-D thd), ``out`` as planned or with
-        its heads flattened (only its address is read)."""
+        its heads flattened (only its address is read). ``zero_tail`` (thd): out's rows past the last sequence
+        are written as zeros, by one more sequence's programs in the grid."""
         table_stride = 0 if page_table is None else page_table.stride(0)
-        launch = self.launches.get(table_stride)
+        launch = self.launches.get((zero_tail, table_stride))
         if launch is None:
-            launch = self.launches[table_stride] = self._kernel_launch(q.shape[-1], table_stride)
+            launch = self.launches[zero_tail, table_stride] = self._kernel_launch(q.shape[-1], table_stride, zero_tail)
         launch(q, k, v, out, cu_seqlens_q, cu_seqlens_kv,
                cu_seqlens_q if q_start is None else q_start, cu_seqlens_kv if kv_start is None else kv_start,
                cu_seqlens_q if page_table is None else page_table)
 
-    def _kernel_launch(self, head_dim: int, table_stride: int) -> KernelLaunch:
+    def _kernel_launch(self, head_dim: int, table_stride: int, zero_tail: bool) -> KernelLaunch:
         """attention_fwd_hopper_kernel's launch, all but its 9 tensor arguments fixed."""
         block_n, stages, consumer_registers, pingpong, _ = HOPPER_TILE[head_dim]
         if self.groups == 3:
             consumer_registers = min(consumer_registers, THREE_GROUP_REGISTERS)
+        q_tiles, heads_kv, sequences = self.grid
         return KernelLaunch(
-            attention_fwd_hopper_kernel, self.grid,
+            attention_fwd_hopper_kernel, (q_tiles, heads_kv, sequences + 1) if zero_tail else self.grid,
             scalars=(*self.batch_rows, self.out_token_stride, table_stride, self.softmax_scale_log2,
-                     self.section_heads),
+                     self.section_heads, self.total_q if zero_tail else 0),
             constexprs={"GROUP_SIZE": self.group_size, "BLOCK_N": block_n, "STAGES": stages,
                         "PAGE_SIZE": self.page_size, "CAUSAL": self.causal, "BOTTOM_RIGHT": self.bottom_right,
                         "HAS_Q_START": self.has_q_start, "HAS_KV_START": self.has_kv_start,
                         "CONSUMER_REGISTERS": consumer_registers,
                         "PINGPONG": switch(HOPPER_PINGPONG_ENV, pingpong),
-                        "GROUPS": self.groups},
+                        "GROUPS": self.groups, "ZERO_TAIL": zero_tail},
             # the launch's registers a thread, before setmaxnreg splits them: 12 or 16 warps' share of 65,536
             options={"num_warps": 4, "maxnreg": 168 if self.groups == 2 else 128}, descriptors=self.descriptors)
 
@@ -385,6 +389,6 @@ def plan_hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
         grid=(-(-max_seqlen_q // block_m) * group_size, heads_kv, num_seqs), group_size=group_size, groups=groups,
         batch_rows=batch_rows, out_token_stride=out.stride(-3),
         softmax_scale_log2=scale_log2(softmax_scale), page_size=page_size, causal=causal,
-        bottom_right=bool(bottom_right), has_q_start=has_q_start, has_kv_start=has_kv_start,
+        bottom_right=bool(bottom_right), has_q_start=has_q_start, has_kv_start=has_kv_start, total_q=total_q,
         section_heads=section_heads(heads_q, heads_kv, max_seqlen_kv, (k.shape[-1] + v.shape[-1]) * k.element_size(),
                                     causal))
