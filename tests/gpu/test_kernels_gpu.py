@@ -224,26 +224,31 @@ def test_split_heuristic_agrees_with_single_split() -> None:
     check_output(replace(case, num_splits=1), {**inputs, "out": single_out}, GPU_TOLERANCE[case.dtype])
 
 
-@pytest.mark.parametrize("q_lens, kv_lens", [
-    ((1,) * 8, (300, 4000, 17, 1, 900, 64, 2048, 129)),   # decode: the general kernel's tail programs
-    ((1,) * 12 + (300, 700), (1000, 300, 64, 65, 17, 1, 4096, 2047, 300, 31, 128, 3000, 300, 2900)),   # mixed
-    ((600, 1000), (600, 1500)),   # prefill (on an H200 the Gluon kernel: a memset first)
+@pytest.mark.parametrize("q_lens, kv_lens, head_dim, pad", [
+    ((1,) * 8, (300, 4000, 17, 1, 900, 64, 2048, 129), 128, 40),   # decode: the general kernel's tail programs
+    ((1,) * 12 + (300, 700), (1000, 300, 64, 65, 17, 1, 4096, 2047, 300, 31, 128, 3000, 300, 2900), 128, 40),  # mixed
+    # prefill (on an H100 / H200 the Gluon kernel: its grid's last sequence of programs); 300 rows outnumber the
+    # 256 programs of (600, 1000) at d128; d64 runs three consumer groups
+    ((600, 1000), (600, 1500), 128, 40),
+    ((600, 1000), (600, 1500), 128, 300),
+    ((600, 1000), (600, 1500), 64, 40),
+    ((600, 1000), (600, 1500), 256, 40),
 ])
-def test_zero_tail_thd_padding_rows_read_zero(q_lens: tuple, kv_lens: tuple) -> None:
-    """thd over a paged cache with 40 rows past the last sequence: zero_tail writes zeros there (on an H200 the
-    general kernel's tail programs for the decodes, the mixed kernel's programs for the mixed batch, a memset
-    before the Gluon prefill kernel), in eager calls and in a CUDA graph replayed after the rows held garbage;
+def test_zero_tail_thd_padding_rows_read_zero(q_lens: tuple, kv_lens: tuple, head_dim: int, pad: int) -> None:
+    """thd over a paged cache with ``pad`` rows past the last sequence: zero_tail writes zeros there (on an H200 the
+    general kernel's tail programs for the decodes, the mixed kernel's programs for the mixed batch, the Gluon
+    prefill kernel's tail programs), in eager calls and in a CUDA graph replayed after the rows held garbage;
     the real rows match the reference."""
     from attention.kernels.attention_fwd import packed_attention_forward
 
-    case = C(q_lens, kv_lens, heads=(32, 8), d_qk=128, d_v=128, dtype=torch.bfloat16, layout="paged",
+    case = C(q_lens, kv_lens, heads=(32, 8), d_qk=head_dim, d_v=head_dim, dtype=torch.bfloat16, layout="paged",
              causal=True, bottom_right=True, num_splits=None)
     inputs = build_inputs(case, "cuda")
     a = inputs["call"]
     q = inputs["q"][0]
     real = int(a["cu_seqlens_q"][-1])
-    padded_q = torch.cat([q[:real], torch.randn(40, *q.shape[1:], dtype=q.dtype, device="cuda")])
-    out = torch.full((padded_q.shape[0], 32 * 128), float("nan"), dtype=q.dtype, device="cuda")
+    padded_q = torch.cat([q[:real], torch.randn(pad, *q.shape[1:], dtype=q.dtype, device="cuda")])
+    out = torch.full((padded_q.shape[0], 32 * head_dim), float("nan"), dtype=q.dtype, device="cuda")
 
     def call() -> None:
         packed_attention_forward(
@@ -260,5 +265,5 @@ def test_zero_tail_thd_padding_rows_read_zero(q_lens: tuple, kv_lens: tuple) -> 
     graph.replay()
     torch.cuda.synchronize()
     assert bool((out[real:] == 0).all())
-    inputs["out"][0][:real].copy_(out[:real].unflatten(-1, (32, 128)))
+    inputs["out"][0][:real].copy_(out[:real].unflatten(-1, (32, head_dim)))
     check_output(case, inputs, GPU_TOLERANCE[case.dtype])
