@@ -125,9 +125,10 @@ def test_a_zero_tail_launch_adds_the_tail_programs_and_no_memset(monkeypatch: py
     assert isinstance(plan, hopper_forward.HopperPlan)
     cu = torch.tensor([0, 128, 256], dtype=torch.int32)
     launch_plan(plan, q, k, v, out, cu, cu, cu, cu, None, None, None, zero_tail)
-    (grid, args, _), = kernel.calls
+    (grid, args, kwargs), = kernel.calls
     assert grid == ((*plan.grid[:2], plan.grid[2] + 1) if zero_tail else plan.grid)
     assert dict(zip(names, args))["tail_rows"] == (tokens if zero_tail else 0)
+    assert kwargs["ZERO_TAIL"] is zero_tail   # (without it the extra sequence would read past cu_seqlens_q)
     assert bool((out == 7.0).all())
 
 

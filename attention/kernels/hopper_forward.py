@@ -249,7 +249,7 @@ class HopperPlan:
     """Consumer warp groups of 64 query rows a program (consumer_groups)."""
     descriptors: tuple[RowsDescriptor, RowsDescriptor, RowsDescriptor]
     """Q's, K's and V's TMA descriptor makers."""
-    total_q: int = 0
+    total_q: int
     """out's rows (thd): a zero_tail launch zeros those past the last sequence."""
     launches: dict = field(default_factory=dict, compare=False, repr=False)
     """The kernel's KernelLaunch per (zero_tail, page table row stride), both fixed by attention_forward's key and
