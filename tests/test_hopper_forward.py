@@ -304,3 +304,20 @@ def test_batches_of_a_few_long_sequences_beside_many_short_ones_go_to_the_mixed_
                                softmax_scale=0.1, window=(-1, 0), bottom_right=True, page_size=0, alibi=False,
                                sink=False, has_q_start=True, has_kv_start=True, num_sms=132)
     assert type(plan).__name__ == planned
+
+
+def test_a_batch_past_the_grids_third_dim_is_not_planned_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The grid's third dim holds a sequence each and, for a zero_tail launch, one more (CUDA allows 65,535): a
+    batch of 65,535 sequences goes to another kernel; 65,534 still plans here. (Meta tensors: no memory.)"""
+    monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
+
+    def planned(sequences: int) -> object:
+        q = torch.empty(1, sequences * 64, 4, 128, dtype=torch.bfloat16, device="meta")
+        k = torch.empty(1, sequences * 64, 2, 128, dtype=torch.bfloat16, device="meta")
+        return plan_hopper_forward(q, k, k, q, num_seqs=sequences, max_seqlen_q=64, max_seqlen_kv=64,
+                                   total_q=sequences * 64, softmax_scale=0.1, window=(-1, 0), bottom_right=False,
+                                   page_size=0, alibi=False, sink=False, has_q_start=True, has_kv_start=True,
+                                   num_sms=4)
+
+    assert isinstance(planned(hopper_forward.MAX_GRID_Z - 1), hopper_forward.HopperPlan)
+    assert planned(hopper_forward.MAX_GRID_Z) is None

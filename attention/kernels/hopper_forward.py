@@ -123,6 +123,10 @@ hopper-mixed-ab.txt): a 2k chunk on 14k + 30 decodes at 4k 1343.6 / 1233.6 µs a
 non-paged; a 4k prefill + 60 decodes at 2k 889.8 / 506.3; a thd prefill of 8k + 63 x 128 tokens 1406.9 / 1238.0."""
 
 
+MAX_GRID_Z = 65535
+"""CUDA's limit on a grid's third dimension (the prefill kernel's sequences)."""
+
+
 def _rows_matrix(x: torch.Tensor) -> tuple[torch.Tensor, int] | None:
     """A [B, S, H, D] strided view (or thd [T, H, D]) as (2-D view [token rows, H * D], rows per batch step),
     or None when its tokens are not rows of one matrix with heads packed (sbhd) or TMA cannot read it."""
@@ -380,6 +384,8 @@ def plan_hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
     block_m = groups * HOPPER_ROWS_PER_GROUP
     if total_q < HOPPER_MIN_QUERIES_PER_SEQUENCE * num_seqs or -(-total_q // block_m) * heads_q < num_sms:
         return None  # decode-like, or too few programs without split-KV
+    if num_seqs + 1 > MAX_GRID_Z:  # the grid's third dim: a sequence each, and one for a zero_tail launch's tail
+        return None
     group_size = heads_q // heads_kv
     block_n = HOPPER_TILE[q.shape[-1]][0]
     causal = window[1] == 0
