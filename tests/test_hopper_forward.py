@@ -77,29 +77,35 @@ class _RecordedLaunch:
         return lambda *args, **kwargs: self.calls.append((grid, args, kwargs))
 
 
+KERNEL_ARGUMENTS = hopper_forward.attention_fwd_hopper_kernel.arg_names
+
+
+def _planned_with_recorded_kernel(monkeypatch: pytest.MonkeyPatch, tokens: int, max_seqlen_kv: int) -> tuple:
+    """Two thd sequences of 128 queries in ``tokens`` rows (GQA 4/2, d128, bf16, out filled with 7) planned for the
+    Gluon prefill kernel, which a _RecordedLaunch replaces: (plan, the recorder, q, k, v, out, cu_seqlens)."""
+    monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
+    kernel = _RecordedLaunch()
+    monkeypatch.setattr(hopper_forward, "attention_fwd_hopper_kernel", kernel)
+    q = torch.randn(tokens, 4, 128, dtype=torch.bfloat16)
+    k = v = torch.randn(tokens, 2, 128, dtype=torch.bfloat16)
+    out = torch.full_like(q, 7.0)
+    q4, k4, v4, out4 = (x.unsqueeze(0).expand(2, -1, -1, -1) for x in (q, k, v, out))
+    plan = plan_hopper_forward(q4, k4, v4, out4, num_seqs=2, max_seqlen_q=128, max_seqlen_kv=max_seqlen_kv,
+                               total_q=tokens, softmax_scale=0.1, window=(-1, 0), bottom_right=False, page_size=0,
+                               alibi=False, sink=False, has_q_start=True, has_kv_start=True, num_sms=4)
+    assert isinstance(plan, hopper_forward.HopperPlan)
+    return plan, kernel, q, k, v, out, torch.tensor([0, 128, 256], dtype=torch.int32)
+
+
 @pytest.mark.parametrize("flat_out", [False, True])
 def test_a_plan_launches_with_the_planned_output_row_stride(monkeypatch: pytest.MonkeyPatch, flat_out: bool) -> None:
     """packed_attention_forward hands a HopperPlan DotProductAttention's output with the heads flattened
     ([T, H * D]): the launch takes the token stride from the plan, not from that tensor's dims."""
-    monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
-    names = hopper_forward.attention_fwd_hopper_kernel.arg_names
-    kernel = _RecordedLaunch()
-    monkeypatch.setattr(hopper_forward, "attention_fwd_hopper_kernel", kernel)
-    tokens, heads, heads_kv, head_dim = 256, 4, 2, 128
-    q = torch.randn(tokens, heads, head_dim, dtype=torch.bfloat16)
-    k = v = torch.randn(tokens, heads_kv, head_dim, dtype=torch.bfloat16)
-    out = torch.empty_like(q)
-    q4, k4, v4, out4 = (x.unsqueeze(0).expand(2, -1, -1, -1) for x in (q, k, v, out))
-    plan = plan_hopper_forward(q4, k4, v4, out4, num_seqs=2, max_seqlen_q=128, max_seqlen_kv=4096, total_q=tokens,
-                               softmax_scale=0.1, window=(-1, 0), bottom_right=False, page_size=0, alibi=False,
-                               sink=False,
-                               has_q_start=True, has_kv_start=True, num_sms=4)
-    assert plan is not None
-    cu = torch.tensor([0, 128, 256], dtype=torch.int32)
+    plan, kernel, q, k, v, out, cu = _planned_with_recorded_kernel(monkeypatch, 256, 4096)
     plan(q, k, v, out.flatten(-2) if flat_out else out, cu, cu, cu, cu, None)
     (_, args, _), = kernel.calls
-    launched = dict(zip(names, args))
-    assert launched["out_ptr"].data_ptr() == out.data_ptr() and launched["stride_os"] == heads * head_dim
+    launched = dict(zip(KERNEL_ARGUMENTS, args))
+    assert launched["out_ptr"].data_ptr() == out.data_ptr() and launched["stride_os"] == 4 * 128
 
 
 @pytest.mark.parametrize("zero_tail", [False, True])
@@ -110,24 +116,11 @@ def test_a_zero_tail_launch_adds_the_tail_programs_and_no_memset(monkeypatch: py
     memset of the whole output). Without zero_tail: the planned grid, tail_rows 0."""
     from attention.kernels.attention_fwd import launch_plan
 
-    monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
-    names = hopper_forward.attention_fwd_hopper_kernel.arg_names
-    kernel = _RecordedLaunch()
-    monkeypatch.setattr(hopper_forward, "attention_fwd_hopper_kernel", kernel)
-    tokens, heads, heads_kv, head_dim = 300, 4, 2, 128
-    q = torch.randn(tokens, heads, head_dim, dtype=torch.bfloat16)
-    k = v = torch.randn(tokens, heads_kv, head_dim, dtype=torch.bfloat16)
-    out = torch.full_like(q, 7.0)
-    q4, k4, v4, out4 = (x.unsqueeze(0).expand(2, -1, -1, -1) for x in (q, k, v, out))
-    plan = plan_hopper_forward(q4, k4, v4, out4, num_seqs=2, max_seqlen_q=128, max_seqlen_kv=128, total_q=tokens,
-                               softmax_scale=0.1, window=(-1, 0), bottom_right=False, page_size=0, alibi=False,
-                               sink=False, has_q_start=True, has_kv_start=True, num_sms=4)
-    assert isinstance(plan, hopper_forward.HopperPlan)
-    cu = torch.tensor([0, 128, 256], dtype=torch.int32)
+    plan, kernel, q, k, v, out, cu = _planned_with_recorded_kernel(monkeypatch, 300, 128)
     launch_plan(plan, q, k, v, out, cu, cu, cu, cu, None, None, None, zero_tail)
     (grid, args, kwargs), = kernel.calls
     assert grid == ((*plan.grid[:2], plan.grid[2] + 1) if zero_tail else plan.grid)
-    assert dict(zip(names, args))["tail_rows"] == (tokens if zero_tail else 0)
+    assert dict(zip(KERNEL_ARGUMENTS, args))["tail_rows"] == (300 if zero_tail else 0)
     assert kwargs["ZERO_TAIL"] is zero_tail   # (without it the extra sequence would read past cu_seqlens_q)
     assert bool((out == 7.0).all())
 
@@ -141,7 +134,6 @@ def test_the_module_hands_a_hopper_plan_its_flat_output(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
     monkeypatch.setattr(attention_fwd, "_plans", {})
-    names = hopper_forward.attention_fwd_hopper_kernel.arg_names
     kernel = _RecordedLaunch()
     monkeypatch.setattr(hopper_forward, "attention_fwd_hopper_kernel", kernel)
     heads, heads_kv, head_dim, seqs, tokens = 4, 2, 128, 2, 256
@@ -157,7 +149,7 @@ def test_the_module_hands_a_hopper_plan_its_flat_output(monkeypatch: pytest.Monk
     out = attn(q, k, v, **extra)
     assert [type(plan).__name__ for plan in attention_fwd._plans.values()] == ["HopperPlan"]
     (_, args, _), = kernel.calls
-    launched = dict(zip(names, args))
+    launched = dict(zip(KERNEL_ARGUMENTS, args))
     assert out.shape == (*shape, heads * head_dim)
     assert launched["out_ptr"].data_ptr() == out.data_ptr() and launched["stride_os"] == heads * head_dim
 
@@ -169,7 +161,6 @@ def test_a_paged_plan_loads_a_page_or_a_tile_per_tma_load(monkeypatch: pytest.Mo
     """K / V descriptors over the page pool have blocks of one page when pages are smaller than a tile (128 keys, 64
     at head dim 256)."""
     monkeypatch.setattr(hopper_forward, "hopper_unsupported_reason", lambda *args, **kwargs: None)
-    names = hopper_forward.attention_fwd_hopper_kernel.arg_names
     kernel = _RecordedLaunch()
     monkeypatch.setattr(hopper_forward, "attention_fwd_hopper_kernel", kernel)
     tokens, heads, heads_kv = 256, 4, 2
@@ -182,7 +173,7 @@ def test_a_paged_plan_loads_a_page_or_a_tile_per_tma_load(monkeypatch: pytest.Mo
     cu = torch.tensor([0, tokens], dtype=torch.int32)
     plan(q, k, v, torch.empty_like(q), cu, cu, None, None, torch.zeros(1, 8, dtype=torch.int32))
     (_, args, kwargs), = kernel.calls
-    launched = dict(zip(names, args))
+    launched = dict(zip(KERNEL_ARGUMENTS, args))
     assert list(launched["k_desc"].block_shape) == list(launched["v_desc"].block_shape) == [kv_block_rows, head_dim]
     assert kwargs["PAGE_SIZE"] == page_size and kwargs["BLOCK_N"] == HOPPER_TILE[head_dim][0]
 
@@ -270,7 +261,6 @@ def test_the_program_order_runs_in_sections_of_kv_heads_that_fit_l2(monkeypatch:
         monkeypatch.delenv(HOPPER_L2_SECTION_ENV, raising=False)
     else:
         monkeypatch.setenv(HOPPER_L2_SECTION_ENV, switch)
-    names = hopper_forward.attention_fwd_hopper_kernel.arg_names
     kernel = _RecordedLaunch()
     monkeypatch.setattr(hopper_forward, "attention_fwd_hopper_kernel", kernel)
     q = torch.randn(1, 256, 32, 128, dtype=torch.bfloat16)
@@ -283,7 +273,7 @@ def test_the_program_order_runs_in_sections_of_kv_heads_that_fit_l2(monkeypatch:
     cu = torch.tensor([0, 256], dtype=torch.int32)
     plan(q, k, v, torch.empty_like(q), cu, cu, None, None, None)
     (_, args, _), = kernel.calls
-    assert dict(zip(names, args))["section_heads"] == expected
+    assert dict(zip(KERNEL_ARGUMENTS, args))["section_heads"] == expected
 
 
 @pytest.mark.parametrize("q_lens, planned", [
