@@ -265,7 +265,7 @@ class InferenceParams:
         cu_q = [0, *accumulate(self.step_dict.values())]
         cu_kv = [0, *accumulate(self.sequences.values())]
         self.kv_tokens = cu_kv[-1]
-        host = array("i", cu_q)   # int32 (torch.tensor of a 195-int list costs 13 µs, this 4)
+        host = array("i", cu_q)   # int32 (64 sequences: torch.tensor of the list cost 13 µs, this 4)
         host.extend(repeat(cu_q[-1], stride - len(cu_q)))
         host.extend(cu_kv)
         host.extend(repeat(cu_kv[-1], stride - len(cu_kv)))
