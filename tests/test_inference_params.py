@@ -91,6 +91,9 @@ def test_pre_step_writes_te_metadata():
     params.pre_step(OrderedDict({"c": 2}))
     assert params.cu_seqlens_q.tolist() == [0, 2, 2, 2]  # the tail repeats the last value
     assert params.cu_seqlens_q.dtype == torch.int32
+    assert params.sequences_pre_step == OrderedDict({"c": 4})   # built on first read, again after each step
+    params.reset()
+    assert params.sequences_pre_step == OrderedDict()
 
 
 @pytest.mark.parametrize("qkv_format", ["bshd", "sbhd", "thd"])
