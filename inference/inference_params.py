@@ -188,7 +188,6 @@ class InferenceParams:
         self.cu_seqlens_kv = self._step_metadata[stride : stride + max_batch_size + 1]
         self.pre_step_seqlens = self._step_metadata[2 * stride : 2 * stride + max_batch_size]
         self.sequences: OrderedDict[Hashable, int] = OrderedDict()
-        self._pre_step_lengths: list[int] = []
         self._sequences_pre_step: OrderedDict[Hashable, int] | None = None
         self.step_dict: OrderedDict[Hashable, int] = OrderedDict()
         self.batch_size = 0
@@ -258,9 +257,8 @@ class InferenceParams:
         self.longest_sequence = max(self.sequences.values(), default=0)
         self.longest_step = max(self.step_dict.values(), default=0)
         self.step_tokens = step_tokens
-        # each sequence's length before the step (sequences_pre_step builds its OrderedDict when first read)
-        pre_step = list(map(operator.sub, self.sequences.values(), map(self.step_dict.__getitem__, self.sequences)))
-        self._pre_step_lengths, self._sequences_pre_step = pre_step, None
+        pre_step = self._lengths_before_step()
+        self._sequences_pre_step = None   # (sequences_pre_step builds its OrderedDict when first read)
         stride = self._step_metadata.shape[0] // 3
         cu_q = [0, *accumulate(self.step_dict.values())]
         cu_kv = [0, *accumulate(self.sequences.values())]
@@ -278,8 +276,12 @@ class InferenceParams:
         """``{seq_id: cached length before this step}`` in batch order (built from the step's lengths on first read:
         a serving loop that does not read it does not pay for it)."""
         if self._sequences_pre_step is None:
-            self._sequences_pre_step = OrderedDict(zip(self.sequences, self._pre_step_lengths))
+            self._sequences_pre_step = OrderedDict(zip(self.sequences, self._lengths_before_step()))
         return self._sequences_pre_step
+
+    def _lengths_before_step(self) -> list[int]:
+        """Each sequence's cached length before this step, in the order of ``sequences``."""
+        return list(map(operator.sub, self.sequences.values(), map(self.step_dict.__getitem__, self.sequences)))
 
     def step(
         self, layer_number: int, new_k: Tensor, new_v: Tensor, qkv_format: str
@@ -342,7 +344,7 @@ class InferenceParams:
         """Forget every sequence (buffers keep their addresses; cache contents stay)."""
         self.cache_manager.reset()
         self.sequences = OrderedDict()
-        self._pre_step_lengths, self._sequences_pre_step = [], None
+        self._sequences_pre_step = None
         self.step_dict = OrderedDict()
         self.batch_size = 0
         self.has_step = False
