@@ -133,8 +133,8 @@ _DEFAULT_LAYER_APPENDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def check_default_layer_append(inference_params: Any) -> None:
     """A module built without ``layer_number`` caches as layer 1 (TE's default). Raise the ValueError that says so
-    when a second such module appends to it in the same step: each would write layer 1's cache (eager calls; the
-    caller appends next)."""
+    when layer 1 already took such a module's append in this step (``record_default_layer_append``): a second
+    module without one, or one module called for two layers, would write layer 1's cache twice (eager calls)."""
     step = getattr(inference_params, "step_dict", None)
     if step is None:   # a cache object without InferenceParams' steps: unchecked
         return
@@ -144,11 +144,23 @@ def check_default_layer_append(inference_params: Any) -> None:
         return
     if appended is step:
         raise ValueError(
-            "a second DotProductAttention built without layer_number appended to layer 1's cache in this step (a "
-            "module without one caches as layer 1, TE's default): pass each layer's DotProductAttention(..., "
+            "layer 1's cache already took an append in this step from a DotProductAttention built without "
+            "layer_number (such a module caches as layer 1, TE's default): a second module without one, or one "
+            "module called for two layers, would overwrite it; pass each layer's DotProductAttention(..., "
             "layer_number=L)"
         )
-    _DEFAULT_LAYER_APPENDS[inference_params] = step
+
+
+def record_default_layer_append(inference_params: Any) -> None:
+    """Note that a module without ``layer_number`` appended to layer 1 in this step (after the append went through:
+    a refused append leaves the step open to a corrected call)."""
+    step = getattr(inference_params, "step_dict", None)
+    if step is None:
+        return
+    try:
+        _DEFAULT_LAYER_APPENDS[inference_params] = step
+    except TypeError:
+        return
 
 
 def thd_seqlens(

@@ -63,11 +63,19 @@ def _checked_softmax_type(module: nn.Module, softmax_type: Any) -> str:
     return softmax_type
 
 
+def _checked_layer_number(module: nn.Module, layer_number: Any) -> int:
+    """An int >= 0; set after construction, the module's layer is no longer TE's default one."""
+    layer_number = integer_argument("layer_number", layer_number, 0)
+    module.__dict__["_layer_number_defaulted"] = False   # (the constructor sets it after this)
+    return layer_number
+
+
 _ASSIGNMENT_CHECKS = {
     "backend": _checked_backend,
     "attention_dropout": _checked_dropout,
     "softmax_scale": _checked_softmax_scale,
     "softmax_type": _checked_softmax_type,
+    "layer_number": _checked_layer_number,
 }
 """Attributes whose every assignment, the constructor's and later ones, is checked (and normalised) as the
 constructor's argument of that name: name -> check(module, value) -> the value kept."""
@@ -115,7 +123,8 @@ class DotProductAttention(nn.Module):
             without one of their own (``no_mask``, ``padding``, ``arbitrary``; default bottom-right). ``causal`` and
             ``padding_causal`` are top-left and the ``*_bottom_right`` types bottom-right, whatever it says.
         layer_number: which ``InferenceParams`` cache this module reads and appends to (default 1, TE's; a second
-            module left at the default that appends to layer 1 in the same step is refused).
+            append to layer 1 in one step from a module left at the default is refused). Set later, it is checked
+            as here.
         attention_type: ``"self"`` or ``"cross"`` (thd self-attention may leave out ``cu_seqlens_kv``).
         softmax_scale: default ``1 / sqrt(d_qk)``.
         softmax_type: ``"vanilla"``, ``"off-by-one"`` (a zero logit in every row's softmax) or ``"learnable"``
@@ -189,7 +198,7 @@ class DotProductAttention(nn.Module):
         # a numpy scalar or one-element tensor: its value
         (bottom_right_diagonal,) = inputs.host_scalars(bottom_right_diagonal)
         self.softmax_scale = softmax_scale
-        self.layer_number = 1 if layer_number is None else integer_argument("layer_number", layer_number, 0)
+        self.layer_number = 1 if layer_number is None else layer_number   # (checked by _ASSIGNMENT_CHECKS)
         self._layer_number_defaulted = layer_number is None
         if attention_type not in ("self", "cross"):
             raise ValueError(f"attention_type must be 'self' or 'cross'; got {attention_type!r}")
@@ -555,9 +564,12 @@ class DotProductAttention(nn.Module):
                 backend = selection.select(params, self.backend)
                 launches = plan.remember(key, params, backend)
         if kv_caching and not dry_run:   # checked and chosen: nothing is written for a call that is refused
-            if self._layer_number_defaulted and self.layer_number == 1 and eager:
+            default_layer = self._layer_number_defaulted and self.layer_number == 1 and eager
+            if default_layer:
                 call_setup.check_default_layer_append(inference_params)
             k, v = call_setup.append_step(inference_params, self.layer_number, k, v, fmt)   # the layer's caches
+            if default_layer:
+                call_setup.record_default_layer_append(inference_params)
         # positional, in AttentionCall's field order (keywords cost ~0.7 µs a call)
         call = AttentionCall(
             params, q, k, v, cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q_padded, cu_seqlens_kv_padded,

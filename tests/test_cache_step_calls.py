@@ -296,12 +296,33 @@ def test_two_modules_without_layer_number_in_one_step_are_refused() -> None:
         first(*inputs, inference_params=params)
         named(*inputs, inference_params=params)
     before = snapshot(params)
-    with pytest.raises(ValueError, match=r"a second DotProductAttention built without layer_number appended to "
-                                         r"layer 1's cache in this step .*layer_number=L\)"):
+    with pytest.raises(ValueError, match=r"layer 1's cache already took an append in this step from a "
+                                         r"DotProductAttention built without layer_number .*layer_number=L\)"):
         second(*inputs, inference_params=params)
     assert_unchanged(params, before)
     params.pre_step(OrderedDict({"a": 1, "b": 1}))
     second(*inputs, inference_params=params)   # a new step: one default-layer append again
+
+
+@pytest.mark.parametrize("refused", ["short_kv", "dtype"])
+def test_a_refused_append_without_layer_number_leaves_the_step_open(refused: str) -> None:
+    """A module without layer_number whose append is refused (k / v that do not fit the cache) appended nothing:
+    the corrected call in the same step runs, and its output matches the one of a fresh cache."""
+    def run(params: InferenceParams, bad: bool) -> torch.Tensor:
+        module = DotProductAttention(H, D, num_gqa_groups=H_KV, qkv_format="thd", attn_mask_type="padding_causal",
+                                     backend="unfused")
+        params.pre_step(OrderedDict({"a": 5}))
+        q, k, v = (torch.randn(5, heads, D, generator=torch.Generator().manual_seed(seed))
+                   for heads, seed in ((H, 1), (H_KV, 2), (H_KV, 3)))
+        if bad:
+            before = snapshot(params)
+            wrong = (q, k[:4], v[:4]) if refused == "short_kv" else (q.double(), k.double(), v.double())
+            with pytest.raises(ValueError, match="new_k"):
+                module(*wrong, inference_params=params)
+            assert_unchanged(params, before)
+        return module(q, k, v, inference_params=params)
+
+    torch.testing.assert_close(run(_cache(True), bad=True), run(_cache(True), bad=False), rtol=0, atol=0)
 
 
 def test_a_mask_given_to_a_cache_step_is_warned_about(monkeypatch: pytest.MonkeyPatch) -> None:

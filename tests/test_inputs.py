@@ -436,13 +436,17 @@ def test_unknown_backend_name(backend):
     ("softmax_scale", float("nan"), "softmax_scale must be a finite number or None"),
     ("softmax_type", "learnable", "softmax_type is fixed when the module is built"),
     ("softmax_type", "softmax", "softmax_type must be one of"),
+    ("layer_number", True, "layer_number must be an int >= 0; got True"),
+    ("layer_number", 1.0, "layer_number must be an int >= 0; got 1.0"),
+    ("layer_number", "1", "layer_number must be an int >= 0; got '1'"),
 ])
 def test_assignments_after_construction_are_checked_as_the_arguments(name, value, message):
     """``attn.backend = "unfused"`` was read a character at a time (KeyError: 'u'); a softmax_type set later found
     no sink logits, a string softmax_scale failed deep in a backend. Each assignment is checked as the constructor's
     argument, and a refused one leaves the module as it was."""
     m = module()
-    before = {key: getattr(m, key) for key in ("backend", "attention_dropout", "softmax_scale", "softmax_type")}
+    before = {key: getattr(m, key) for key in ("backend", "attention_dropout", "softmax_scale", "softmax_type",
+                                               "layer_number", "_layer_number_defaulted")}
     with pytest.raises(ValueError, match=message):
         setattr(m, name, value)
     assert {key: getattr(m, key) for key in before} == before
@@ -451,6 +455,8 @@ def test_assignments_after_construction_are_checked_as_the_arguments(name, value
 
 
 def test_assignments_after_construction_are_normalised():
+    import numpy as np
+
     m = module(backend=None)
     m.backend = "unfused"
     assert m.backend == ("unfused",)
@@ -465,6 +471,9 @@ def test_assignments_after_construction_are_normalised():
     m.softmax_type = "vanilla"   # the same type again: allowed
     m.attention_dropout = 0   # an int: stored as a float
     assert m.attention_dropout == 0.0 and type(m.attention_dropout) is float
+    assert m._layer_number_defaulted   # built without one: TE's layer 1
+    m.layer_number = np.int64(1)   # a numpy integer: its int; named now, so not TE's default layer any more
+    assert m.layer_number == 1 and type(m.layer_number) is int and not m._layer_number_defaulted
 
 
 def test_num_splits_may_be_a_numpy_integer():
