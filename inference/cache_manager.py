@@ -282,12 +282,13 @@ class KVCacheManager:
 
     def layer_cache(self, layer_number: int) -> tuple[Tensor, Tensor]:
         """Return ``cache[layer_number]`` or raise a ValueError that lists the allocated layers."""
-        if layer_number not in self.cache:
+        try:
+            return self.cache[layer_number]
+        except (KeyError, TypeError):   # (TypeError: an unhashable layer_number)
             raise ValueError(
                 f"layer_number={layer_number!r} has no KV cache; allocated layers: "
                 f"{sorted(self.cache)} (call allocate_memory(layer_number) first)"
-            )
-        return self.cache[layer_number]
+            ) from None
 
     def _allocate_pair(self, leading_shape: tuple[int, int]) -> tuple[Tensor, Tensor]:
         k_cache = torch.zeros(

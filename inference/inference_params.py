@@ -328,7 +328,12 @@ class InferenceParams:
         for paged caches, a view for non-paged ones). ``rows``: the step's ``batch_size`` by default; more, up to
         ``max_batch_size``, for a batch padded as TE's CUDA-graph recipe does (a traced call passes its own batch,
         so that torch.compile does not guard on ``batch_size``)."""
-        rows = self.batch_size if rows is None else rows
+        if rows is None:
+            rows = self.batch_size
+        elif not isinstance(rows, torch.SymInt):   # (a traced batch is checked where it was made)
+            rows = integer_argument("rows", rows, 0)
+            if rows > self.max_batch_size:
+                raise ValueError(f"rows={rows} exceeds max_batch_size={self.max_batch_size}: the caches hold no more")
         k_cache, v_cache = self.cache_manager.layer_cache(layer_number)
         if not self.is_paged:
             return k_cache[:rows], v_cache[:rows]

@@ -511,3 +511,32 @@ def test_an_instance_keeps_fewer_than_30_attributes():
     params = make_params("paged")
     run_step(params, {"a": 5, "b": 2})
     assert len(vars(params)) < 30, sorted(vars(params))
+
+
+@pytest.mark.parametrize("paging", ["non-paged", "paged"])
+@pytest.mark.parametrize("rows, message", [
+    (4, r"rows=4 exceeds max_batch_size=3"),
+    (-1, r"rows must be an int >= 0; got -1"),
+    (1.5, r"rows must be an int >= 0; got 1.5"),
+])
+def test_converting_more_rows_than_the_caches_hold_is_refused(paging, rows, message):
+    """``rows`` past max_batch_size read a reshape error (paged) or came back short (non-paged); -1 read one row
+    less, a float a slice error."""
+    params = make_params(paging)
+    run_step(params, {"a": 3, "b": 1})
+    with pytest.raises(ValueError, match=message):
+        params.convert_paged_to_nonpaged(1, rows)
+    k_rows, _ = params.convert_paged_to_nonpaged(1, 3)   # up to max_batch_size: a batch padded as TE's graphs do
+    assert k_rows.shape[0] == 3
+
+
+@pytest.mark.parametrize("layer_number", [[1], 3, "1"])
+def test_an_unknown_layer_number_names_the_allocated_layers(layer_number):
+    """An unhashable layer number read ``TypeError: unhashable type: 'list'``."""
+    params = make_params("paged")
+    params.pre_step(OrderedDict({"a": 3}))
+    new_k, new_v = new_kv("thd", [3])
+    with pytest.raises(ValueError, match=r"has no KV cache; allocated layers: \[1, 2\]"):
+        params.step(layer_number, new_k, new_v, "thd")
+    with pytest.raises(ValueError, match=r"has no KV cache; allocated layers: \[1, 2\]"):
+        params.convert_paged_to_nonpaged(layer_number)
