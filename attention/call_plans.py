@@ -86,6 +86,11 @@ class CallPlans:
     def __len__(self) -> int:
         return len(self._plans)
 
+    def __getstate__(self) -> dict:
+        """A copy or a pickle (``copy.deepcopy`` / ``torch.save`` of the module) starts with no plans: the kept
+        ones hold compiled kernels, their locks and TMA descriptors, which neither copy nor pickle."""
+        return {"_plans": {}}
+
     def lookup(self, signature: tuple | None) -> CallPlan | None:
         """The signature's plan, a new (unchecked) one if it has none yet; None without a signature or
         for one that is not hashable (a list among the host arguments, say: such calls take the full

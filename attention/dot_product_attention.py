@@ -70,12 +70,19 @@ def _checked_layer_number(module: nn.Module, layer_number: Any) -> int:
     return layer_number
 
 
+def _checked_attention_type(module: nn.Module, attention_type: Any) -> str:
+    if attention_type not in ("self", "cross"):
+        raise ValueError(f"attention_type must be 'self' or 'cross'; got {attention_type!r}")
+    return attention_type
+
+
 _ASSIGNMENT_CHECKS = {
     "backend": _checked_backend,
     "attention_dropout": _checked_dropout,
     "softmax_scale": _checked_softmax_scale,
     "softmax_type": _checked_softmax_type,
     "layer_number": _checked_layer_number,
+    "attention_type": _checked_attention_type,
 }
 """Attributes whose every assignment, the constructor's and later ones, is checked (and normalised) as the
 constructor's argument of that name: name -> check(module, value) -> the value kept."""
@@ -200,9 +207,7 @@ class DotProductAttention(nn.Module):
         self.softmax_scale = softmax_scale
         self.layer_number = 1 if layer_number is None else layer_number   # (checked by _ASSIGNMENT_CHECKS)
         self._layer_number_defaulted = layer_number is None
-        if attention_type not in ("self", "cross"):
-            raise ValueError(f"attention_type must be 'self' or 'cross'; got {attention_type!r}")
-        self.attention_type = attention_type
+        self.attention_type = attention_type   # (checked by _ASSIGNMENT_CHECKS)
         self.softmax_type = softmax_type
         if softmax_type == "learnable":
             self.softmax_offset = nn.Parameter(torch.zeros(self.num_attention_heads))

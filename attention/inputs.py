@@ -19,7 +19,11 @@ def check_qkv(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qkv_format: str,
     num_heads: int, num_gqa_groups: int, head_dim_qk: int, head_dim_v: int,
 ) -> None:
-    """Shapes, dtypes and devices of q/k/v against the module's configuration."""
+    """Shapes, dtypes and devices of q/k/v against the module's configuration (its head counts, which may have
+    been set since it was built, too)."""
+    if num_gqa_groups < 1 or num_heads % num_gqa_groups:
+        raise ValueError(f"num_gqa_groups must divide num_attention_heads={num_heads}; got {num_gqa_groups} (the "
+                         "module's attributes)")
     for name, t in zip(_NAMES, (q, k, v)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} must be a torch.Tensor; got {type(t).__name__}")

@@ -232,3 +232,32 @@ def test_a_thd_cache_step_takes_its_query_length_from_the_host(monkeypatch, coun
             out = attn(q, k, v, cu_seqlens_q=cu, cu_seqlens_kv=cu, inference_params=cache)
         assert out.shape == (total, HEADS * DIM)
     assert [p.max_seqlen_q for p in counted["selected"]] == [5, 1, 2]
+
+
+@pytest.mark.parametrize("backend", ["fused", "unfused"])
+def test_a_module_copies_and_pickles_after_its_calls(backend):
+    """The kept plans hold compiled kernels (with locks and TMA descriptors on a GPU): a module that had run the fused
+    backend could not be deep-copied, pickled or saved whole. A copy starts without plans and gives the same output."""
+    import copy
+    import io
+    import pickle
+
+    from attention.backends.fused import FusedBackend
+
+    dtype = torch.float16
+    if backend == "fused" and FusedBackend().availability_reason() is not None:
+        pytest.skip(FusedBackend().availability_reason())
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    attn = _module(backend=backend).to(device)
+    q, k, v = (x.to(device) for x in _qkv(dtype=dtype))
+    with torch.no_grad():
+        out = attn(q, k, v)
+        assert len(attn._call_plans) == 1
+        buffer = io.BytesIO()
+        torch.save(attn, buffer)
+        buffer.seek(0)
+        copies = [copy.deepcopy(attn), pickle.loads(pickle.dumps(attn)), torch.load(buffer, weights_only=False)]
+        for copied in copies:
+            assert len(copied._call_plans) == 0 and len(attn._call_plans) == 1
+            torch.testing.assert_close(copied(q, k, v), out, rtol=0, atol=0)
+            assert copied.last_backend == backend

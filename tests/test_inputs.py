@@ -439,6 +439,7 @@ def test_unknown_backend_name(backend):
     ("layer_number", True, "layer_number must be an int >= 0; got True"),
     ("layer_number", 1.0, "layer_number must be an int >= 0; got 1.0"),
     ("layer_number", "1", "layer_number must be an int >= 0; got '1'"),
+    ("attention_type", "bogus", "attention_type must be 'self' or 'cross'; got 'bogus'"),
 ])
 def test_assignments_after_construction_are_checked_as_the_arguments(name, value, message):
     """``attn.backend = "unfused"`` was read a character at a time (KeyError: 'u'); a softmax_type set later found
@@ -446,12 +447,22 @@ def test_assignments_after_construction_are_checked_as_the_arguments(name, value
     argument, and a refused one leaves the module as it was."""
     m = module()
     before = {key: getattr(m, key) for key in ("backend", "attention_dropout", "softmax_scale", "softmax_type",
-                                               "layer_number", "_layer_number_defaulted")}
+                                               "layer_number", "_layer_number_defaulted", "attention_type")}
     with pytest.raises(ValueError, match=message):
         setattr(m, name, value)
     assert {key: getattr(m, key) for key in before} == before
     q, k, v = qkv()
     m(q, k, v)
+
+
+def test_head_counts_set_after_construction_are_checked_at_the_call():
+    """num_gqa_groups set to 3 beside 4 heads failed deep in a backend (a size mismatch naming no argument)."""
+    m = module()
+    m.num_gqa_groups = 3
+    q = torch.randn(B, S, H, D)
+    k = v = torch.randn(B, S, 3, D)
+    with pytest.raises(ValueError, match=rf"num_gqa_groups must divide num_attention_heads={H}; got 3"):
+        m(q, k, v)
 
 
 def test_assignments_after_construction_are_normalised():
