@@ -139,7 +139,6 @@ def env_disabled(env: tuple[str | None, ...] | None = None) -> tuple[str, ...]:
 def _candidates(
     env: tuple[str | None, ...], requested: tuple[str, ...] | None, from_context: tuple[str, ...] | None
 ) -> tuple[tuple[str, ...], str]:
-    configure_logging(env[-2], env[-1])
     disabled = env_disabled(env)          # validates the switches even when a backend is named
     if requested:
         return requested, "backend= argument"
@@ -151,8 +150,11 @@ def _candidates(
 
 
 def candidates(requested: tuple[str, ...] | None) -> tuple[tuple[str, ...], str]:
-    """The ordered backends to try and where that list came from (for messages)."""
-    return _candidates(env_snapshot(), requested, context_backends())
+    """The ordered backends to try and where that list came from (for messages). The logger follows
+    ``NVTE_DEBUG*`` as they are now (outside the cache: going back to an earlier level takes effect too)."""
+    env = env_snapshot()
+    configure_logging(env[-2], env[-1])
+    return _candidates(env, requested, context_backends())
 
 
 def all_reasons(params: AttentionParams, names: Sequence[str]) -> dict[str, list[str]]:
@@ -288,25 +290,35 @@ def _short(p: AttentionParams) -> str:
 
 _LOG_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG}
 _handler: logging.Handler | None = None
+_level_set: int | None = None   # the level configure_logging gave the logger (undone when NVTE_DEBUG goes off)
 
 
 def configure_logging(debug: str | None = None, debug_level: str | None = None) -> None:
     """Honour ``NVTE_DEBUG``/``NVTE_DEBUG_LEVEL`` (read from the environment when not given):
-    level = warning/info/debug for 0/1/2.
+    level = warning/info/debug for 0/1/2. A set ``NVTE_DEBUG_LEVEL`` must be an integer, whatever ``NVTE_DEBUG``.
 
-    Without NVTE_DEBUG=1 the library installs no handler and leaves the logger to the app.
+    Without NVTE_DEBUG=1 the library installs no handler and leaves the logger to the app: turned off again, it
+    takes back the handler and the level it set (a level the app set since stays).
     """
-    global _handler
+    global _handler, _level_set
     debug = os.environ.get("NVTE_DEBUG") if debug is None else debug
-    if debug is None or not env_flag("NVTE_DEBUG", debug):   # 0 / 1 as the switches: "true" would log nothing
-        return
+    on = debug is not None and env_flag("NVTE_DEBUG", debug)   # 0 / 1 as the switches: "true" would log nothing
     debug_level = os.environ.get("NVTE_DEBUG_LEVEL") if debug_level is None else debug_level
     try:
-        level = int(debug_level or "0")
+        level = 0 if debug_level is None else int(debug_level)
     except ValueError:
         raise ValueError("environment variable NVTE_DEBUG_LEVEL must be an integer: 0 (warnings), 1 (info) or 2 "
                          f"(debug; larger counts as 2, below 0 as 0); got {debug_level!r}") from None
-    logger.setLevel(_LOG_LEVELS.get(min(max(level, 0), 2)))
+    if not on:
+        if _handler is not None:
+            logger.removeHandler(_handler)
+            _handler = None
+            if logger.level == _level_set:
+                logger.setLevel(logging.NOTSET)
+            _level_set = None
+        return
+    _level_set = _LOG_LEVELS[min(max(level, 0), 2)]
+    logger.setLevel(_level_set)
     if _handler is None:
         _handler = logging.StreamHandler()
         _handler.setFormatter(logging.Formatter("[%(levelname)s | %(name)s]: %(message)s"))

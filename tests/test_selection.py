@@ -228,6 +228,43 @@ def test_a_debug_level_that_is_not_an_integer_is_named(fakes, monkeypatch):
         selection.configure_logging()
 
 
+@pytest.mark.parametrize("level", ["", "x"])
+@pytest.mark.parametrize("debug", [None, "0", "1"])
+def test_a_set_debug_level_must_be_an_integer_whatever_nvte_debug(fakes, monkeypatch, level, debug):
+    """An empty NVTE_DEBUG_LEVEL read as 0, and "x" passed unless NVTE_DEBUG=1."""
+    if debug is None:
+        monkeypatch.delenv("NVTE_DEBUG", raising=False)
+    else:
+        monkeypatch.setenv("NVTE_DEBUG", debug)
+    monkeypatch.setenv("NVTE_DEBUG_LEVEL", level)
+    with pytest.raises(ValueError, match=f"NVTE_DEBUG_LEVEL must be an integer.*got {level!r}"):
+        selection.select(PARAMS)
+
+
+def test_logging_follows_nvte_debug_off_and_back_to_an_earlier_level(fakes, monkeypatch):
+    """NVTE_DEBUG=0 after 1 kept the handler and the INFO level; going back to a level seen before (an environment
+    the choice's cache knew) left the logger at the last one."""
+    logger = logging.getLogger("attention")
+    monkeypatch.setattr(selection, "_handler", None)
+    monkeypatch.setattr(logger, "level", logging.NOTSET)
+    handlers = list(logger.handlers)
+    monkeypatch.setenv("NVTE_DEBUG", "1")
+    for level, expected in (("1", logging.INFO), ("0", logging.WARNING), ("1", logging.INFO)):
+        monkeypatch.setenv("NVTE_DEBUG_LEVEL", level)
+        selection.select(PARAMS)
+        assert logger.level == expected
+    assert len(logger.handlers) == len(handlers) + 1
+    monkeypatch.setenv("NVTE_DEBUG", "0")
+    selection.select(PARAMS)
+    assert logger.handlers == handlers and logger.level == logging.NOTSET   # the logger left to the app again
+    monkeypatch.setenv("NVTE_DEBUG", "1")
+    selection.select(PARAMS)
+    logger.setLevel(logging.ERROR)   # the app's own level, set since: kept when NVTE_DEBUG goes off
+    monkeypatch.delenv("NVTE_DEBUG")
+    selection.select(PARAMS)
+    assert logger.handlers == handlers and logger.level == logging.ERROR
+
+
 @pytest.mark.parametrize("name", ["NVTE_DEBUG", "NVTE_ALLOW_NONDETERMINISTIC_ALGO"])
 @pytest.mark.parametrize("value", ["true", "false", "2", ""])
 def test_debug_and_determinism_variables_take_0_or_1(name, value, monkeypatch):
