@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 import pytest
@@ -159,12 +160,39 @@ def test_a_thd_cache_step_starts_from_zeros_only_with_padding_rows(monkeypatch, 
 
 @pytest.mark.parametrize("value", ["1", "true", "on"])
 def test_cpu_tensors_are_accepted_under_every_spelling_triton_interprets(value, monkeypatch) -> None:
-    """TRITON_INTERPRET is read as Triton reads it: "true" interprets as "1" does."""
+    """TRITON_INTERPRET is read as Triton reads it: "true" interprets as "1" does (before the kernels are defined:
+    here as if they were not yet)."""
     from attention.backends.fused import FusedBackend
+    from attention.kernels import availability
 
+    monkeypatch.setattr(availability, "_kernels_interpreted", None)
     monkeypatch.setenv("TRITON_INTERPRET", value)
     reasons = FusedBackend().extra_reasons(replace(PARAMS, device_type="cpu", dtype=torch.float32))
     assert not any("TRITON_INTERPRET" in reason for reason in reasons), reasons
+
+
+def test_triton_interpret_is_the_kernels_mode_once_they_are_defined(monkeypatch) -> None:
+    """triton.jit reads TRITON_INTERPRET as it defines a kernel. The choice read it on every call, but its answer
+    to "can the kernels run on this CPU" was kept from the first call: setting it (and clear_cache) still said "set
+    TRITON_INTERPRET=1", and once the kernels existed, changing it changed the choice but not the kernels."""
+    from attention.backends import fused
+    from attention.kernels import availability
+
+    # a cache of its own: its answers assume no CUDA device
+    monkeypatch.setattr(fused, "_triton_reason_for", functools.cache(fused._triton_reason_for.__wrapped__))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(availability, "_kernels_interpreted", None)   # not defined yet: the variable as it is now
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert "set TRITON_INTERPRET=1" in fused._triton_reason()
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert fused._triton_reason() is None
+    monkeypatch.setattr(availability, "_kernels_interpreted", False)   # defined without it: setting it now is late
+    assert "the kernels were defined without TRITON_INTERPRET=1" in fused._triton_reason()
+    reasons = fused.FusedBackend().extra_reasons(replace(PARAMS, device_type="cpu", dtype=torch.float32))
+    assert any("float32 runs only under TRITON_INTERPRET=1" in reason for reason in reasons), reasons
+    monkeypatch.setattr(availability, "_kernels_interpreted", True)   # defined interpreted: unsetting it is late too
+    monkeypatch.delenv("TRITON_INTERPRET")
+    assert fused._triton_reason() is None and availability.kernels_interpreted()
 
 
 @pytest.mark.parametrize("pad_between_seqs", [None, False])

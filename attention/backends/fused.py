@@ -16,7 +16,7 @@ import torch
 from attention import custom_ops
 from attention.backends.base import AttentionCall, Backend, Capabilities
 from attention.call_setup import eager_step_value
-from attention.kernels.availability import interpreter_enabled
+from attention.kernels.availability import interpreter_enabled, kernels_interpreted
 from attention.kernels.configs import MAX_NUM_SPLITS
 from attention.masks import is_causal
 from attention.params import AttentionParams
@@ -32,8 +32,13 @@ def _launches() -> ModuleType:
     return fused_launches
 
 
-@functools.cache
 def _triton_reason() -> str | None:
+    return _triton_reason_for(kernels_interpreted(), interpreter_enabled())
+
+
+@functools.cache
+def _triton_reason_for(interpreted: bool, interpret_now: bool) -> str | None:
+    del interpreted, interpret_now   # the cache key: the kernels' mode and TRITON_INTERPRET now (what the reason says)
     if importlib.util.find_spec("triton") is None:
         return "triton is not installed (pip install triton)"
     from attention.kernels import triton_available
@@ -104,12 +109,12 @@ class FusedBackend(Backend):
 
     def extra_reasons(self, params: AttentionParams) -> list[str]:
         reasons = []
-        if params.device_type == "cpu" and not interpreter_enabled() and torch.cuda.is_available():
+        if params.device_type == "cpu" and not kernels_interpreted() and torch.cuda.is_available():
             reasons.append("CPU tensors run only under TRITON_INTERPRET=1 (tests); move the inputs to CUDA")
         if params.device_type == "cpu" and params.dtype == torch.bfloat16:
             # (triton 3.6 to 3.9: errors of ~1e9 against the fp32 reference)
             reasons.append("bfloat16 on CPU: the Triton interpreter's tl.dot gets it wrong; use float16 or float32 there")
-        if params.dtype == torch.float32 and not interpreter_enabled():
+        if params.dtype == torch.float32 and not kernels_interpreted():
             reasons.append("float32 runs only under TRITON_INTERPRET=1 (tests)"
                            + ("; on CUDA use float16 or bfloat16" if params.device_type == "cuda" else ""))
         if params.num_splits > MAX_NUM_SPLITS:

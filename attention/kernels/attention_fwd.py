@@ -12,7 +12,7 @@ from attention.environment import getenv, token_reader
 from . import hopper_decode, hopper_forward, hopper_mixed, hopper_mixed_roles
 from .arguments import kernel_layout, normalize_window, scale_log2, validate_forward_arguments
 from .attention_fwd_kernel import attention_fwd_kernel
-from .availability import interpreter_enabled
+from .availability import kernels_interpreted
 from .combine import combine_launch, split_counter_buffer
 from .configs import (
     MAX_NUM_SPLITS,
@@ -474,7 +474,7 @@ def _plan_forward(
     if config is None:
         config = select_forward_config(
             head_dim_qk=shapes.head_dim_qk, head_dim_v=shapes.head_dim_v, group_size=group_size,
-            max_seqlen_q=max_seqlen_q, interpret=interpreter_enabled(), paged=shapes.paged, max_seqlen_kv=max_seqlen_kv,
+            max_seqlen_q=max_seqlen_q, interpret=kernels_interpreted(), paged=shapes.paged, max_seqlen_kv=max_seqlen_kv,
             causal=window_right >= 0, num_q_tiles=q_tile_count(total_q, group_size, shapes.num_heads_kv),
             mixed=mixed_batch(shapes.num_seqs, total_q, max_seqlen_q))
     elif config.block_q * group_size > config.block_m or config.block_dqk < shapes.head_dim_qk \
@@ -537,7 +537,7 @@ def _plan_forward(
     grid = (q_programs + tail_programs, shapes.num_heads_kv, num_splits)
     fused_combine = write_partial and config.fused_combine
     # (the interpreter has no grid dependency control; CPU tensors outside it only reach tests/sm90_compile)
-    dependent_launch = write_partial and not fused_combine and config.dependent_combine and not interpreter_enabled()
+    dependent_launch = write_partial and not fused_combine and config.dependent_combine and not kernels_interpreted()
     attention = KernelLaunch(
         attention_fwd_kernel, grid,
         scalars=(

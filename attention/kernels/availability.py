@@ -8,14 +8,33 @@ import torch
 
 from attention.environment import getenv
 
-__all__ = ["interpreter_enabled", "triton_available"]
+__all__ = ["interpreter_enabled", "kernels_interpreted", "note_kernels_defined", "triton_available"]
+
+_kernels_interpreted: bool | None = None
+"""What TRITON_INTERPRET meant when the attention kernels were defined (None before): ``triton.jit`` reads it as it
+wraps a function, so a later change does not reach them."""
 
 
 def interpreter_enabled() -> bool:
-    """True when TRITON_INTERPRET=1, i.e. kernels run on CPU tensors through Triton's interpreter (the
-    values Triton reads as on: 1, true, on, yes)."""
+    """True when TRITON_INTERPRET=1 now, i.e. kernels jitted from here on run on CPU tensors through Triton's
+    interpreter (the values Triton reads as on: 1, true, on, yes). The attention kernels' own mode is
+    ``kernels_interpreted()``'s."""
     value = getenv("TRITON_INTERPRET")
     return value is not None and value.strip().lower() in ("1", "true", "on", "yes")
+
+
+def kernels_interpreted() -> bool:
+    """Do the attention kernels run in Triton's interpreter? TRITON_INTERPRET as it was when they were defined (the
+    first fused call imports them), as it is now before that."""
+    defined = _kernels_interpreted
+    return interpreter_enabled() if defined is None else defined
+
+
+def note_kernels_defined() -> None:
+    """Called by the first kernel module as it is imported, before its ``triton.jit`` functions are made."""
+    global _kernels_interpreted
+    if _kernels_interpreted is None:
+        _kernels_interpreted = interpreter_enabled()
 
 
 def triton_available() -> str | None:
@@ -35,9 +54,12 @@ def triton_available() -> str | None:
     """
     if importlib.util.find_spec("triton") is None:
         return "the `triton` package is not installed (pip install triton)"
-    if interpreter_enabled():
+    if kernels_interpreted():
         return None
     if not torch.cuda.is_available():
+        if _kernels_interpreted is False and interpreter_enabled():
+            return ("no CUDA device is visible, and the kernels were defined without TRITON_INTERPRET=1 (Triton reads "
+                    "it as it defines them: set it before the process's first fused call)")
         return "no CUDA device is visible (set TRITON_INTERPRET=1 to run the kernels on CPU)"
     major, minor = torch.cuda.get_device_capability()
     if major < 8:

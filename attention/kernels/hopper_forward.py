@@ -18,7 +18,7 @@ from attention.environment import getenv, switch
 from .arguments import scale_log2
 from .attention_decode_hopper import MAX_DECODE_ROWS
 from .attention_fwd_hopper import HOPPER_ROWS_PER_GROUP, attention_fwd_hopper_kernel
-from .availability import interpreter_enabled
+from .availability import kernels_interpreted
 from .configs import mixed_batch
 from .hopper_decode import DecodeHopperPlan, plan_decode_hopper
 from .hopper_mixed import MixedHopperPlan, plan_mixed_hopper
@@ -214,7 +214,7 @@ def hopper_unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 def _on_sm90(q: torch.Tensor) -> bool:
     """q is on an sm90 GPU and the kernels would compile for it (not the interpreter)."""
-    return not interpreter_enabled() and q.is_cuda and torch.cuda.get_device_capability(q.device) == (9, 0)
+    return not kernels_interpreted() and q.is_cuda and torch.cuda.get_device_capability(q.device) == (9, 0)
 
 
 def _page_size_reason(page_size: int, block_n: int, min_page_size: int = HOPPER_MIN_PAGE_SIZE) -> str | None:

@@ -5,7 +5,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .availability import note_kernels_defined
+
 __all__ = ["find_sequence"]
+
+note_kernels_defined()   # (every Triton attention kernel module imports this one before it defines its kernels)
 
 
 @triton.jit
