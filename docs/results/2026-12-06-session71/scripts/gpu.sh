@@ -5,9 +5,9 @@
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD OMP_NUM_THREADS=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader
-timeout 200 python3 -m pytest -q -rs -p no:cacheprovider tests/test_call_plans.py tests/test_fused_backend.py \
+timeout 150 python3 -m pytest -q -rs -p no:cacheprovider tests/test_call_plans.py tests/test_fused_backend.py \
   tests/test_selection.py tests/test_inputs.py tests/test_cache_step_calls.py tests/test_inference_params.py \
   > $OUT/changed.log 2>&1
 echo "changed files rc=$?"; tail -n 3 $OUT/changed.log; grep -E "^(FAILED|ERROR)" $OUT/changed.log | head -20
-T=${T:-420} bash docs/results/2026-12-06-h100-66a9869/scripts/next.sh suite
+T=${T:-380} bash docs/results/2026-12-06-h100-66a9869/scripts/next.sh suite
 echo "suite rc=$?"
