@@ -24,6 +24,12 @@ def qkv(fmt="bshd", b=B, s_q=S, s_kv=S, h=H, hk=HK, d=D, dv=DV, dtype=torch.floa
             torch.randn(*shape(s_kv, hk, dv), dtype=dtype))
 
 
+def _fused_device(backend: str) -> str:
+    """Where a test's fused case runs: on the GPU where there is one (CPU tensors run the fused kernels only under
+    TRITON_INTERPRET=1, the CPU suite's mode)."""
+    return "cuda" if backend == "fused" and torch.cuda.is_available() else "cpu"
+
+
 def module(**kwargs) -> DotProductAttention:
     # The unfused backend, so that every error here comes from the module's own checks (the fused
     # backend, chosen automatically under the Triton interpreter, has argument checks of its own).
@@ -595,9 +601,11 @@ def test_alibi_slopes_of_a_wrong_shape(shape):
 def test_alibi_slopes_may_be_any_view(backend, view):
     """Slopes as a strided or expanded view run as their contiguous copy (the fused backend refused them after
     selection, naming a contiguous last dim)."""
-    slopes = {"transposed": torch.rand(H, B).t(), "expanded": torch.rand(1, 1).expand(B, H),
-              "strided": torch.rand(2 * H)[::2]}[view]
-    q, k, v = (x.half() for x in qkv())
+    device = _fused_device(backend)
+    slopes = {"transposed": torch.rand(H, B, device=device).t(),
+              "expanded": torch.rand(1, 1, device=device).expand(B, H),
+              "strided": torch.rand(2 * H, device=device)[::2]}[view]
+    q, k, v = (x.half().to(device) for x in qkv())
     m = module(attn_mask_type="causal", backend=backend)
     out = m(q, k, v, core_attention_bias_type="alibi", alibi_slopes=slopes)
     expected = m(q, k, v, core_attention_bias_type="alibi", alibi_slopes=slopes.contiguous())
@@ -774,7 +782,7 @@ def test_windows_past_any_sequence_act_as_no_window(backend, mask, window):
     position in int32 and the unfused backend 2**63 - 1 in int64, wrapping to windows that hid keys."""
     from tests.reference import reference_attention
 
-    q, k, v = (x.half() if backend == "fused" else x for x in qkv(s_q=9, s_kv=9))
+    q, k, v = (x.half().to(_fused_device(backend)) if backend == "fused" else x for x in qkv(s_q=9, s_kv=9))
     out = module(attn_mask_type=mask, backend=backend)(q, k, v, window_size=window)
     expected = reference_attention(q, k, v, qkv_format="bshd", attn_mask_type=mask)
     torch.testing.assert_close(out.float(), expected.float(), atol=2e-3, rtol=2e-3)
