@@ -785,7 +785,7 @@ def test_windows_past_any_sequence_act_as_no_window(backend, mask, window):
     q, k, v = (x.half().to(_fused_device(backend)) if backend == "fused" else x for x in qkv(s_q=9, s_kv=9))
     out = module(attn_mask_type=mask, backend=backend)(q, k, v, window_size=window)
     expected = reference_attention(q, k, v, qkv_format="bshd", attn_mask_type=mask)
-    torch.testing.assert_close(out.float(), expected.float(), atol=2e-3, rtol=2e-3)
+    torch.testing.assert_close(out.float().cpu(), expected.float().cpu(), atol=2e-3, rtol=2e-3)
 
 
 def test_numpy_integer_windows_are_taken_and_bools_refused():
