@@ -40,7 +40,7 @@ def _clean_nvte_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(autouse=True)
 def _release_cached_gpu_memory():
-    """Give a test's cached CUDA blocks back after it: scripts/gpu_tests.sh runs thirteen shards on one GPU, and on an
+    """Give a test's cached CUDA blocks back after it: scripts/gpu_tests.sh runs its shards on one GPU at once, and on an
     80 GB H100 (2026-12-05) one shard's cache of 42 GiB left the others out of memory (38 tests failed there, all
     passing when run alone)."""
     yield
