@@ -150,8 +150,9 @@ def _candidates(
 
 
 def candidates(requested: tuple[str, ...] | None) -> tuple[tuple[str, ...], str]:
-    """The ordered backends to try and where that list came from (for messages). The logger follows
-    ``NVTE_DEBUG*`` as they are now (outside the cache: going back to an earlier level takes effect too)."""
+    """The ordered backends to try and where that list came from (for messages). The logger is set for
+    ``NVTE_DEBUG*`` as they are now, before the choice that may log (outside the cache, so that going back to an
+    earlier level takes effect too; a call whose choice is kept logs nothing and sets nothing)."""
     env = env_snapshot()
     configure_logging(env[-2], env[-1])
     return _candidates(env, requested, context_backends())
@@ -289,37 +290,45 @@ def _short(p: AttentionParams) -> str:
 
 
 _LOG_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG}
+_FROM_ENV = "read from the environment"   # configure_logging's default (None is an unset variable)
 _handler: logging.Handler | None = None
+_applied: tuple[str | None, str | None] | None = None   # the (NVTE_DEBUG, NVTE_DEBUG_LEVEL) last applied
 _level_set: int | None = None   # the level configure_logging gave the logger (undone when NVTE_DEBUG goes off)
+_level_before: int = logging.NOTSET   # the logger's level before that (given back then)
 
 
-def configure_logging(debug: str | None = None, debug_level: str | None = None) -> None:
-    """Honour ``NVTE_DEBUG``/``NVTE_DEBUG_LEVEL`` (read from the environment when not given):
-    level = warning/info/debug for 0/1/2. A set ``NVTE_DEBUG_LEVEL`` must be an integer, whatever ``NVTE_DEBUG``.
+def configure_logging(debug: str | None = _FROM_ENV, debug_level: str | None = _FROM_ENV) -> None:
+    """Honour ``NVTE_DEBUG``/``NVTE_DEBUG_LEVEL`` (values as the variables hold them, None when unset; read from the
+    environment when not given): level = warning/info/debug for 0/1/2. A set ``NVTE_DEBUG_LEVEL`` must be an
+    integer, whatever ``NVTE_DEBUG``. The values last applied are kept: the same ones again change nothing.
 
     Without NVTE_DEBUG=1 the library installs no handler and leaves the logger to the app: turned off again, it
-    takes back the handler and the level it set (a level the app set since stays).
+    takes back its handler and gives the logger its earlier level back (unless the app set another since).
     """
-    global _handler, _level_set
-    debug = os.environ.get("NVTE_DEBUG") if debug is None else debug
+    global _handler, _applied, _level_set, _level_before
+    debug = os.environ.get("NVTE_DEBUG") if debug is _FROM_ENV else debug
+    debug_level = os.environ.get("NVTE_DEBUG_LEVEL") if debug_level is _FROM_ENV else debug_level
+    if (debug, debug_level) == _applied:
+        return
     on = debug is not None and env_flag("NVTE_DEBUG", debug)   # 0 / 1 as the switches: "true" would log nothing
-    debug_level = os.environ.get("NVTE_DEBUG_LEVEL") if debug_level is None else debug_level
     try:
         level = 0 if debug_level is None else int(debug_level)
     except ValueError:
         raise ValueError("environment variable NVTE_DEBUG_LEVEL must be an integer: 0 (warnings), 1 (info) or 2 "
                          f"(debug; larger counts as 2, below 0 as 0); got {debug_level!r}") from None
+    _applied = (debug, debug_level)
     if not on:
         if _handler is not None:
             logger.removeHandler(_handler)
             _handler = None
             if logger.level == _level_set:
-                logger.setLevel(logging.NOTSET)
+                logger.setLevel(_level_before)
             _level_set = None
         return
-    _level_set = _LOG_LEVELS[min(max(level, 0), 2)]
-    logger.setLevel(_level_set)
     if _handler is None:
+        _level_before = logger.level
         _handler = logging.StreamHandler()
         _handler.setFormatter(logging.Formatter("[%(levelname)s | %(name)s]: %(message)s"))
         logger.addHandler(_handler)
+    _level_set = _LOG_LEVELS[min(max(level, 0), 2)]
+    logger.setLevel(_level_set)

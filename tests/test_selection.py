@@ -212,7 +212,19 @@ def test_info_once_per_configuration_and_debug_reasons(fakes, monkeypatch, caplo
     assert any("fused refuses on purpose" in m for m in debugs)
 
 
-def test_debug_level_maps_to_logger_level(fakes, monkeypatch):
+@pytest.fixture
+def fresh_logger(monkeypatch):
+    """The "attention" logger and configure_logging's record of it as a fresh process has them (restored after)."""
+    logger = logging.getLogger("attention")
+    for name, value in (("_handler", None), ("_applied", None), ("_level_set", None),
+                        ("_level_before", logging.NOTSET)):
+        monkeypatch.setattr(selection, name, value)
+    monkeypatch.setattr(logger, "level", logging.NOTSET)
+    monkeypatch.setattr(logger, "handlers", list(logger.handlers))
+    return logger
+
+
+def test_debug_level_maps_to_logger_level(fakes, monkeypatch, fresh_logger):
     monkeypatch.setenv("NVTE_DEBUG", "1")
     for level, expected in (("0", logging.WARNING), ("1", logging.INFO), ("2", logging.DEBUG)):
         monkeypatch.setenv("NVTE_DEBUG_LEVEL", level)
@@ -241,13 +253,12 @@ def test_a_set_debug_level_must_be_an_integer_whatever_nvte_debug(fakes, monkeyp
         selection.select(PARAMS)
 
 
-def test_logging_follows_nvte_debug_off_and_back_to_an_earlier_level(fakes, monkeypatch):
+def test_logging_follows_nvte_debug_off_and_back_to_an_earlier_level(fakes, monkeypatch, fresh_logger):
     """NVTE_DEBUG=0 after 1 kept the handler and the INFO level; going back to a level seen before (an environment
-    the choice's cache knew) left the logger at the last one."""
-    logger = logging.getLogger("attention")
-    monkeypatch.setattr(selection, "_handler", None)
-    monkeypatch.setattr(logger, "level", logging.NOTSET)
+    the choice's cache knew) left the logger at the last one. Turned off, the logger gets the app's level back."""
+    logger = fresh_logger
     handlers = list(logger.handlers)
+    logger.setLevel(logging.ERROR)   # the app's level before NVTE_DEBUG=1
     monkeypatch.setenv("NVTE_DEBUG", "1")
     for level, expected in (("1", logging.INFO), ("0", logging.WARNING), ("1", logging.INFO)):
         monkeypatch.setenv("NVTE_DEBUG_LEVEL", level)
@@ -256,13 +267,15 @@ def test_logging_follows_nvte_debug_off_and_back_to_an_earlier_level(fakes, monk
     assert len(logger.handlers) == len(handlers) + 1
     monkeypatch.setenv("NVTE_DEBUG", "0")
     selection.select(PARAMS)
-    assert logger.handlers == handlers and logger.level == logging.NOTSET   # the logger left to the app again
+    assert logger.handlers == handlers and logger.level == logging.ERROR   # the logger left to the app again
     monkeypatch.setenv("NVTE_DEBUG", "1")
     selection.select(PARAMS)
-    logger.setLevel(logging.ERROR)   # the app's own level, set since: kept when NVTE_DEBUG goes off
+    logger.setLevel(logging.CRITICAL)   # the app's own level, set since: kept, then and when NVTE_DEBUG goes off
+    selection.select(PARAMS)
+    assert logger.level == logging.CRITICAL
     monkeypatch.delenv("NVTE_DEBUG")
     selection.select(PARAMS)
-    assert logger.handlers == handlers and logger.level == logging.ERROR
+    assert logger.handlers == handlers and logger.level == logging.CRITICAL
 
 
 @pytest.mark.parametrize("name", ["NVTE_DEBUG", "NVTE_ALLOW_NONDETERMINISTIC_ALGO"])
