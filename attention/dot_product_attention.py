@@ -129,9 +129,9 @@ class DotProductAttention(nn.Module):
         bottom_right_diagonal: the diagonal a window aligns to when q and kv lengths differ, for mask types
             without one of their own (``no_mask``, ``padding``, ``arbitrary``; default bottom-right). ``causal`` and
             ``padding_causal`` are top-left and the ``*_bottom_right`` types bottom-right, whatever it says.
-        layer_number: which ``InferenceParams`` cache this module reads and appends to (default 1, TE's; a second
-            append to layer 1 in one step from a module left at the default is refused). Set later, it is checked
-            as here.
+        layer_number: which ``InferenceParams`` cache this module reads and appends to (default 1, TE's; a module
+            left at the default is refused when such a module, itself or another, already appended in this step).
+            Set later, it is checked as here.
         attention_type: ``"self"`` or ``"cross"`` (thd self-attention may leave out ``cu_seqlens_kv``).
         softmax_scale: default ``1 / sqrt(d_qk)``.
         softmax_type: ``"vanilla"``, ``"off-by-one"`` (a zero logit in every row's softmax) or ``"learnable"``

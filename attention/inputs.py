@@ -8,6 +8,7 @@ import numbers
 import torch
 
 from attention.formats import cu_seqlens_from_lengths, full_cu_seqlens, lengths_from_padding_mask
+from attention.integers import as_int
 from attention.masks import default_alibi_slopes
 
 BIAS_TYPES = ("no_bias", "pre_scale_bias", "post_scale_bias", "alibi")
@@ -21,9 +22,12 @@ def check_qkv(
 ) -> None:
     """Shapes, dtypes and devices of q/k/v against the module's configuration (its head counts, which may have
     been set since it was built, too)."""
-    if num_gqa_groups < 1 or num_heads % num_gqa_groups:
-        raise ValueError(f"num_gqa_groups must divide num_attention_heads={num_heads}; got {num_gqa_groups} (the "
-                         "module's attributes)")
+    heads, groups = as_int(num_heads), as_int(num_gqa_groups)
+    if heads is None or heads < 1:
+        raise ValueError(f"num_attention_heads must be an int >= 1; got {num_heads!r} (the module's attribute)")
+    if groups is None or groups < 1 or heads % groups:
+        raise ValueError(f"num_gqa_groups must be an int >= 1 that divides num_attention_heads={heads}; got "
+                         f"{num_gqa_groups!r} (the module's attributes)")
     for name, t in zip(_NAMES, (q, k, v)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} must be a torch.Tensor; got {type(t).__name__}")

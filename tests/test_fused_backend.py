@@ -15,10 +15,10 @@ from attention.params import AttentionParams
 def _skip_without_cpu_fused() -> None:
     """These tests hand the fused backend CPU tensors: they need Triton, and on a CUDA host the interpreter."""
     from attention.backends.fused import FusedBackend
-    from attention.kernels.availability import interpreter_enabled
+    from attention.kernels.availability import kernels_interpreted
 
     reason = FusedBackend().availability_reason()
-    if reason is None and torch.cuda.is_available() and not interpreter_enabled():
+    if reason is None and torch.cuda.is_available() and not kernels_interpreted():
         reason = "CPU tensors run the fused kernels only under TRITON_INTERPRET=1"
     if reason:
         pytest.skip(reason)

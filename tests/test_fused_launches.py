@@ -17,7 +17,7 @@ import torch
 
 import attention
 from attention.backends.fused import FusedBackend
-from attention.kernels.availability import interpreter_enabled
+from attention.kernels.availability import kernels_interpreted
 from inference import InferenceParams
 from tests.reference import reference_attention
 
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(FusedBackend().availability_reason() is not None
 
 @pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def device(request) -> str:
-    if request.param == "cpu" and torch.cuda.is_available() and not interpreter_enabled():
+    if request.param == "cpu" and torch.cuda.is_available() and not kernels_interpreted():
         pytest.skip("CPU tensors run the fused kernels only under TRITON_INTERPRET=1")
     return request.param
 

@@ -467,7 +467,14 @@ def test_head_counts_set_after_construction_are_checked_at_the_call():
     m.num_gqa_groups = 3
     q = torch.randn(B, S, H, D)
     k = v = torch.randn(B, S, 3, D)
-    with pytest.raises(ValueError, match=rf"num_gqa_groups must divide num_attention_heads={H}; got 3"):
+    with pytest.raises(ValueError, match=rf"num_gqa_groups must be an int >= 1 that divides num_attention_heads={H}; "
+                                         r"got 3"):
+        m(q, k, v)
+    m.num_gqa_groups = 2.0   # (a float ran)
+    with pytest.raises(ValueError, match=r"num_gqa_groups must be an int >= 1 .*got 2.0"):
+        m(q, k, v)
+    m.num_gqa_groups, m.num_attention_heads = HK, "4"   # (a string failed on a bare TypeError)
+    with pytest.raises(ValueError, match=r"num_attention_heads must be an int >= 1; got '4'"):
         m(q, k, v)
 
 

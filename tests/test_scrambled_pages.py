@@ -11,14 +11,14 @@ import pytest
 import torch
 
 from attention import DotProductAttention
-from attention.kernels.availability import interpreter_enabled
+from attention.kernels.availability import kernels_interpreted
 from inference import InferenceParams, KVCacheFullError
 from tests.cache_steps import step_inputs, step_rows
 from tests.reference import reference_one_sequence
 
 PAGE = 16
 # the fused kernels run on CPU tensors only under the interpreter, which tests/conftest.py turns on where CUDA is absent
-interpreted = pytest.mark.skipif(torch.cuda.is_available() and not interpreter_enabled(),
+interpreted = pytest.mark.skipif(torch.cuda.is_available() and not kernels_interpreted(),
                                  reason="CPU tensors run the fused kernels only under TRITON_INTERPRET=1")
 
 

@@ -110,7 +110,9 @@ class FusedBackend(Backend):
     def extra_reasons(self, params: AttentionParams) -> list[str]:
         reasons = []
         if params.device_type == "cpu" and not kernels_interpreted() and torch.cuda.is_available():
-            reasons.append("CPU tensors run only under TRITON_INTERPRET=1 (tests); move the inputs to CUDA")
+            reasons.append("CPU tensors run only under TRITON_INTERPRET=1 (tests)" + (
+                ", which was set after the kernels were defined (Triton reads it as it defines them)"
+                if interpreter_enabled() else "") + "; move the inputs to CUDA")
         if params.device_type == "cpu" and params.dtype == torch.bfloat16:
             # (triton 3.6 to 3.9: errors of ~1e9 against the fp32 reference)
             reasons.append("bfloat16 on CPU: the Triton interpreter's tl.dot gets it wrong; use float16 or float32 there")
