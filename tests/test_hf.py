@@ -191,6 +191,14 @@ def test_attention_function_on_masks(name: str) -> None:
     torch.testing.assert_close(out_float[seen], expected[seen])
 
 
+def test_output_attentions_is_warned_about() -> None:
+    """The model's attentions came back an empty tuple, silently (sdpa logs it)."""
+    q = torch.randn(1, 2, 3, 8)
+    with pytest.warns(UserWarning, match=r"returns no attention weights \(output_attentions=True\)"):
+        out, weights = hf.dpa_attention_forward(_Attn(), q, q, q, None, output_attentions=True)
+    assert weights is None and out.shape == (1, 3, 2, 8)
+
+
 def test_unsupported_kwargs_raise() -> None:
     q = torch.randn(1, 2, 3, 8)
     with pytest.raises(ValueError, match="softcap"):

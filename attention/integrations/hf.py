@@ -34,6 +34,7 @@ transformers is imported lazily: importing this module does not need it, ``regis
 from __future__ import annotations
 
 import math
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -164,6 +165,9 @@ def dpa_attention_forward(
         if kwargs.get(kwarg) is not None:
             raise ValueError(f"DotProductAttention through transformers does not support {what}; "
                              "use attn_implementation='eager' for this model")
+    if kwargs.get("output_attentions"):   # (the model's `attentions` would come back empty, silently)
+        warnings.warn("DotProductAttention through transformers returns no attention weights "
+                      "(output_attentions=True); use attn_implementation='eager' for them", UserWarning, stacklevel=2)
     b, h, s_q, d_qk = query.shape
     h_kv, s_kv, d_v = key.shape[1], key.shape[2], value.shape[-1]
     attn = _module(h, h_kv, d_qk, d_v, scaling, dropout, backend)
