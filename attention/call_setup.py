@@ -126,6 +126,15 @@ def warn_unread_padded_offsets() -> None:
              "step reads its query tokens back to back (as in TE); pack them without gaps")
 
 
+def warn_unread_thd_layout(fmt: str) -> None:
+    """Warn once per format that ``cu_seqlens_*_padded`` / ``pad_between_seqs`` given in bshd / sbhd are not read:
+    they lay out thd's packed tokens, and a bshd / sbhd sequence starts at its row (TE ignores them silently)."""
+    if _first_time(("unread thd layout", fmt)):
+        warn(f"cu_seqlens_q_padded / cu_seqlens_kv_padded / pad_between_seqs are given but not read: they lay out "
+             f"thd's packed tokens, and in {fmt} every sequence starts at its own row (pass qkv_format='thd' to "
+             "use them)")
+
+
 _DEFAULT_LAYER_APPENDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 """Per cache object, the step (its ``step_dict`` object, new at every ``pre_step``) in which a module built without
 ``layer_number`` last appended to layer 1."""

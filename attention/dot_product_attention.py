@@ -502,6 +502,9 @@ class DotProductAttention(nn.Module):
         if kv_caching and (cu_seqlens_q_padded is not None or cu_seqlens_kv_padded is not None) \
                 and eager is not False and not dry_run:
             call_setup.warn_unread_padded_offsets()
+        if fmt != "thd" and not kv_caching and (cu_seqlens_q_padded is not None or cu_seqlens_kv_padded is not None
+                                                or pad_between_seqs) and eager is not False and not dry_run:
+            call_setup.warn_unread_thd_layout(fmt)
         device = q.device
         self_attention = self.attention_type == "self"
         if kv_caching and eager is None:

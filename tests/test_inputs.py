@@ -556,6 +556,27 @@ def test_cu_seqlens_that_are_not_read_are_warned_about_once(fmt, mask_type, monk
     monkeypatch.setattr(call_setup, "_WARNED", set())
 
 
+@pytest.mark.parametrize("fmt", ["bshd", "sbhd"])
+@pytest.mark.parametrize("given", ["cu_seqlens_q_padded", "cu_seqlens_kv_padded", "pad_between_seqs"])
+def test_thd_layout_arguments_given_in_bshd_are_warned_about_once(fmt, given, monkeypatch):
+    """Padded offsets (even nonsense ones) and pad_between_seqs=True in bshd / sbhd were ignored silently, where
+    unread cu_seqlens are warned about. A UserWarning says so, once per format; the output is the call's without."""
+    monkeypatch.setattr(call_setup, "_WARNED", set())
+    q, k, v = qkv(fmt)
+    m = module(qkv_format=fmt, attn_mask_type="padding")
+    lengths = cu(4, S)
+    value = True if given == "pad_between_seqs" else torch.tensor([7, 1, 0], dtype=torch.int32)
+    with pytest.warns(UserWarning, match=rf"pad_between_seqs are given but not read: they lay out thd's packed "
+                                         rf"tokens, and in {fmt} every sequence starts at its own row"):
+        out = m(q, k, v, cu_seqlens_q=lengths, cu_seqlens_kv=lengths, **{given: value})
+    torch.testing.assert_close(out, m(q, k, v, cu_seqlens_q=lengths, cu_seqlens_kv=lengths), rtol=0, atol=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m(q, k, v, cu_seqlens_q=lengths, cu_seqlens_kv=lengths, **{given: value})   # once
+        m(q, k, v, pad_between_seqs=False)   # (False asks for nothing)
+    monkeypatch.setattr(call_setup, "_WARNED", set())
+
+
 # ------------------------------------------------------------------------------------------------
 # Bias, ALiBi and arbitrary masks
 # ------------------------------------------------------------------------------------------------
