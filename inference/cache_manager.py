@@ -240,8 +240,11 @@ class KVCacheManager:
             self.cache[layer_number] = self._allocate_pair(self.cache_rows)
         return self.cache[layer_number]
 
-    def pre_step(self, step_dict: Mapping[Hashable, int]) -> OrderedDict[Hashable, int]:
-        """Advance the bookkeeping by one iteration; return ``{seq_id: length after the step}``."""
+    def pre_step(self, step_dict: Mapping[Hashable, int],
+                 lengths_after: OrderedDict[Hashable, int] | None = None) -> OrderedDict[Hashable, int]:
+        """Advance the bookkeeping by one iteration; return ``{seq_id: length after the step}``.
+        ``lengths_after``: ``validate_step_dict``'s answer for this step against this manager's ``sequences``, when
+        the caller has it (``InferenceParams`` validates each step itself): the step is not validated again."""
         raise NotImplementedError
 
     def step(

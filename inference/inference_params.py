@@ -20,7 +20,7 @@ import operator
 import warnings
 from array import array
 from collections import OrderedDict
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from itertools import accumulate, repeat
 
 import torch
@@ -42,9 +42,9 @@ def _default_device() -> torch.device:
     return torch.device("cpu")
 
 
-def _accepts_keyword(cls: type, name: str) -> bool:
-    """Whether ``cls(...)`` takes the keyword ``name`` (or any keyword)."""
-    parameters = inspect.signature(cls).parameters.values()
+def _accepts_keyword(fn: Callable, name: str) -> bool:
+    """Whether ``fn(...)`` (a class: its constructor) takes the keyword ``name`` (or any keyword)."""
+    parameters = inspect.signature(fn).parameters.values()
     return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
@@ -71,7 +71,8 @@ class InferenceParams:
             value only, as every ``step`` sets it to its caller's (a module's ``qkv_format``).
         custom_cache_manager: a ``KVCacheManager`` subclass, built with the default manager's
             keyword arguments (without ``device`` when its constructor takes none, as TE's do: it is then
-            built with ``device`` as torch's default device).
+            built with ``device`` as torch's default device). Its ``pre_step`` gets the step's validated lengths
+            as ``lengths_after=`` when it takes that keyword, as ours do.
         device: where caches and metadata live; ``None`` = current CUDA device, else CPU.
 
     Example::
@@ -179,6 +180,8 @@ class InferenceParams:
             with self.device:
                 self.cache_manager = manager_class(**manager_kwargs)
 
+        # a manager that takes the step's validated lengths (ours do) is spared validating the step again
+        self._manager_takes_lengths = _accepts_keyword(type(self.cache_manager).pre_step, "lengths_after")
         self._set_input_format(qkv_format)
         # cu_seqlens_q, cu_seqlens_kv and the pre-step lengths are views of one device buffer, each
         # starting 16-byte aligned, so pre_step writes all three with one copy.
@@ -234,6 +237,8 @@ class InferenceParams:
         the ``layer_number`` of the DotProductAttention that uses them."""
         self.cache_manager.allocate_memory(integer_argument("layer_number", layer_number, 0))
 
+    _manager_takes_lengths = False   # (a class default for InferenceParams pickled before it existed)
+
     def pre_step(self, step_dict: Mapping[Hashable, int]) -> None:
         """Start an iteration: ``step_dict`` lists, in batch order, every sequence of this step
         and how many new tokens it brings (prefill chunk, 1 for decode, k for verification).
@@ -243,14 +248,17 @@ class InferenceParams:
         Raises ``ValueError`` (bad step) or ``KVCacheFullError`` (not enough pages) and then
         changes nothing.
         """
-        validate_step_dict(
+        lengths_after = validate_step_dict(
             step_dict, self.sequences, self.max_batch_size, self.max_sequence_length, self.max_ctx_len
         )
         step_tokens = sum(step_dict.values())
         if type(step_tokens) is not int:   # a numpy (or tensor) length among them, whose type the sum took
             step_dict = OrderedDict((seq_id, operator.index(length)) for seq_id, length in step_dict.items())
             step_tokens = sum(step_dict.values())
-        self.sequences = OrderedDict(self.cache_manager.pre_step(step_dict))
+        if self._manager_takes_lengths:   # (validated against self.sequences, the manager's own lengths)
+            self.sequences = OrderedDict(self.cache_manager.pre_step(step_dict, lengths_after=lengths_after))
+        else:
+            self.sequences = OrderedDict(self.cache_manager.pre_step(step_dict))
         self.step_dict = OrderedDict(step_dict)
         self.batch_size = len(step_dict)
         self.has_step = True

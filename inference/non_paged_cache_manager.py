@@ -53,9 +53,11 @@ class NonPagedKVCacheManager(KVCacheManager):
         self.batch_indices_post_step = torch.arange(max_batch_size, dtype=torch.int32, device=self.device)
         self.row_table = self.batch_indices_post_step.view(max_batch_size, 1)
 
-    def pre_step(self, step_dict: Mapping[Hashable, int]) -> OrderedDict[Hashable, int]:
+    def pre_step(self, step_dict: Mapping[Hashable, int],
+                 lengths_after: OrderedDict[Hashable, int] | None = None) -> OrderedDict[Hashable, int]:
         """Drop finished sequences, move surviving rows into ``step_dict`` order, grow lengths."""
-        lengths_after = validate_step_dict(step_dict, self.sequences, self.max_batch_size, self.max_seqlen)
+        if lengths_after is None:   # (InferenceParams passes the lengths it validated)
+            lengths_after = validate_step_dict(step_dict, self.sequences, self.max_batch_size, self.max_seqlen)
         previous_rows = {seq_id: row for row, seq_id in enumerate(self.sequences)}
         destination_rows, source_rows, moved_length = [], [], 0
         for new_row, seq_id in enumerate(step_dict):

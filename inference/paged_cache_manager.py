@@ -78,9 +78,11 @@ class PagedKVCacheManager(KVCacheManager):
         self._host_table = torch.zeros(max_batch_size, self.max_pages_per_seq, dtype=torch.int32, device="cpu")
         self._rows: list[tuple[Hashable, int]] = []
 
-    def pre_step(self, step_dict: Mapping[Hashable, int]) -> OrderedDict[Hashable, int]:
+    def pre_step(self, step_dict: Mapping[Hashable, int],
+                 lengths_after: OrderedDict[Hashable, int] | None = None) -> OrderedDict[Hashable, int]:
         """Free finished sequences' pages, allocate the pages this step needs, rebuild the table."""
-        lengths_after = validate_step_dict(step_dict, self.sequences, self.max_batch_size, self.max_seqlen)
+        if lengths_after is None:   # (InferenceParams passes the lengths it validated)
+            lengths_after = validate_step_dict(step_dict, self.sequences, self.max_batch_size, self.max_seqlen)
         finished = [seq_id for seq_id in self.sequences if seq_id not in step_dict]
         owned, page_size = self.allocator.allocated_pages, self.page_size
         pages_freed = sum(len(owned.get(seq_id, ())) for seq_id in finished)
