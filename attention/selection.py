@@ -13,6 +13,7 @@ import functools
 import logging
 import operator
 import os
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import fields
 from typing import Any
@@ -295,6 +296,7 @@ _handler: logging.Handler | None = None
 _applied: tuple[str | None, str | None] | None = None   # the (NVTE_DEBUG, NVTE_DEBUG_LEVEL) last applied
 _level_set: int | None = None   # the level configure_logging gave the logger (undone when NVTE_DEBUG goes off)
 _level_before: int = logging.NOTSET   # the logger's level before that (given back then)
+_logging_lock = threading.Lock()   # (threads choosing at once would add a handler each)
 
 
 def configure_logging(debug: str | None = _FROM_ENV, debug_level: str | None = _FROM_ENV) -> None:
@@ -305,11 +307,16 @@ def configure_logging(debug: str | None = _FROM_ENV, debug_level: str | None = _
     Without NVTE_DEBUG=1 the library installs no handler and leaves the logger to the app: turned off again, it
     takes back its handler and gives the logger its earlier level back (unless the app set another since).
     """
-    global _handler, _applied, _level_set, _level_before
     debug = os.environ.get("NVTE_DEBUG") if debug is _FROM_ENV else debug
     debug_level = os.environ.get("NVTE_DEBUG_LEVEL") if debug_level is _FROM_ENV else debug_level
     if (debug, debug_level) == _applied:
         return
+    with _logging_lock:
+        _apply_logging(debug, debug_level)
+
+
+def _apply_logging(debug: str | None, debug_level: str | None) -> None:
+    global _handler, _applied, _level_set, _level_before
     on = debug is not None and env_flag("NVTE_DEBUG", debug)   # 0 / 1 as the switches: "true" would log nothing
     try:
         level = 0 if debug_level is None else int(debug_level)
