@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from attention import DotProductAttention
-from attention.kernels.availability import kernels_interpreted
 from inference import InferenceParams
+from tests.test_fused_backend import _skip_without_cpu_fused
 from tests.test_inference_params import assert_unchanged, snapshot
 
 H, H_KV, D = 4, 2, 16
@@ -35,10 +35,10 @@ def _inputs(fmt: str, dtype: torch.dtype = torch.float32, tokens: int | None = N
 
 
 def _module(fmt: str, backend: str = "unfused", head_dim: int = D) -> DotProductAttention:
-    """The module of these tests' CPU caches (the fused backend's cases are the CPU suite's: they skip on a GPU host
-    without TRITON_INTERPRET=1, where CPU tensors cannot run it)."""
-    if backend == "fused" and torch.cuda.is_available() and not kernels_interpreted():
-        pytest.skip("CPU tensors run the fused kernels only under TRITON_INTERPRET=1 (the CPU suite's mode)")
+    """The module of these tests' CPU caches (the fused backend's cases are the CPU suite's: they skip where CPU
+    tensors cannot run it, as on a GPU host without TRITON_INTERPRET=1)."""
+    if backend == "fused":
+        _skip_without_cpu_fused()
     return DotProductAttention(H, head_dim, num_gqa_groups=H_KV, qkv_format=fmt, attn_mask_type="padding_causal",
                                layer_number=1, backend=backend)
 
