@@ -35,6 +35,7 @@ from benchmarks import (
 )
 from benchmarks.cells import Cell, Inputs, Problem
 from benchmarks.config import BenchConfig
+from benchmarks.harness import COMPETITORS
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -249,11 +250,27 @@ def test_suite_smoke(module, tmp_path) -> None:
         assert auto.note.startswith("→ fused")
     if suite == "mixed":
         whole = [r for r in rows if r.group == "M1"]
-        assert {"fused (separately)", "best competitors (separately)"} <= {r.provider for r in whole}
+        assert {"fused (separately)", "best competitors (separately)", "best separately"} <= {r.provider for r in whole}
+        parts = [[r.us for r in rows if r.cell == part.name and r.status == "ok"
+                  and r.provider in ("fused", *COMPETITORS)] for part in bench_mixed.cells(BenchConfig(device=torch.device("cpu"), smoke=True))[0].parts]
+        best = next(r for r in whole if r.provider == "best separately")
+        assert best.us == pytest.approx(sum(map(min, parts)))   # the fastest provider of each part
         probe = [r for r in rows if "probe" in r.cell]
         assert {r.provider for r in probe} == {"unfused", "fused", "auto"}
         fused = next(r for r in whole if r.provider == "fused")
         assert "in the launch (decodes without queries)" in fused.note, fused.note
+
+
+def test_a_mixed_cell_picked_by_name_runs_its_parts(monkeypatch) -> None:
+    """``--cells`` names whole mixed cells; their parts and probe run whatever their names (before, the filter
+    dropped them: no separate calls, so no mixed target)."""
+    ran = []
+    monkeypatch.setattr(harness, "run_cells", lambda suite, cells, cfg, factories: ran.extend(
+        c.name for c in cells if cfg.wants_cell(c.name)) or [])   # run_cells' own filter
+    cfg = BenchConfig(device=torch.device("cpu"), smoke=True, cells=("served, page runs",))
+    bench_mixed.run(cfg)
+    served = bench_mixed.cells(cfg)[1]
+    assert ran == [cell.name for cell in (served.whole, *served.parts, served.prefill_in_launch)]
 
 
 def test_run_all_writes_one_report(tmp_path) -> None:
