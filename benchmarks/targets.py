@@ -7,17 +7,18 @@
 CSVs with one label (their folder's name, or label=) are one run: their suites' rows go in one column.
 Prints a markdown table (a target per row, a run per column: the worst value, its cell, and whether every
 cell of the target holds; with two runs or more, a last column of each cell's median over the runs) and then
-each miss. A target is checked in a run only on cells where the
-providers it compares both ran; a run without them shows ``–``. The targets (figures, never asserted in
-tests):
+each miss. A target reads the cells of a run it applies to; one it cannot read there (our row failed or was
+skipped, no competitor ran, a part of a mixed cell is missing) is counted as not read and named with the reason,
+and the target does not hold in that run. A run without the target's cells shows ``–``. The targets (figures,
+never asserted in tests):
 
 * prefill (#7): fused >= 1.1x flash-attn 2 on every cell; fused >= 0.8x flash-attn-4 on the d=128 cells
   whose longest sequence has >= 4k keys (the ragged batch, up to 4096, counts); fused on a paged chunk
   >= 0.9x fused on the same chunk over a non-paged cache.
 * decode (#6): fused at least as fast as the best competitor on every cell; 1x8k <= 20 µs; 64x4k,
   128x2k and 32x32k >= 3.9 TB/s; 64x4k at pages 1/16/64/256 within 5 % of the non-paged time.
-* mixed (#6): the one launch <= 0.9x the best separate calls (the faster of ours and the best
-  competitors' per part).
+* mixed (#6): the one launch <= 0.9x the best separate calls: for each part the fastest provider, ours among
+  them, the two summed (read off the part cells, ``bench_mixed.part_prefix``).
 """
 
 from __future__ import annotations
@@ -32,8 +33,13 @@ import torch
 
 from benchmarks.harness import COMPETITORS, Row
 
-Cells = dict[str, dict[str, dict[str, float]]]
-"""cell name -> provider -> {"us", "gbps", "tflops"} of the rows that ran (status ok)."""
+Cells = dict[str, dict[str, dict]]
+"""cell name -> provider -> {"us", "gbps", "tflops"} of a row that ran (status ok), or {"status": ...} of one that did
+not (n/a, error, mismatch, skipped): a target says which of its cells it could not read, and why."""
+
+EXTERNAL = tuple(provider for provider in COMPETITORS if provider != "unfused")
+"""The competitors proper: a cell is judged against the best competitor only where one of these ran (our ``unfused``
+counts among the rivals where it ran, but alone it does not make a cell checked)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,8 @@ class Target:
     """True: a value must be >= ``bound``; False: <= ``bound``."""
     values: Callable[[Cells], dict[str, float]]
     """The target's value on each cell of a run where it can be read."""
+    applies: Callable[[Cells, str], bool]
+    """Whether the target reads this cell of a run: a cell it applies to without a value is reported as not read."""
 
     def holds(self, value: float) -> bool:
         return value >= self.bound if self.at_least else value <= self.bound
@@ -60,6 +68,11 @@ class Target:
     def format(self, value: float) -> str:
         return f"{value:.3f}x" if self.unit == "x" else f"{value:,.2f} {self.unit}"
 
+    def unread(self, cells: Cells, values: dict[str, float]) -> dict[str, str]:
+        """The cells the target applies to but could not read, each with the reason."""
+        return {name: _why_unread(self, cells, name) for name in cells
+                if name not in values and self.applies(cells, name)}
+
 
 def _problems(suite: str) -> dict[str, object]:
     """Cell name -> Problem of the full-size (GPU) cells of a suite."""
@@ -71,9 +84,19 @@ def _problems(suite: str) -> dict[str, object]:
     return {cell.name: cell.problem for cell in module.cells(BenchConfig(device=torch.device("cpu")))}
 
 
+def _ran(rows: dict[str, dict]) -> dict[str, dict]:
+    """The rows of a cell that ran (status ok)."""
+    return {provider: values for provider, values in rows.items() if "us" in values}
+
+
 def _us(cells: Cells, cell: str, provider: str) -> float | None:
+    return cells.get(cell, {}).get(provider, {}).get("us")
+
+
+def _status(cells: Cells, cell: str, provider: str) -> str | None:
+    """``ok``, the status of a row that did not run, or None where the provider has no row."""
     row = cells.get(cell, {}).get(provider)
-    return row["us"] if row else None
+    return None if row is None else row.get("status", "ok")
 
 
 def _speedups(cells: Cells, rival: str, names: Sequence[str]) -> dict[str, float]:
@@ -82,34 +105,61 @@ def _speedups(cells: Cells, rival: str, names: Sequence[str]) -> dict[str, float
     return {name: theirs / ours for name, (ours, theirs) in pairs.items() if ours and theirs}
 
 
+def _runnable(rival: str) -> Callable[[Cells, str], bool]:
+    """The cells where ``rival`` has a row that is not n/a (it can run the cell: installed, shapes supported)."""
+    return lambda cells, name: _status(cells, name, rival) not in (None, "n/a")
+
+
 def _prefill_flash2(cells: Cells) -> dict[str, float]:
     return _speedups(cells, "flash2", list(cells))
 
 
+def _prefill_flash4_cell(name: str) -> bool:
+    problem = _problems("prefill").get(name)
+    return problem is not None and problem.head_dim == 128 and problem.max_kv >= 4096
+
+
 def _prefill_flash4(cells: Cells) -> dict[str, float]:
-    problems = _problems("prefill")
-    return _speedups(cells, "flash4", [name for name in cells if name in problems
-                                       and problems[name].head_dim == 128 and problems[name].max_kv >= 4096])
+    return _speedups(cells, "flash4", [name for name in cells if _prefill_flash4_cell(name)])
+
+
+def _paged_chunk_cell(cells: Cells, name: str) -> bool:
+    return name.startswith("chunk") and not name.endswith("non-paged")
 
 
 def _prefill_paged_chunk(cells: Cells) -> dict[str, float]:
     """Non-paged fused µs / paged fused µs of each paged chunk cell."""
     out = {}
     for name in cells:
-        if name.startswith("chunk") and not name.endswith("non-paged"):
+        if _paged_chunk_cell(cells, name):
             paged, contiguous = _us(cells, name, "fused"), _us(cells, name.rsplit(" ", 1)[0] + " non-paged", "fused")
             if paged and contiguous:
                 out[name] = contiguous / paged
     return out
 
 
+def _failed_competitors(rows: dict[str, dict]) -> list[str]:
+    """The competitors of a cell that could run it but did not (error, mismatch, skipped): without them the best
+    competitor is not known."""
+    return [f"{provider} {values['status']}" for provider, values in rows.items()
+            if provider in COMPETITORS and values.get("status", "n/a") != "n/a"]
+
+
 def _decode_best(cells: Cells) -> dict[str, float]:
+    """Best competitor µs / fused µs on each cell where fused and a competitor proper (EXTERNAL) ran, and every
+    competitor that could run the cell did."""
     out = {}
     for name, rows in cells.items():
-        rivals = [row["us"] for provider, row in rows.items() if provider in COMPETITORS]
-        if "fused" in rows and rivals:
-            out[name] = min(rivals) / rows["fused"]["us"]
+        ran = _ran(rows)
+        rivals = [values["us"] for provider, values in ran.items() if provider in COMPETITORS]
+        if "fused" in ran and any(provider in EXTERNAL for provider in ran) and not _failed_competitors(rows):
+            out[name] = min(rivals) / ran["fused"]["us"]
     return out
+
+
+DECODE_1X8K = ("1x8k p16",)
+DECODE_LARGE = ("64x4k p16", "128x2k p16", "32x32k p16")
+DECODE_PAGES = ("64x4k p1", "64x4k p16", "64x4k p64", "64x4k p256")
 
 
 def _decode_1x8k(cells: Cells) -> dict[str, float]:
@@ -118,46 +168,106 @@ def _decode_1x8k(cells: Cells) -> dict[str, float]:
 
 
 def _decode_large(cells: Cells) -> dict[str, float]:
-    rows = {name: cells.get(name, {}).get("fused") for name in ("64x4k p16", "128x2k p16", "32x32k p16")}
+    rows = {name: cells.get(name, {}).get("fused") for name in DECODE_LARGE}
     return {name: row["gbps"] / 1e3 for name, row in rows.items() if row and "gbps" in row}
 
 
 def _decode_pages(cells: Cells) -> dict[str, float]:
     """Paged fused µs / non-paged fused µs at 64x4k."""
     contiguous = _us(cells, "64x4k non-paged", "fused")
-    paged = {name: _us(cells, name, "fused") for name in ("64x4k p1", "64x4k p16", "64x4k p64", "64x4k p256")}
+    paged = {name: _us(cells, name, "fused") for name in DECODE_PAGES}
     return {name: us / contiguous for name, us in paged.items() if us and contiguous}
 
 
+def _parts(cells: Cells, name: str) -> list[str]:
+    """The part cells (``bench_mixed.part_prefix``) of a whole mixed cell in this run."""
+    from benchmarks.bench_mixed import part_prefix
+
+    prefix = part_prefix(name)
+    return [other for other in cells if other.startswith(prefix)]
+
+
+def _whole_mixed_cell(cells: Cells, name: str) -> bool:
+    return " part: " not in name and " probe: " not in name and bool(_parts(cells, name))
+
+
+def _best_part(rows: dict[str, dict]) -> float | None:
+    """The fastest of ours (``fused``) and the competitors on one part, or None where none ran."""
+    times = [values["us"] for provider, values in _ran(rows).items() if provider in ("fused", *COMPETITORS)]
+    return min(times) if times else None
+
+
 def _mixed_launch(cells: Cells) -> dict[str, float]:
-    """Fused one-launch µs / the faster of the separate calls (ours, the best competitors')."""
+    """Fused one-launch µs / the best separate calls: for each of the two parts the fastest provider, ours among
+    them, the two summed (the best prefill and the best decodes may come from different providers)."""
     out = {}
-    for name, rows in cells.items():
-        separate = [rows[p]["us"] for p in ("fused (separately)", "best competitors (separately)") if p in rows]
-        if "fused" in rows and separate:
-            out[name] = rows["fused"]["us"] / min(separate)
+    for name in cells:
+        if not _whole_mixed_cell(cells, name):
+            continue
+        parts = [_best_part(cells[part]) for part in _parts(cells, name)]
+        fused = _us(cells, name, "fused")
+        if fused and len(parts) == 2 and all(parts):
+            out[name] = fused / sum(parts)
     return out
 
 
+def _named(names: Sequence[str]) -> Callable[[Cells, str], bool]:
+    return lambda cells, name: name in names
+
+
+def _every_cell(cells: Cells, name: str) -> bool:
+    return True
+
+
 TARGETS = (
-    Target("prefill", 7, "fused >= 1.1x flash2, every cell", "x", 1.1, True, _prefill_flash2),
-    Target("prefill", 7, "fused >= 0.8x flash4, d128 with >= 4k keys", "x", 0.8, True, _prefill_flash4),
-    Target("prefill", 7, "paged chunk >= 0.9x non-paged (fused)", "x", 0.9, True, _prefill_paged_chunk),
-    Target("decode", 6, "fused >= 1.0x best competitor, every cell", "x", 1.0, True, _decode_best),
-    Target("decode", 6, "1x8k p16 <= 20 µs", "µs", 20.0, False, _decode_1x8k),
-    Target("decode", 6, "64x4k, 128x2k, 32x32k >= 3.9 TB/s", "TB/s", 3.9, True, _decode_large),
-    Target("decode", 6, "64x4k paged <= 1.05x non-paged time", "x", 1.05, False, _decode_pages),
-    Target("mixed", 6, "one launch <= 0.9x the best separate calls", "x", 0.9, False, _mixed_launch),
+    Target("prefill", 7, "fused >= 1.1x flash2, every cell", "x", 1.1, True, _prefill_flash2, _runnable("flash2")),
+    Target("prefill", 7, "fused >= 0.8x flash4, d128 with >= 4k keys", "x", 0.8, True, _prefill_flash4,
+           lambda cells, name: _prefill_flash4_cell(name) and _runnable("flash4")(cells, name)),
+    Target("prefill", 7, "paged chunk >= 0.9x non-paged (fused)", "x", 0.9, True, _prefill_paged_chunk,
+           _paged_chunk_cell),
+    Target("decode", 6, "fused >= 1.0x best competitor, every cell", "x", 1.0, True, _decode_best, _every_cell),
+    Target("decode", 6, "1x8k p16 <= 20 µs", "µs", 20.0, False, _decode_1x8k, _named(DECODE_1X8K)),
+    Target("decode", 6, "64x4k, 128x2k, 32x32k >= 3.9 TB/s", "TB/s", 3.9, True, _decode_large, _named(DECODE_LARGE)),
+    Target("decode", 6, "64x4k paged <= 1.05x non-paged time", "x", 1.05, False, _decode_pages, _named(DECODE_PAGES)),
+    Target("mixed", 6, "one launch <= 0.9x the best separate calls", "x", 0.9, False, _mixed_launch,
+           _whole_mixed_cell),
 )
 
 
+def _why_unread(target: Target, cells: Cells, name: str) -> str:
+    """Why a cell the target applies to gave no value: the first row it needs that did not run."""
+    needed = {"fused": name}
+    if target.values is _decode_pages:
+        needed["fused (64x4k non-paged)"] = "64x4k non-paged"
+    elif target.values is _prefill_paged_chunk:
+        needed["fused (non-paged)"] = name.rsplit(" ", 1)[0] + " non-paged"
+    elif target.values is _prefill_flash2:
+        needed["flash2"] = name
+    elif target.values is _prefill_flash4:
+        needed["flash4"] = name
+    for label, cell in needed.items():
+        status = _status(cells, cell, label.split()[0])
+        if status != "ok":
+            return f"{label} {status or 'absent'}"
+    if target.values is _mixed_launch:
+        parts = _parts(cells, name)
+        if len(parts) != 2:
+            return f"{len(parts)} part cells, not 2"
+        return next(f"{part}: nothing ran" for part in parts if not _best_part(cells[part]))
+    if target.values is _decode_best:
+        return ", ".join(_failed_competitors(cells[name])) or "no competitor ran"
+    return "no value"
+
+
 def group_rows(rows: Iterable[Row]) -> dict[str, Cells]:
-    """suite -> Cells of the rows that ran (status ok)."""
+    """suite -> Cells: every row, the values of those that ran (status ok) and the status of the others."""
     suites: dict[str, Cells] = {}
     for row in rows:
         if row.status == "ok" and row.us:
             values = {key: getattr(row, key) for key in ("us", "gbps", "tflops") if getattr(row, key) is not None}
-            suites.setdefault(row.suite, {}).setdefault(row.cell, {})[row.provider] = values
+        else:
+            values = {"status": row.status if row.status != "ok" else "no time"}
+        suites.setdefault(row.suite, {}).setdefault(row.cell, {})[row.provider] = values
     return suites
 
 
@@ -176,38 +286,50 @@ def _label(argument: str) -> tuple[str, str]:
     return (path.parent.name if path.stem in ("prefill", "decode", "mixed", "results") else path.stem), argument
 
 
-def _column(target: Target, values: dict[str, float]) -> tuple[str, list[tuple[str, float]]]:
-    """A table entry (the worst cell, and whether every cell holds) and the misses."""
+def _column(target: Target, values: dict[str, float], unread: dict[str, str]) -> tuple[str, list[str]]:
+    """A table entry (the worst cell, whether every cell holds, how many it could not read) and the lines for the
+    misses and the cells not read."""
+    lines = [f"{cell} {target.format(v)}" for cell, v in values.items() if not target.holds(v)]
+    lines += [f"{cell} not read ({why})" for cell, why in unread.items()]
+    not_read = f"**{len(unread)} not read**" if unread else ""
     if not values:
-        return "–", []
+        return not_read or "–", lines
     cell, value = target.worst(values)
-    misses = [(name, v) for name, v in values.items() if not target.holds(v)]
-    verdict = "holds" if not misses else f"**{len(misses)} of {len(values)} miss**"
-    return f"{target.format(value)} ({cell}); {verdict}", misses
+    misses = len(lines) - len(unread)
+    verdict = "holds" if not misses else f"**{misses} of {len(values)} miss**"
+    if unread and not misses:
+        verdict = f"holds on {len(values)}"
+    return f"{target.format(value)} ({cell}); " + "; ".join(x for x in (verdict, not_read) if x), lines
 
 
 def report(runs: dict[str, dict[str, Cells]], only_readable: bool = False) -> str:
     """The markdown table and the misses for these runs (label -> suite -> Cells). With two runs or more, a
-    last column takes each cell's median over the runs that have it. ``only_readable`` leaves out the
-    targets no run can be checked against ("" when none can)."""
+    last column takes each cell's median over the runs that have it. A cell a target applies to but cannot
+    read (our row failed, or no competitor ran) is counted and named: such a target does not hold.
+    ``only_readable`` leaves out the targets no run can be checked against ("" when none can)."""
     with_median = len(runs) > 1
     header = list(runs) + (["median of runs"] if with_median else [])
     lines = ["| target | " + " | ".join(header) + " |", "|---|" + "---|" * len(header)]
     missed = []
     for target in TARGETS:
-        per_run = {label: target.values(suites.get(target.suite, {})) for label, suites in runs.items()}
+        cells = {label: suites.get(target.suite, {}) for label, suites in runs.items()}
+        per_run = {label: target.values(cells[label]) for label in runs}
+        unread = {label: target.unread(cells[label], per_run[label]) for label in runs}
         if only_readable and not any(per_run.values()):
             continue
         if with_median:
-            cells = dict.fromkeys(cell for values in per_run.values() for cell in values)
+            names = dict.fromkeys(cell for values in per_run.values() for cell in values)
             per_run["median of runs"] = {
                 cell: statistics.median(values[cell] for values in per_run.values() if cell in values)
-                for cell in cells}
+                for cell in names}
+            first, *rest = unread.values()   # a cell that no run read stays unread
+            unread["median of runs"] = {cell: why for cell, why in first.items()
+                                        if cell not in names and all(cell in other for other in rest)}
         columns = []
         for label, values in per_run.items():
-            entry, misses = _column(target, values)
+            entry, misses = _column(target, values, unread[label])
             columns.append(entry)
-            missed += [f"- {label}: {target.text}: {cell} {target.format(v)}" for cell, v in misses]
+            missed += [f"- {label}: {target.text}: {miss}" for miss in misses]
         lines.append(f"| {target.text} (#{target.issue}) | " + " | ".join(columns) + " |")
     if len(lines) == 2:
         return ""
