@@ -123,7 +123,9 @@ def test_installed_reports_version_and_no_upper_cap(generation, install):
     ("2.2.0", P(attn_mask_type="padding", window_size=(4, 4)), "sliding window needs flash-attn >= 2.3"),
     ("2.3.5", P(core_attention_bias_type="alibi"), "ALiBi needs flash-attn >= 2.4"),
     ("2.4.0", P(deterministic=True, requires_grad=True), "deterministic backward needs flash-attn >= 2.4.1"),
-    ("2.4.2", P(kv_cache="paged", page_size=256), "KV cache (block_table) needs flash-attn >= 2.5"),
+    ("2.4.2", P(kv_cache="paged", page_size=256), "KV cache (block_table) needs flash-attn >= 2.5.7"),
+    # 2.5.0-2.5.6: block tables in flash_attn_with_kvcache only, not in flash_attn_varlen_func (which this adapter calls)
+    ("2.5.6", P(kv_cache="paged", page_size=256), "KV cache (block_table) needs flash-attn >= 2.5.7"),
     ("2.6.3", P(compute_capability=(10, 0)), "needs >= 2.7.3 on sm100"),
 ])
 def test_v2_version_lower_bounds(version, params, fragment, install):
@@ -261,6 +263,73 @@ def test_v4_paged_on_sm90_probes_the_installed_source(install):
     _check(backend, P(kv_cache="paged", page_size=16), "no paged KV cache on sm90")
     _check(backend, P(kv_cache="paged", page_size=16, compute_capability=(10, 0)), None)
     _check(backend, P(kv_cache="non_paged"), None)
+
+
+class _Hd256Forward:
+    """A release's dedicated sm100 forward kernel for head dims (256, 256) and its asserts."""
+
+    def __init__(self, is_local=False, is_split_kv=False, paged_kv_non_tma=False):
+        assert not is_local, "SM100 forward with head_dim=256 does not support local attention yet"
+        assert not is_split_kv, "SM100 forward with head_dim=256 does not support SplitKV"
+        assert not paged_kv_non_tma, "SM100 hd256 2CTA supports TMA paged KV only (page_size must equal tile_n=128)"
+
+
+def _hd256_fwd(q, k, v, seqused_q=None, seqused_k=None, learnable_sink=None):
+    assert learnable_sink is None, "SM100 forward with head_dim=256 does not support learnable_sink"
+    assert seqused_q is None and seqused_k is None, "SM100 forward with head_dim=256 does not support seqused_q/seqused_k"
+
+
+class _Hd256Backward:
+    def __init__(self, is_local=False):
+        assert not is_local, "SM100 backward with head_dim=256 does not support local attention"
+
+
+def _hd256(**kwargs):
+    return P(head_dim_qk=256, head_dim_v=256, compute_capability=(10, 0), **kwargs)
+
+
+_HD256_RELEASE = SimpleNamespace(
+    _flash_attn_fwd=_hd256_fwd, BlackwellFusedMultiHeadAttentionForward=_Hd256Forward,
+    BlackwellFusedMultiHeadAttentionBackward=_Hd256Backward, _flash_attn_bwd=lambda q, k, v, learnable_sink=None: None,
+    flash_attn_varlen_func=lambda q, k, v, learnable_sink=None, num_splits=1: None)
+
+
+@pytest.mark.parametrize("params, fragment", [
+    (_hd256(), None),
+    (_hd256(kv_cache="paged", page_size=128, max_seqlen_kv=4096), "seqused_k), which a KV-cache step passes"),
+    (_hd256(kv_cache="non_paged", max_seqlen_kv=4096), "seqused_k), which a KV-cache step passes"),
+    (_hd256(kv_cache="paged", page_size=16, max_seqlen_kv=4096), "pages of 16 tokens (only 128"),
+    (_hd256(qkv_format="thd", kv_format="thd", pad_between_seqs=True), "which thd with pad_between_seqs passes"),
+    (_hd256(softmax_type="learnable"), "do not support a sink softmax"),
+    (_hd256(attn_mask_type="padding", window_size=(8, 8)), "do not support a sliding window"),
+    (_hd256(num_splits=4), "num_splits != 1 (split-KV)"),
+    # other head dims, and sm90, run the generic kernels
+    (P(compute_capability=(10, 0), kv_cache="paged", page_size=16, max_seqlen_kv=4096, num_splits=4), None),
+    (P(head_dim_qk=256, head_dim_v=256, kv_cache="paged", page_size=16, max_seqlen_kv=4096), None),
+])
+def test_v4_head_dim_256_on_sm100_refuses_what_its_dedicated_kernel_asserts(params, fragment, install):
+    """A release whose (256, 256) kernels on sm100 refuse per-sequence lengths, sinks, windows, split-KV and pages
+    other than 128 tokens: the adapter passes seqused_k in every KV-cache step, so those calls crashed in the
+    library where they should fall back."""
+    _check(install(4, module=_HD256_RELEASE), params, fragment)
+
+
+def test_v4_head_dim_256_backward_on_sm100_refuses_a_window(install):
+    """4.0.0b36 runs (256, 256) windows forward on sm100, but its dedicated backward asserts on them."""
+    release = SimpleNamespace(BlackwellFusedMultiHeadAttentionBackward=_Hd256Backward)
+    windowed = P(attn_mask_type="padding", window_size=(8, 8), head_dim_qk=256, head_dim_v=256,
+                 compute_capability=(10, 0))
+    backend = install(4, module=release)
+    _check(backend, windowed, None)
+    _check(backend, replace(windowed, requires_grad=True), "do not support a sliding window in the backward pass")
+
+
+@pytest.mark.parametrize("generation", [3, 4])
+def test_num_splits_above_256_is_refused(generation, install):
+    """flash-attn 3 and 4 combine at most 256 splits (a TORCH_CHECK / an assert at the call)."""
+    cc = {"compute_capability": (10, 0)} if generation == 4 else {}
+    _check(install(generation), P(num_splits=300, **cc), "num_splits=300 exceeds")
+    assert not any("exceeds" in r for r in install(generation).support_reasons(P(num_splits=256, **cc)))
 
 
 def test_v4_defers_to_the_package_head_dim_validator(install):

@@ -52,7 +52,8 @@ V2_MIN = (2, 1, 1)
 V2_WINDOW = (2, 3)
 V2_ALIBI = (2, 4)
 V2_DETERMINISTIC = (2, 4, 1)
-V2_BLOCK_TABLE = (2, 5)
+V2_BLOCK_TABLE = (2, 5, 7)   # flash_attn_varlen_func's block_table (Dao-AILab/flash-attention#831); 2.5.0 had it
+                              # in flash_attn_with_kvcache only
 V2_BLACKWELL = (2, 7, 3)
 V2_BLOCK = 256
 #: Archs on which flash-attn 2 runs head dims above 192 (TE's list).
@@ -61,6 +62,8 @@ V2_LARGE_HEAD_DIM_ARCHS = frozenset({(8, 0), (9, 0), (10, 0), (12, 0)})
 _V4_NO_PAGED_SM90 = "paged KV not supported on SM 9.0"
 _V4_PAGED_IRREGULAR_HEAD_DIM = "Paged KV does not support irregular head dim"
 _V4_NO_SINK_BWD_HD256 = "head_dim=256 does not support learnable_sink"
+#: flash-attn 3 and 4 combine at most this many KV splits (flash_api.cpp's TORCH_CHECK, _flash_attn_fwd_combine's assert).
+FLASH_MAX_NUM_SPLITS = 256
 
 
 def _given(**kwargs: Any) -> dict[str, Any]:
@@ -429,7 +432,7 @@ class Flash3Backend(_FlashBackend):
     )
 
     def _generation_reasons(self, p: AttentionParams, pkg: flash_probe.FlashPackage) -> list[str]:
-        reasons = []
+        reasons = _num_splits_cap(p, "flash-attn 3")
         if p.num_splits != 1 and pkg.module is not None:
             function = "flash_attn_with_kvcache" if p.kv_cache != "none" else (
                 "flash_attn_varlen_func" if p.qkv_format == "thd" or has_padding(p.attn_mask_type) else "flash_attn_func")
@@ -542,6 +545,44 @@ def _v4_tile_n(p: AttentionParams, module: Any, major: int) -> int | None:
         return None
 
 
+def _num_splits_cap(p: AttentionParams, label: str) -> list[str]:
+    if p.num_splits > FLASH_MAX_NUM_SPLITS:
+        return [f"num_splits={p.num_splits} exceeds {label}'s maximum {FLASH_MAX_NUM_SPLITS}"]
+    return []
+
+
+def _v4_hd256_reasons(p: AttentionParams, module: Any) -> list[str]:
+    """Head dims (256, 256) on sm100 / sm110 run on flash-attn-4's dedicated two-CTA kernels, whose asserts refuse
+    inputs its other kernels take. Each is refused where this release's source says so: releases differ (4.0.0b36
+    has no dedicated forward kernel; its backward refuses a window)."""
+    forward = [getattr(module, name, None) for name in ("_flash_attn_fwd", "BlackwellFusedMultiHeadAttentionForward")]
+    backward = [getattr(module, name, None)
+                for name in ("_flash_attn_bwd", "BlackwellFusedMultiHeadAttentionBackward")]
+
+    def says(functions: list[Any], *texts: str) -> bool:
+        return any(flash_probe.source_mentions(function, text) for function in functions for text in texts)
+
+    windowed = not is_trivial_window(p.window_size)
+    lengths = "a KV-cache step" if p.kv_cache != "none" else "thd with pad_between_seqs" if p.pad_between_seqs else ""
+    fwd, bwd = "SM100 forward with head_dim=256 does not support", "SM100 backward with head_dim=256 does not support"
+    refused = {
+        f"per-sequence lengths (seqused_k), which {lengths} passes":
+            bool(lengths) and says(forward, f"{fwd} seqused_q/seqused_k"),
+        "a sink softmax (learnable_sink)": p.softmax_type != "vanilla" and says(forward, f"{fwd} learnable_sink"),
+        "a sliding window": windowed and says(forward, f"{fwd} local attention"),
+        "num_splits != 1 (split-KV)": p.num_splits != 1 and says(forward, f"{fwd} SplitKV"),
+        "a paged KV cache": p.kv_cache == "paged" and says(forward, f"{fwd} paged KV\""),
+        f"pages of {p.page_size} tokens (only 128, its KV tile)": (
+            p.kv_cache == "paged" and p.page_size != 128
+            and says(forward, "hd256 2CTA supports TMA paged KV only", f"{fwd} non-TMA paged KV")),
+        "a sliding window in the backward pass": p.requires_grad and windowed and says(backward, f"{bwd} local attention"),
+        "pad_between_seqs in the backward pass": (p.requires_grad and p.pad_between_seqs
+                                                  and says(backward, f"{bwd} seqused_q/seqused_k")),
+    }
+    return [f"flash-attn-4's sm100 kernels for head dims (256, 256) do not support {what}"
+            for what, refuses in refused.items() if refuses]
+
+
 class Flash4Backend(_FlashBackend):
     """flash-attn-4 (CuTe DSL, ``flash_attn.cute``): sm90 and sm100 family, no dropout or bias, sink softmax."""
 
@@ -565,7 +606,7 @@ class Flash4Backend(_FlashBackend):
     notes = ("num_splits ≠ 1 only on sm100 and newer (TE turns flash-attn-4 off for it below sm100)",)
 
     def _generation_reasons(self, p: AttentionParams, pkg: flash_probe.FlashPackage) -> list[str]:
-        reasons = []
+        reasons = _num_splits_cap(p, "flash-attn-4")
         module = pkg.module
         head_dim_reason = _v4_head_dim_reason(p, pkg.module)
         if head_dim_reason:
@@ -604,6 +645,8 @@ class Flash4Backend(_FlashBackend):
             elif (p.requires_grad and major in (10, 11) and (p.head_dim_qk, p.head_dim_v) == (256, 256)
                   and flash_probe.source_mentions(getattr(module, "_flash_attn_bwd", None), _V4_NO_SINK_BWD_HD256)):
                 reasons.append("flash-attn-4's sm100 backward with head dim 256 has no learnable sink")
+        if major in (10, 11) and (p.head_dim_qk, p.head_dim_v) == (256, 256):
+            reasons += _v4_hd256_reasons(p, module)
         return reasons
 
     def _kwargs(self, call: AttentionCall) -> dict[str, Any]:
