@@ -124,7 +124,7 @@ def test_installed_reports_version_and_no_upper_cap(generation, install):
     ("2.3.5", P(core_attention_bias_type="alibi"), "ALiBi needs flash-attn >= 2.4"),
     ("2.4.0", P(deterministic=True, requires_grad=True), "deterministic backward needs flash-attn >= 2.4.1"),
     ("2.4.2", P(kv_cache="paged", page_size=256), "KV cache (block_table) needs flash-attn >= 2.5.7"),
-    # 2.5.0-2.5.6: block tables in flash_attn_with_kvcache only, not in flash_attn_varlen_func (which this adapter calls)
+    # 2.5.0-2.5.6: block tables in flash_attn_with_kvcache only, not in the flash_attn_varlen_func this adapter calls
     ("2.5.6", P(kv_cache="paged", page_size=256), "KV cache (block_table) needs flash-attn >= 2.5.7"),
     ("2.6.3", P(compute_capability=(10, 0)), "needs >= 2.7.3 on sm100"),
 ])
@@ -276,7 +276,8 @@ class _Hd256Forward:
 
 def _hd256_fwd(q, k, v, seqused_q=None, seqused_k=None, learnable_sink=None):
     assert learnable_sink is None, "SM100 forward with head_dim=256 does not support learnable_sink"
-    assert seqused_q is None and seqused_k is None, "SM100 forward with head_dim=256 does not support seqused_q/seqused_k"
+    assert seqused_q is None and seqused_k is None, (
+        "SM100 forward with head_dim=256 does not support seqused_q/seqused_k")
 
 
 class _Hd256Backward:

@@ -62,7 +62,7 @@ V2_LARGE_HEAD_DIM_ARCHS = frozenset({(8, 0), (9, 0), (10, 0), (12, 0)})
 _V4_NO_PAGED_SM90 = "paged KV not supported on SM 9.0"
 _V4_PAGED_IRREGULAR_HEAD_DIM = "Paged KV does not support irregular head dim"
 _V4_NO_SINK_BWD_HD256 = "head_dim=256 does not support learnable_sink"
-#: flash-attn 3 and 4 combine at most this many KV splits (flash_api.cpp's TORCH_CHECK, _flash_attn_fwd_combine's assert).
+#: flash-attn 3 and 4 combine at most this many KV splits (flash_api.cpp's TORCH_CHECK, _flash_attn_fwd_combine).
 FLASH_MAX_NUM_SPLITS = 256
 
 
@@ -575,7 +575,8 @@ def _v4_hd256_reasons(p: AttentionParams, module: Any) -> list[str]:
         f"pages of {p.page_size} tokens (only 128, its KV tile)": (
             p.kv_cache == "paged" and p.page_size != 128
             and says(forward, "hd256 2CTA supports TMA paged KV only", f"{fwd} non-TMA paged KV")),
-        "a sliding window in the backward pass": p.requires_grad and windowed and says(backward, f"{bwd} local attention"),
+        "a sliding window in the backward pass": (p.requires_grad and windowed
+                                                  and says(backward, f"{bwd} local attention")),
         "pad_between_seqs in the backward pass": (p.requires_grad and p.pad_between_seqs
                                                   and says(backward, f"{bwd} seqused_q/seqused_k")),
     }
