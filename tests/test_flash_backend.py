@@ -325,6 +325,23 @@ def test_v4_head_dim_256_backward_on_sm100_refuses_a_window(install):
     _check(backend, replace(windowed, requires_grad=True), "do not support a sliding window in the backward pass")
 
 
+def test_v4_sm90_backward_limits_of_older_releases(install):
+    """Releases whose sm90 backward asserts on windows and varlen inputs: training calls that need them fall back
+    (inference keeps flash-attn-4)."""
+    def _flash_attn_bwd(q, k, v, window_size_left=None, window_size_right=None, cu_seqlens_q=None):
+        assert window_size_left is None and window_size_right is None, "local not supported yet on 9.x"
+        assert cu_seqlens_q is None, "varlen backward is not yet supported on sm90"
+
+    backend = install(4, "4.0.0b5", module=SimpleNamespace(_flash_attn_bwd=_flash_attn_bwd))
+    windowed = P(attn_mask_type="causal_bottom_right", window_size=(8, 0), requires_grad=True)
+    _check(backend, windowed, "sm90 backward has no sliding window")
+    _check(backend, replace(windowed, requires_grad=False), None)
+    _check(backend, replace(windowed, compute_capability=(10, 0)), None)
+    _check(backend, P(qkv_format="thd", kv_format="thd", requires_grad=True), "sm90 backward has no varlen")
+    _check(backend, P(attn_mask_type="padding", window_size=(-1, -1), requires_grad=True), "has no varlen")
+    _check(backend, P(attn_mask_type="causal_bottom_right", requires_grad=True), None)   # bshd, no padding: dense
+
+
 @pytest.mark.parametrize("generation", [3, 4])
 def test_num_splits_above_256_is_refused(generation, install):
     """flash-attn 3 and 4 combine at most 256 splits (a TORCH_CHECK / an assert at the call)."""

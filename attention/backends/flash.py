@@ -62,6 +62,8 @@ V2_LARGE_HEAD_DIM_ARCHS = frozenset({(8, 0), (9, 0), (10, 0), (12, 0)})
 _V4_NO_PAGED_SM90 = "paged KV not supported on SM 9.0"
 _V4_PAGED_IRREGULAR_HEAD_DIM = "Paged KV does not support irregular head dim"
 _V4_NO_SINK_BWD_HD256 = "head_dim=256 does not support learnable_sink"
+_V4_NO_LOCAL_BWD_SM90 = "local not supported yet on 9.x"
+_V4_NO_VARLEN_BWD_SM90 = "varlen backward is not yet supported on sm90"
 #: flash-attn 3 and 4 combine at most this many KV splits (flash_api.cpp's TORCH_CHECK, _flash_attn_fwd_combine).
 FLASH_MAX_NUM_SPLITS = 256
 
@@ -633,6 +635,14 @@ class Flash4Backend(_FlashBackend):
                 reasons.append(
                     f"flash-attn-4 reads a paged KV cache with page_size={p.page_size} != its KV tile ({tile_n}) only "
                     f"for head dims that are multiples of 16; got ({p.head_dim_qk}, {p.head_dim_v})")
+        if major == 9 and p.requires_grad:   # some releases' sm90 backward (4.0.0b36's has neither limit)
+            backward = getattr(module, "_flash_attn_bwd", None)
+            if not is_trivial_window(p.window_size) and flash_probe.source_mentions(backward, _V4_NO_LOCAL_BWD_SM90):
+                reasons.append(f"this flash-attn-4's ({pkg.version_text}) sm90 backward has no sliding window")
+            if ((p.qkv_format == "thd" or has_padding(p.attn_mask_type))
+                    and flash_probe.source_mentions(backward, _V4_NO_VARLEN_BWD_SM90)):
+                reasons.append(f"this flash-attn-4's ({pkg.version_text}) sm90 backward has no varlen (thd or padding "
+                               "masks)")
         if (major == 9 and p.deterministic and p.requires_grad
                 and not flash_probe.accepts_keyword(getattr(module, "FlashAttentionBackwardSm90", None), "deterministic")):
             reasons.append(f"this flash-attn-4 ({pkg.version_text}) has no deterministic backward on sm90")
