@@ -9,7 +9,7 @@ case ${1:-} in
   -*) echo "gpu_tests.sh: unknown option $1 (usage: scripts/gpu_tests.sh [LOG_DIR])" >&2; exit 2 ;;
 esac
 cd "$(dirname "$0")/.."
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # 13 shards x 16 threads stall CPU-side work
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # 14 shards x 16 threads stall CPU-side work
 logs=${1:-gpu-test-logs}
 mkdir -p "$logs"
 rm -f "$logs"/*.log   # a reused folder's old logs would count below
@@ -40,6 +40,7 @@ shard grid-d -m gpu "$grid" -k "not fused or bias or arbitrary or training"
 shard cache-compile tests/gpu/test_kv_append_gpu.py tests/gpu/test_serving_gpu.py tests/test_serving_simulation.py tests/test_compile.py tests/test_decode_graph.py \
   tests/test_cache_step_features.py tests/test_scrambled_pages.py \
   tests/test_seqlens_check.py tests/gpu/test_input_layouts_gpu.py
+shard other-device -m gpu tests/gpu/test_other_device_gpu.py   # skips its cases unless the host has two GPUs
 shard flash tests/gpu/test_flash_gpu.py   # its own: with flash-attn-4 installed it ran past 430 s beside the above
 wait
 status=0

@@ -68,6 +68,9 @@ _V4_NO_VARLEN_BWD_SM90 = "varlen backward is not yet supported on sm90"
 FLASH_MAX_NUM_SPLITS = 256
 
 
+_current_device = getattr(torch._C, "_cuda_getDevice", lambda: -1)   # (CPU builds have none)
+
+
 def _given(**kwargs: Any) -> dict[str, Any]:
     """Keyword arguments minus the ``None`` ones, so older releases lacking an option still accept the call."""
     return {key: value for key, value in kwargs.items() if value is not None}
@@ -146,6 +149,10 @@ class _FlashBackend(Backend):
     def forward(self, call: AttentionCall) -> Tensor:
         """Output in the query's format: bshd ``[b, s_q, h, d_v]``, sbhd ``[s_q, b, h, d_v]``,
         thd ``[t_q, h, d_v]``; padded query rows are zero."""
+        if call.query.is_cuda and call.query.device.index != _current_device():
+            # on a GPU other than the current one: flash-attn-4 launches on the current device's stream
+            with torch.cuda.device(call.query.device):
+                return self.forward(call)
         fa = self._interface()
         p = call.params
         if p.kv_cache != "none":

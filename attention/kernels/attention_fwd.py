@@ -140,8 +140,15 @@ def _tma_ready(k: torch.Tensor, v: torch.Tensor) -> bool:
         from triton.runtime._allocation import NullAllocator, _allocator
 
         if isinstance(_allocator.get(), NullAllocator):
-            triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=k.device))
+            triton.set_allocator(_descriptor_scratch)
     return True
+
+
+def _descriptor_scratch(size: int, alignment: int, stream: object) -> torch.Tensor:
+    """Triton's scratch for device-side descriptors, on the device the kernel launches on (the current one: the
+    launches make the tensors' device current). It held the first call's K, and took every later call's scratch
+    on that K's device."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
 def attention_forward(

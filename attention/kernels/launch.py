@@ -45,6 +45,7 @@ MAX_ENCODED_ADDRESSES = 8
 
 
 _data_ptr = torch.Tensor.data_ptr
+_current_device = getattr(torch._C, "_cuda_getDevice", lambda: -1)   # (CPU builds have none)
 
 
 def tensor_key(x: torch.Tensor | None) -> tuple | None:
@@ -94,8 +95,8 @@ class KernelLaunch:
     decode step; Triton's path makes and encodes every descriptor at every launch).
     """
 
-    __slots__ = ("_direct", "_encode_descriptor", "_encoded", "constexprs", "descriptors", "fn", "grid", "options",
-                 "scalars")
+    __slots__ = ("_device", "_direct", "_encode_descriptor", "_encoded", "constexprs", "descriptors", "fn", "grid",
+                 "options", "scalars")
 
     def __init__(self, fn: Any, grid: tuple[int, ...], scalars: tuple = (), constexprs: dict | None = None,
                  options: dict | None = None, descriptors: Sequence[Callable[[torch.Tensor], Any]] = ()) -> None:
@@ -110,10 +111,17 @@ class KernelLaunch:
         self._encoded: tuple[tuple[Any, dict[int, list]], ...] = ()
         """Per descriptor argument: (Triton's metadata of it, its encoded launch arguments by tensor address)."""
         self._encode_descriptor: Callable[[Any, Any], list] | None = None
+        self._device: int | None = None
+        """The CUDA device of the first call's tensors (the caller's key fixes it for later calls); None on CPU."""
 
     def __call__(self, *tensors: Any) -> None:
         direct = self._direct
         if direct and _no_launch_hooks():
+            if self._device is not None and _current_device() != self._device:
+                # tensors on a GPU other than the current one (a model spread over GPUs in one process): Triton,
+                # and the launcher below, run on the current device's stream
+                with torch.cuda.device(self._device):
+                    return self(*tensors)
             run, head, tail = direct
             # addresses, not tensors: the launcher would call data_ptr() and ask the driver about each one
             # (cuPointerGetAttribute); the first call's checks hold for every tensor of the caller's key
@@ -123,6 +131,11 @@ class KernelLaunch:
                 addresses = map(_data_ptr, tensors)   # (map: about half a list comprehension's time)
             run(self.grid[0], self.grid[1], self.grid[2], _current_stream(), *head, *addresses, *tail)
             return
+        if self._device is None and tensors[0].is_cuda:
+            self._device = tensors[0].device.index
+        if self._device is not None and _current_device() != self._device:
+            with torch.cuda.device(self._device):
+                return self(*tensors)
         made = [maker(x) for maker, x in zip(self.descriptors, tensors)]
         kernel = self.fn[self.grid](*made, *tensors[len(made):], *self.scalars, **self.constexprs, **self.options)
         if DIRECT_LAUNCH and direct is None and _is_compiled_kernel(kernel):
