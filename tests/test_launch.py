@@ -42,7 +42,8 @@ class FakeJit:
 
 @pytest.fixture
 def stream(monkeypatch):
-    monkeypatch.setattr(launch, "_current_stream", lambda: 77)
+    monkeypatch.setattr(launch, "_raw_stream", lambda device: 77)
+    monkeypatch.setattr(launch, "_current_device", lambda: None)   # CPU tensors: no CUDA device to make current
     monkeypatch.setattr(launch, "DIRECT_LAUNCH", True)
 
 

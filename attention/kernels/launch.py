@@ -45,7 +45,7 @@ MAX_ENCODED_ADDRESSES = 8
 
 
 _data_ptr = torch.Tensor.data_ptr
-_current_device = getattr(torch._C, "_cuda_getDevice", lambda: -1)   # (CPU builds have none)
+_current_device = getattr(torch._C, "_cuda_getDevice", lambda: None)   # (CPU builds have none: no direct launch)
 
 
 def tensor_key(x: torch.Tensor | None) -> tuple | None:
@@ -112,12 +112,14 @@ class KernelLaunch:
         """Per descriptor argument: (Triton's metadata of it, its encoded launch arguments by tensor address)."""
         self._encode_descriptor: Callable[[Any, Any], list] | None = None
         self._device: int | None = None
-        """The CUDA device of the first call's tensors (the caller's key fixes it for later calls); None on CPU."""
+        """The CUDA device of the first call's tensors (the caller's key fixes it for later calls); None on CPU (no
+        direct launch there: the interpreter)."""
 
     def __call__(self, *tensors: Any) -> None:
         direct = self._direct
         if direct and _no_launch_hooks():
-            if self._device is not None and _current_device() != self._device:
+            device = _current_device()
+            if device != self._device:
                 # tensors on a GPU other than the current one (a model spread over GPUs in one process): Triton,
                 # and the launcher below, run on the current device's stream
                 with torch.cuda.device(self._device):
@@ -129,7 +131,7 @@ class KernelLaunch:
                 addresses = self._encode(tensors) + list(map(_data_ptr, tensors[len(self._encoded):]))
             else:
                 addresses = map(_data_ptr, tensors)   # (map: about half a list comprehension's time)
-            run(self.grid[0], self.grid[1], self.grid[2], _current_stream(), *head, *addresses, *tail)
+            run(self.grid[0], self.grid[1], self.grid[2], _raw_stream(device), *head, *addresses, *tail)
             return
         if self._device is None and tensors[0].is_cuda:
             self._device = tensors[0].device.index
@@ -212,6 +214,6 @@ def _hook_set(hook: Any) -> bool:
     return hook is not None and bool(getattr(hook, "calls", True))
 
 
-def _current_stream() -> int:
-    """The raw CUDA stream Triton itself would launch on: the current device's current stream."""
-    return torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())
+def _raw_stream(device: int) -> int:
+    """The raw CUDA stream Triton itself would launch on: the current device's (``device``) current stream."""
+    return torch._C._cuda_getCurrentRawStream(device)
