@@ -128,8 +128,8 @@ def bias_shape_tag(bias: torch.Tensor, batch: int, heads: int) -> str:
     tag = ("1" if b == 1 else "b") + ("1" if h == 1 else "h") + "ss"
     if (b not in (1, batch)) or (h not in (1, heads)):
         raise ValueError(
-            f"core_attention_bias must have shape 11ss, 1hss, b1ss, bhss or 111s with b={batch}, h={heads}; "
-            f"got {tuple(bias.shape)}"
+            f"core_attention_bias must have shape 11ss, 1hss, b1ss, bhss or 111s with b={batch}, h={heads} (b: the "
+            f"batch; in a thd KV-cache step the cache's max_batch_size rows); got {tuple(bias.shape)}"
         )
     return tag
 

@@ -127,3 +127,20 @@ def test_a_cache_step_does_not_train_a_learnable_sink() -> None:
         assert module.last_backend == "fused"
     assert not outputs[0].requires_grad
     torch.testing.assert_close(outputs[0], outputs[1], atol=0, rtol=0)
+
+
+def test_a_thd_cache_step_bias_of_the_step_batch_is_refused_naming_max_batch_size() -> None:
+    """A thd cache step's bias has the cache's max_batch_size rows (its cu_seqlens hold them all); one of the step's
+    sequence count is refused with a message that says so (it said only "b=3")."""
+    params = InferenceParams(3, 12, 1, 8, torch.float64, qkv_format="thd", device="cpu")
+    params.allocate_memory(1)
+    module = DotProductAttention(2, 8, num_gqa_groups=1, qkv_format="thd", attn_mask_type="padding_causal",
+                                 layer_number=1, backend="unfused")
+    params.pre_step(OrderedDict(a=3, b=2))
+    q, k, v = (torch.randn(5, heads, 8, dtype=torch.float64) for heads in (2, 1, 1))
+    with pytest.raises(ValueError, match=r"b=3, h=2 \(b: the batch; in a thd KV-cache step the cache's max_batch_size"):
+        module(q, k, v, inference_params=params, core_attention_bias_type="post_scale_bias",
+               core_attention_bias=torch.randn(2, 2, 3, 12, dtype=torch.float64))
+    out = module(q, k, v, inference_params=params, core_attention_bias_type="post_scale_bias",
+                 core_attention_bias=torch.zeros(3, 2, 3, 12, dtype=torch.float64))   # after the refusal: runs
+    assert out.shape == (5, 16)
