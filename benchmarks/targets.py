@@ -24,6 +24,7 @@ never asserted in tests):
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -127,12 +128,17 @@ def _paged_chunk_cell(cells: Cells, name: str) -> bool:
     return name.startswith("chunk") and not name.endswith("non-paged")
 
 
+def _non_paged_chunk(name: str) -> str:
+    """The non-paged cell of a paged chunk cell ("chunk 2k on 6k p16 served, page runs": "chunk 2k on 6k non-paged")."""
+    return re.sub(r" p\d+( served.*)?$", " non-paged", name)
+
+
 def _prefill_paged_chunk(cells: Cells) -> dict[str, float]:
     """Non-paged fused µs / paged fused µs of each paged chunk cell."""
     out = {}
     for name in cells:
         if _paged_chunk_cell(cells, name):
-            paged, contiguous = _us(cells, name, "fused"), _us(cells, name.rsplit(" ", 1)[0] + " non-paged", "fused")
+            paged, contiguous = _us(cells, name, "fused"), _us(cells, _non_paged_chunk(name), "fused")
             if paged and contiguous:
                 out[name] = contiguous / paged
     return out
@@ -188,13 +194,14 @@ def _parts(cells: Cells, name: str) -> list[str]:
 
 
 def _whole_mixed_cell(cells: Cells, name: str) -> bool:
-    return " part: " not in name and " probe: " not in name and bool(_parts(cells, name))
+    return " part: " not in name and " probe: " not in name
 
 
 def _best_part(rows: dict[str, dict]) -> float | None:
-    """The fastest of ours (``fused``) and the competitors on one part, or None where none ran."""
+    """The fastest of ours (``fused``) and the competitors on one part; None where none ran, or where a competitor
+    that could run it did not (the best is not known then)."""
     times = [values["us"] for provider, values in _ran(rows).items() if provider in ("fused", *COMPETITORS)]
-    return min(times) if times else None
+    return min(times) if times and not _failed_competitors(rows) else None
 
 
 def _mixed_launch(cells: Cells) -> dict[str, float]:
@@ -215,8 +222,11 @@ def _named(names: Sequence[str]) -> Callable[[Cells, str], bool]:
     return lambda cells, name: name in names
 
 
-def _every_cell(cells: Cells, name: str) -> bool:
-    return True
+def _decode_rivalled(cells: Cells, name: str) -> bool:
+    """A cell some competitor proper can run (its row is not n/a), or whose fused row failed: a cell no competitor
+    can run has nothing to be held to ("the best competitor that can run that cell")."""
+    fused = _status(cells, name, "fused")
+    return fused not in (None, "ok", "n/a") or any(_status(cells, name, p) not in (None, "n/a") for p in EXTERNAL)
 
 
 TARGETS = (
@@ -225,7 +235,7 @@ TARGETS = (
            lambda cells, name: _prefill_flash4_cell(name) and _runnable("flash4")(cells, name)),
     Target("prefill", 7, "paged chunk >= 0.9x non-paged (fused)", "x", 0.9, True, _prefill_paged_chunk,
            _paged_chunk_cell),
-    Target("decode", 6, "fused >= 1.0x best competitor, every cell", "x", 1.0, True, _decode_best, _every_cell),
+    Target("decode", 6, "fused >= 1.0x best competitor, every cell", "x", 1.0, True, _decode_best, _decode_rivalled),
     Target("decode", 6, "1x8k p16 <= 20 µs", "µs", 20.0, False, _decode_1x8k, _named(DECODE_1X8K)),
     Target("decode", 6, "64x4k, 128x2k, 32x32k >= 3.9 TB/s", "TB/s", 3.9, True, _decode_large, _named(DECODE_LARGE)),
     Target("decode", 6, "64x4k paged <= 1.05x non-paged time", "x", 1.05, False, _decode_pages, _named(DECODE_PAGES)),
@@ -240,7 +250,7 @@ def _why_unread(target: Target, cells: Cells, name: str) -> str:
     if target.values is _decode_pages:
         needed["fused (64x4k non-paged)"] = "64x4k non-paged"
     elif target.values is _prefill_paged_chunk:
-        needed["fused (non-paged)"] = name.rsplit(" ", 1)[0] + " non-paged"
+        needed["fused (non-paged)"] = _non_paged_chunk(name)
     elif target.values is _prefill_flash2:
         needed["flash2"] = name
     elif target.values is _prefill_flash4:
@@ -253,7 +263,8 @@ def _why_unread(target: Target, cells: Cells, name: str) -> str:
         parts = _parts(cells, name)
         if len(parts) != 2:
             return f"{len(parts)} part cells, not 2"
-        return next(f"{part}: nothing ran" for part in parts if not _best_part(cells[part]))
+        return next(f"{part}: " + (", ".join(_failed_competitors(cells[part])) or "nothing ran")
+                    for part in parts if not _best_part(cells[part]))
     if target.values is _decode_best:
         return ", ".join(_failed_competitors(cells[name])) or "no competitor ran"
     return "no value"
@@ -315,7 +326,7 @@ def report(runs: dict[str, dict[str, Cells]], only_readable: bool = False) -> st
         cells = {label: suites.get(target.suite, {}) for label, suites in runs.items()}
         per_run = {label: target.values(cells[label]) for label in runs}
         unread = {label: target.unread(cells[label], per_run[label]) for label in runs}
-        if only_readable and not any(per_run.values()):
+        if only_readable and not any(per_run.values()) and not any(unread.values()):
             continue
         if with_median:
             names = dict.fromkeys(cell for values in per_run.values() for cell in values)

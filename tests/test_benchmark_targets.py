@@ -53,9 +53,8 @@ def test_decode_and_mixed_targets(tmp_path) -> None:
     write_csv(rows, str(tmp_path / "results.csv"))
     text = targets.report({"run": targets.load(tmp_path / "results.csv")})
     assert "| 1x8k p16 <= 20 µs (#6) | 25.00 µs (1x8k p16); **1 of 1 miss** |" in text
-    # the paged 64x4k cells have no competitor rows: not read, and named
-    assert "0.880x (1x8k p16); **2 of 2 miss**; **2 not read**" in text
-    assert "- run: fused >= 1.0x best competitor, every cell: 64x4k p16 not read (no competitor ran)" in text
+    # the paged 64x4k cells have no competitor rows (no competitor can run them): nothing to hold them to
+    assert "| 0.880x (1x8k p16); **2 of 2 miss** |" in text and "not read" not in text   # 1x8k, 64x4k non-paged
     assert "4.13 TB/s (64x4k p16); holds" in text  # the large cells only: 64x4k p1 is not one
     assert "1.070x (64x4k p1); **1 of 2 miss**" in text  # 275 / 257: more than 5 % slower than non-paged
     # the best of each part: flash-attn-4's prefill (70) and our decodes (250), not one provider's two calls
@@ -72,27 +71,36 @@ def _mixed_rows(name: str, fused: float, prefill: dict[str, float], decodes: dic
 
 
 def test_a_target_names_the_cells_it_cannot_read(tmp_path) -> None:
-    """A failed or skipped fused row, a competitor that could run and did not, a cell where only our unfused ran
-    beside fused, a missing mixed part: each is counted and named, and the target does not hold
-    (before, such cells dropped out and the target read "holds" on the rest)."""
+    """A failed or skipped fused row, a competitor that could run and did not, a missing mixed part or a part whose
+    competitor failed: each is counted and named, and the target does not hold (before, such cells dropped out and
+    the target read "holds" on the rest). A cell that only our unfused ran beside fused, every competitor proper
+    n/a, has nothing to be held to: not read, and not counted against the target."""
     rows = (_rows("decode", "128x2k p16", fused=246.0, sdpa_cudnn=247.0)
             + [Row("decode", "g", "64x4k p16", "fused", status="mismatch", us=300.0),
                *_rows("decode", "64x4k p16", sdpa_cudnn=245.0),
                Row("decode", "g", "1x8k p16", "sdpa_cudnn", status="error"),
                Row("decode", "g", "1x8k p16", "flash2", status="n/a"),
                *_rows("decode", "1x8k p16", fused=19.0, flash4=96.0),
-               *_rows("decode", "ragged", fused=280.0, unfused=4000.0)]
-            + _rows("mixed", "M2 2k chunk", fused=900.0) + _rows("mixed", "M2 part: prefill", fused=800.0))
+               *_rows("decode", "ragged", fused=280.0, unfused=4000.0),
+               Row("decode", "g", "ragged", "flash4", status="error"),
+               *_rows("decode", "ragged, no flash-attn", fused=280.0, unfused=4000.0),
+               Row("decode", "g", "ragged, no flash-attn", "flash4", status="n/a")]
+            + _rows("mixed", "M2 2k chunk", fused=900.0) + _rows("mixed", "M2 part: prefill", fused=800.0)
+            + _mixed_rows("M1 2k prefill", 300.0, prefill={"fused": 80.0, "sdpa_cudnn": 90.0},
+                          decodes={"fused": 250.0, "sdpa_cudnn": 260.0})
+            + [Row("mixed", "g", "M1 part: prefill", "flash4", status="error")])
     write_csv(rows, str(tmp_path / "run.csv"))
     text = targets.report({"run": targets.load(tmp_path / "run.csv")})
     assert "| fused >= 1.0x best competitor, every cell (#6) | 1.004x (128x2k p16); holds on 1; **3 not read** |" \
         in text
     for line in ("64x4k p16 not read (fused mismatch)", "1x8k p16 not read (sdpa_cudnn error)",
-                 "ragged not read (no competitor ran)"):
+                 "ragged not read (flash4 error)"):
         assert f"- run: fused >= 1.0x best competitor, every cell: {line}" in text
+    assert "no flash-attn" not in text
     assert "| 1x8k p16 <= 20 µs (#6) | 19.00 µs (1x8k p16); holds |" in text  # fused's own time: read
-    assert "| one launch <= 0.9x the best separate calls (#6) | **1 not read** |" in text
+    assert "| one launch <= 0.9x the best separate calls (#6) | **2 not read** |" in text
     assert "M2 2k chunk not read (1 part cells, not 2)" in text
+    assert "M1 2k prefill not read (M1 part: prefill: flash4 error)" in text
 
 
 def test_a_column_is_labelled_by_its_folder_or_by_label_equals_path() -> None:
@@ -127,3 +135,13 @@ def test_a_suite_report_checks_the_targets_it_can(tmp_path) -> None:
     assert "1x8k" not in section  # no decode rows: the decode targets are left out
     smoke = markdown_report({"gpu": "test"}, {"prefill": [Row("prefill", "g", "MHA full 2x48", "fused", us=1.0)]})
     assert "Against the project's targets" not in smoke  # nothing to check: no section
+
+
+def test_a_suite_report_shows_a_target_whose_every_cell_went_unread() -> None:
+    """run_all's report leaves out the targets a run cannot be checked against, but not one whose cells all failed
+    (it dropped the 1x8k row when our 1x8k row errored)."""
+    rows = [Row("decode", "g", "1x8k p16", "fused", status="error"), *_rows("decode", "1x8k p16", sdpa_cudnn=18.0)]
+    text = targets.report({"run": targets.group_rows(rows)}, only_readable=True)
+    assert "| 1x8k p16 <= 20 µs (#6) | **1 not read** |" in text
+    assert "- run: 1x8k p16 <= 20 µs: 1x8k p16 not read (fused error)" in text
+    assert "TB/s" not in text   # no large cell in the run: left out
