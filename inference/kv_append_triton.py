@@ -187,6 +187,9 @@ def reindex_triton(
     """Triton version of ``kv_append.reindex_kv_cache`` for in-place-safe move lists."""
     _, reindex_kernel = _kernels()
     device = k_cache.device
+    if device.type == "cuda" and device.index != torch.cuda.current_device():
+        with torch.cuda.device(device):   # Triton launches on the current device's stream (launch.KernelLaunch)
+            return reindex_triton(k_cache, v_cache, destination_rows, source_rows, num_tokens)
     destination = torch.tensor(destination_rows, dtype=torch.int32, device=device)
     source = torch.tensor(source_rows, dtype=torch.int32, device=device)
     for cache in (k_cache, v_cache):

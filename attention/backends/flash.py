@@ -149,8 +149,9 @@ class _FlashBackend(Backend):
     def forward(self, call: AttentionCall) -> Tensor:
         """Output in the query's format: bshd ``[b, s_q, h, d_v]``, sbhd ``[s_q, b, h, d_v]``,
         thd ``[t_q, h, d_v]``; padded query rows are zero."""
-        if call.query.is_cuda and call.query.device.index != _current_device():
-            # on a GPU other than the current one: flash-attn-4 launches on the current device's stream
+        if call.query.is_cuda and not torch.compiler.is_compiling() and call.query.get_device() != _current_device():
+            # on a GPU other than the current one: flash-attn-4 launches on the current device's stream (under
+            # torch.compile the device read would break the graph: the custom op's body runs as called)
             with torch.cuda.device(call.query.device):
                 return self.forward(call)
         fa = self._interface()

@@ -46,6 +46,8 @@ MAX_ENCODED_ADDRESSES = 8
 
 _data_ptr = torch.Tensor.data_ptr
 _current_device = getattr(torch._C, "_cuda_getDevice", lambda: None)   # (CPU builds have none: no direct launch)
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+"""``_raw_stream(device)``: the raw CUDA stream Triton itself would launch on, the current device's current stream."""
 
 
 def tensor_key(x: torch.Tensor | None) -> tuple | None:
@@ -213,7 +215,3 @@ def _no_launch_hooks() -> bool:
 def _hook_set(hook: Any) -> bool:
     return hook is not None and bool(getattr(hook, "calls", True))
 
-
-def _raw_stream(device: int) -> int:
-    """The raw CUDA stream Triton itself would launch on: the current device's (``device``) current stream."""
-    return torch._C._cuda_getCurrentRawStream(device)
