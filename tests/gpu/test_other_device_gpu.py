@@ -19,8 +19,10 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs (run on nvidia-h100-x2)")]
 
 HEADS, HEADS_KV, HEAD_DIM = 8, 2, 64
-STEPS = ({0: 40, 1: 24}, {0: 1, 1: 1}, {0: 1, 1: 1}, {0: 1, 1: 1, 2: 9}, {0: 1, 1: 1, 2: 1})
-"""A prefill, decodes, a mixed step (a sequence joins), decodes."""
+STEPS = ({0: 40, 1: 24}, {0: 1, 1: 1}, {0: 1, 1: 1}, {0: 1, 1: 1, 2: 9}, {0: 1, 1: 1, 2: 1}, {1: 1, 2: 1},
+         {2: 1, 1: 1})
+"""A prefill, decodes, a mixed step (a sequence joins), decodes, one sequence gone, the rest in another order (a
+non-paged cache moves its rows: the re-index kernel)."""
 
 
 def _close(got: list[torch.Tensor], expected: list[torch.Tensor]) -> None:
