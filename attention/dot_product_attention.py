@@ -125,7 +125,8 @@ class DotProductAttention(nn.Module):
             given to ``forward``, True = masked). Only the padding types and ``"arbitrary"`` read
             ``attention_mask``; thd needs a padding type.
         window_size: ``(left, right)`` sliding window, in tokens either side of the diagonal (-1 = unbounded);
-            causal masks use ``(left, 0)``. None: no window.
+            causal masks use ``(left, 0)``, and a module built with one keeps ``(left, 0)`` in calls that pass
+            another mask type (as TE's constructor normalises it). None: no window.
         bottom_right_diagonal: the diagonal a window aligns to when q and kv lengths differ, for mask types
             without one of their own (``no_mask``, ``padding``, ``arbitrary``; default bottom-right). ``causal`` and
             ``padding_causal`` are top-left and the ``*_bottom_right`` types bottom-right, whatever it says.
