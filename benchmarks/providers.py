@@ -333,6 +333,12 @@ def _sdpa(cell: Cell, inputs: Inputs, which: str) -> Result:
     mask, is_causal = None, False
     if p.causal and p.max_q == p.max_kv:
         is_causal = True
+    elif p.causal and p.max_q > 1 and which == "cudnn":
+        # torch's lower-right causal bias dispatches to the flash and memory-efficient kernels only; under the cuDNN
+        # backend alone it builds the whole boolean mask on every call and runs cuDNN with an arbitrary mask
+        # (torch/nn/attention/bias.py, CausalBias._dispatch): not cuDNN's causal kernel
+        return None, ("causal with fewer queries than keys (bottom-right): torch reaches cuDNN only through a "
+                      "materialised mask")
     elif p.causal and p.max_q > 1:
         from torch.nn.attention.bias import causal_lower_right
 
