@@ -578,3 +578,40 @@ def test_v3_num_splits_reaches_the_package(qkv_format, monkeypatch):
     expected = reference_attention(q.float(), k.float(), v.float(), qkv_format=qkv_format, attn_mask_type=mask,
                                    **lengths)
     torch.testing.assert_close(out.float(), expected, atol=2e-2, rtol=2e-2)
+
+
+def test_a_call_on_a_gpu_other_than_the_current_one_runs_with_that_gpu_current(monkeypatch):
+    """flash-attn-4 launches on the current device's stream: the adapter makes the query's GPU current around the
+    call and gives the current device back. Devices are numbers here (no GPU)."""
+    from attention.backends import flash
+
+    current, seen = [0], []
+
+    class DeviceGuard:   # torch.cuda.device's stand-in
+        def __init__(self, device) -> None:
+            self.index = device.index
+
+        def __enter__(self) -> None:
+            self.before, current[0] = current[0], self.index
+
+        def __exit__(self, *exc) -> None:
+            current[0] = self.before
+
+    class Stop(Exception):
+        pass
+
+    def interface(self):
+        seen.append(current[0])
+        raise Stop
+
+    monkeypatch.setattr(flash, "_current_device", lambda: current[0])
+    monkeypatch.setattr(flash.torch.cuda, "device", DeviceGuard)
+    monkeypatch.setattr(Flash4Backend, "_interface", interface)
+    query = SimpleNamespace(is_cuda=True, get_device=lambda: 1, device=torch.device("cuda", 1))
+    with pytest.raises(Stop):
+        Flash4Backend().forward(SimpleNamespace(query=query))
+    assert seen == [1] and current == [0]
+    query.get_device = lambda: 0   # already current: no guard
+    with pytest.raises(Stop):
+        Flash4Backend().forward(SimpleNamespace(query=query))
+    assert seen == [1, 0]
