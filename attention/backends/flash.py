@@ -68,7 +68,7 @@ _V4_NO_VARLEN_BWD_SM90 = "varlen backward is not yet supported on sm90"
 FLASH_MAX_NUM_SPLITS = 256
 
 
-_current_device = getattr(torch._C, "_cuda_getDevice", lambda: -1)   # (CPU builds have none)
+_current_device = getattr(torch._C, "_cuda_getDevice", lambda: None)   # (CPU builds have none)
 
 
 def _given(**kwargs: Any) -> dict[str, Any]:
