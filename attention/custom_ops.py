@@ -26,6 +26,7 @@ Shapes: ``q``/``out`` keep the caller's format (``q_format``: bshd ``[b, s, h, d
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any
 
@@ -104,6 +105,15 @@ def _flash_module(generation: int) -> Any:
     return package.module
 
 
+def _on_query_device(q: Tensor) -> contextlib.AbstractContextManager:
+    """The query's GPU made current when it is not: flash-attn-4 launches on the current device's stream. The flash
+    adapter guards its eager calls itself; this covers an op's body as a compiled graph runs it (skipped while
+    Dynamo traces, where the device read would break the graph)."""
+    if q.is_cuda and not torch.compiler.is_compiling() and q.get_device() != torch.cuda.current_device():
+        return torch.cuda.device(q.device)
+    return contextlib.nullcontext()
+
+
 def _options(generation: int, window_size: list[int] | None, **kwargs: Any) -> dict[str, Any]:
     """Keyword arguments for the package, minus the ``None`` ones (older releases lack some).
 
@@ -132,10 +142,11 @@ def flash_attn_func(
 
     flash-attn 2 returns ``out``; flash-attn-4 returns ``(out, lse)`` (``lse`` None unless needed)."""
     fa = _flash_module(generation)
-    out = fa.flash_attn_func(q, k, v, **_options(generation, window_size, softmax_scale=softmax_scale, causal=causal,
-                                                 dropout_p=dropout_p, alibi_slopes=alibi_slopes,
-                                                 deterministic=deterministic, learnable_sink=learnable_sink,
-                                                 num_splits=num_splits))
+    with _on_query_device(q):
+        out = fa.flash_attn_func(q, k, v, **_options(generation, window_size, softmax_scale=softmax_scale,
+                                                     causal=causal, dropout_p=dropout_p, alibi_slopes=alibi_slopes,
+                                                     deterministic=deterministic, learnable_sink=learnable_sink,
+                                                     num_splits=num_splits))
     return _first(out)
 
 
@@ -151,13 +162,14 @@ def flash_attn_varlen_func(
     ``block_table`` is flash-attn 2's paged cache, ``page_table``/``seqused_*``/``learnable_sink``
     flash-attn 3/4's (flash-attn 2's varlen function has none of them)."""
     fa = _flash_module(generation)
-    out = fa.flash_attn_varlen_func(
-        q, k, v, **_options(generation, window_size, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-                            max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale,
-                            causal=causal, dropout_p=dropout_p, alibi_slopes=alibi_slopes,
-                            deterministic=deterministic, seqused_q=seqused_q, seqused_k=seqused_k,
-                            block_table=block_table, page_table=page_table, learnable_sink=learnable_sink,
-                            num_splits=num_splits))
+    with _on_query_device(q):
+        out = fa.flash_attn_varlen_func(
+            q, k, v, **_options(generation, window_size, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                                max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale,
+                                causal=causal, dropout_p=dropout_p, alibi_slopes=alibi_slopes,
+                                deterministic=deterministic, seqused_q=seqused_q, seqused_k=seqused_k,
+                                block_table=block_table, page_table=page_table, learnable_sink=learnable_sink,
+                                num_splits=num_splits))
     return _first(out)
 
 
@@ -168,10 +180,12 @@ def flash_attn_with_kvcache(
 ) -> Tensor:
     """flash-attn 3's ``flash_attn_with_kvcache`` with varlen queries ``[t, h, d]``: ``[t, h, d_v]``."""
     fa = _flash_module(generation)
-    out = fa.flash_attn_with_kvcache(
-        q, k_cache, v_cache, **_options(generation, window_size, cache_seqlens=cache_seqlens, page_table=page_table,
-                                        cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q,
-                                        num_splits=num_splits, softmax_scale=softmax_scale, causal=causal))
+    with _on_query_device(q):
+        out = fa.flash_attn_with_kvcache(
+            q, k_cache, v_cache, **_options(generation, window_size, cache_seqlens=cache_seqlens,
+                                            page_table=page_table, cu_seqlens_q=cu_seqlens_q,
+                                            max_seqlen_q=max_seqlen_q, num_splits=num_splits,
+                                            softmax_scale=softmax_scale, causal=causal))
     return _first(out)
 
 

@@ -615,3 +615,36 @@ def test_a_call_on_a_gpu_other_than_the_current_one_runs_with_that_gpu_current(m
     with pytest.raises(Stop):
         Flash4Backend().forward(SimpleNamespace(query=query))
     assert seen == [1, 0]
+
+
+def test_the_flash_ops_run_with_the_query_gpu_current(monkeypatch):
+    """Under torch.compile the flash adapter's own guard is not traced; the custom ops' bodies, which a compiled
+    graph runs as called, make the query's GPU current themselves (flash-attn-4 takes the current device's stream).
+    Devices are numbers here (no GPU)."""
+    from attention import custom_ops
+
+    current, seen = [0], []
+
+    class DeviceGuard:   # torch.cuda.device's stand-in
+        def __init__(self, device) -> None:
+            self.index = device.index
+
+        def __enter__(self) -> None:
+            self.before, current[0] = current[0], self.index
+
+        def __exit__(self, *exc) -> None:
+            current[0] = self.before
+
+    def record(*args, **kwargs):
+        seen.append(current[0])
+        return "out", None
+
+    package = SimpleNamespace(flash_attn_func=record, flash_attn_varlen_func=record, flash_attn_with_kvcache=record)
+    monkeypatch.setattr(custom_ops, "_flash_module", lambda generation: package)
+    monkeypatch.setattr(custom_ops.torch.cuda, "current_device", lambda: current[0])
+    monkeypatch.setattr(custom_ops.torch.cuda, "device", DeviceGuard)
+    q = SimpleNamespace(is_cuda=True, get_device=lambda: 1, device=torch.device("cuda", 1))
+    assert custom_ops.flash_attn_func(q, None, None, 4, 1.0, False) == "out"
+    custom_ops.flash_attn_varlen_func(q, None, None, None, None, 1, 1, 4, 1.0, False)
+    custom_ops.flash_attn_with_kvcache(q, None, None, None, None, None, 1, 3, 1.0, False)
+    assert seen == [1, 1, 1] and current == [0]
