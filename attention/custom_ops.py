@@ -105,11 +105,14 @@ def _flash_module(generation: int) -> Any:
     return package.module
 
 
+_current_device = getattr(torch._C, "_cuda_getDevice", lambda: None)   # (CPU builds have none)
+
+
 def _on_query_device(q: Tensor) -> contextlib.AbstractContextManager:
     """The query's GPU made current when it is not: flash-attn-4 launches on the current device's stream. The flash
     adapter guards its eager calls itself; this covers an op's body as a compiled graph runs it (skipped while
     Dynamo traces, where the device read would break the graph)."""
-    if q.is_cuda and not torch.compiler.is_compiling() and q.get_device() != torch.cuda.current_device():
+    if q.is_cuda and not torch.compiler.is_compiling() and q.get_device() != _current_device():
         return torch.cuda.device(q.device)
     return contextlib.nullcontext()
 

@@ -641,7 +641,7 @@ def test_the_flash_ops_run_with_the_query_gpu_current(monkeypatch):
 
     package = SimpleNamespace(flash_attn_func=record, flash_attn_varlen_func=record, flash_attn_with_kvcache=record)
     monkeypatch.setattr(custom_ops, "_flash_module", lambda generation: package)
-    monkeypatch.setattr(custom_ops.torch.cuda, "current_device", lambda: current[0])
+    monkeypatch.setattr(custom_ops, "_current_device", lambda: current[0])
     monkeypatch.setattr(custom_ops.torch.cuda, "device", DeviceGuard)
     q = SimpleNamespace(is_cuda=True, get_device=lambda: 1, device=torch.device("cuda", 1))
     assert custom_ops.flash_attn_func(q, None, None, 4, 1.0, False) == "out"
