@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "fused_attention_forward",
-           "launcher_views"]
+           "launcher_views", "on_query_device"]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -108,10 +108,10 @@ def _flash_module(generation: int) -> Any:
 _current_device = getattr(torch._C, "_cuda_getDevice", lambda: None)   # (CPU builds have none)
 
 
-def _on_query_device(q: Tensor) -> contextlib.AbstractContextManager:
+def on_query_device(q: Tensor) -> contextlib.AbstractContextManager:
     """The query's GPU made current when it is not: flash-attn-4 launches on the current device's stream. The flash
-    adapter guards its eager calls itself; this covers an op's body as a compiled graph runs it (skipped while
-    Dynamo traces, where the device read would break the graph)."""
+    adapter's eager calls enter it, and so does each flash op's body, which a compiled graph runs as called (skipped
+    while Dynamo traces, where the device read would break the graph)."""
     if q.is_cuda and not torch.compiler.is_compiling() and q.get_device() != _current_device():
         return torch.cuda.device(q.device)
     return contextlib.nullcontext()
@@ -145,7 +145,7 @@ def flash_attn_func(
 
     flash-attn 2 returns ``out``; flash-attn-4 returns ``(out, lse)`` (``lse`` None unless needed)."""
     fa = _flash_module(generation)
-    with _on_query_device(q):
+    with on_query_device(q):
         out = fa.flash_attn_func(q, k, v, **_options(generation, window_size, softmax_scale=softmax_scale,
                                                      causal=causal, dropout_p=dropout_p, alibi_slopes=alibi_slopes,
                                                      deterministic=deterministic, learnable_sink=learnable_sink,
@@ -165,7 +165,7 @@ def flash_attn_varlen_func(
     ``block_table`` is flash-attn 2's paged cache, ``page_table``/``seqused_*``/``learnable_sink``
     flash-attn 3/4's (flash-attn 2's varlen function has none of them)."""
     fa = _flash_module(generation)
-    with _on_query_device(q):
+    with on_query_device(q):
         out = fa.flash_attn_varlen_func(
             q, k, v, **_options(generation, window_size, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                                 max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale,
@@ -183,7 +183,7 @@ def flash_attn_with_kvcache(
 ) -> Tensor:
     """flash-attn 3's ``flash_attn_with_kvcache`` with varlen queries ``[t, h, d]``: ``[t, h, d_v]``."""
     fa = _flash_module(generation)
-    with _on_query_device(q):
+    with on_query_device(q):
         out = fa.flash_attn_with_kvcache(
             q, k_cache, v_cache, **_options(generation, window_size, cache_seqlens=cache_seqlens,
                                             page_table=page_table, cu_seqlens_q=cu_seqlens_q,

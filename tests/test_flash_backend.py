@@ -19,6 +19,7 @@ from attention import DotProductAttention
 from attention.backends import flash_probe
 from attention.backends.flash import Flash2Backend, Flash3Backend, Flash4Backend
 from attention.params import AttentionParams
+from tests.fake_device import FakeCurrentDevice
 from tests.flash_cases import GRADIENT_CASES, FlashCase, build_call, cases_for, check_gradients
 from tests.flash_fakes import FAKES, FakeFlash2, install_fake, run_fake_on_cpu
 from tests.reference import reference_attention
@@ -583,34 +584,24 @@ def test_v3_num_splits_reaches_the_package(qkv_format, monkeypatch):
 def test_a_call_on_a_gpu_other_than_the_current_one_runs_with_that_gpu_current(monkeypatch):
     """flash-attn-4 launches on the current device's stream: the adapter makes the query's GPU current around the
     call and gives the current device back. Devices are numbers here (no GPU)."""
-    from attention.backends import flash
+    from attention import custom_ops
 
-    current, seen = [0], []
-
-    class DeviceGuard:   # torch.cuda.device's stand-in
-        def __init__(self, device) -> None:
-            self.index = device.index
-
-        def __enter__(self) -> None:
-            self.before, current[0] = current[0], self.index
-
-        def __exit__(self, *exc) -> None:
-            current[0] = self.before
+    current, seen = FakeCurrentDevice(), []
 
     class Stop(Exception):
         pass
 
     def interface(self):
-        seen.append(current[0])
+        seen.append(current.index)
         raise Stop
 
-    monkeypatch.setattr(flash, "_current_device", lambda: current[0])
-    monkeypatch.setattr(flash.torch.cuda, "device", DeviceGuard)
+    monkeypatch.setattr(custom_ops, "_current_device", current.read)
+    monkeypatch.setattr(custom_ops.torch.cuda, "device", current.device)
     monkeypatch.setattr(Flash4Backend, "_interface", interface)
     query = SimpleNamespace(is_cuda=True, get_device=lambda: 1, device=torch.device("cuda", 1))
     with pytest.raises(Stop):
         Flash4Backend().forward(SimpleNamespace(query=query))
-    assert seen == [1] and current == [0]
+    assert seen == [1] and current.index == 0
     query.get_device = lambda: 0   # already current: no guard
     with pytest.raises(Stop):
         Flash4Backend().forward(SimpleNamespace(query=query))
@@ -623,28 +614,18 @@ def test_the_flash_ops_run_with_the_query_gpu_current(monkeypatch):
     Devices are numbers here (no GPU)."""
     from attention import custom_ops
 
-    current, seen = [0], []
-
-    class DeviceGuard:   # torch.cuda.device's stand-in
-        def __init__(self, device) -> None:
-            self.index = device.index
-
-        def __enter__(self) -> None:
-            self.before, current[0] = current[0], self.index
-
-        def __exit__(self, *exc) -> None:
-            current[0] = self.before
+    current, seen = FakeCurrentDevice(), []
 
     def record(*args, **kwargs):
-        seen.append(current[0])
+        seen.append(current.index)
         return "out", None
 
     package = SimpleNamespace(flash_attn_func=record, flash_attn_varlen_func=record, flash_attn_with_kvcache=record)
     monkeypatch.setattr(custom_ops, "_flash_module", lambda generation: package)
-    monkeypatch.setattr(custom_ops, "_current_device", lambda: current[0])
-    monkeypatch.setattr(custom_ops.torch.cuda, "device", DeviceGuard)
+    monkeypatch.setattr(custom_ops, "_current_device", current.read)
+    monkeypatch.setattr(custom_ops.torch.cuda, "device", current.device)
     q = SimpleNamespace(is_cuda=True, get_device=lambda: 1, device=torch.device("cuda", 1))
     assert custom_ops.flash_attn_func(q, None, None, 4, 1.0, False) == "out"
     custom_ops.flash_attn_varlen_func(q, None, None, None, None, 1, 1, 4, 1.0, False)
     custom_ops.flash_attn_with_kvcache(q, None, None, None, None, None, 1, 3, 1.0, False)
-    assert seen == [1, 1, 1] and current == [0]
+    assert seen == [1, 1, 1] and current.index == 0

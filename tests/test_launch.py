@@ -13,6 +13,7 @@ import torch
 import triton.language as tl
 
 from attention.kernels import launch
+from tests.fake_device import FakeCurrentDevice
 
 
 class FakeCompiled:
@@ -235,35 +236,24 @@ def test_a_launch_runs_with_its_tensors_device_current(stream, monkeypatch):
     """Tensors on a GPU other than the current one (a model spread over GPUs in one process): Triton's path and the
     direct launch both run with that device current (Triton and the launcher take the current device's stream),
     and the current device is given back. Devices here are numbers: no GPU."""
-    current = [0]
-
-    class DeviceGuard:   # torch.cuda.device's stand-in
-        def __init__(self, index: int) -> None:
-            self.index = index
-
-        def __enter__(self) -> None:
-            self.before, current[0] = current[0], self.index
-
-        def __exit__(self, *exc) -> None:
-            current[0] = self.before
-
-    monkeypatch.setattr(launch, "_current_device", lambda: current[0])
-    monkeypatch.setattr(launch.torch.cuda, "device", DeviceGuard)
+    current = FakeCurrentDevice()
+    monkeypatch.setattr(launch, "_current_device", current.read)
+    monkeypatch.setattr(launch.torch.cuda, "device", current.device)
     triton_devices = []
 
     class DeviceJit(FakeJit):
         def __getitem__(self, grid):
-            triton_devices.append(current[0])
+            triton_devices.append(current.index)
             return super().__getitem__(grid)
 
     compiled = FakeCompiled()
-    compiled.run = lambda *args: compiled.launches.append(current[0])
+    compiled.run = lambda *args: compiled.launches.append(current.index)
     kernel_launch = _launch(DeviceJit(compiled))
     kernel_launch._device = 1   # what the first call records from its tensors' device (cuda:1)
     x, y = torch.zeros(8), torch.ones(8)
     kernel_launch(x, y)
     kernel_launch(x, y)
-    assert triton_devices == [1] and compiled.launches == [1] and current == [0]
+    assert triton_devices == [1] and compiled.launches == [1] and current.index == 0
     kernel_launch._device = 0   # tensors on the current device: no guard
     kernel_launch(x, y)
     assert compiled.launches == [1, 0]

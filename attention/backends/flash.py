@@ -68,9 +68,6 @@ _V4_NO_VARLEN_BWD_SM90 = "varlen backward is not yet supported on sm90"
 FLASH_MAX_NUM_SPLITS = 256
 
 
-_current_device = getattr(torch._C, "_cuda_getDevice", lambda: None)   # (CPU builds have none)
-
-
 def _given(**kwargs: Any) -> dict[str, Any]:
     """Keyword arguments minus the ``None`` ones, so older releases lacking an option still accept the call."""
     return {key: value for key, value in kwargs.items() if value is not None}
@@ -149,11 +146,11 @@ class _FlashBackend(Backend):
     def forward(self, call: AttentionCall) -> Tensor:
         """Output in the query's format: bshd ``[b, s_q, h, d_v]``, sbhd ``[s_q, b, h, d_v]``,
         thd ``[t_q, h, d_v]``; padded query rows are zero."""
-        if call.query.is_cuda and not torch.compiler.is_compiling() and call.query.get_device() != _current_device():
-            # on a GPU other than the current one: flash-attn-4 launches on the current device's stream (under
-            # torch.compile the device read would break the graph: the custom op's body runs as called)
-            with torch.cuda.device(call.query.device):
-                return self.forward(call)
+        with custom_ops.on_query_device(call.query):   # flash-attn-4 launches on the current device's stream
+            return self._forward_here(call)
+
+    def _forward_here(self, call: AttentionCall) -> Tensor:
+        """``forward`` with the query's GPU current."""
         fa = self._interface()
         p = call.params
         if p.kv_cache != "none":
