@@ -174,20 +174,16 @@ def combine(mixed: MixedCell, whole: list[Row], first: list[Row], second: list[R
                   layout=f"{a[provider].layout} + {b[provider].layout}", us=a[provider].us + b[provider].us,
                   note=f"{a[provider].us:.1f} + {b[provider].us:.1f} µs, 2 calls")
         derived.append(row)
-    rivals_a = [r for r in a.values() if r.provider in COMPETITORS]
-    rivals_b = [r for r in b.values() if r.provider in COMPETITORS]
-    if rivals_a and rivals_b:
-        best_a, best_b = min(rivals_a, key=lambda r: r.us), min(rivals_b, key=lambda r: r.us)
-        derived.append(Row(SUITE, mixed.whole.group, mixed.whole.name, "best competitors (separately)",
-                           layout=f"{best_a.layout} + {best_b.layout}", us=best_a.us + best_b.us,
-                           note=f"{best_a.provider} {best_a.us:.1f} + {best_b.provider} {best_b.us:.1f} µs"))
-    ours_a = [r for r in a.values() if r.provider in ("fused", *COMPETITORS)]
-    ours_b = [r for r in b.values() if r.provider in ("fused", *COMPETITORS)]
-    if ours_a and ours_b:   # the fastest provider per part, ours among them: what the one launch is held to
-        best_a, best_b = min(ours_a, key=lambda r: r.us), min(ours_b, key=lambda r: r.us)
-        derived.append(Row(SUITE, mixed.whole.group, mixed.whole.name, "best separately",
-                           layout=f"{best_a.layout} + {best_b.layout}", us=best_a.us + best_b.us,
-                           note=f"{best_a.provider} {best_a.us:.1f} + {best_b.provider} {best_b.us:.1f} µs"))
+    # the fastest competitor per part; then the fastest provider per part, ours among them (what the one launch is
+    # held to)
+    best_of = {"best competitors (separately)": COMPETITORS, "best separately": ("fused", *COMPETITORS)}
+    for name, providers in best_of.items():
+        parts = [[r for r in part.values() if r.provider in providers] for part in (a, b)]
+        if all(parts):
+            best_a, best_b = (min(part, key=lambda r: r.us) for part in parts)
+            derived.append(Row(SUITE, mixed.whole.group, mixed.whole.name, name,
+                               layout=f"{best_a.layout} + {best_b.layout}", us=best_a.us + best_b.us,
+                               note=f"{best_a.provider} {best_a.us:.1f} + {best_b.provider} {best_b.us:.1f} µs"))
     problem = mixed.whole.problem
     for row in derived:
         row.kv_mb, row.gflop = problem.kv_bytes / 1e6, problem.flops / 1e9
