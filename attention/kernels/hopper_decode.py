@@ -357,10 +357,11 @@ def plan_decode_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     launched = whole_round_programs(items, programs) if switch(DECODE_HOPPER_ROUNDS_ENV, True) else min(
         programs, items)
     from .hopper_forward import RowsDescriptor, _rows_matrix  # (hopper_forward imports this module)
+    from .tma_promotion import DECODE_PROMOTION_ENV, promoted
 
     return DecodeHopperPlan(
-        kv_descriptors=() if gather else (RowsDescriptor.of(k, keys, page_size),
-                                          RowsDescriptor.of(v, keys, page_size)),
+        kv_descriptors=() if gather else (promoted(RowsDescriptor.of(k, keys, page_size), DECODE_PROMOTION_ENV),
+                                          promoted(RowsDescriptor.of(v, keys, page_size), DECODE_PROMOTION_ENV)),
         kv_row_strides=(_rows_matrix(k)[0].stride(0), _rows_matrix(v)[0].stride(0)) if gather else (0, 0),
         programs=launched, num_splits=num_splits, group_size=group_size, heads_kv=heads_kv,
         num_seqs=num_seqs, batch_rows=batch_rows, q_token_stride=q.stride(-3), out_token_stride=out.stride(-3),

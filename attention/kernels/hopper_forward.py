@@ -23,6 +23,7 @@ from .configs import mixed_batch
 from .hopper_decode import DecodeHopperPlan, plan_decode_hopper
 from .hopper_mixed import MixedHopperPlan, plan_mixed_hopper
 from .launch import KernelLaunch
+from .tma_promotion import PREFILL_PROMOTION_ENV, promoted
 
 __all__ = [
     "HOPPER_ENV", "HOPPER_GROUPS_ENV", "HOPPER_L2_SECTION_ENV", "HOPPER_PINGPONG_ENV", "HOPPER_SMALL_PAGES_ENV",
@@ -390,8 +391,9 @@ def plan_hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
     block_n = HOPPER_TILE[q.shape[-1]][0]
     causal = window[1] == 0
     return HopperPlan(
-        descriptors=(RowsDescriptor.of(q, HOPPER_ROWS_PER_GROUP), RowsDescriptor.of(k, block_n, page_size),
-                     RowsDescriptor.of(v, block_n, page_size)),
+        descriptors=(RowsDescriptor.of(q, HOPPER_ROWS_PER_GROUP),
+                     promoted(RowsDescriptor.of(k, block_n, page_size), PREFILL_PROMOTION_ENV),
+                     promoted(RowsDescriptor.of(v, block_n, page_size), PREFILL_PROMOTION_ENV)),
         grid=(-(-max_seqlen_q // block_m) * group_size, heads_kv, num_seqs), group_size=group_size, groups=groups,
         batch_rows=batch_rows, out_token_stride=out.stride(-3),
         softmax_scale_log2=scale_log2(softmax_scale), page_size=page_size, causal=causal,

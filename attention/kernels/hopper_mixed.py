@@ -20,6 +20,7 @@ from .attention_fwd_hopper import HOPPER_ROWS_PER_GROUP
 from .attention_mixed_hopper import attention_mixed_hopper_kernel
 from .combine import split_counter_buffer
 from .launch import KernelLaunch
+from .tma_promotion import DECODE_PROMOTION_ENV, PREFILL_PROMOTION_ENV, promoted
 
 __all__ = ["MIXED_HOPPER_DEVICE_RULE_ENV", "MIXED_HOPPER_ENV", "MIXED_HOPPER_L2_DEALT_ENV", "MIXED_HOPPER_L2_DEALT_MIB",
            "MIXED_HOPPER_L2_SECTION_ENV", "MIXED_HOPPER_L2_SECTION_MIB",
@@ -337,9 +338,11 @@ def plan_mixed_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads_k
     def plan(tile: tuple[int, ...], tile_rule: int = 0, heavy_plan: MixedHopperPlan | None = None) -> MixedHopperPlan:
         block_n, decode_block_n = tile[0], tile[2]
         return MixedHopperPlan(
-            descriptors=(RowsDescriptor.of(q, HOPPER_ROWS_PER_GROUP), RowsDescriptor.of(k, block_n, page_size),
-                         RowsDescriptor.of(v, block_n, page_size), RowsDescriptor.of(k, decode_block_n, page_size),
-                         RowsDescriptor.of(v, decode_block_n, page_size)),
+            descriptors=(RowsDescriptor.of(q, HOPPER_ROWS_PER_GROUP),
+                         promoted(RowsDescriptor.of(k, block_n, page_size), PREFILL_PROMOTION_ENV),
+                         promoted(RowsDescriptor.of(v, block_n, page_size), PREFILL_PROMOTION_ENV),
+                         promoted(RowsDescriptor.of(k, decode_block_n, page_size), DECODE_PROMOTION_ENV),
+                         promoted(RowsDescriptor.of(v, decode_block_n, page_size), DECODE_PROMOTION_ENV)),
             programs=num_sms, group_size=group_size, heads_kv=heads_kv, num_seqs=num_seqs, batch_rows=batch_rows,
             q_token_stride=q.stride(-3), out_token_stride=out_token_stride,
             softmax_scale_log2=scale_log2(softmax_scale), page_size=page_size, causal=causal,

@@ -174,7 +174,13 @@ class KernelLaunch:
             if encoded is None:
                 if len(by_address) >= MAX_ENCODED_ADDRESSES:
                     by_address.clear()
-                encoded = by_address[address] = self._encode_descriptor(maker(x), meta)
+                descriptor = maker(x)
+                encoded = by_address[address] = self._encode_descriptor(descriptor, meta)
+                promotion = getattr(maker, "l2_promotion", None)
+                if promotion is not None:
+                    from . import tma_promotion
+
+                    tma_promotion.reencode(encoded, descriptor, meta, promotion)
             arguments += encoded
         return arguments
 
