@@ -5,6 +5,7 @@
 #            re-encodes what it names, outputs unchanged), then env_ab on the decode cells that miss (decode
 #            descriptors with no promotion / 64 B; the decode tile 64,2,2,128 on 32x2k) and on M1 / M2 (prefill
 #            descriptors 256 B / none), rounds alternating in one process                                     ~400 s
+#   check    carry [".device/fa4-a"]: as ab's first part, the check only
 #   two      carry [".device/fa4-b"]: the second part
 #   targets  carry [".device/fa4-c"]: flash-attn-4 installed, every target read again (bench_mixed, bench_decode,
 #            the targets table, host_ab pinned; needs BENCH_COMMIT): the first bench run after the harness's audit
@@ -33,6 +34,10 @@ for step in "$@"; do
         --variant "p256=ATTN_TMA_PREFILL_L2_PROMOTION=256" --variant "pnone=ATTN_TMA_PREFILL_L2_PROMOTION=none" \
         --variant "dnone=ATTN_TMA_DECODE_L2_PROMOTION=none" > $OUT/mixed.log 2>&1
       echo "mixed env_ab rc=$?"; tail -n 40 $OUT/mixed/env_ab.md ;;
+    check)   # carry [".device/fa4-a"]: the promotion check alone (its first form failed on its own arguments)
+      nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader
+      bash scripts/stage_flash_attn4.sh a
+      timeout 120 python3 $here/check_promotion.py 2>&1 | grep -v Warn | tee $OUT/check-promotion.txt ;;
     two) bash $last stage-b ;;
     targets) bash $last install targets ;;
     flash)
