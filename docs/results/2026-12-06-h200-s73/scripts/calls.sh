@@ -44,6 +44,25 @@ for step in "$@"; do
       timeout 300 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_flash_gpu.py tests/test_flash_backend.py \
         > $OUT/flash.log 2>&1
       echo "flash rc=$?"; tail -n 1 $OUT/flash.log; grep -E "^(FAILED|ERROR)" $OUT/flash.log | head -20 ;;
+    fixes)   # the test fixes of this session on a CUDA host (no flash-attn needed): the memory fixture's teardown
+             # after CPU tests that patch torch.cuda.device, the import check in a fresh interpreter; then, on an
+             # H200 only, the promotion A/B on M2 / M1 and the decode cells again (the first ab ran on an H100)
+      nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader
+      timeout 200 python3 -m pytest -q -rs -p no:cacheprovider tests/test_flash_backend.py tests/test_launch.py \
+        tests/test_tma_promotion.py > $OUT/fixes.log 2>&1
+      echo "fixes rc=$?"; tail -n 1 $OUT/fixes.log; grep -E "^(FAILED|ERROR)" $OUT/fixes.log | head -20
+      if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        timeout 240 python3 -m benchmarks.env_ab --rounds 6 --quiet --out $OUT/mixed \
+          --cells "M2 2k chunk,M2 part: prefill,M2 probe" \
+          --variant "p256=ATTN_TMA_PREFILL_L2_PROMOTION=256" --variant "pnone=ATTN_TMA_PREFILL_L2_PROMOTION=none" \
+          > $OUT/mixed.log 2>&1
+        echo "mixed env_ab rc=$?"; tail -n 14 $OUT/mixed/env_ab.md
+        timeout 200 python3 -m benchmarks.env_ab --rounds 4 --quiet --out $OUT/decode \
+          --cells "64x4k p16,32x32k p16,MHA 32/32 p16,32x2k p16" \
+          --variant "dnone=ATTN_TMA_DECODE_L2_PROMOTION=none" --variant "t2=ATTN_FUSED_HOPPER_DECODE_TILE=64,2,2,128" \
+          > $OUT/decode.log 2>&1
+        echo "decode env_ab rc=$?"; tail -n 40 $OUT/decode/env_ab.md
+      fi ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 done
