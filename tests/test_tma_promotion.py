@@ -1,5 +1,5 @@
 """The L2-promotion knob's host side (attention.kernels.tma_promotion): parsing, and which makers it wraps. The
-re-encoding itself needs a GPU (docs/results/2026-12-06-h200-s73/scripts/check_promotion.py)."""
+re-encoding itself needs a GPU (docs/results/2026-12-06-h100-dd9d8e8/scripts/check_promotion.py)."""
 
 import pytest
 
