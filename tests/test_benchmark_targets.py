@@ -145,3 +145,30 @@ def test_a_suite_report_shows_a_target_whose_every_cell_went_unread() -> None:
     assert "| 1x8k p16 <= 20 µs (#6) | **1 not read** |" in text
     assert "- run: 1x8k p16 <= 20 µs: 1x8k p16 not read (fused error)" in text
     assert "TB/s" not in text   # no large cell in the run: left out
+
+
+def test_a_target_names_the_other_rows_it_needs(tmp_path) -> None:
+    """A rival's row (flash2, flash4) or a non-paged row a paged cell is read against: the first that did not run is
+    the reason a cell was not read."""
+    rows = ([*_rows("prefill", "MHA full 4x4k", fused=100.0), Row("prefill", "g", "MHA full 4x4k", "flash2",
+                                                                   status="error"),
+             Row("prefill", "g", "MHA full 4x4k", "flash4", status="skipped")]
+            + _rows("prefill", "chunk 2k on 6k p16", fused=90.0) + _rows("decode", "64x4k p64", fused=270.0))
+    text = targets.report({"run": targets.group_rows(rows)})
+    for line in ("fused >= 1.1x flash2, every cell: MHA full 4x4k not read (flash2 error)",
+                 "fused >= 0.8x flash4, d128 with >= 4k keys: MHA full 4x4k not read (flash4 skipped)",
+                 "paged chunk >= 0.9x non-paged (fused): chunk 2k on 6k p16 not read (fused (non-paged) absent)",
+                 "64x4k paged <= 1.05x non-paged time: 64x4k p64 not read (fused (64x4k non-paged) absent)"):
+        assert f"- run: {line}" in text
+
+
+def test_a_target_declares_the_rows_it_needs_and_why_else_it_read_nothing() -> None:
+    """The reasons come from the target's own ``needs`` and ``why_no_value``, whatever its value function is."""
+    target = targets.Target("decode", 6, "made up", "x", 1.0, True, lambda cells: {}, lambda cells, name: True,
+                            needs=lambda name: {"fused": name, "flash4 (base)": "base"},
+                            why_no_value=lambda cells, name: f"{name}: nothing to compare")
+    ran = {"fused": {"us": 1.0}}
+    cells = {"a": ran, "b": {"fused": {"status": "error"}}}
+    assert target.unread(cells, {}) == {"a": "flash4 (base) absent", "b": "fused error"}
+    cells = {"a": ran, "base": {"flash4": {"us": 2.0}, "fused": ran["fused"]}}
+    assert target.unread(cells, {"base": 1.0}) == {"a": "a: nothing to compare"}

@@ -9,7 +9,7 @@ import torch
 
 from attention.environment import getenv, token_reader
 
-from . import hopper_decode, hopper_forward, hopper_mixed, hopper_mixed_roles
+from . import hopper_decode, hopper_forward, hopper_mixed, hopper_mixed_roles, tma_promotion
 from .arguments import kernel_layout, normalize_window, scale_log2, validate_forward_arguments
 from .attention_fwd_kernel import attention_fwd_kernel
 from .availability import kernels_interpreted
@@ -56,6 +56,7 @@ from .hopper_mixed import (
 from .hopper_mixed_roles import MIXED_ROLES_ENV, MIXED_ROLES_SPLITS_ENV, MixedRolesPlan
 from .launch import KernelLaunch, tensor_key
 from .page_gather import gather_pages, gathered_page_count
+from .tma_promotion import DECODE_PROMOTION_ENV, PREFILL_PROMOTION_ENV
 
 __all__ = ["attention_forward", "check_plan_environment", "kv_length_bucket", "kv_length_buckets", "launch_plan",
            "mean_kv_length", "packed_attention_forward", "PLAN_ENVIRONMENT", "plan_environment"]
@@ -70,7 +71,7 @@ PLAN_ENVIRONMENT = (VARIANTS_ENV, HOPPER_ENV, HOPPER_GROUPS_ENV, HOPPER_PINGPONG
                     MIXED_ROLES_ENV, MIXED_ROLES_SPLITS_ENV,
                     DECODE_HOPPER_ENV, DECODE_HOPPER_TILE_ENV, DECODE_HOPPER_HEADS_ENV, DECODE_HOPPER_MERGE_ENV,
                     DECODE_HOPPER_ROUNDS_ENV, DECODE_HOPPER_GATHER_ENV, DECODE_HOPPER_GATHER_PAGES_ENV,
-                    "TRITON_INTERPRET")
+                    PREFILL_PROMOTION_ENV, DECODE_PROMOTION_ENV, "TRITON_INTERPRET")
 """Every variable a launch plan depends on (every ``ATTN_FUSED_*`` the kernels read while planning, the
 interpreter): tests/test_kernels.py checks that none is missing."""
 plan_environment = token_reader(*PLAN_ENVIRONMENT)
@@ -89,7 +90,7 @@ def check_plan_environment() -> None:
     tokens = plan_environment()
     if tokens == _checked_environment:
         return
-    for module in (hopper_forward, hopper_mixed, hopper_mixed_roles, hopper_decode):
+    for module in (hopper_forward, hopper_mixed, hopper_mixed_roles, hopper_decode, tma_promotion):
         module.check_environment()
     parse_variants(getenv(VARIANTS_ENV, ""))
     _checked_environment = tokens

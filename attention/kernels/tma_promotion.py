@@ -1,8 +1,8 @@
 """TMA descriptors re-encoded with another L2 promotion (an A/B knob; unset, Triton's own encoding is used).
 
 Triton 3.6 encodes every tensor map with ``CU_TENSOR_MAP_L2_PROMOTION_L2_128B`` (its driver.c, fillTMADescriptor):
-on a miss L2 fetches 128 bytes around what a TMA load asked for. ``ATTN_TMA_PREFILL_L2_PROMOTION`` and
-``ATTN_TMA_DECODE_L2_PROMOTION`` (``none``, ``64``, ``128``, ``256``) set it for the prefill and the decode K / V
+on a miss L2 fetches 128 bytes around what a TMA load asked for. ``ATTN_FUSED_HOPPER_PREFILL_L2_PROMOTION`` and
+``ATTN_FUSED_HOPPER_DECODE_L2_PROMOTION`` (``none``, ``64``, ``128``, ``256``) set it for the prefill and the decode K / V
 descriptors of the Hopper kernels (the mixed kernel has both); a plan wraps those makers in ``Promoted``, and
 KernelLaunch re-encodes the descriptors it makes from them. The forty-third session measured 256 B on every
 descriptor: decodes 6-10 % slower, M2's prefill part 0.988 (within its rounds' spread).
@@ -16,15 +16,17 @@ launches (attention.kernels.launch, every call after a launch's first) carry the
 from __future__ import annotations
 
 import ctypes
-import os
 import warnings
 from typing import Any
 
-__all__ = ["DECODE_PROMOTION_ENV", "PREFILL_PROMOTION_ENV", "Promoted", "l2_promotion", "promoted", "reencode"]
+from attention.environment import getenv
 
-PREFILL_PROMOTION_ENV = "ATTN_TMA_PREFILL_L2_PROMOTION"
+__all__ = ["DECODE_PROMOTION_ENV", "PREFILL_PROMOTION_ENV", "Promoted", "check_environment", "l2_promotion", "promoted",
+           "reencode"]
+
+PREFILL_PROMOTION_ENV = "ATTN_FUSED_HOPPER_PREFILL_L2_PROMOTION"
 """The prefill K / V descriptors' L2 promotion (the prefill kernel's, the mixed kernel's prefill part's)."""
-DECODE_PROMOTION_ENV = "ATTN_TMA_DECODE_L2_PROMOTION"
+DECODE_PROMOTION_ENV = "ATTN_FUSED_HOPPER_DECODE_L2_PROMOTION"
 """The decode K / V descriptors' L2 promotion (the decode kernel's, the mixed kernel's decode part's)."""
 _PROMOTIONS = {"none": 0, "64": 1, "128": 2, "256": 3}
 """CUtensorMapL2promotion by the bytes named."""
@@ -38,13 +40,20 @@ reencoded = 0
 
 def l2_promotion(name: str) -> int | None:
     """The CUtensorMapL2promotion that environment variable ``name`` asks for; None when unset (Triton's)."""
-    value = os.environ.get(name, "").strip().lower()
+    value = (getenv(name) or "").strip().lower()
     if not value:
         return None
     if value not in _PROMOTIONS:
         raise ValueError(f"{name}={value!r}: expected one of {', '.join(_PROMOTIONS)} (bytes L2 fetches "
                          "on a TMA load's miss), or unset for Triton's 128")
     return _PROMOTIONS[value]
+
+
+def check_environment() -> None:
+    """Read both promotion variables: a bad value is a ValueError naming it, on any device (the plans read them on
+    sm90 GPUs only)."""
+    for name in (PREFILL_PROMOTION_ENV, DECODE_PROMOTION_ENV):
+        l2_promotion(name)
 
 
 def promoted(maker: Any, name: str) -> Any:
