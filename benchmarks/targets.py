@@ -43,6 +43,15 @@ EXTERNAL = tuple(provider for provider in COMPETITORS if provider != "unfused")
 counts among the rivals where it ran, but alone it does not make a cell checked)."""
 
 
+def _own_row(name: str) -> dict[str, str]:
+    """A cell's own fused row: the only row most targets read."""
+    return {"fused": name}
+
+
+def _no_value(cells: Cells, name: str) -> str:
+    return "no value"
+
+
 @dataclass(frozen=True)
 class Target:
     suite: str
@@ -57,6 +66,11 @@ class Target:
     """The target's value on each cell of a run where it can be read."""
     applies: Callable[[Cells, str], bool]
     """Whether the target reads this cell of a run: a cell it applies to without a value is reported as not read."""
+    needs: Callable[[str], dict[str, str]] = _own_row
+    """The rows a cell's value reads, label -> cell (a label's first word is the provider): the first of them that
+    did not run is why the cell was not read."""
+    why_no_value: Callable[[Cells, str], str] = _no_value
+    """Why a cell was not read whose needed rows all ran (a competitor failed, a mixed part is missing)."""
 
     def holds(self, value: float) -> bool:
         return value >= self.bound if self.at_least else value <= self.bound
@@ -106,6 +120,11 @@ def _speedups(cells: Cells, rival: str, names: Sequence[str]) -> dict[str, float
     return {name: theirs / ours for name, (ours, theirs) in pairs.items() if ours and theirs}
 
 
+def _and_rival(rival: str) -> Callable[[str], dict[str, str]]:
+    """A cell's fused row and the rival's row of the same cell."""
+    return lambda name: {"fused": name, rival: name}
+
+
 def _runnable(rival: str) -> Callable[[Cells, str], bool]:
     """The cells where ``rival`` has a row that is not n/a (it can run the cell: installed, shapes supported)."""
     return lambda cells, name: _status(cells, name, rival) not in (None, "n/a")
@@ -149,6 +168,10 @@ def _failed_competitors(rows: dict[str, dict]) -> list[str]:
     competitor is not known."""
     return [f"{provider} {values['status']}" for provider, values in rows.items()
             if provider in COMPETITORS and values.get("status", "n/a") != "n/a"]
+
+
+def _why_no_best_competitor(cells: Cells, name: str) -> str:
+    return ", ".join(_failed_competitors(cells[name])) or "no competitor ran"
 
 
 def _decode_best(cells: Cells) -> dict[str, float]:
@@ -204,6 +227,15 @@ def _best_part(rows: dict[str, dict]) -> float | None:
     return min(times) if times and not _failed_competitors(rows) else None
 
 
+def _why_no_best_parts(cells: Cells, name: str) -> str:
+    """Why a whole mixed cell has no best separate calls: not two part cells, or a part without a known best."""
+    parts = _parts(cells, name)
+    if len(parts) != 2:
+        return f"{len(parts)} part cells, not 2"
+    return next(f"{part}: " + (", ".join(_failed_competitors(cells[part])) or "nothing ran")
+                for part in parts if not _best_part(cells[part]))
+
+
 def _mixed_launch(cells: Cells) -> dict[str, float]:
     """Fused one-launch µs / the best separate calls: for each of the two parts the fastest provider, ours among
     them, the two summed (the best prefill and the best decodes may come from different providers)."""
@@ -230,44 +262,32 @@ def _decode_rivalled(cells: Cells, name: str) -> bool:
 
 
 TARGETS = (
-    Target("prefill", 7, "fused >= 1.1x flash2, every cell", "x", 1.1, True, _prefill_flash2, _runnable("flash2")),
+    Target("prefill", 7, "fused >= 1.1x flash2, every cell", "x", 1.1, True, _prefill_flash2, _runnable("flash2"),
+           needs=_and_rival("flash2")),
     Target("prefill", 7, "fused >= 0.8x flash4, d128 with >= 4k keys", "x", 0.8, True, _prefill_flash4,
-           lambda cells, name: _prefill_flash4_cell(name) and _runnable("flash4")(cells, name)),
+           lambda cells, name: _prefill_flash4_cell(name) and _runnable("flash4")(cells, name),
+           needs=_and_rival("flash4")),
     Target("prefill", 7, "paged chunk >= 0.9x non-paged (fused)", "x", 0.9, True, _prefill_paged_chunk,
-           _paged_chunk_cell),
-    Target("decode", 6, "fused >= 1.0x best competitor, every cell", "x", 1.0, True, _decode_best, _decode_rivalled),
+           _paged_chunk_cell, needs=lambda name: {"fused": name, "fused (non-paged)": _non_paged_chunk(name)}),
+    Target("decode", 6, "fused >= 1.0x best competitor, every cell", "x", 1.0, True, _decode_best, _decode_rivalled,
+           why_no_value=_why_no_best_competitor),
     Target("decode", 6, "1x8k p16 <= 20 µs", "µs", 20.0, False, _decode_1x8k, _named(DECODE_1X8K)),
     Target("decode", 6, "64x4k, 128x2k, 32x32k >= 3.9 TB/s", "TB/s", 3.9, True, _decode_large, _named(DECODE_LARGE)),
-    Target("decode", 6, "64x4k paged <= 1.05x non-paged time", "x", 1.05, False, _decode_pages, _named(DECODE_PAGES)),
+    Target("decode", 6, "64x4k paged <= 1.05x non-paged time", "x", 1.05, False, _decode_pages, _named(DECODE_PAGES),
+           needs=lambda name: {"fused": name, "fused (64x4k non-paged)": "64x4k non-paged"}),
     Target("mixed", 6, "one launch <= 0.9x the best separate calls", "x", 0.9, False, _mixed_launch,
-           _whole_mixed_cell),
+           _whole_mixed_cell, why_no_value=_why_no_best_parts),
 )
 
 
 def _why_unread(target: Target, cells: Cells, name: str) -> str:
-    """Why a cell the target applies to gave no value: the first row it needs that did not run."""
-    needed = {"fused": name}
-    if target.values is _decode_pages:
-        needed["fused (64x4k non-paged)"] = "64x4k non-paged"
-    elif target.values is _prefill_paged_chunk:
-        needed["fused (non-paged)"] = _non_paged_chunk(name)
-    elif target.values is _prefill_flash2:
-        needed["flash2"] = name
-    elif target.values is _prefill_flash4:
-        needed["flash4"] = name
-    for label, cell in needed.items():
+    """Why a cell the target applies to gave no value: the first row it needs that did not run, else the target's
+    own reason."""
+    for label, cell in target.needs(name).items():
         status = _status(cells, cell, label.split()[0])
         if status != "ok":
             return f"{label} {status or 'absent'}"
-    if target.values is _mixed_launch:
-        parts = _parts(cells, name)
-        if len(parts) != 2:
-            return f"{len(parts)} part cells, not 2"
-        return next(f"{part}: " + (", ".join(_failed_competitors(cells[part])) or "nothing ran")
-                    for part in parts if not _best_part(cells[part]))
-    if target.values is _decode_best:
-        return ", ".join(_failed_competitors(cells[name])) or "no competitor ran"
-    return "no value"
+    return target.why_no_value(cells, name)
 
 
 def group_rows(rows: Iterable[Row]) -> dict[str, Cells]:
