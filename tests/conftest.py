@@ -42,9 +42,11 @@ def _clean_nvte_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def _release_cached_gpu_memory():
     """Give a test's cached CUDA blocks back after it: scripts/gpu_tests.sh runs its shards on one GPU at once, and on an
     80 GB H100 (2026-12-05) one shard's cache of 42 GiB left the others out of memory (38 tests failed there, all
-    passing when run alone). The device is passed as its index: a CPU test may still have torch.cuda.device patched
-    here (monkeypatch is undone after this teardown), and torch reads it on any other argument (on a CUDA host that
-    teardown errored, 2026-12-06)."""
+    passing when run alone). Monkeypatch is undone after this teardown, so a CPU test's patches are still in place
+    here: ``torch.cuda.is_available`` may answer True on a CPU build (CUDA was never initialised then), and
+    ``torch.cuda.device`` may be a stand-in, which torch reads unless the device is passed as its index (on a CUDA
+    host that teardown errored, 2026-12-06)."""
     yield
-    if torch.cuda.is_available() and torch.cuda.memory_reserved(torch.cuda.current_device()) > (1 << 30):
+    if (torch.cuda.is_available() and torch.cuda.is_initialized()
+            and torch.cuda.memory_reserved(torch.cuda.current_device()) > (1 << 30)):
         torch.cuda.empty_cache()
