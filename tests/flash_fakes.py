@@ -395,12 +395,12 @@ def install_fake(monkeypatch, generation: int, version: str = "9.9.9", module=No
     return package
 
 
-def run_fake_on_cpu(monkeypatch, generation: int) -> None:
-    """Install ``generation``'s fake and widen its backend's sheet to CPU tensors (the fakes compute on any
-    device), so ``DotProductAttention(backend="flash<generation>")`` runs the adapter on CPU."""
+def run_fake_on_cpu(monkeypatch, generation: int, module=None) -> None:
+    """Install ``generation``'s fake (or ``module``) and widen its backend's sheet to CPU tensors (the fakes compute on
+    any device), so ``DotProductAttention(backend="flash<generation>")`` runs the adapter on CPU."""
     from attention import selection
 
-    install_fake(monkeypatch, generation)
+    install_fake(monkeypatch, generation, module=module)
     monkeypatch.setattr(flash_probe, "cuda_available", lambda: True)
     flash_class = type(selection.registry()[f"flash{generation}"])
     widened = replace(flash_class.capabilities, device_types=frozenset({"cpu", "cuda"}))

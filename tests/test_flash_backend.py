@@ -22,7 +22,7 @@ from attention.backends.flash import Flash2Backend, Flash3Backend, Flash4Backend
 from attention.params import AttentionParams
 from tests.fake_device import FakeCurrentDevice
 from tests.flash_cases import GRADIENT_CASES, FlashCase, build_call, cases_for, check_gradients
-from tests.flash_fakes import FAKES, FakeFlash2, install_fake, run_fake_on_cpu
+from tests.flash_fakes import FAKES, FakeFlash2, FakeFlash4, install_fake, run_fake_on_cpu
 from tests.reference import reference_attention
 
 BACKENDS = {2: Flash2Backend(), 3: Flash3Backend(), 4: Flash4Backend()}
@@ -537,6 +537,106 @@ def test_v3_v4_read_padded_offsets_under_a_false_hint(generation, monkeypatch):
     selection.clear_cache()
 
 
+class _Hd256LengthsRelease(FakeFlash4):
+    """A release whose (256, 256) sm100 forward asserts on seqused_q / seqused_k (its source says so, and so does the
+    call here: the fake runs its sm90 math on CPU)."""
+
+    _flash_attn_fwd = staticmethod(_hd256_fwd)
+
+    @functools.wraps(FakeFlash4.flash_attn_varlen_func)   # the adapter probes the signature
+    def flash_attn_varlen_func(self, q, k, v, *args, **kwargs):
+        if q.shape[-1] == 256:
+            _hd256_fwd(q, k, v, seqused_q=kwargs.get("seqused_q"), seqused_k=kwargs.get("seqused_k"))
+        return FakeFlash4.flash_attn_varlen_func(self, q, k, v, *args, **kwargs)
+
+
+class _Hd256BackwardLengthsRelease(FakeFlash4):
+    """A release whose (256, 256) sm100 backward, but not its forward, asserts on seqused_q / seqused_k."""
+
+    class BlackwellFusedMultiHeadAttentionBackward:
+        def __init__(self, seqused_q=None, seqused_k=None):
+            assert seqused_q is None and seqused_k is None, (
+                "SM100 backward with head_dim=256 does not support seqused_q/seqused_k")
+
+
+def test_v4_head_dim_256_offsets_of_its_own_under_a_false_hint_are_refused_at_the_call(install):
+    """thd with offsets of its own (cu_seqlens_*_padded) under pad_between_seqs=False: flash4 reads them through
+    seqused_q / seqused_k, which the (256, 256) sm100 kernels of some releases assert on. The gate sees no padding
+    between sequences in the params, so the call itself is refused with a way out, before the library's assert."""
+    case = FlashCase("thd", "padding", s_q=8, s_kv=8, pad_between_seqs=True, d_qk=256, d_v=256)
+    call, expected = build_call(case, param_dtype=torch.bfloat16, compute_capability=(10, 0))
+    hinted = replace(call, params=replace(call.params, pad_between_seqs=False))
+    assert hinted.cu_seqlens_q_padded is not None and hinted.cu_seqlens_kv_padded is not None
+
+    backend = install(4, module=_Hd256LengthsRelease())
+    _check(backend, call.params, "which thd with pad_between_seqs passes")
+    _check(backend, hinted.params, None)
+    with pytest.raises(ValueError, match=r"seqused_q / seqused_k.*pass pad_between_seqs=True"):
+        backend.forward(hinted)
+
+    backend = install(4, module=_Hd256BackwardLengthsRelease())
+    _check(backend, replace(hinted.params, requires_grad=True), None)
+    with pytest.raises(ValueError, match="head dims \\(256, 256\\) do not support per-sequence lengths"):
+        backend.forward(replace(hinted, params=replace(hinted.params, requires_grad=True)))
+    out = backend.forward(hinted)   # inference: only the backward asserts
+    torch.testing.assert_close(out.float(), expected, atol=1e-5, rtol=1e-5)
+
+    out = install(4).forward(hinted)   # a release whose (256, 256) kernels take seqused reads the offsets
+    torch.testing.assert_close(out.float(), expected, atol=1e-5, rtol=1e-5)
+
+
+class _Bf16SinkRelease(FakeFlash4):
+    """A release from before flash-attention's fp16/fp32 sink change: ``_flash_attn_fwd`` asserts a bf16
+    learnable_sink whatever the inputs' dtype (flash_attn/cute/interface.py at 004b1a2)."""
+
+    @staticmethod
+    def _flash_attn_fwd(q, k, v, learnable_sink=None):
+        if learnable_sink is not None:
+            assert learnable_sink.shape == (q.shape[-2],)
+            assert learnable_sink.dtype == torch.bfloat16, "learnable_sink must be bfloat16"
+
+    def _check(self, q, k, v, batch, learnable_sink, *args, **kwargs):
+        self._flash_attn_fwd(q, k, v, learnable_sink)
+        super()._check(q, k, v, batch, learnable_sink, *args, **kwargs)
+
+
+SINK_CASES = [case for case in cases_for(4) if case.softmax_type != "vanilla"]
+
+
+@pytest.mark.parametrize("release, sink_dtype", [(FakeFlash4, torch.float32), (_Bf16SinkRelease, torch.bfloat16)],
+                         ids=["4.0.0b36", "bf16-sink-only"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("case", SINK_CASES, ids=FlashCase.id)
+def test_v4_learnable_sink_in_the_dtype_the_release_takes(case, dtype, release, sink_dtype, install):
+    """learnable_sink goes as fp32 where the release takes it (4.0.0b36), as bf16 where its source asserts bf16, with
+    fp16 inputs too (the assert is on the sink alone)."""
+    passed = []
+
+    class Recording(release):
+        def _check(self, q, k, v, batch, learnable_sink, *args, **kwargs):
+            passed.append(learnable_sink.dtype)
+            super()._check(q, k, v, batch, learnable_sink, *args, **kwargs)
+
+    backend = install(4, module=Recording())
+    call, expected = build_call(case, dtype=dtype)
+    assert backend.support_reasons(call.params) == []
+    out = backend.forward(call)
+    assert passed and set(passed) == {sink_dtype}
+    torch.testing.assert_close(out.float(), expected, atol=2e-2, rtol=2e-2)
+
+
+def test_v4_forward_with_a_sink_compiles_without_graph_break(install):
+    """The call-time source probes (the sink's dtype, the (256, 256) seqused check) are constants to torch.compile."""
+    backend = install(4, module=_Bf16SinkRelease())
+    case = FlashCase("thd", "padding_causal_bottom_right", pad_between_seqs=True, softmax_type="learnable")
+    call, expected = build_call(case, param_dtype=torch.bfloat16, compute_capability=(10, 0))
+    call = replace(call, params=replace(call.params, head_dim_qk=256, head_dim_v=256))   # the seqused check runs
+    explanation = torch._dynamo.explain(backend.forward)(call)
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    torch.testing.assert_close(torch.compile(backend.forward, fullgraph=True)(call).float(), expected,
+                               atol=2e-2, rtol=2e-2)
+
+
 # ------------------------------------------------------------------------------------------------
 # Gradients through the fake packages (which keep their output for backward, as flash-attn does)
 # ------------------------------------------------------------------------------------------------
@@ -554,6 +654,29 @@ def test_gradients_through_the_module_match_the_reference(generation, qkv_format
             check_gradients(generation, qkv_format, mask_type, lengths, padded, device="cpu", head_dim=16)
         return
     check_gradients(generation, qkv_format, mask_type, lengths, padded, device="cpu", head_dim=16)
+
+
+def test_v4_learnable_sink_trains_through_a_release_that_takes_bf16_only(monkeypatch):
+    """The sink parameter (fp32) reaches a bf16-only release through a cast, and its gradient comes back in fp32."""
+    run_fake_on_cpu(monkeypatch, 4, module=_Bf16SinkRelease())
+    torch.manual_seed(0)
+    module = DotProductAttention(4, 16, num_gqa_groups=2, qkv_format="bshd", attn_mask_type="causal",
+                                 softmax_type="learnable", backend="flash4")
+    with torch.no_grad():
+        module.softmax_offset.copy_(torch.randn(4))
+    q, k, v = (torch.randn(2, 6, h, 16, dtype=torch.bfloat16, requires_grad=True) for h in (4, 2, 2))
+    out = module(q, k, v)
+    grad_out = torch.randn(out.shape, dtype=out.dtype)
+    out.backward(grad_out)
+    sink = module.softmax_offset.detach().clone().requires_grad_()
+    inputs = [x.detach().float().requires_grad_() for x in (q, k, v)]
+    expected = reference_attention(*inputs, qkv_format="bshd", attn_mask_type="causal", softmax_offset=sink)
+    expected.backward(grad_out.float())
+    torch.testing.assert_close(out.float(), expected.detach(), atol=2e-2, rtol=2e-2)
+    assert module.softmax_offset.grad is not None and module.softmax_offset.grad.dtype == torch.float32
+    torch.testing.assert_close(module.softmax_offset.grad, sink.grad, atol=3e-2, rtol=3e-2)
+    for got, want in zip((q, k, v), inputs):
+        torch.testing.assert_close(got.grad.float(), want.grad, atol=3e-2, rtol=3e-2)
 
 
 @pytest.mark.parametrize("qkv_format", ["bshd", "thd"])

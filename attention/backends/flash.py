@@ -17,12 +17,14 @@ Call paths (all produce the query's format, heads not flattened, padded query ro
 
 Return values: flash-attn 2 returns ``out`` (a tuple only with ``return_attn_probs``), flash-attn-4
 ``(out, lse)``; ``custom_ops`` keeps ``out``. flash-attn-4 spells an unbounded window side ``None`` and
-takes the sink softmax (``off-by-one``/``learnable``) as ``learnable_sink`` (fp32 ``[h]`` logits).
+takes the sink softmax (``off-by-one``/``learnable``) as ``learnable_sink`` (``[h]`` logits: fp32, or bf16 for the
+releases that assert it).
 Checked against flash-attn 2.8.3.post2 and flash-attn-4 4.0.0b36.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any, ClassVar
 
 import torch
@@ -64,6 +66,13 @@ _V4_PAGED_IRREGULAR_HEAD_DIM = "Paged KV does not support irregular head dim"
 _V4_NO_SINK_BWD_HD256 = "head_dim=256 does not support learnable_sink"
 _V4_NO_LOCAL_BWD_SM90 = "local not supported yet on 9.x"
 _V4_NO_VARLEN_BWD_SM90 = "varlen backward is not yet supported on sm90"
+_V4_HD256_FWD = "SM100 forward with head_dim=256 does not support"
+_V4_HD256_BWD = "SM100 backward with head_dim=256 does not support"
+#: Older flash-attn-4 releases assert a bf16 sink in _flash_attn_fwd whatever q's dtype (Dao-AILab/flash-attention
+#: flash_attn/cute/interface.py at 66ee1b5 and 004b1a2: ``assert learnable_sink.dtype == torch.bfloat16, "learnable_sink
+#: must be bfloat16"``; the kernels read it as ``Float32(learnable_sink[h])``, so fp16 inputs take a bf16 sink too).
+#: Later ones take fp16, bf16 or fp32 (``_LEARNABLE_SINK_DTYPES``), 4.0.0b36 fp32.
+_V4_BF16_ONLY_SINK = ("learnable_sink.dtype == torch.bfloat16", "learnable_sink must be bfloat16")
 #: flash-attn 3 and 4 combine at most this many KV splits (flash_api.cpp's TORCH_CHECK, _flash_attn_fwd_combine).
 FLASH_MAX_NUM_SPLITS = 256
 
@@ -552,6 +561,41 @@ def _v4_tile_n(p: AttentionParams, module: Any, major: int) -> int | None:
         return None
 
 
+@functools.cache
+def _source_mentions_once(function: Any, text: str) -> bool:
+    """``flash_probe.source_mentions``, read once per function: the call-time probes run on every call."""
+    return flash_probe.source_mentions(function, text)
+
+
+def _v4_sink_dtype(module: Any) -> torch.dtype:
+    """The ``learnable_sink`` dtype this release takes: bf16 where its ``_flash_attn_fwd`` asserts it, else fp32."""
+    forward = getattr(module, "_flash_attn_fwd", None)
+    bf16_only = any(_source_mentions_once(forward, text) for text in _V4_BF16_ONLY_SINK)
+    return torch.bfloat16 if bf16_only else torch.float32
+
+
+def _v4_runs_hd256_kernels(p: AttentionParams) -> bool:
+    """Head dims (256, 256) on sm100 / sm110: flash-attn-4's dedicated two-CTA kernels."""
+    major = p.compute_capability[0] if p.compute_capability is not None else 9
+    return major in (10, 11) and (p.head_dim_qk, p.head_dim_v) == (256, 256)
+
+
+def _v4_hd256_refuses_seqused(module: Any, backward: bool) -> bool:
+    """Do this release's (256, 256) sm100 kernels assert on seqused_q / seqused_k: its forward, or (``backward``)
+    either pass?"""
+    probes = [(("_flash_attn_fwd", "BlackwellFusedMultiHeadAttentionForward"), f"{_V4_HD256_FWD} seqused_q/seqused_k")]
+    if backward:
+        probes.append((("_flash_attn_bwd", "BlackwellFusedMultiHeadAttentionBackward"),
+                       f"{_V4_HD256_BWD} seqused_q/seqused_k"))
+    return any(_source_mentions_once(getattr(module, name, None), text) for names, text in probes for name in names)
+
+
+# torch.compile traces the adapter's forward: Dynamo calls these at trace time and keeps the result as a constant of
+# the graph (torch._dynamo.assume_constant_result, as attention.selection marks _select_name_at_trace).
+_v4_sink_dtype._dynamo_marked_constant = True  # type: ignore[attr-defined]
+_v4_hd256_refuses_seqused._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
 def _num_splits_cap(p: AttentionParams, label: str) -> list[str]:
     if p.num_splits > FLASH_MAX_NUM_SPLITS:
         return [f"num_splits={p.num_splits} exceeds {label}'s maximum {FLASH_MAX_NUM_SPLITS}"]
@@ -570,11 +614,13 @@ def _v4_hd256_reasons(p: AttentionParams, module: Any) -> list[str]:
         return any(flash_probe.source_mentions(function, text) for function in functions for text in texts)
 
     windowed = not is_trivial_window(p.window_size)
+    # seqused_* are passed by every KV-cache step and by thd with offsets of its own: pad_between_seqs here; a call
+    # with offsets of its own under pad_between_seqs=False is refused by Flash4Backend._varlen (params can't tell)
     lengths = "a KV-cache step" if p.kv_cache != "none" else "thd with pad_between_seqs" if p.pad_between_seqs else ""
-    fwd, bwd = "SM100 forward with head_dim=256 does not support", "SM100 backward with head_dim=256 does not support"
+    fwd, bwd = _V4_HD256_FWD, _V4_HD256_BWD
     refused = {
         f"per-sequence lengths (seqused_k), which {lengths} passes":
-            bool(lengths) and says(forward, f"{fwd} seqused_q/seqused_k"),
+            bool(lengths) and _v4_hd256_refuses_seqused(module, backward=False),
         "a sink softmax (learnable_sink)": p.softmax_type != "vanilla" and says(forward, f"{fwd} learnable_sink"),
         "a sliding window": windowed and says(forward, f"{fwd} local attention"),
         "num_splits != 1 (split-KV)": p.num_splits != 1 and says(forward, f"{fwd} SplitKV"),
@@ -658,38 +704,48 @@ class Flash4Backend(_FlashBackend):
                   and not flash_probe.accepts_keyword(getattr(module, "_flash_attn_bwd", None), "learnable_sink")):
                 # older releases' backward returns gradients for q, k and v only: the sink would never train
                 reasons.append(f"this flash-attn-4's ({pkg.version_text}) backward has no learnable-sink gradient")
-            elif (p.requires_grad and major in (10, 11) and (p.head_dim_qk, p.head_dim_v) == (256, 256)
+            elif (p.requires_grad and _v4_runs_hd256_kernels(p)
                   and flash_probe.source_mentions(getattr(module, "_flash_attn_bwd", None), _V4_NO_SINK_BWD_HD256)):
                 reasons.append("flash-attn-4's sm100 backward with head dim 256 has no learnable sink")
-        if major in (10, 11) and (p.head_dim_qk, p.head_dim_v) == (256, 256):
+        if _v4_runs_hd256_kernels(p):
             reasons += _v4_hd256_reasons(p, module)
         return reasons
 
-    def _kwargs(self, call: AttentionCall) -> dict[str, Any]:
+    def _kwargs(self, fa: Any, call: AttentionCall) -> dict[str, Any]:
         p = call.params
         window = None if is_trivial_window(p.window_size) else _v4_window(call)
         sink = None
         if p.softmax_type != "vanilla":
-            # flash-attn-4's learnable_sink: one extra logit per query head (natural-log units, not scaled),
-            # fp32 [h]; "off-by-one" is a sink of 0.
+            # flash-attn-4's learnable_sink: one extra logit per query head (natural-log units, not scaled), [h] in
+            # the dtype the release takes (a differentiable cast); "off-by-one" is a sink of 0.
+            sink_dtype = _v4_sink_dtype(fa)
             sink = call.softmax_offset
             if sink is None:
-                sink = torch.zeros(p.num_heads, dtype=torch.float32, device=call.query.device)
-            sink = sink.contiguous()
+                sink = torch.zeros(p.num_heads, dtype=sink_dtype, device=call.query.device)
+            sink = sink.to(sink_dtype).contiguous()
         return _given(generation=4, softmax_scale=call.softmax_scale, causal=is_causal(p.attn_mask_type),
                       window_size=window, deterministic=True if p.deterministic and p.requires_grad else None,
                       learnable_sink=sink, num_splits=None if p.num_splits == 1 else p.num_splits)
 
     def _dense(self, fa: Any, call: AttentionCall, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         q, k, v = (x.contiguous() for x in (q, k, v))
-        return _op("flash_attn_func", call)(q, k, v, **self._kwargs(call))
+        return _op("flash_attn_func", call)(q, k, v, **self._kwargs(fa, call))
 
     def _varlen(self, fa: Any, call: AttentionCall, q: Tensor, k: Tensor, v: Tensor, cu_q: Tensor, cu_kv: Tensor,
                 max_q: int, max_kv: int, seqused_q: Tensor | None, seqused_kv: Tensor | None) -> Tensor:
+        p = call.params
+        if ((seqused_q is not None or seqused_kv is not None) and _v4_runs_hd256_kernels(p)
+                and _v4_hd256_refuses_seqused(fa, p.requires_grad)):
+            # thd offsets of its own under pad_between_seqs=False: the gate saw no padding between sequences
+            raise ValueError(
+                "flash-attn-4's sm100 kernels for head dims (256, 256) do not support per-sequence lengths "
+                "(seqused_q / seqused_k), which flash4 passes to read this thd call's own offsets "
+                "(cu_seqlens_q_padded / cu_seqlens_kv_padded) even under pad_between_seqs=False: pass "
+                "pad_between_seqs=True (or None, inferred from the offsets) and another backend is selected")
         q, k, v = (x.contiguous() for x in (q, k, v))
         return _op("flash_attn_varlen_func", call)(
             q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_kv, max_seqlen_q=max_q, max_seqlen_k=max_kv,
-            **_given(seqused_q=seqused_q, seqused_k=seqused_kv), **self._kwargs(call))
+            **_given(seqused_q=seqused_q, seqused_k=seqused_kv), **self._kwargs(fa, call))
 
     def _cache_attention(self, fa: Any, call: AttentionCall, q: Tensor, cu_q: Tensor, cu_kv: Tensor, max_q: int,
                          page_table: Tensor | None) -> Tensor:
@@ -703,4 +759,4 @@ class Flash4Backend(_FlashBackend):
             extra["page_table"] = page_table.contiguous()
         return _op("flash_attn_varlen_func", call)(
             q.contiguous(), k_cache, v_cache, cu_seqlens_q=cu_q, cu_seqlens_k=None, max_seqlen_q=max_q,
-            max_seqlen_k=call.max_seqlen_kv, seqused_k=_lengths(cu_kv), **extra, **self._kwargs(call))
+            max_seqlen_k=call.max_seqlen_kv, seqused_k=_lengths(cu_kv), **extra, **self._kwargs(fa, call))
