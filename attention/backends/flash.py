@@ -711,7 +711,8 @@ class Flash4Backend(_FlashBackend):
             reasons += _v4_hd256_reasons(p, module)
         return reasons
 
-    def _kwargs(self, fa: Any, call: AttentionCall) -> dict[str, Any]:
+    def _kwargs(self, call: AttentionCall, fa: Any = None) -> dict[str, Any]:
+        """The keyword arguments every flash-attn-4 entry point takes; ``fa``: the package (the sink's dtype)."""
         p = call.params
         window = None if is_trivial_window(p.window_size) else _v4_window(call)
         sink = None
@@ -729,7 +730,7 @@ class Flash4Backend(_FlashBackend):
 
     def _dense(self, fa: Any, call: AttentionCall, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         q, k, v = (x.contiguous() for x in (q, k, v))
-        return _op("flash_attn_func", call)(q, k, v, **self._kwargs(fa, call))
+        return _op("flash_attn_func", call)(q, k, v, **self._kwargs(call, fa))
 
     def _varlen(self, fa: Any, call: AttentionCall, q: Tensor, k: Tensor, v: Tensor, cu_q: Tensor, cu_kv: Tensor,
                 max_q: int, max_kv: int, seqused_q: Tensor | None, seqused_kv: Tensor | None) -> Tensor:
@@ -745,7 +746,7 @@ class Flash4Backend(_FlashBackend):
         q, k, v = (x.contiguous() for x in (q, k, v))
         return _op("flash_attn_varlen_func", call)(
             q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_kv, max_seqlen_q=max_q, max_seqlen_k=max_kv,
-            **_given(seqused_q=seqused_q, seqused_k=seqused_kv), **self._kwargs(fa, call))
+            **_given(seqused_q=seqused_q, seqused_k=seqused_kv), **self._kwargs(call, fa))
 
     def _cache_attention(self, fa: Any, call: AttentionCall, q: Tensor, cu_q: Tensor, cu_kv: Tensor, max_q: int,
                          page_table: Tensor | None) -> Tensor:
@@ -759,4 +760,4 @@ class Flash4Backend(_FlashBackend):
             extra["page_table"] = page_table.contiguous()
         return _op("flash_attn_varlen_func", call)(
             q.contiguous(), k_cache, v_cache, cu_seqlens_q=cu_q, cu_seqlens_k=None, max_seqlen_q=max_q,
-            max_seqlen_k=call.max_seqlen_kv, seqused_k=_lengths(cu_kv), **extra, **self._kwargs(fa, call))
+            max_seqlen_k=call.max_seqlen_kv, seqused_k=_lengths(cu_kv), **extra, **self._kwargs(call, fa))
