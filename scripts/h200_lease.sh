@@ -17,8 +17,9 @@
 #   call4  carry [".device/fa4-c"]      flash-attn-4 installed; its tests, serving simulation and share of
 #          the cross-backend grid; then benchmarks decode, mixed, prefill with call1's variants  ~8 min
 #   call4-bench  carry [".device/fa4-c"]  instead of call4 when flash-attn-4's tests need no re-run
-# flash-attn-4 travels in three parts (`prepare` splits its 92 MB wheel 40 / 40 / 12 MB, the small wheels with the
-# last): a call carries at most 64 MiB with the tracked tree (18 MB on 2026-12-03), which two halves no longer fit.
+# flash-attn-4 travels in three parts (`prepare` splits its 92 MB wheel in 34 MiB parts, 36 / 36 / 21 MB, the small
+# wheels with the last): a call carries at most 64 MiB with the tracked tree (18 MB on 2026-12-03, 24 MB on
+# 2026-12-06, when 40 MB parts no longer fit beside it).
 # SWEEP_ONLY / BENCH_ONLY (comma lists of decode, mixed, prefill) narrow the sweep and the benchmarks.
 # Each call leaves $OUT/callN.tar.gz (all logs and reports so far).
 # Without .device/fa2-built: `fa2-build` as call1 (carry [".device/fa2"]; starts the build in the
@@ -90,7 +91,7 @@ prepare)  # the shared script's two parts, then three: 40 / 40 MB of the big whe
     [ -d .device/fa4-a ] || PYTHON=${PYTHON:-.venv/bin/python} bash ../shared/device/flash_attn.sh prepare
     big=.device/$(cat .device/fa4-a/big-wheel-name) && mkdir -p .device/fa4-c && mv .device/fa4-a/*.whl .device/fa4-c/
     cat .device/fa4-a/cu13.part.aa .device/fa4-b/cu13.part.ab > "$big" && rm .device/fa4-[ab]/cu13.part.*
-    split -b 40m "$big" .device/cu13.part. && rm "$big"
+    split -b 34m "$big" .device/cu13.part. && rm "$big"
     mv .device/cu13.part.aa .device/fa4-a/ && mv .device/cu13.part.ab .device/fa4-b/ && mv .device/cu13.part.ac .device/fa4-c/
   }
   du -sh .device/*;;
