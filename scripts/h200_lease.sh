@@ -86,7 +86,7 @@ bench() {
   stamp "benchmarks done"
 }
 case "${1:-help}" in
-prepare)  # the shared script's two parts, then three: 40 / 40 MB of the big wheel, the rest with the small wheels
+prepare)  # the shared script's two parts, then three: 34 MiB parts of the big wheel, the last with the small wheels
   [ -d .device/fa4-c ] || {
     [ -d .device/fa4-a ] || PYTHON=${PYTHON:-.venv/bin/python} bash ../shared/device/flash_attn.sh prepare
     big=.device/$(cat .device/fa4-a/big-wheel-name) && mkdir -p .device/fa4-c && mv .device/fa4-a/*.whl .device/fa4-c/
