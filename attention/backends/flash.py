@@ -590,10 +590,21 @@ def _v4_hd256_refuses_seqused(module: Any, backward: bool) -> bool:
     return any(_source_mentions_once(getattr(module, name, None), text) for names, text in probes for name in names)
 
 
+def _installed_v4_sink_dtype() -> torch.dtype:
+    """``_v4_sink_dtype`` of the installed release, for a call."""
+    return _v4_sink_dtype(flash_probe.probe(4).module)
+
+
+def _installed_v4_refuses_seqused(backward: bool) -> bool:
+    """``_v4_hd256_refuses_seqused`` of the installed release, for a call."""
+    return _v4_hd256_refuses_seqused(flash_probe.probe(4).module, backward)
+
+
 # torch.compile traces the adapter's forward: Dynamo calls these at trace time and keeps the result as a constant of
-# the graph (torch._dynamo.assume_constant_result, as attention.selection marks _select_name_at_trace).
-_v4_sink_dtype._dynamo_marked_constant = True  # type: ignore[attr-defined]
-_v4_hd256_refuses_seqused._dynamo_marked_constant = True  # type: ignore[attr-defined]
+# the graph (torch._dynamo.assume_constant_result, as attention.selection marks _select_name_at_trace). Their
+# arguments must be constants too (torch 2.11 refuses the package object), so they find the package themselves.
+_installed_v4_sink_dtype._dynamo_marked_constant = True  # type: ignore[attr-defined]
+_installed_v4_refuses_seqused._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
 def _num_splits_cap(p: AttentionParams, label: str) -> list[str]:
@@ -711,15 +722,14 @@ class Flash4Backend(_FlashBackend):
             reasons += _v4_hd256_reasons(p, module)
         return reasons
 
-    def _kwargs(self, call: AttentionCall, fa: Any = None) -> dict[str, Any]:
-        """The keyword arguments every flash-attn-4 entry point takes; ``fa``: the package (the sink's dtype)."""
+    def _kwargs(self, call: AttentionCall) -> dict[str, Any]:
         p = call.params
         window = None if is_trivial_window(p.window_size) else _v4_window(call)
         sink = None
         if p.softmax_type != "vanilla":
             # flash-attn-4's learnable_sink: one extra logit per query head (natural-log units, not scaled), [h] in
             # the dtype the release takes (a differentiable cast); "off-by-one" is a sink of 0.
-            sink_dtype = _v4_sink_dtype(fa)
+            sink_dtype = _installed_v4_sink_dtype()
             sink = call.softmax_offset
             if sink is None:
                 sink = torch.zeros(p.num_heads, dtype=sink_dtype, device=call.query.device)
@@ -730,13 +740,13 @@ class Flash4Backend(_FlashBackend):
 
     def _dense(self, fa: Any, call: AttentionCall, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         q, k, v = (x.contiguous() for x in (q, k, v))
-        return _op("flash_attn_func", call)(q, k, v, **self._kwargs(call, fa))
+        return _op("flash_attn_func", call)(q, k, v, **self._kwargs(call))
 
     def _varlen(self, fa: Any, call: AttentionCall, q: Tensor, k: Tensor, v: Tensor, cu_q: Tensor, cu_kv: Tensor,
                 max_q: int, max_kv: int, seqused_q: Tensor | None, seqused_kv: Tensor | None) -> Tensor:
         p = call.params
         if ((seqused_q is not None or seqused_kv is not None) and _v4_runs_hd256_kernels(p)
-                and _v4_hd256_refuses_seqused(fa, p.requires_grad)):
+                and _installed_v4_refuses_seqused(p.requires_grad)):
             # thd offsets of its own under pad_between_seqs=False: the gate saw no padding between sequences
             raise ValueError(
                 "flash-attn-4's sm100 kernels for head dims (256, 256) do not support per-sequence lengths "
@@ -746,7 +756,7 @@ class Flash4Backend(_FlashBackend):
         q, k, v = (x.contiguous() for x in (q, k, v))
         return _op("flash_attn_varlen_func", call)(
             q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_kv, max_seqlen_q=max_q, max_seqlen_k=max_kv,
-            **_given(seqused_q=seqused_q, seqused_k=seqused_kv), **self._kwargs(call, fa))
+            **_given(seqused_q=seqused_q, seqused_k=seqused_kv), **self._kwargs(call))
 
     def _cache_attention(self, fa: Any, call: AttentionCall, q: Tensor, cu_q: Tensor, cu_kv: Tensor, max_q: int,
                          page_table: Tensor | None) -> Tensor:
@@ -760,4 +770,4 @@ class Flash4Backend(_FlashBackend):
             extra["page_table"] = page_table.contiguous()
         return _op("flash_attn_varlen_func", call)(
             q.contiguous(), k_cache, v_cache, cu_seqlens_q=cu_q, cu_seqlens_k=None, max_seqlen_q=max_q,
-            max_seqlen_k=call.max_seqlen_kv, seqused_k=_lengths(cu_kv), **extra, **self._kwargs(call, fa))
+            max_seqlen_k=call.max_seqlen_kv, seqused_k=_lengths(cu_kv), **extra, **self._kwargs(call))
