@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import torch.utils.checkpoint
 from torch import nn
+from torch.nn.modules import module as nn_module
 
 from attention import call_plans, call_setup, inputs, selection, seqlens_check, te_arguments
 from attention.backends.base import AttentionCall, Backend
@@ -286,6 +287,18 @@ class DotProductAttention(nn.Module):
         if kv_caching and offset.requires_grad:
             offset = offset.detach()
         return offset if offset.dtype in (torch.float32, torch.float64) else offset.float()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """``nn.Module.__call__``, without its two argument-forwarding layers where they would only call ``forward``:
+        no hook of this module or global one, no ``torch.jit.trace``, no ``torch.compile`` of this module, not inside
+        a compiled graph (Dynamo sees the module's own call). ~1 µs of an eager decode call's host time."""
+        if (torch.compiler.is_compiling() or self._compiled_call_impl is not None
+                or self._forward_pre_hooks or self._forward_hooks or self._backward_pre_hooks or self._backward_hooks
+                or nn_module._global_forward_pre_hooks or nn_module._global_forward_hooks
+                or nn_module._global_backward_pre_hooks or nn_module._global_backward_hooks
+                or torch._C._get_tracing_state()):
+            return super().__call__(*args, **kwargs)
+        return self.forward(*args, **kwargs)
 
     def forward(
         self,
