@@ -50,3 +50,17 @@ def _release_cached_gpu_memory():
     if (torch.cuda.is_available() and torch.cuda.is_initialized()
             and torch.cuda.memory_reserved(torch.cuda.current_device()) > (1 << 30)):
         torch.cuda.empty_cache()
+
+
+@pytest.fixture
+def cpu_fused() -> None:
+    """For tests that hand the fused backend CPU tensors: they need Triton, and on a CUDA host the interpreter
+    (TRITON_INTERPRET is set above only where CUDA is absent), so they skip there with the reason."""
+    from attention.backends.fused import FusedBackend
+    from attention.kernels.availability import kernels_interpreted
+
+    reason = FusedBackend().availability_reason()
+    if reason is None and torch.cuda.is_available() and not kernels_interpreted():
+        reason = "CPU tensors run the fused kernels only under TRITON_INTERPRET=1"
+    if reason:
+        pytest.skip(reason)

@@ -11,18 +11,6 @@ import torch
 from attention.backends.fused import output_rows_may_be_padding
 from attention.params import AttentionParams
 
-
-def _skip_without_cpu_fused() -> None:
-    """These tests hand the fused backend CPU tensors: they need Triton, and on a CUDA host the interpreter."""
-    from attention.backends.fused import FusedBackend
-    from attention.kernels.availability import kernels_interpreted
-
-    reason = FusedBackend().availability_reason()
-    if reason is None and torch.cuda.is_available() and not kernels_interpreted():
-        reason = "CPU tensors run the fused kernels only under TRITON_INTERPRET=1"
-    if reason:
-        pytest.skip(reason)
-
 PARAMS = AttentionParams(dtype=torch.float16, device_type="cpu")
 
 
@@ -72,16 +60,14 @@ def test_eager_cache_steps_size_split_kv_on_the_longest_sequence_not_the_capacit
     assert params.longest_sequence == 0
 
 
-def test_the_fused_backend_hands_the_kernel_the_longest_sequence(monkeypatch) -> None:
+def test_the_fused_backend_hands_the_kernel_the_longest_sequence(monkeypatch, cpu_fused) -> None:
     """Through DotProductAttention: the kernel call of an eager decode step over a 4096-token cache
     holding sequences of 30 and 257 tokens gets max_seqlen_kv 257."""
     from collections import OrderedDict
 
     from attention import DotProductAttention
-    from inference import InferenceParams
-
-    _skip_without_cpu_fused()
     from attention.backends import fused_launches
+    from inference import InferenceParams
 
     seen = []
     monkeypatch.setattr(fused_launches, "packed_attention_forward",
@@ -97,16 +83,14 @@ def test_the_fused_backend_hands_the_kernel_the_longest_sequence(monkeypatch) ->
     assert seen == [257]
 
 
-def test_the_fused_backend_hands_the_kernel_the_steps_kv_tokens(monkeypatch) -> None:
+def test_the_fused_backend_hands_the_kernel_the_steps_kv_tokens(monkeypatch, cpu_fused) -> None:
     """An eager decode step passes the cache's KV tokens (30 + 257 + 1 after this step's) as total_kv, which the
     decode kernel's split rule sizes on; InferenceParams counts them in pre_step and forgets them in reset."""
     from collections import OrderedDict
 
     from attention import DotProductAttention
-    from inference import InferenceParams
-
-    _skip_without_cpu_fused()
     from attention.backends import fused_launches
+    from inference import InferenceParams
 
     seen = []
     monkeypatch.setattr(fused_launches, "packed_attention_forward", lambda *args: seen.append(args[-1]))
@@ -125,17 +109,15 @@ def test_the_fused_backend_hands_the_kernel_the_steps_kv_tokens(monkeypatch) -> 
 
 
 @pytest.mark.parametrize("extra_rows", [0, 3])
-def test_a_thd_cache_step_starts_from_zeros_only_with_padding_rows(monkeypatch, extra_rows) -> None:
+def test_a_thd_cache_step_starts_from_zeros_only_with_padding_rows(monkeypatch, extra_rows, cpu_fused) -> None:
     """thd over a cache: the output is never zeroed by a memset (the kernel writes every row); with rows past
     the step's tokens the launch is asked to write zeros there (zero_tail). The kernel is replaced by a
     no-op, so what the output holds is what the backend allocated."""
     from collections import OrderedDict
 
     from attention import DotProductAttention
-    from inference import InferenceParams
-
-    _skip_without_cpu_fused()
     from attention.backends import fused_launches
+    from inference import InferenceParams
 
     allocations = []
     monkeypatch.setattr(fused_launches, "packed_attention_forward", lambda *args: allocations.append(args))
@@ -196,14 +178,13 @@ def test_triton_interpret_is_the_kernels_mode_once_they_are_defined(monkeypatch)
 
 
 @pytest.mark.parametrize("pad_between_seqs", [None, False])
-def test_thd_with_padded_offsets_zeroes_the_gaps_whatever_the_hint(monkeypatch, pad_between_seqs) -> None:
+def test_thd_with_padded_offsets_zeroes_the_gaps_whatever_the_hint(monkeypatch, pad_between_seqs, cpu_fused) -> None:
     """Offsets of their own (``cu_seqlens_q_padded``) put the sequences at rows the kernel writes; every other
     row comes back zero, even when ``pad_between_seqs=False`` claims no gaps and nothing reads the values to
     refuse it (``ATTN_CHECK_SEQLENS=0``, as on a GPU). The output starts as NaN, so rows nobody wrote show."""
     from attention import DotProductAttention
     from tests.reference import reference_attention
 
-    _skip_without_cpu_fused()
     monkeypatch.setenv("ATTN_CHECK_SEQLENS", "0")
     new_empty = torch.Tensor.new_empty
     monkeypatch.setattr(torch.Tensor, "new_empty", lambda x, *size, **k: new_empty(x, *size, **k).fill_(
@@ -222,12 +203,11 @@ def test_thd_with_padded_offsets_zeroes_the_gaps_whatever_the_hint(monkeypatch, 
 
 
 @pytest.mark.parametrize("empty", ["queries", "keys"])
-def test_empty_strided_inputs_run(empty) -> None:
+def test_empty_strided_inputs_run(empty, cpu_fused) -> None:
     """An empty q (or k / v) whose last dim is strided: contiguous() returns an empty view as it is, so the
     backend planned with the strided view and its argument check refused it (a fuzzing helper found it)."""
     from attention import DotProductAttention
 
-    _skip_without_cpu_fused()
     s_q, s_kv = (0, 5) if empty == "queries" else (3, 0)
     q = torch.randn(1, s_q, 2, 32)[..., ::2]
     k, v = (torch.randn(1, s_kv, 2, 32)[..., ::2] for _ in range(2))
@@ -240,14 +220,13 @@ def test_empty_strided_inputs_run(empty) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["bshd", "thd"])
-def test_strided_inputs_run_on_copies(fmt) -> None:
+def test_strided_inputs_run_on_copies(fmt, cpu_fused) -> None:
     """A last dim with stride 2 (a view of every other element) and cu_seqlens at stride 2: the kernels read
     neither, so the backend runs them on contiguous copies. Alternating with contiguous inputs of the same
     shapes checks that no launch planned for one layout is replayed on the other."""
     from attention import DotProductAttention
     from tests.reference import reference_attention
 
-    _skip_without_cpu_fused()
     torch.manual_seed(0)
     lead = (2, 5) if fmt == "bshd" else (9,)
     module = DotProductAttention(4, 16, num_gqa_groups=2, qkv_format=fmt, attn_mask_type="padding_causal",

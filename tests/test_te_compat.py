@@ -211,7 +211,7 @@ def test_num_splits_default_keeps_the_automatic_choice():
 
 
 @pytest.mark.parametrize("num_splits", [1, 2, 3])
-def test_fused_honours_num_splits(num_splits, monkeypatch):
+def test_fused_honours_num_splits(num_splits, monkeypatch, cpu_fused):
     from attention.backends import fused_launches
 
     seen = []
@@ -230,7 +230,7 @@ def test_fused_honours_num_splits(num_splits, monkeypatch):
     torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
 
 
-def test_automatic_selection_with_num_splits_skips_unfused():
+def test_automatic_selection_with_num_splits_skips_unfused(cpu_fused):
     q, k, v = qkv()   # fp32 on CPU: fused (interpreter) and unfused can both run
     module = attn()
     module(q, k, v, num_splits=2)
