@@ -54,13 +54,7 @@ def _release_cached_gpu_memory():
 
 @pytest.fixture
 def cpu_fused() -> None:
-    """For tests that hand the fused backend CPU tensors: they need Triton, and on a CUDA host the interpreter
-    (TRITON_INTERPRET is set above only where CUDA is absent), so they skip there with the reason."""
-    from attention.backends.fused import FusedBackend
-    from attention.kernels.availability import kernels_interpreted
+    """For tests that hand the fused backend CPU tensors: skipped where it cannot take them (tests/cpu_fused.py)."""
+    from tests.cpu_fused import skip_without_cpu_fused
 
-    reason = FusedBackend().availability_reason()
-    if reason is None and torch.cuda.is_available() and not kernels_interpreted():
-        reason = "CPU tensors run the fused kernels only under TRITON_INTERPRET=1"
-    if reason:
-        pytest.skip(reason)
+    skip_without_cpu_fused()

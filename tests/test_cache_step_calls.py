@@ -11,7 +11,7 @@ import torch
 
 from attention import DotProductAttention
 from inference import InferenceParams
-from tests.test_fused_backend import _skip_without_cpu_fused
+from tests.cpu_fused import skip_without_cpu_fused
 from tests.test_inference_params import assert_unchanged, snapshot
 
 H, H_KV, D = 4, 2, 16
@@ -38,7 +38,7 @@ def _module(fmt: str, backend: str = "unfused", head_dim: int = D) -> DotProduct
     """The module of these tests' CPU caches (the fused backend's cases are the CPU suite's: they skip where CPU
     tensors cannot run it, as on a GPU host without TRITON_INTERPRET=1)."""
     if backend == "fused":
-        _skip_without_cpu_fused()
+        skip_without_cpu_fused()
     return DotProductAttention(H, head_dim, num_gqa_groups=H_KV, qkv_format=fmt, attn_mask_type="padding_causal",
                                layer_number=1, backend=backend)
 
