@@ -71,3 +71,23 @@ def test_a_compiled_parent_traces_through_the_call():
     expected = parent(q, k, v)
     torch.testing.assert_close(torch.compile(parent, backend="eager", fullgraph=True)(q, k, v), expected)
     torch._dynamo.reset()
+
+
+def test_an_fx_trace_sees_the_module_call():
+    """torch.fx's tracer swaps nn.Module.__call__ to record module calls: with the module a leaf, the graph calls it."""
+    class Parent(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attention = _module()
+
+        def forward(self, q, k, v):
+            return self.attention(q, k, v)
+
+    class LeafTracer(torch.fx.Tracer):
+        def is_leaf_module(self, module, qualified_name):
+            return isinstance(module, DotProductAttention) or super().is_leaf_module(module, qualified_name)
+
+    parent, (q, k, v) = Parent(), _inputs()
+    graph = LeafTracer().trace(parent)
+    assert [node.target for node in graph.nodes if node.op == "call_module"] == ["attention"]
+    torch.testing.assert_close(torch.fx.GraphModule(parent, graph)(q, k, v), parent(q, k, v))
