@@ -207,6 +207,60 @@ def test_descriptors_are_made_for_triton_and_encoded_once_per_address(stream, tr
     ]
 
 
+def test_a_promoted_maker_has_its_descriptors_re_encoded_before_they_are_kept(stream, triton_36, monkeypatch):
+    """tma_promotion.Promoted: the direct path re-encodes the descriptor it made (with the maker's promotion) before
+    keeping it for its address; a maker without one is left to Triton's encoding."""
+    from attention.kernels import tma_promotion
+
+    calls = []
+
+    def reencode(encoded, descriptor, meta, promotion):
+        calls.append((descriptor, meta, promotion))
+        encoded[0] += f"+promoted{promotion}"
+        return encoded
+
+    monkeypatch.setattr(tma_promotion, "reencode", reencode)
+    fake = FakeJit(FakeDescriptorKernel())
+    fake.arg_names = ["k_desc", "v_desc", "q", "n", "scale", "BLOCK", "FLAG"]
+    kernel_launch = launch.KernelLaunch(fake, (132,), scalars=(32, 0.5), constexprs={"FLAG": True, "BLOCK": 16},
+                                        descriptors=(tma_promotion.Promoted(lambda x: "k", 3), lambda x: "v"))
+    k, v, q = (torch.zeros(8) for _ in range(3))
+    for _ in range(3):
+        kernel_launch(k, v, q)
+    assert calls == [("k", {"block": "k"}, 3)]   # once: the address's entry is kept re-encoded
+    assert [launched[13:15] for launched in fake.compiled.run.raw] == [("map:k+promoted3", 64)] * 2
+    assert fake.compiled.run.raw[0][18] == "map:v"
+
+
+def test_a_promotion_that_cannot_apply_says_so(stream, monkeypatch):
+    """A launch that Triton's own launcher runs encodes its descriptors itself: a promotion asked for is not applied,
+    and a warning says so."""
+    from triton.backends.nvidia import driver
+
+    from attention.kernels import tma_promotion
+
+    monkeypatch.setattr(driver, "_BASE_ARGS_FORMAT_LEN", 14, raising=False)  # a launcher this module does not know
+    fake = FakeJit(FakeDescriptorKernel())
+    fake.arg_names = ["k_desc", "v_desc", "q", "n", "scale", "BLOCK", "FLAG"]
+    kernel_launch = launch.KernelLaunch(fake, (132,), scalars=(32, 0.5), constexprs={"FLAG": True, "BLOCK": 16},
+                                        descriptors=(tma_promotion.Promoted(str, 0), str))
+    with pytest.warns(RuntimeWarning, match="not applied"):
+        kernel_launch(torch.zeros(8), torch.zeros(8), torch.zeros(8))
+
+
+def test_a_tensor_map_of_another_layout_is_left_alone(monkeypatch):
+    """tma_promotion.reencode writes only into Triton's PyCUtensorMap whose bytes match a fresh encoding: anything
+    else is returned as it was, with a warning, and nothing is encoded into it."""
+    from attention.kernels import tma_promotion
+
+    writes = []
+    monkeypatch.setattr(tma_promotion, "_encode", lambda target, *args: writes.append(target) or 0)
+    encoded = [object(), 64, 128]
+    with pytest.warns(RuntimeWarning, match="not laid out as expected"):
+        assert tma_promotion.reencode(encoded, None, {}, 0) is encoded
+    assert writes == [] and encoded[1:] == [64, 128]
+
+
 def test_an_unknown_launcher_sends_descriptor_kernels_through_triton(stream, monkeypatch):
     from triton.backends.nvidia import driver
 

@@ -46,4 +46,3 @@ def test_bad_value_names_the_variable(monkeypatch):
     monkeypatch.setenv(DECODE_PROMOTION_ENV, "512")
     with pytest.raises(ValueError, match=f"{DECODE_PROMOTION_ENV}='512'.*none, 64, 128, 256"):
         l2_promotion(DECODE_PROMOTION_ENV)
-    assert tma_promotion.reencoded == 0

@@ -752,7 +752,8 @@ class Flash4Backend(_FlashBackend):
                 "flash-attn-4's sm100 kernels for head dims (256, 256) do not support per-sequence lengths "
                 "(seqused_q / seqused_k), which flash4 passes to read this thd call's own offsets "
                 "(cu_seqlens_q_padded / cu_seqlens_kv_padded) even under pad_between_seqs=False: pass "
-                "pad_between_seqs=True (or None, inferred from the offsets) and another backend is selected")
+                "pad_between_seqs=True (or None, inferred from the offsets), which flash4 refuses here, so that the "
+                "automatic choice takes another backend")
         q, k, v = (x.contiguous() for x in (q, k, v))
         return _op("flash_attn_varlen_func", call)(
             q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_kv, max_seqlen_q=max_q, max_seqlen_k=max_kv,

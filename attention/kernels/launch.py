@@ -146,6 +146,10 @@ class KernelLaunch:
             names = self.fn.arg_names[len(tensors) + len(self.scalars):]
             tail = self.scalars + tuple(self.constexprs[name] for name in names)
             self._direct = self._direct_launch(kernel, tail) or False
+        if not self._direct and any(getattr(maker, "l2_promotion", None) is not None for maker in self.descriptors):
+            from . import tma_promotion
+
+            tma_promotion.warn_not_applied()
 
     def _direct_launch(self, kernel: Any, tail: tuple) -> tuple | None:
         """(launch function, its arguments between the stream and the tensors, the tail) for later calls; None
@@ -175,12 +179,13 @@ class KernelLaunch:
                 if len(by_address) >= MAX_ENCODED_ADDRESSES:
                     by_address.clear()
                 descriptor = maker(x)
-                encoded = by_address[address] = self._encode_descriptor(descriptor, meta)
+                encoded = self._encode_descriptor(descriptor, meta)
                 promotion = getattr(maker, "l2_promotion", None)
-                if promotion is not None:
+                if promotion is not None:   # (tma_promotion.Promoted)
                     from . import tma_promotion
 
                     tma_promotion.reencode(encoded, descriptor, meta, promotion)
+                by_address[address] = encoded
             arguments += encoded
         return arguments
 

@@ -1,16 +1,20 @@
-"""TMA descriptors re-encoded with another L2 promotion (an A/B knob; unset, Triton's own encoding is used).
+"""TMA descriptors re-encoded with another L2 promotion (an A/B switch; unset, Triton's own encoding is used).
 
 Triton 3.6 encodes every tensor map with ``CU_TENSOR_MAP_L2_PROMOTION_L2_128B`` (its driver.c, fillTMADescriptor):
 on a miss L2 fetches 128 bytes around what a TMA load asked for. ``ATTN_FUSED_HOPPER_PREFILL_L2_PROMOTION`` and
-``ATTN_FUSED_HOPPER_DECODE_L2_PROMOTION`` (``none``, ``64``, ``128``, ``256``) set it for the prefill and the decode K / V
-descriptors of the Hopper kernels (the mixed kernel has both); a plan wraps those makers in ``Promoted``, and
-KernelLaunch re-encodes the descriptors it makes from them. The forty-third session measured 256 B on every
-descriptor: decodes 6-10 % slower, M2's prefill part 0.988 (within its rounds' spread).
+``ATTN_FUSED_HOPPER_DECODE_L2_PROMOTION`` (``none``, ``64``, ``128``, ``256``) set it for the K / V descriptors of
+the Hopper prefill and decode kernels, and of the mixed kernel's two parts: a plan wraps those makers in
+``Promoted``, and KernelLaunch re-encodes the descriptors it makes from them. Not covered: the mixed-roles kernel,
+and decodes over pages of 1-8 tokens (cp.async, no descriptors). The forty-third session measured 256 B on every
+descriptor on an H200: decodes 6-10 % slower, M2's prefill part 0.988 (within its rounds' spread).
 
-The map is rewritten in place, in the object Triton made (``PyCUtensorMap``: the 128-byte ``CUtensorMap`` at offset
-128 of a 128-byte aligned object). Before writing, the map is encoded once more with Triton's own arguments and
-compared with the object's bytes: a Triton whose layout differs is left alone, with a warning. Only the direct
-launches (attention.kernels.launch, every call after a launch's first) carry the re-encoded maps.
+The map is rewritten in place, in Triton's ``PyCUtensorMap`` object: where its ``tma_desc_cpu_ptr()`` says, else at
+offset 128 (where the driver was built with CUDA 13's ``cuda.h``, whose ``CUtensorMap`` is aligned to 128 bytes),
+after the object's type and size are checked. Before writing, the map is encoded once more with Triton's own
+arguments and compared with the object's bytes; on any difference the descriptor is left as Triton made it, with a
+warning. Only direct launches (attention.kernels.launch: a launch's calls after its first) carry re-encoded maps;
+where a launch cannot go direct (a Triton whose launcher it does not know, such as 3.9; ``ATTN_TRITON_FAST_LAUNCH=0``;
+launch hooks) a warning says the setting is not applied.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 from attention.environment import getenv
 
 __all__ = ["DECODE_PROMOTION_ENV", "PREFILL_PROMOTION_ENV", "Promoted", "check_environment", "l2_promotion", "promoted",
-           "reencode"]
+           "reencode", "warn_not_applied"]
 
 PREFILL_PROMOTION_ENV = "ATTN_FUSED_HOPPER_PREFILL_L2_PROMOTION"
 """The prefill K / V descriptors' L2 promotion (the prefill kernel's, the mixed kernel's prefill part's)."""
@@ -93,25 +97,45 @@ def _encode(target: int, descriptor: Any, meta: dict, promotion: int) -> int:
                       strides, box, element_strides, 0, meta["swizzle"], promotion, fill)
 
 
+def _map_address(tensor_map: Any) -> int | None:
+    """The address of the ``CUtensorMap`` inside Triton's ``PyCUtensorMap`` object: its ``tma_desc_cpu_ptr()`` where
+    the release has it, else offset 128 of an object of at least 256 bytes aligned to 128; None for anything else."""
+    kind = type(tensor_map)
+    if kind.__name__ != "PyCUtensorMap":
+        return None
+    if hasattr(kind, "tma_desc_cpu_ptr"):
+        return tensor_map.tma_desc_cpu_ptr()
+    if kind.__basicsize__ < _MAP_OFFSET + _MAP_BYTES or id(tensor_map) % 128:
+        return None
+    return id(tensor_map) + _MAP_OFFSET
+
+
 def reencode(encoded: list, descriptor: Any, meta: dict, promotion: int) -> list:
     """``encoded`` (make_tensordesc_arg's: the tensor map object, then shape and strides) with the map re-encoded
     in place with ``promotion``; unchanged, with a warning, where the object is not laid out as expected."""
     tensor_map = encoded[0]
-    address = id(tensor_map) + _MAP_OFFSET
+    address = _map_address(tensor_map)
     check = ctypes.create_string_buffer(_MAP_BYTES + 128)
     aligned = (ctypes.addressof(check) + 127) // 128 * 128
-    if (id(tensor_map) % 128 or _encode(aligned, descriptor, meta, _TRITON_PROMOTION) != 0
+    if (address is None or _encode(aligned, descriptor, meta, _TRITON_PROMOTION) != 0
             or ctypes.string_at(aligned, _MAP_BYTES) != ctypes.string_at(address, _MAP_BYTES)):
         warnings.warn("L2 promotion: this Triton's tensor map objects are not laid out as expected; "
                       "its descriptors are left as it made them", RuntimeWarning, stacklevel=2)
         return encoded
     global reencoded
     result = _encode(address, descriptor, meta, promotion)
-    reencoded += 1
     if result != 0:
         raise RuntimeError(f"cuTensorMapEncodeTiled failed ({result}) re-encoding a descriptor with "
                            f"L2 promotion {promotion}")
+    reencoded += 1
     return encoded
+
+
+def warn_not_applied() -> None:
+    """Say that a promotion was asked for a launch that Triton's own launcher runs (it encodes the descriptors)."""
+    warnings.warn(f"{PREFILL_PROMOTION_ENV} / {DECODE_PROMOTION_ENV}: not applied to a launch that Triton's own "
+                  "launcher runs (a Triton release the direct launcher does not know, ATTN_TRITON_FAST_LAUNCH=0, or "
+                  "launch hooks): it encodes the descriptors with its own promotion", RuntimeWarning, stacklevel=3)
 
 
 class Promoted:
@@ -124,4 +148,6 @@ class Promoted:
         return self.maker(x)
 
     def __getattr__(self, name: str) -> Any:   # the maker's geometry (block, rows, ...)
+        if name == "maker":   # (not set yet: a copy under construction)
+            raise AttributeError(name)
         return getattr(self.maker, name)
