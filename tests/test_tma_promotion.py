@@ -3,7 +3,6 @@ re-encoding itself needs a GPU (docs/results/2026-12-06-h100-dd9d8e8/scripts/che
 
 import pytest
 
-from attention.kernels import tma_promotion
 from attention.kernels.tma_promotion import (
     DECODE_PROMOTION_ENV,
     PREFILL_PROMOTION_ENV,
