@@ -92,6 +92,7 @@ prepare)  # the shared script's two parts, then three: 34 MiB parts of the big w
     big=.device/$(cat .device/fa4-a/big-wheel-name) && mkdir -p .device/fa4-c && mv .device/fa4-a/*.whl .device/fa4-c/
     cat .device/fa4-a/cu13.part.aa .device/fa4-b/cu13.part.ab > "$big" && rm .device/fa4-[ab]/cu13.part.*
     split -b 34m "$big" .device/cu13.part. && rm "$big"
+    [ ! -e .device/cu13.part.ad ] || { echo "prepare: the wheel needs more than three 34 MiB parts" >&2; exit 1; }
     mv .device/cu13.part.aa .device/fa4-a/ && mv .device/cu13.part.ab .device/fa4-b/ && mv .device/cu13.part.ac .device/fa4-c/
   }
   du -sh .device/*;;

@@ -29,6 +29,15 @@ def test_the_modules_hooks_run():
     torch.testing.assert_close(module(q, k, v), expected)
 
 
+def test_a_backward_hook_runs():
+    module = _module()
+    q, k, v = (x.requires_grad_() for x in _inputs())
+    seen = []
+    module.register_full_backward_hook(lambda mod, grad_input, grad_output: seen.append(len(grad_output)))
+    module(q, k, v).sum().backward()
+    assert seen == [1] and q.grad is not None
+
+
 def test_global_hooks_run():
     module, (q, k, v) = _module(), _inputs()
     seen = []
