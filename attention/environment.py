@@ -81,4 +81,6 @@ def token_reader(*names: str) -> Callable[[], tuple]:
     if len(raw) == 3:
         first, second, third = raw
         return lambda: (get(first), get(second), get(third))
-    return lambda: tuple(map(get, raw))
+    names_set, variables = frozenset(raw), _RAW_ENVIRON.keys()
+    # none of them set (the usual case): one C loop over the smaller of the two, () as the token
+    return lambda: () if variables.isdisjoint(names_set) else tuple(map(get, raw))

@@ -346,23 +346,27 @@ def test_env_snapshot_reads_what_os_environ_holds(raw: bool, monkeypatch) -> Non
 
 
 @pytest.mark.parametrize("raw", [True, False], ids=["raw-environ", "os.environ"])
-@pytest.mark.parametrize("count", [1, 2, 3])
+@pytest.mark.parametrize("count", [1, 2, 3, 8])
 def test_token_reader_tokens_change_with_the_values(raw: bool, count: int, monkeypatch) -> None:
-    """Cache-key tokens of environment variables: equal exactly when the values are (unset, empty, set, changed)."""
+    """Cache-key tokens of environment variables: equal exactly when the values are (unset, empty, set, changed);
+    from four names on, every one unset reads as () (one disjointness test)."""
     from attention import environment
 
     if not raw:
         monkeypatch.setattr(environment, "_RAW_ENVIRON", None)
     elif environment._RAW_ENVIRON is None:
         pytest.skip("no raw environ mapping on this platform")
-    names = ("ATTN_TEST_TOKEN_A", "ATTN_TEST_TOKEN_B", "ATTN_TEST_TOKEN_C")[:count]
+    names = tuple(f"ATTN_TEST_TOKEN_{letter}" for letter in "ABCDEFGH")[:count]
     for name in names:
         monkeypatch.delenv(name, raising=False)
     read = environment.token_reader(*names)
-    seen = {read(): (None,) * count}
+    unset = read()
+    seen = {unset: (None,) * count}
     for value in ("", "0", "1", "true", "1"):
         monkeypatch.setenv(names[-1], value)
         values = tuple(os.environ.get(name) for name in names)
         assert seen.setdefault(read(), values) == values
     assert len(seen) == 5 and len(read()) == count
+    monkeypatch.delenv(names[-1])
+    assert read() == unset
 
