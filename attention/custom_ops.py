@@ -33,6 +33,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attention import devices
+
 __all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "fused_attention_forward",
            "launcher_views", "on_query_device"]
 
@@ -105,16 +107,13 @@ def _flash_module(generation: int) -> Any:
     return package.module
 
 
-_current_device = getattr(torch._C, "_cuda_getDevice", lambda: None)   # (CPU builds have none)
-
-
 def on_query_device(q: Tensor) -> contextlib.AbstractContextManager:
     """The query's GPU made current when it is not: flash-attn-4 launches on the current device's stream. The flash
     adapter's eager calls enter it, and so does each flash op's body, which a compiled graph runs as called (skipped
     while Dynamo traces, where the device read would break the graph)."""
-    if q.is_cuda and not torch.compiler.is_compiling() and q.get_device() != _current_device():
-        return torch.cuda.device(q.device)
-    return contextlib.nullcontext()
+    if torch.compiler.is_compiling():
+        return contextlib.nullcontext()
+    return devices.on_device_of(q)
 
 
 def _options(generation: int, window_size: list[int] | None, **kwargs: Any) -> dict[str, Any]:

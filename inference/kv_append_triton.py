@@ -13,6 +13,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from attention.devices import on_device_of
 from attention.kernels.availability import interpreter_enabled
 from attention.kernels.launch import KernelLaunch, tensor_key
 
@@ -187,18 +188,16 @@ def reindex_triton(
     """Triton version of ``kv_append.reindex_kv_cache`` for in-place-safe move lists."""
     _, reindex_kernel = _kernels()
     device = k_cache.device
-    if device.type == "cuda" and device.index != torch.cuda.current_device():
-        with torch.cuda.device(device):   # Triton launches on the current device's stream (launch.KernelLaunch)
-            return reindex_triton(k_cache, v_cache, destination_rows, source_rows, num_tokens)
-    destination = torch.tensor(destination_rows, dtype=torch.int32, device=device)
-    source = torch.tensor(source_rows, dtype=torch.int32, device=device)
-    for cache in (k_cache, v_cache):
-        elements_per_token = cache.shape[2] * cache.shape[3]
-        block_e = min(_next_power_of_2(elements_per_token), 1024)
-        block_t = max(1, 2048 // block_e)
-        grid = (-(-num_tokens // block_t), -(-elements_per_token // block_e))
-        reindex_kernel[grid](
-            cache, destination, source, len(destination_rows), num_tokens,
-            cache.stride(0), cache.stride(1), elements_per_token,
-            BLOCK_T=block_t, BLOCK_E=block_e,
-        )
+    with on_device_of(k_cache):   # Triton launches on the current device's stream
+        destination = torch.tensor(destination_rows, dtype=torch.int32, device=device)
+        source = torch.tensor(source_rows, dtype=torch.int32, device=device)
+        for cache in (k_cache, v_cache):
+            elements_per_token = cache.shape[2] * cache.shape[3]
+            block_e = min(_next_power_of_2(elements_per_token), 1024)
+            block_t = max(1, 2048 // block_e)
+            grid = (-(-num_tokens // block_t), -(-elements_per_token // block_e))
+            reindex_kernel[grid](
+                cache, destination, source, len(destination_rows), num_tokens,
+                cache.stride(0), cache.stride(1), elements_per_token,
+                BLOCK_T=block_t, BLOCK_E=block_e,
+            )

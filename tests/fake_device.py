@@ -8,8 +8,9 @@ from typing import Any
 
 
 class FakeCurrentDevice:
-    """``read`` stands in for a module's ``_current_device``, ``device`` for ``torch.cuda.device`` (a torch.device or
-    an index), which makes its device current and gives the previous one back.
+    """``read`` stands in for ``attention.devices.current_device_index`` (``launch`` binds it as ``_current_device``),
+    ``device`` for ``torch.cuda.device`` (a torch.device or an index), which makes its device current and gives the
+    previous one back.
 
         >>> current = FakeCurrentDevice()
         >>> with current.device(1):

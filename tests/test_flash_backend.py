@@ -712,7 +712,7 @@ def test_v3_num_splits_reaches_the_package(qkv_format, monkeypatch):
 def test_a_call_on_a_gpu_other_than_the_current_one_runs_with_that_gpu_current(monkeypatch):
     """flash-attn-4 launches on the current device's stream: the adapter makes the query's GPU current around the
     call and gives the current device back. Devices are numbers here (no GPU)."""
-    from attention import custom_ops
+    from attention import devices
 
     current, seen = FakeCurrentDevice(), []
 
@@ -723,8 +723,8 @@ def test_a_call_on_a_gpu_other_than_the_current_one_runs_with_that_gpu_current(m
         seen.append(current.index)
         raise Stop
 
-    monkeypatch.setattr(custom_ops, "_current_device", current.read)
-    monkeypatch.setattr(custom_ops.torch.cuda, "device", current.device)
+    monkeypatch.setattr(devices, "current_device_index", current.read)
+    monkeypatch.setattr(devices.torch.cuda, "device", current.device)
     monkeypatch.setattr(Flash4Backend, "_interface", interface)
     query = SimpleNamespace(is_cuda=True, get_device=lambda: 1, device=torch.device("cuda", 1))
     with pytest.raises(Stop):
@@ -740,7 +740,7 @@ def test_the_flash_ops_run_with_the_query_gpu_current(monkeypatch):
     """Under torch.compile the flash adapter's own guard is not traced; the custom ops' bodies, which a compiled
     graph runs as called, make the query's GPU current themselves (flash-attn-4 takes the current device's stream).
     Devices are numbers here (no GPU)."""
-    from attention import custom_ops
+    from attention import custom_ops, devices
 
     current, seen = FakeCurrentDevice(), []
 
@@ -750,8 +750,8 @@ def test_the_flash_ops_run_with_the_query_gpu_current(monkeypatch):
 
     package = SimpleNamespace(flash_attn_func=record, flash_attn_varlen_func=record, flash_attn_with_kvcache=record)
     monkeypatch.setattr(custom_ops, "_flash_module", lambda generation: package)
-    monkeypatch.setattr(custom_ops, "_current_device", current.read)
-    monkeypatch.setattr(custom_ops.torch.cuda, "device", current.device)
+    monkeypatch.setattr(devices, "current_device_index", current.read)
+    monkeypatch.setattr(devices.torch.cuda, "device", current.device)
     q = SimpleNamespace(is_cuda=True, get_device=lambda: 1, device=torch.device("cuda", 1))
     assert custom_ops.flash_attn_func(q, None, None, 4, 1.0, False) == "out"
     custom_ops.flash_attn_varlen_func(q, None, None, None, None, 1, 1, 4, 1.0, False)

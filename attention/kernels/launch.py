@@ -35,6 +35,7 @@ from typing import Any
 import torch
 from triton import knobs
 
+from attention.devices import current_device_index
 from attention.environment import switch
 
 __all__ = ["DIRECT_LAUNCH", "KernelLaunch", "layout_number", "tensor_key"]
@@ -45,7 +46,7 @@ MAX_ENCODED_ADDRESSES = 8
 
 
 _data_ptr = torch.Tensor.data_ptr
-_current_device = getattr(torch._C, "_cuda_getDevice", lambda: None)   # (CPU builds have none: no direct launch)
+_current_device = current_device_index   # (None on CPU builds: no direct launch there)
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 """``_raw_stream(device)``: the raw CUDA stream Triton itself would launch on, the current device's current stream."""
 
