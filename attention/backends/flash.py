@@ -622,7 +622,7 @@ def _v4_hd256_reasons(p: AttentionParams, module: Any) -> list[str]:
                 for name in ("_flash_attn_bwd", "BlackwellFusedMultiHeadAttentionBackward")]
 
     def says(functions: list[Any], *texts: str) -> bool:
-        return any(flash_probe.source_mentions(function, text) for function in functions for text in texts)
+        return any(_source_mentions_once(function, text) for function in functions for text in texts)
 
     windowed = not is_trivial_window(p.window_size)
     # seqused_* are passed by every KV-cache step and by thd with offsets of its own: pad_between_seqs here; a call
