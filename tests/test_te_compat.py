@@ -112,7 +112,9 @@ def test_checkpoint_with_learnable_sink_and_bias_gradients():
 
 
 @pytest.mark.parametrize("backend", ["unfused", "fused"])
-def test_checkpoint_is_accepted_without_grads(backend):
+def test_checkpoint_is_accepted_without_grads(backend, request):
+    if backend == "fused":
+        request.getfixturevalue("cpu_fused")
     module = attn(backend=backend)
     q, k, v = qkv()
     torch.testing.assert_close(module(q, k, v, checkpoint_core_attention=True), module(q, k, v), rtol=0, atol=0)
@@ -132,7 +134,9 @@ def test_checkpoint_is_not_a_selection_input():
 
 @pytest.mark.parametrize("backend", ["unfused", "fused"])
 @pytest.mark.parametrize("fast_zero_fill", [True, False])
-def test_fast_zero_fill_changes_nothing(backend, fast_zero_fill):
+def test_fast_zero_fill_changes_nothing(backend, fast_zero_fill, request):
+    if backend == "fused":
+        request.getfixturevalue("cpu_fused")
     module = attn(attn_mask_type="padding_causal", backend=backend)
     q, k, v = qkv(b=2)
     fwd = {"cu_seqlens_q": cu([8, 3]), "cu_seqlens_kv": cu([8, 3])}

@@ -6,6 +6,9 @@
 #            64,2,2,128 on every GQA decode cell, the prefill promotion on M2), elsewhere the GPU suite's shards
 #            that the commits after 48a5c07 touch (all but flash) and the CPU test files of those commits, T=420                                    ~560 s
 #   suite    the whole GPU suite but its flash shard (T=480)
+#   cpuhost  on an H200 first the last session's h200 step; then the CPU suite (make test's `-m "not gpu"`) on this
+#            CUDA host, its files in 14 parallel shards (T=420, or 240 after the h200 step): tests that assume no CUDA
+#            (the first call found three in tests/test_te_compat.py)
 # Usage: bash docs/results/2026-12-06-s74/scripts/calls.sh STEP ...
 set -u
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
@@ -40,6 +43,23 @@ for step in "$@"; do
       wait; tail -n 2 $OUT/cpu-files.log
       grep -hE "^(FAILED|ERROR)" $OUT/gpu-logs/*.log $OUT/cpu-files.log | head -20
       tar czf $OUT/gpu-logs.tgz -C $OUT gpu-logs && rm -r $OUT/gpu-logs ;;
+    cpuhost)
+      export PYTHONPATH=$PWD
+      gpu
+      T=420
+      if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then bash $last h200; T=240; fi
+      mkdir -p $OUT/cpuhost
+      files=$(ls tests/test_*.py tests/gpu/test_*.py)
+      for i in $(seq 0 12); do
+        shard=$(echo $files | tr ' ' '\n' | awk -v i=$i 'NR % 13 == i')
+        ( timeout $T python3 -m pytest -q -rs -p no:cacheprovider -m "not gpu" $shard > $OUT/cpuhost/$i.log 2>&1
+          echo "rc=$?" >> $OUT/cpuhost/$i.log ) &
+      done
+      ( timeout $T python3 -m pytest -q -p no:cacheprovider -m "not gpu" attention inference benchmarks \
+          > $OUT/cpuhost/doctests.log 2>&1; echo "rc=$?" >> $OUT/cpuhost/doctests.log ) &
+      wait
+      for f in $OUT/cpuhost/*.log; do echo "$(basename $f): $(tail -n 2 $f | tr '\n' ' ')"; done
+      grep -hE "^(FAILED|ERROR)" $OUT/cpuhost/*.log | head -40 ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 done
