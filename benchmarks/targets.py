@@ -9,8 +9,9 @@ Prints a markdown table (a target per row, a run per column: the worst value, it
 cell of the target holds; with two runs or more, a last column of each cell's median over the runs) and then
 each miss. A target reads the cells of a run it applies to; one it cannot read there (our row failed or was
 skipped, no competitor ran, a part of a mixed cell is missing) is counted as not read and named with the reason,
-and the target does not hold in that run. A run without the target's cells shows ``–``. The targets (figures,
-never asserted in tests):
+and the target does not hold in that run. A cell that ran but that a target does not judge (a decode cell no
+competitor can run, as the ragged batch without flash-attn-4) is named as left out. A run without the target's
+cells shows ``–``. The targets (figures, never asserted in tests):
 
 * prefill (#7): fused >= 1.1x flash-attn 2 on every cell; fused >= 0.8x flash-attn-4 on the d=128 cells
   whose longest sequence has >= 4k keys (the ragged batch, up to 4096, counts); fused on a paged chunk
@@ -52,6 +53,10 @@ def _no_value(cells: Cells, name: str) -> str:
     return "no value"
 
 
+def _none_left_out(cells: Cells) -> dict[str, str]:
+    return {}
+
+
 @dataclass(frozen=True)
 class Target:
     suite: str
@@ -71,6 +76,9 @@ class Target:
     did not run is why the cell was not read."""
     why_no_value: Callable[[Cells, str], str] = _no_value
     """Why a cell was not read whose needed rows all ran (a competitor failed, a mixed part is missing)."""
+    left_out: Callable[[Cells], dict[str, str]] = _none_left_out
+    """Cells of the suite that ran but that the target does not judge, each with the reason: the report names them,
+    so that a run where a competitor is absent does not drop a cell silently."""
 
     def holds(self, value: float) -> bool:
         return value >= self.bound if self.at_least else value <= self.bound
@@ -261,6 +269,12 @@ def _decode_rivalled(cells: Cells, name: str) -> bool:
     return fused not in (None, "ok", "n/a") or any(_status(cells, name, p) not in (None, "n/a") for p in EXTERNAL)
 
 
+def _decode_unrivalled(cells: Cells) -> dict[str, str]:
+    """Cells our fused row ran that no competitor proper can run (the ragged batch without flash-attn-4)."""
+    return {name: "no competitor can run it" for name in cells
+            if _status(cells, name, "fused") == "ok" and not _decode_rivalled(cells, name)}
+
+
 TARGETS = (
     Target("prefill", 7, "fused >= 1.1x flash2, every cell", "x", 1.1, True, _prefill_flash2, _runnable("flash2"),
            needs=_and_rival("flash2")),
@@ -270,7 +284,7 @@ TARGETS = (
     Target("prefill", 7, "paged chunk >= 0.9x non-paged (fused)", "x", 0.9, True, _prefill_paged_chunk,
            _paged_chunk_cell, needs=lambda name: {"fused": name, "fused (non-paged)": _non_paged_chunk(name)}),
     Target("decode", 6, "fused >= 1.0x best competitor, every cell", "x", 1.0, True, _decode_best, _decode_rivalled,
-           why_no_value=_why_no_best_competitor),
+           why_no_value=_why_no_best_competitor, left_out=_decode_unrivalled),
     Target("decode", 6, "1x8k p16 <= 20 µs", "µs", 20.0, False, _decode_1x8k, _named(DECODE_1X8K)),
     Target("decode", 6, "64x4k, 128x2k, 32x32k >= 3.9 TB/s", "TB/s", 3.9, True, _decode_large, _named(DECODE_LARGE)),
     Target("decode", 6, "64x4k paged <= 1.05x non-paged time", "x", 1.05, False, _decode_pages, _named(DECODE_PAGES),
@@ -317,20 +331,23 @@ def _label(argument: str) -> tuple[str, str]:
     return (path.parent.name if path.stem in ("prefill", "decode", "mixed", "results") else path.stem), argument
 
 
-def _column(target: Target, values: dict[str, float], unread: dict[str, str]) -> tuple[str, list[str]]:
-    """A table entry (the worst cell, whether every cell holds, how many it could not read) and the lines for the
-    misses and the cells not read."""
+def _column(target: Target, values: dict[str, float], unread: dict[str, str],
+            left_out: dict[str, str]) -> tuple[str, list[str]]:
+    """A table entry (the worst cell, whether every cell holds, how many it could not read or left out) and the
+    lines for the misses, the cells not read and those left out."""
     lines = [f"{cell} {target.format(v)}" for cell, v in values.items() if not target.holds(v)]
+    misses = len(lines)
     lines += [f"{cell} not read ({why})" for cell, why in unread.items()]
+    lines += [f"{cell} left out ({why})" for cell, why in left_out.items()]
     not_read = f"**{len(unread)} not read**" if unread else ""
+    outside = f"{len(left_out)} left out" if left_out else ""
     if not values:
-        return not_read or "–", lines
+        return "; ".join(x for x in (not_read, outside) if x) or "–", lines
     cell, value = target.worst(values)
-    misses = len(lines) - len(unread)
     verdict = "holds" if not misses else f"**{misses} of {len(values)} miss**"
     if unread and not misses:
         verdict = f"holds on {len(values)}"
-    return f"{target.format(value)} ({cell}); " + "; ".join(x for x in (verdict, not_read) if x), lines
+    return f"{target.format(value)} ({cell}); " + "; ".join(x for x in (verdict, not_read, outside) if x), lines
 
 
 def report(runs: dict[str, dict[str, Cells]], only_readable: bool = False) -> str:
@@ -346,6 +363,7 @@ def report(runs: dict[str, dict[str, Cells]], only_readable: bool = False) -> st
         cells = {label: suites.get(target.suite, {}) for label, suites in runs.items()}
         per_run = {label: target.values(cells[label]) for label in runs}
         unread = {label: target.unread(cells[label], per_run[label]) for label in runs}
+        left_out = {label: target.left_out(cells[label]) for label in runs}
         if only_readable and not any(per_run.values()) and not any(unread.values()):
             continue
         if with_median:
@@ -356,9 +374,12 @@ def report(runs: dict[str, dict[str, Cells]], only_readable: bool = False) -> st
             first, *rest = unread.values()   # a cell that no run read stays unread
             unread["median of runs"] = {cell: why for cell, why in first.items()
                                         if cell not in names and all(cell in other for other in rest)}
+            first, *rest = left_out.values()   # as a cell not read
+            left_out["median of runs"] = {cell: why for cell, why in first.items()
+                                          if cell not in names and all(cell in other for other in rest)}
         columns = []
         for label, values in per_run.items():
-            entry, misses = _column(target, values, unread[label])
+            entry, misses = _column(target, values, unread[label], left_out[label])
             columns.append(entry)
             missed += [f"- {label}: {target.text}: {miss}" for miss in misses]
         lines.append(f"| {target.text} (#{target.issue}) | " + " | ".join(columns) + " |")

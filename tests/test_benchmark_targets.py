@@ -53,8 +53,10 @@ def test_decode_and_mixed_targets(tmp_path) -> None:
     write_csv(rows, str(tmp_path / "results.csv"))
     text = targets.report({"run": targets.load(tmp_path / "results.csv")})
     assert "| 1x8k p16 <= 20 µs (#6) | 25.00 µs (1x8k p16); **1 of 1 miss** |" in text
-    # the paged 64x4k cells have no competitor rows (no competitor can run them): nothing to hold them to
-    assert "| 0.880x (1x8k p16); **2 of 2 miss** |" in text and "not read" not in text   # 1x8k, 64x4k non-paged
+    # the paged 64x4k cells have no competitor rows (no competitor can run them): nothing to hold them to, said
+    assert "| 0.880x (1x8k p16); **2 of 2 miss**; 2 left out |" in text and "not read" not in text  # 1x8k, non-paged
+    for cell in ("64x4k p16", "64x4k p1"):
+        assert f"- run: fused >= 1.0x best competitor, every cell: {cell} left out (no competitor can run it)" in text
     assert "4.13 TB/s (64x4k p16); holds" in text  # the large cells only: 64x4k p1 is not one
     assert "1.070x (64x4k p1); **1 of 2 miss**" in text  # 275 / 257: more than 5 % slower than non-paged
     # the best of each part: flash-attn-4's prefill (70) and our decodes (250), not one provider's two calls
@@ -74,7 +76,7 @@ def test_a_target_names_the_cells_it_cannot_read(tmp_path) -> None:
     """A failed or skipped fused row, a competitor that could run and did not, a missing mixed part or a part whose
     competitor failed: each is counted and named, and the target does not hold (before, such cells dropped out and
     the target read "holds" on the rest). A cell that only our unfused ran beside fused, every competitor proper
-    n/a, has nothing to be held to: not read, and not counted against the target."""
+    n/a, has nothing to be held to: not counted against the target, and named as left out."""
     rows = (_rows("decode", "128x2k p16", fused=246.0, sdpa_cudnn=247.0)
             + [Row("decode", "g", "64x4k p16", "fused", status="mismatch", us=300.0),
                *_rows("decode", "64x4k p16", sdpa_cudnn=245.0),
@@ -91,12 +93,11 @@ def test_a_target_names_the_cells_it_cannot_read(tmp_path) -> None:
             + [Row("mixed", "g", "M1 part: prefill", "flash4", status="error")])
     write_csv(rows, str(tmp_path / "run.csv"))
     text = targets.report({"run": targets.load(tmp_path / "run.csv")})
-    assert "| fused >= 1.0x best competitor, every cell (#6) | 1.004x (128x2k p16); holds on 1; **3 not read** |" \
-        in text
+    assert "| fused >= 1.0x best competitor, every cell (#6) | 1.004x (128x2k p16); holds on 1; **3 not read**; " \
+        "1 left out |" in text
     for line in ("64x4k p16 not read (fused mismatch)", "1x8k p16 not read (sdpa_cudnn error)",
-                 "ragged not read (flash4 error)"):
+                 "ragged not read (flash4 error)", "ragged, no flash-attn left out (no competitor can run it)"):
         assert f"- run: fused >= 1.0x best competitor, every cell: {line}" in text
-    assert "no flash-attn" not in text
     assert "| 1x8k p16 <= 20 µs (#6) | 19.00 µs (1x8k p16); holds |" in text  # fused's own time: read
     assert "| one launch <= 0.9x the best separate calls (#6) | **2 not read** |" in text
     assert "M2 2k chunk not read (1 part cells, not 2)" in text
@@ -172,3 +173,18 @@ def test_a_target_declares_the_rows_it_needs_and_why_else_it_read_nothing() -> N
     assert target.unread(cells, {}) == {"a": "flash4 (base) absent", "b": "fused error"}
     cells = {"a": ran, "base": {"flash4": {"us": 2.0}, "fused": ran["fused"]}}
     assert target.unread(cells, {"base": 1.0}) == {"a": "a: nothing to compare"}
+
+
+def test_the_median_leaves_out_only_the_cells_no_run_judged(tmp_path) -> None:
+    """A cell that a competitor ran in one run is judged in the median; one that no run could judge stays left out."""
+    paths = []
+    for label, flash4 in (("a", 300.0), ("b", None)):
+        rows = (_rows("decode", "128x2k p16", fused=246.0, sdpa_cudnn=247.0)
+                + _rows("decode", "ragged", fused=280.0, **({"flash4": flash4} if flash4 else {}))
+                + _rows("decode", "64x4k p1", fused=275.0))
+        write_csv(rows, str(tmp_path / f"{label}.csv"))
+        paths.append(f"{label}={tmp_path / f'{label}.csv'}")
+    text = targets.report(targets.load_runs(paths))
+    assert "- b: fused >= 1.0x best competitor, every cell: ragged left out (no competitor can run it)" in text
+    assert "- median of runs: fused >= 1.0x best competitor, every cell: 64x4k p1 left out" in text
+    assert "- median of runs: fused >= 1.0x best competitor, every cell: ragged left out" not in text
