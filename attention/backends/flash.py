@@ -24,7 +24,6 @@ Checked against flash-attn 2.8.3.post2 and flash-attn-4 4.0.0b36.
 
 from __future__ import annotations
 
-import functools
 from typing import Any, ClassVar
 
 import torch
@@ -32,8 +31,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attention import custom_ops
+from attention.backends import flash4_source as v4
 from attention.backends import flash_probe
 from attention.backends.base import ALL_MASKS, AttentionCall, Backend, Capabilities
+from attention.backends.flash4_source import installed_refuses_seqused, installed_sink_dtype
 from attention.backends.flash_packing import (
     pack_padded,
     rows_in_sequences,
@@ -61,18 +62,6 @@ V2_BLOCK = 256
 #: Archs on which flash-attn 2 runs head dims above 192 (TE's list).
 V2_LARGE_HEAD_DIM_ARCHS = frozenset({(8, 0), (9, 0), (10, 0), (12, 0)})
 
-_V4_NO_PAGED_SM90 = "paged KV not supported on SM 9.0"
-_V4_PAGED_IRREGULAR_HEAD_DIM = "Paged KV does not support irregular head dim"
-_V4_NO_SINK_BWD_HD256 = "head_dim=256 does not support learnable_sink"
-_V4_NO_LOCAL_BWD_SM90 = "local not supported yet on 9.x"
-_V4_NO_VARLEN_BWD_SM90 = "varlen backward is not yet supported on sm90"
-_V4_HD256_FWD = "SM100 forward with head_dim=256 does not support"
-_V4_HD256_BWD = "SM100 backward with head_dim=256 does not support"
-#: Older flash-attn-4 releases assert a bf16 sink in _flash_attn_fwd whatever q's dtype (Dao-AILab/flash-attention
-#: flash_attn/cute/interface.py at 66ee1b5 and 004b1a2: ``assert learnable_sink.dtype == torch.bfloat16, "learnable_sink
-#: must be bfloat16"``; the kernels read it as ``Float32(learnable_sink[h])``, so fp16 inputs take a bf16 sink too).
-#: Later ones take fp16, bf16 or fp32 (``_LEARNABLE_SINK_DTYPES``), 4.0.0b36 fp32.
-_V4_BF16_ONLY_SINK = ("learnable_sink.dtype == torch.bfloat16", "learnable_sink must be bfloat16")
 #: flash-attn 3 and 4 combine at most this many KV splits (flash_api.cpp's TORCH_CHECK, _flash_attn_fwd_combine).
 FLASH_MAX_NUM_SPLITS = 256
 
@@ -508,144 +497,10 @@ class Flash3Backend(_FlashBackend):
         )
 
 
-def _v4_head_dim_reason(p: AttentionParams, module: Any) -> str | None:
-    """flash-attn-4's own validator when importable, else a copy of its rules."""
-    d_qk, d_v = p.head_dim_qk, p.head_dim_v
-    major = p.compute_capability[0] if p.compute_capability is not None else 9
-    validator = getattr(module, "_validate_head_dims", None)
-    if validator is not None:
-        try:
-            validator(d_qk, d_v, major, 8)
-            return None
-        except (AssertionError, ValueError) as error:
-            return f"flash-attn-4 rejects (head_dim_qk, head_dim_v)=({d_qk}, {d_v}): {error}"
-        except TypeError:
-            pass  # another release's signature: use the rules below
-    aligned = d_qk % 8 == 0 and d_v % 8 == 0
-    if major == 9:
-        ok = 8 <= d_qk <= 256 and 8 <= d_v <= 256
-        rule = "8..256 on sm90"
-    else:
-        ok = ((8 <= d_qk <= 128 and 8 <= d_v <= 128) or (d_qk, d_v) in ((192, 128), (256, 256))
-              or (d_v == 512 and d_qk in (64, 512)))
-        rule = "8..128, (192, 128), (256, 256) or (64|512, 512) on sm100"
-    if ok and aligned:
-        return None
-    return f"flash-attn-4 does not take (head_dim_qk, head_dim_v)=({d_qk}, {d_v}): needs multiples of 8 in {rule}"
-
-
-def _v4_causal_local(p: AttentionParams) -> tuple[bool, bool]:
-    """flash-attn-4's ``_resolve_causal_local_window`` on our window: (causal, local)."""
-    causal = is_causal(p.attn_mask_type)
-    if is_trivial_window(p.window_size):
-        return causal, False
-    left, right = p.window_size
-    if causal:
-        right = 0
-    if left < 0 and right == 0:
-        return True, False
-    return False, left >= 0 or right >= 0
-
-
-def _v4_tile_n(p: AttentionParams, module: Any, major: int) -> int | None:
-    """The forward's KV tile (``n_block_size``) flash-attn-4 picks: a page of that size loads by TMA."""
-    if major in (10, 11):
-        return 128
-    tile = getattr(module, "_tile_size_fwd_sm90", None)
-    if tile is None:
-        return None
-    causal, local = _v4_causal_local(p)
-    try:
-        return tile(p.head_dim_qk, p.head_dim_v, causal, local).n_block_size
-    except Exception:  # noqa: BLE001 - another release's signature
-        return None
-
-
-@functools.cache
-def _source_mentions_once(function: Any, text: str) -> bool:
-    """``flash_probe.source_mentions``, read once per function: the call-time probes run on every call."""
-    return flash_probe.source_mentions(function, text)
-
-
-def _v4_sink_dtype(module: Any) -> torch.dtype:
-    """The ``learnable_sink`` dtype this release takes: bf16 where its ``_flash_attn_fwd`` asserts it, else fp32."""
-    forward = getattr(module, "_flash_attn_fwd", None)
-    bf16_only = any(_source_mentions_once(forward, text) for text in _V4_BF16_ONLY_SINK)
-    return torch.bfloat16 if bf16_only else torch.float32
-
-
-def _v4_runs_hd256_kernels(p: AttentionParams) -> bool:
-    """Head dims (256, 256) on sm100 / sm110: flash-attn-4's dedicated two-CTA kernels."""
-    major = p.compute_capability[0] if p.compute_capability is not None else 9
-    return major in (10, 11) and (p.head_dim_qk, p.head_dim_v) == (256, 256)
-
-
-def _v4_hd256_refuses_seqused(module: Any, backward: bool) -> bool:
-    """Do this release's (256, 256) sm100 kernels assert on seqused_q / seqused_k: its forward, or (``backward``)
-    either pass?"""
-    probes = [(("_flash_attn_fwd", "BlackwellFusedMultiHeadAttentionForward"), f"{_V4_HD256_FWD} seqused_q/seqused_k")]
-    if backward:
-        probes.append((("_flash_attn_bwd", "BlackwellFusedMultiHeadAttentionBackward"),
-                       f"{_V4_HD256_BWD} seqused_q/seqused_k"))
-    return any(_source_mentions_once(getattr(module, name, None), text) for names, text in probes for name in names)
-
-
-def _installed_v4_sink_dtype() -> torch.dtype:
-    """``_v4_sink_dtype`` of the installed release, for a call."""
-    return _v4_sink_dtype(flash_probe.probe(4).module)
-
-
-def _installed_v4_refuses_seqused(backward: bool) -> bool:
-    """``_v4_hd256_refuses_seqused`` of the installed release, for a call."""
-    return _v4_hd256_refuses_seqused(flash_probe.probe(4).module, backward)
-
-
-# torch.compile traces the adapter's forward: Dynamo calls these at trace time and keeps the result as a constant of
-# the graph (torch._dynamo.assume_constant_result, as attention.selection marks _select_name_at_trace). Their
-# arguments must be constants too (torch 2.11 refuses the package object), so they find the package themselves.
-_installed_v4_sink_dtype._dynamo_marked_constant = True  # type: ignore[attr-defined]
-_installed_v4_refuses_seqused._dynamo_marked_constant = True  # type: ignore[attr-defined]
-
-
 def _num_splits_cap(p: AttentionParams, label: str) -> list[str]:
     if p.num_splits > FLASH_MAX_NUM_SPLITS:
         return [f"num_splits={p.num_splits} exceeds {label}'s maximum {FLASH_MAX_NUM_SPLITS}"]
     return []
-
-
-def _v4_hd256_reasons(p: AttentionParams, module: Any) -> list[str]:
-    """Head dims (256, 256) on sm100 / sm110 run on flash-attn-4's dedicated two-CTA kernels, whose asserts refuse
-    inputs its other kernels take. Each is refused where this release's source says so: releases differ (4.0.0b36
-    has no dedicated forward kernel; its backward refuses a window)."""
-    forward = [getattr(module, name, None) for name in ("_flash_attn_fwd", "BlackwellFusedMultiHeadAttentionForward")]
-    backward = [getattr(module, name, None)
-                for name in ("_flash_attn_bwd", "BlackwellFusedMultiHeadAttentionBackward")]
-
-    def says(functions: list[Any], *texts: str) -> bool:
-        return any(_source_mentions_once(function, text) for function in functions for text in texts)
-
-    windowed = not is_trivial_window(p.window_size)
-    # seqused_* are passed by every KV-cache step and by thd with offsets of its own: pad_between_seqs here; a call
-    # with offsets of its own under pad_between_seqs=False is refused by Flash4Backend._varlen (params can't tell)
-    lengths = "a KV-cache step" if p.kv_cache != "none" else "thd with pad_between_seqs" if p.pad_between_seqs else ""
-    fwd, bwd = _V4_HD256_FWD, _V4_HD256_BWD
-    refused = {
-        f"per-sequence lengths (seqused_k), which {lengths} passes":
-            bool(lengths) and _v4_hd256_refuses_seqused(module, backward=False),
-        "a sink softmax (learnable_sink)": p.softmax_type != "vanilla" and says(forward, f"{fwd} learnable_sink"),
-        "a sliding window": windowed and says(forward, f"{fwd} local attention"),
-        "num_splits != 1 (split-KV)": p.num_splits != 1 and says(forward, f"{fwd} SplitKV"),
-        "a paged KV cache": p.kv_cache == "paged" and says(forward, f"{fwd} paged KV\""),
-        f"pages of {p.page_size} tokens (only 128, its KV tile)": (
-            p.kv_cache == "paged" and p.page_size != 128
-            and says(forward, "hd256 2CTA supports TMA paged KV only", f"{fwd} non-TMA paged KV")),
-        "a sliding window in the backward pass": (p.requires_grad and windowed
-                                                  and says(backward, f"{bwd} local attention")),
-        "pad_between_seqs in the backward pass": (p.requires_grad and p.pad_between_seqs
-                                                  and says(backward, f"{bwd} seqused_q/seqused_k")),
-    }
-    return [f"flash-attn-4's sm100 kernels for head dims (256, 256) do not support {what}"
-            for what, refuses in refused.items() if refuses]
 
 
 class Flash4Backend(_FlashBackend):
@@ -673,7 +528,7 @@ class Flash4Backend(_FlashBackend):
     def _generation_reasons(self, p: AttentionParams, pkg: flash_probe.FlashPackage) -> list[str]:
         reasons = _num_splits_cap(p, "flash-attn-4")
         module = pkg.module
-        head_dim_reason = _v4_head_dim_reason(p, pkg.module)
+        head_dim_reason = v4.head_dim_reason(p, pkg.module)
         if head_dim_reason:
             reasons.append(head_dim_reason)
         major = p.compute_capability[0] if p.compute_capability is not None else 9
@@ -686,23 +541,23 @@ class Flash4Backend(_FlashBackend):
                                                                  "num_splits"):
             reasons.append(f"num_splits != 1: this flash-attn-4 ({pkg.version_text}) takes no num_splits")
         if (major == 9 and p.kv_cache == "paged"
-                and flash_probe.source_mentions(getattr(module, "_flash_attn_fwd", None), _V4_NO_PAGED_SM90)):
+                and flash_probe.source_mentions(getattr(module, "_flash_attn_fwd", None), v4.NO_PAGED_SM90)):
             reasons.append(f"this flash-attn-4 ({pkg.version_text}) has no paged KV cache on sm90")
         if p.kv_cache == "paged" and (p.head_dim_qk % 16 or p.head_dim_v % 16):
             # A page of exactly the KV tile loads by TMA; any other page size takes the cp.async path,
             # whose kernels assert "Paged KV does not support irregular head dim" (not a multiple of 16).
             kernel = getattr(module, "FlashAttentionForwardSm90" if major == 9 else "FlashAttentionForwardSm100", None)
-            tile_n = _v4_tile_n(p, module, major)
-            if p.page_size != tile_n and flash_probe.source_mentions(kernel, _V4_PAGED_IRREGULAR_HEAD_DIM):
+            tile_n = v4.tile_n(p, module, major)
+            if p.page_size != tile_n and flash_probe.source_mentions(kernel, v4.PAGED_IRREGULAR_HEAD_DIM):
                 reasons.append(
                     f"flash-attn-4 reads a paged KV cache with page_size={p.page_size} != its KV tile ({tile_n}) only "
                     f"for head dims that are multiples of 16; got ({p.head_dim_qk}, {p.head_dim_v})")
         if major == 9 and p.requires_grad:   # some releases' sm90 backward (4.0.0b36's has neither limit)
             backward = getattr(module, "_flash_attn_bwd", None)
-            if not is_trivial_window(p.window_size) and flash_probe.source_mentions(backward, _V4_NO_LOCAL_BWD_SM90):
+            if not is_trivial_window(p.window_size) and flash_probe.source_mentions(backward, v4.NO_LOCAL_BWD_SM90):
                 reasons.append(f"this flash-attn-4's ({pkg.version_text}) sm90 backward has no sliding window")
             if ((p.qkv_format == "thd" or has_padding(p.attn_mask_type))
-                    and flash_probe.source_mentions(backward, _V4_NO_VARLEN_BWD_SM90)):
+                    and flash_probe.source_mentions(backward, v4.NO_VARLEN_BWD_SM90)):
                 reasons.append(f"this flash-attn-4's ({pkg.version_text}) sm90 backward has no varlen (thd or padding "
                                "masks)")
         if (major == 9 and p.deterministic and p.requires_grad
@@ -715,11 +570,11 @@ class Flash4Backend(_FlashBackend):
                   and not flash_probe.accepts_keyword(getattr(module, "_flash_attn_bwd", None), "learnable_sink")):
                 # older releases' backward returns gradients for q, k and v only: the sink would never train
                 reasons.append(f"this flash-attn-4's ({pkg.version_text}) backward has no learnable-sink gradient")
-            elif (p.requires_grad and _v4_runs_hd256_kernels(p)
-                  and flash_probe.source_mentions(getattr(module, "_flash_attn_bwd", None), _V4_NO_SINK_BWD_HD256)):
+            elif (p.requires_grad and v4.runs_hd256_kernels(p)
+                  and flash_probe.source_mentions(getattr(module, "_flash_attn_bwd", None), v4.NO_SINK_BWD_HD256)):
                 reasons.append("flash-attn-4's sm100 backward with head dim 256 has no learnable sink")
-        if _v4_runs_hd256_kernels(p):
-            reasons += _v4_hd256_reasons(p, module)
+        if v4.runs_hd256_kernels(p):
+            reasons += v4.hd256_reasons(p, module)
         return reasons
 
     def _kwargs(self, call: AttentionCall) -> dict[str, Any]:
@@ -729,7 +584,7 @@ class Flash4Backend(_FlashBackend):
         if p.softmax_type != "vanilla":
             # flash-attn-4's learnable_sink: one extra logit per query head (natural-log units, not scaled), [h] in
             # the dtype the release takes (a differentiable cast); "off-by-one" is a sink of 0.
-            sink_dtype = _installed_v4_sink_dtype()
+            sink_dtype = installed_sink_dtype()
             sink = call.softmax_offset
             if sink is None:
                 sink = torch.zeros(p.num_heads, dtype=sink_dtype, device=call.query.device)
@@ -745,8 +600,8 @@ class Flash4Backend(_FlashBackend):
     def _varlen(self, fa: Any, call: AttentionCall, q: Tensor, k: Tensor, v: Tensor, cu_q: Tensor, cu_kv: Tensor,
                 max_q: int, max_kv: int, seqused_q: Tensor | None, seqused_kv: Tensor | None) -> Tensor:
         p = call.params
-        if ((seqused_q is not None or seqused_kv is not None) and _v4_runs_hd256_kernels(p)
-                and _installed_v4_refuses_seqused(p.requires_grad)):
+        if ((seqused_q is not None or seqused_kv is not None) and v4.runs_hd256_kernels(p)
+                and installed_refuses_seqused(p.requires_grad)):
             # thd offsets of its own under pad_between_seqs=False: the gate saw no padding between sequences
             raise ValueError(
                 "flash-attn-4's sm100 kernels for head dims (256, 256) do not support per-sequence lengths "
