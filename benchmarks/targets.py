@@ -353,8 +353,11 @@ def _column(target: Target, values: dict[str, float], unread: dict[str, str],
 def report(runs: dict[str, dict[str, Cells]], only_readable: bool = False) -> str:
     """The markdown table and the misses for these runs (label -> suite -> Cells). With two runs or more, a
     last column takes each cell's median over the runs that have it. A cell a target applies to but cannot
-    read (our row failed, or no competitor ran) is counted and named: such a target does not hold.
-    ``only_readable`` leaves out the targets no run can be checked against ("" when none can)."""
+    read (our row failed, or no competitor ran) is counted and named: such a target does not hold. A cell a
+    target leaves out (``Target.left_out``) is counted and named too, without counting against it. The median
+    column names as not read (or left out) only the cells that every run could not read (or left out).
+    ``only_readable`` leaves out the targets no run can be checked against ("" when none can), among them one
+    whose every cell was left out (a smoke run's decode cells, which no competitor proper runs)."""
     with_median = len(runs) > 1
     header = list(runs) + (["median of runs"] if with_median else [])
     lines = ["| target | " + " | ".join(header) + " |", "|---|" + "---|" * len(header)]

@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from attention.devices import on_device_of
+from attention.devices import current_device_index, on_device_of
 from attention.kernels.availability import interpreter_enabled
 from attention.kernels.launch import KernelLaunch, tensor_key
 
@@ -131,7 +131,7 @@ def append_triton(
         tensor_key(k_cache), tensor_key(v_cache), tensor_key(page_table), tensor_key(cu_seqlens_q),
         tensor_key(cu_seqlens_kv))
     key = (tensor_key(new_k), tensor_key(new_v), cache_side, qkv_format, interpret,
-           torch._C._cuda_getDevice() if k_cache.is_cuda else -1)
+           current_device_index() if k_cache.is_cuda else -1)
     launch = _append_plans.get(key, _NO_PLAN)
     if launch is _NO_PLAN:
         launch = _append_launch(new_k, new_v, k_cache, v_cache, page_table, cu_seqlens_q, qkv_format, interpret)

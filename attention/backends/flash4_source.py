@@ -3,8 +3,9 @@
 flash-attn-4 (``flash_attn.cute``) is a fast-moving beta: releases differ in what their asserts refuse (paged KV on
 sm90, irregular head dims under cp.async paging, the (256, 256) sm100 kernels' limits) and in the ``learnable_sink``
 dtype they take. Rather than a version table, the adapter (``attention.backends.flash.Flash4Backend``) asks the
-release: these helpers look for the asserts' messages in its functions' source (``flash_probe.source_mentions``),
-and fall back to a copy of the rules where a function is missing.
+release: these helpers look for the asserts' messages in its functions' source (``flash_probe.source_mentions``;
+a function the release lacks mentions nothing). The head-dim check calls the release's own validator where it has
+one, else a copy of its rules.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ import torch
 
 from attention.backends.base import AttentionCall
 from attention.custom_ops import launcher_views
+from attention.devices import current_device_index
 from attention.kernels.attention_fwd import (
     kv_length_buckets,
     launch_plan,
@@ -63,7 +64,7 @@ def run(call: AttentionCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
                None if call.alibi_slopes is None else tensor_key(call.alibi_slopes),
                None if call.softmax_offset is None else tensor_key(call.softmax_offset),
                kv_length_buckets(kv_length, total_kv, batch), call.softmax_scale, zero_tail, plan_environment(),
-               torch._C._cuda_getDevice() if q.is_cuda else -1)
+               current_device_index() if q.is_cuda else -1)
         plan = launches.get(key)
         if plan is not None:
             launch_plan(plan, q, k, v, out, cu_seqlens_q, cu_seqlens_kv, q_starts, kv_starts, page_table,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from attention.devices import current_device_index
 from attention.environment import getenv, token_reader
 
 from . import hopper_decode, hopper_forward, hopper_mixed, hopper_mixed_roles, tma_promotion
@@ -249,7 +250,7 @@ def attention_forward(
            tensor_key(cu_seqlens_kv), tensor_key(q_start), tensor_key(kv_start), tensor_key(page_table),
            tensor_key(alibi_slopes), tensor_key(softmax_offset), max_seqlen_q, kv_length, mean_kv,
            total_q, softmax_scale, causal, tuple(window_size), bottom_right, num_splits, config, zero_tail,
-           plan_environment(), torch._C._cuda_getDevice() if q.is_cuda else -1)
+           plan_environment(), current_device_index() if q.is_cuda else -1)
     plan = _plans.get(key, _NO_PLAN)
     if plan is _NO_PLAN:
         plan = _plan_forward(
@@ -370,7 +371,7 @@ def packed_attention_forward(
            _SAME_AS_CU_SEQLENS if kv_start is cu_seqlens_kv else tensor_key(kv_start), tensor_key(page_table),
            tensor_key(alibi_slopes), tensor_key(softmax_offset), max_seqlen_q, kv_length, mean_kv,
            total_q, softmax_scale, causal, window_left, window_right, bottom_right, num_splits, zero_tail,
-           plan_environment(), torch._C._cuda_getDevice() if q.is_cuda else -1)
+           plan_environment(), current_device_index() if q.is_cuda else -1)
     plan = _plans.get(key, _NO_PLAN)
     if plan is _NO_PLAN or type(plan) is GatherPlan:
         out4 = out.unflatten(-1, (q.shape[-2], -1)) if out.dim() < q.dim() else out
