@@ -350,6 +350,13 @@ def _column(target: Target, values: dict[str, float], unread: dict[str, str],
     return f"{target.format(value)} ({cell}); " + "; ".join(x for x in (verdict, not_read, outside) if x), lines
 
 
+def _in_every_run(reasons: dict[str, dict[str, str]], judged: Iterable[str]) -> dict[str, str]:
+    """The median column's share of ``reasons`` (run label -> cell -> why): the cells every run names and none
+    judged, with the first run's reason."""
+    first, *rest = reasons.values()
+    return {cell: why for cell, why in first.items() if cell not in judged and all(cell in other for other in rest)}
+
+
 def report(runs: dict[str, dict[str, Cells]], only_readable: bool = False) -> str:
     """The markdown table and the misses for these runs (label -> suite -> Cells). With two runs or more, a
     last column takes each cell's median over the runs that have it. A cell a target applies to but cannot
@@ -374,12 +381,8 @@ def report(runs: dict[str, dict[str, Cells]], only_readable: bool = False) -> st
             per_run["median of runs"] = {
                 cell: statistics.median(values[cell] for values in per_run.values() if cell in values)
                 for cell in names}
-            first, *rest = unread.values()   # a cell that no run read stays unread
-            unread["median of runs"] = {cell: why for cell, why in first.items()
-                                        if cell not in names and all(cell in other for other in rest)}
-            first, *rest = left_out.values()   # as a cell not read
-            left_out["median of runs"] = {cell: why for cell, why in first.items()
-                                          if cell not in names and all(cell in other for other in rest)}
+            unread["median of runs"] = _in_every_run(unread, names)
+            left_out["median of runs"] = _in_every_run(left_out, names)
         columns = []
         for label, values in per_run.items():
             entry, misses = _column(target, values, unread[label], left_out[label])

@@ -20,6 +20,7 @@ from attention.backends.flash import Flash3Backend, Flash4Backend
 from attention.backends.unfused import UnfusedBackend
 from attention.params import AttentionParams
 from attention.selection import registry
+from tests.cpu_fused import skip_without_cpu_fused
 from tests.reference import reference_attention
 
 pytestmark = [
@@ -112,9 +113,9 @@ def test_checkpoint_with_learnable_sink_and_bias_gradients():
 
 
 @pytest.mark.parametrize("backend", ["unfused", "fused"])
-def test_checkpoint_is_accepted_without_grads(backend, request):
+def test_checkpoint_is_accepted_without_grads(backend):
     if backend == "fused":
-        request.getfixturevalue("cpu_fused")
+        skip_without_cpu_fused()
     module = attn(backend=backend)
     q, k, v = qkv()
     torch.testing.assert_close(module(q, k, v, checkpoint_core_attention=True), module(q, k, v), rtol=0, atol=0)
@@ -134,9 +135,9 @@ def test_checkpoint_is_not_a_selection_input():
 
 @pytest.mark.parametrize("backend", ["unfused", "fused"])
 @pytest.mark.parametrize("fast_zero_fill", [True, False])
-def test_fast_zero_fill_changes_nothing(backend, fast_zero_fill, request):
+def test_fast_zero_fill_changes_nothing(backend, fast_zero_fill):
     if backend == "fused":
-        request.getfixturevalue("cpu_fused")
+        skip_without_cpu_fused()
     module = attn(attn_mask_type="padding_causal", backend=backend)
     q, k, v = qkv(b=2)
     fwd = {"cu_seqlens_q": cu([8, 3]), "cu_seqlens_kv": cu([8, 3])}

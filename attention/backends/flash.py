@@ -34,7 +34,10 @@ from attention import custom_ops
 from attention.backends import flash4_source as v4
 from attention.backends import flash_probe
 from attention.backends.base import ALL_MASKS, AttentionCall, Backend, Capabilities
-from attention.backends.flash4_source import installed_refuses_seqused, installed_sink_dtype
+from attention.backends.flash4_source import (  # by name: torch.compile keeps their results as graph constants
+    installed_refuses_seqused,
+    installed_sink_dtype,
+)
 from attention.backends.flash_packing import (
     pack_padded,
     rows_in_sequences,
