@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 import pytest
 
 from attention import DotProductAttention
-from attention.kernels import attention_forward, attention_fwd, triton_available
+from attention.kernels import attention_forward, attention_fwd, launch, triton_available
 from attention.kernels.configs import ForwardConfig, choose_num_splits, select_forward_config
 from tests.reference import reference_one_sequence
 
@@ -367,6 +367,18 @@ def test_bad_arguments_raise_value_error(overrides: dict, message: str) -> None:
                  for key, value in overrides.items()}
     with pytest.raises(ValueError, match=message):
         _bad_call(**overrides)()
+
+
+@pytest.mark.skipif(triton_available() is not None, reason=str(triton_available()))
+def test_cpu_tensors_outside_the_interpreter_are_refused_naming_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """attention_forward's first launch names its kernel and the interpreter (tests/test_launch.py has the rule)."""
+    monkeypatch.setattr(launch, "kernels_interpreted", lambda: False)
+    q = torch.zeros(1, 3, 2, 16, dtype=torch.float16)
+    k = v = torch.zeros(1, 5, 1, 16, dtype=torch.float16)
+    seqlens = {"cu_seqlens_q": torch.tensor([0, 3], dtype=torch.int32),
+               "cu_seqlens_kv": torch.tensor([0, 5], dtype=torch.int32)}
+    with pytest.raises(ValueError, match=r"^attention_fwd_kernel got CPU tensors, .*\(TRITON_INTERPRET=1"):
+        attention_forward(q, k, v, torch.empty_like(q), **seqlens, max_seqlen_q=3, max_seqlen_kv=5, softmax_scale=0.25)
 
 
 @pytest.mark.parametrize(

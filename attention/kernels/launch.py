@@ -38,6 +38,8 @@ from triton import knobs
 from attention.devices import current_device_index
 from attention.environment import switch
 
+from .availability import kernels_interpreted
+
 __all__ = ["DIRECT_LAUNCH", "KernelLaunch", "layout_number", "tensor_key"]
 
 DIRECT_LAUNCH = switch("ATTN_TRITON_FAST_LAUNCH", True)
@@ -141,6 +143,10 @@ class KernelLaunch:
         if self._device is not None and _current_device() != self._device:
             with torch.cuda.device(self._device):
                 return self(*tensors)
+        if self._device is None and not kernels_interpreted():   # (Triton's own error names neither kernel nor cause)
+            raise ValueError(f"{getattr(self.fn, '__name__', 'a Triton kernel')} got CPU tensors, which the Triton "
+                             "kernels take only in Triton's interpreter (TRITON_INTERPRET=1, set before they are first "
+                             "used); move the tensors to CUDA")
         made = [maker(x) for maker, x in zip(self.descriptors, tensors)]
         kernel = self.fn[self.grid](*made, *tensors[len(made):], *self.scalars, **self.constexprs, **self.options)
         if DIRECT_LAUNCH and direct is None and _is_compiled_kernel(kernel):
