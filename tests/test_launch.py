@@ -316,7 +316,8 @@ def test_a_launch_runs_with_its_tensors_device_current(stream, monkeypatch):
 
 def test_cpu_tensors_outside_the_interpreter_are_refused_naming_the_cause(monkeypatch):
     """Where Triton compiles for a GPU, CPU tensors fail in its launcher with a message that names neither the
-    kernel nor the interpreter; the first call says both, and nothing reaches Triton."""
+    kernel nor the interpreter; the call says why (and the kernel's name where it has one: tests/test_kernels.py),
+    and nothing reaches Triton."""
     monkeypatch.setattr(launch, "kernels_interpreted", lambda: False)
     fake = FakeJit(FakeCompiled())
     cause = r"a Triton kernel got CPU tensors.*TRITON_INTERPRET=1.*move the tensors to CUDA"
