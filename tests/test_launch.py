@@ -46,7 +46,7 @@ def stream(monkeypatch):
     monkeypatch.setattr(launch, "_raw_stream", lambda device: 77)
     monkeypatch.setattr(launch, "_current_device", lambda: None)   # CPU tensors: no CUDA device to make current
     monkeypatch.setattr(launch, "DIRECT_LAUNCH", True)
-    monkeypatch.setattr(launch, "kernels_interpreted", lambda: True)   # the fakes take CPU tensors on any host
+    monkeypatch.setattr(launch, "_interpreted", lambda fn: True)   # the fakes take CPU tensors as the interpreter does
 
 
 def _launch(fake: FakeJit) -> launch.KernelLaunch:
@@ -314,12 +314,11 @@ def test_a_launch_runs_with_its_tensors_device_current(stream, monkeypatch):
     assert compiled.launches == [1, 0]
 
 
-def test_cpu_tensors_outside_the_interpreter_are_refused_naming_the_cause(monkeypatch):
+def test_cpu_tensors_outside_the_interpreter_are_refused_naming_the_cause():
     """Where Triton compiles for a GPU, CPU tensors fail in its launcher with a message that names neither the
     kernel nor the interpreter; the call says why (and the kernel's name where it has one: tests/test_kernels.py),
     and nothing reaches Triton."""
-    monkeypatch.setattr(launch, "kernels_interpreted", lambda: False)
-    fake = FakeJit(FakeCompiled())
+    fake = FakeJit(FakeCompiled())   # not an interpreted function
     cause = r"a Triton kernel got CPU tensors.*TRITON_INTERPRET=1.*move the tensors to CUDA"
     with pytest.raises(ValueError, match=cause):
         _launch(fake)(torch.zeros(8), torch.ones(8))

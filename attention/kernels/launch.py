@@ -38,8 +38,6 @@ from triton import knobs
 from attention.devices import current_device_index
 from attention.environment import switch
 
-from .availability import kernels_interpreted
-
 __all__ = ["DIRECT_LAUNCH", "KernelLaunch", "layout_number", "tensor_key"]
 
 DIRECT_LAUNCH = switch("ATTN_TRITON_FAST_LAUNCH", True)
@@ -143,7 +141,7 @@ class KernelLaunch:
         if self._device is not None and _current_device() != self._device:
             with torch.cuda.device(self._device):
                 return self(*tensors)
-        if self._device is None and not kernels_interpreted():   # (Triton's own error names neither kernel nor cause)
+        if self._device is None and not _interpreted(self.fn):   # (Triton's own error names neither kernel nor cause)
             raise ValueError(f"{getattr(self.fn, '__name__', 'a Triton kernel')} got CPU tensors, which the Triton "
                              "kernels take only in Triton's interpreter (TRITON_INTERPRET=1, set before they are first "
                              "used); move the tensors to CUDA")
@@ -218,6 +216,14 @@ def _raw_launcher(run: Any) -> tuple[Any, bool, bool, Callable | None] | None:
     if "launcher" not in cells or encode is None or len(inspect.signature(encode).parameters) != 2:
         return None
     return cells["launcher"].cell_contents, run.launch_cooperative_grid, run.launch_pdl, encode
+
+
+def _interpreted(fn: Any) -> bool:
+    """Was ``fn`` jitted for Triton's interpreter, the one mode that takes CPU tensors? (``triton.jit`` reads
+    TRITON_INTERPRET as it wraps a function: the attention kernels at their first import, the KV append's per mode.)"""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(fn, InterpretedFunction)
 
 
 def _is_compiled_kernel(kernel: Any) -> bool:
