@@ -372,7 +372,7 @@ def test_bad_arguments_raise_value_error(overrides: dict, message: str) -> None:
 @pytest.mark.skipif(triton_available() is not None, reason=str(triton_available()))
 def test_cpu_tensors_outside_the_interpreter_are_refused_naming_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     """attention_forward's first launch names its kernel and the interpreter (tests/test_launch.py has the rule)."""
-    monkeypatch.setattr(launch, "_interpreted", lambda fn: False)   # as where Triton compiles for a GPU
+    monkeypatch.setattr(launch, "_compiles_for_a_gpu", lambda fn: True)   # as where Triton compiles for a GPU
     q = torch.zeros(1, 3, 2, 16, dtype=torch.float16)
     k = v = torch.zeros(1, 5, 1, 16, dtype=torch.float16)
     seqlens = {"cu_seqlens_q": torch.tensor([0, 3], dtype=torch.int32),

@@ -46,7 +46,6 @@ def stream(monkeypatch):
     monkeypatch.setattr(launch, "_raw_stream", lambda device: 77)
     monkeypatch.setattr(launch, "_current_device", lambda: None)   # CPU tensors: no CUDA device to make current
     monkeypatch.setattr(launch, "DIRECT_LAUNCH", True)
-    monkeypatch.setattr(launch, "_interpreted", lambda fn: True)   # the fakes take CPU tensors as the interpreter does
 
 
 def _launch(fake: FakeJit) -> launch.KernelLaunch:
@@ -314,12 +313,27 @@ def test_a_launch_runs_with_its_tensors_device_current(stream, monkeypatch):
     assert compiled.launches == [1, 0]
 
 
-def test_cpu_tensors_outside_the_interpreter_are_refused_naming_the_cause():
+def test_cpu_tensors_outside_the_interpreter_are_refused_naming_the_cause(monkeypatch):
     """Where Triton compiles for a GPU, CPU tensors fail in its launcher with a message that names neither the
     kernel nor the interpreter; the call says why (and the kernel's name where it has one: tests/test_kernels.py),
     and nothing reaches Triton."""
-    fake = FakeJit(FakeCompiled())   # not an interpreted function
+    monkeypatch.setattr(launch, "_compiles_for_a_gpu", lambda fn: True)   # as a triton.jit function outside it
+    fake = FakeJit(FakeCompiled())
     cause = r"a Triton kernel got CPU tensors.*TRITON_INTERPRET=1.*move the tensors to CUDA"
     with pytest.raises(ValueError, match=cause):
         _launch(fake)(torch.zeros(8), torch.ones(8))
     assert fake.through_triton == []
+
+
+def test_only_a_compiling_triton_function_takes_the_check():
+    """The refusal's test of the launch's function: triton.jit outside the interpreter makes a JITFunction (Gluon's
+    too); inside it, an InterpretedFunction, which takes CPU tensors; tests' recording stand-ins are neither."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    def kernel(x):
+        pass
+
+    assert launch._compiles_for_a_gpu(JITFunction(kernel))
+    assert not launch._compiles_for_a_gpu(InterpretedFunction(kernel))
+    assert not launch._compiles_for_a_gpu(FakeJit(None))

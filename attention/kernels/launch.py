@@ -141,7 +141,7 @@ class KernelLaunch:
         if self._device is not None and _current_device() != self._device:
             with torch.cuda.device(self._device):
                 return self(*tensors)
-        if self._device is None and not _interpreted(self.fn):   # (Triton's own error names neither kernel nor cause)
+        if self._device is None and _compiles_for_a_gpu(self.fn):   # (Triton's error names neither kernel nor cause)
             raise ValueError(f"{getattr(self.fn, '__name__', 'a Triton kernel')} got CPU tensors, which the Triton "
                              "kernels take only in Triton's interpreter (TRITON_INTERPRET=1, set before they are first "
                              "used); move the tensors to CUDA")
@@ -218,12 +218,13 @@ def _raw_launcher(run: Any) -> tuple[Any, bool, bool, Callable | None] | None:
     return cells["launcher"].cell_contents, run.launch_cooperative_grid, run.launch_pdl, encode
 
 
-def _interpreted(fn: Any) -> bool:
-    """Was ``fn`` jitted for Triton's interpreter, the one mode that takes CPU tensors? (``triton.jit`` reads
-    TRITON_INTERPRET as it wraps a function: the attention kernels at their first import, the KV append's per mode.)"""
-    from triton.runtime.interpreter import InterpretedFunction
+def _compiles_for_a_gpu(fn: Any) -> bool:
+    """Is ``fn`` a Triton function jitted to compile (not for the interpreter, the one mode that takes CPU tensors)?
+    ``triton.jit`` reads TRITON_INTERPRET as it wraps a function: the attention kernels at their first import, the KV
+    append's per mode. (Tests' recording stand-ins are neither.)"""
+    from triton.runtime.jit import JITFunction
 
-    return isinstance(fn, InterpretedFunction)
+    return isinstance(fn, JITFunction)
 
 
 def _is_compiled_kernel(kernel: Any) -> bool:
