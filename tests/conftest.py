@@ -18,7 +18,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_report_header(config: pytest.Config) -> str | None:
     """On a CUDA machine outside the interpreter (but for a run of only the GPU tests): which tests fail there, and
     the command that runs them."""
-    if not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1" or config.option.markexpr == "gpu":
+    from attention.kernels.availability import interpreter_enabled  # (imports no Triton)
+
+    if not torch.cuda.is_available() or interpreter_enabled() or config.option.markexpr == "gpu":
         return None
     return ("CUDA is visible and TRITON_INTERPRET unset, so Triton compiles the kernels for the GPU: the CPU tests that "
             "hand them CPU tensors fail here. `make test` runs the CPU suite as CI does (the GPU hidden).")
