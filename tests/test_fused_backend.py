@@ -177,6 +177,51 @@ def test_triton_interpret_is_the_kernels_mode_once_they_are_defined(monkeypatch)
     assert fused._triton_reason() is None and availability.kernels_interpreted()
 
 
+@pytest.mark.parametrize("versions, refused", [
+    ({"triton": "3.6.0", "numpy": "2.4.1"}, True),
+    ({"pytorch-triton": "3.6.0+git5a6c9b1", "numpy": "2.4.0rc1"}, True),   # torch's nightlies name Triton so
+    ({"triton": "3.2.0", "numpy": "2.5.0"}, True),
+    ({"triton": "3.6.0", "numpy": "2.3.5"}, False),
+    ({"triton": "3.7.0", "numpy": "2.4.1"}, False),
+    ({"triton": "3.10.0", "numpy": "2.4.1"}, False),
+    ({"numpy": "2.4.1"}, False),   # no distribution record: nothing to say
+])
+def test_the_interpreter_refuses_numpy_2_4_under_triton_before_3_7(versions, refused, monkeypatch) -> None:
+    """Triton 3.6's interpreter int()s a loop bound held as a one-element array, which numpy 2.4 refuses: every
+    interpreted kernel failed with "only 0-dimensional arrays can be converted to Python scalars" (the device's
+    torch 2.11 / Triton 3.6 / numpy 2.4, 2026-12-06). The choice now says so and names both remedies."""
+    import importlib.metadata
+
+    from attention.backends import fused
+    from attention.kernels import availability
+
+    def version(name: str) -> str:
+        if name not in versions:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return versions[name]
+
+    monkeypatch.setattr(availability.importlib.metadata, "version", version)
+    monkeypatch.setattr(fused, "_triton_reason_for", functools.cache(fused._triton_reason_for.__wrapped__))
+    monkeypatch.setattr(availability, "_kernels_interpreted", True)
+    reason = fused._triton_reason()
+    if not refused:
+        assert reason is None
+        return
+    assert reason == availability.interpreter_numpy_conflict()
+    assert "numpy 2.4" in reason and "install numpy<2.4 or triton>=3.7" in reason, reason
+    assert reason in fused.FusedBackend().support_reasons(replace(PARAMS, device_type="cpu", dtype=torch.float32))
+    from attention import DotProductAttention
+
+    module = DotProductAttention(2, 16, qkv_format="bshd", backend="fused")
+    q = torch.randn(1, 4, 2, 16)
+    with pytest.raises(Exception, match=r"install numpy<2\.4 or triton>=3\.7"):
+        module(q, q, q)
+    monkeypatch.setattr(availability, "_kernels_interpreted", False)   # compiled kernels: numpy plays no part
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *args: (9, 0))
+    assert fused._triton_reason() is None
+
+
 @pytest.mark.parametrize("pad_between_seqs", [None, False])
 def test_thd_with_padded_offsets_zeroes_the_gaps_whatever_the_hint(monkeypatch, pad_between_seqs, cpu_fused) -> None:
     """Offsets of their own (``cu_seqlens_q_padded``) put the sequences at rows the kernel writes; every other

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
+import re
 
 import torch
 
 from attention.environment import getenv
 
-__all__ = ["interpreter_enabled", "kernels_interpreted", "note_kernels_defined", "triton_available"]
+__all__ = [
+    "interpreter_enabled", "interpreter_numpy_conflict", "kernels_interpreted", "note_kernels_defined", "triton_available",
+]
 
 _kernels_interpreted: bool | None = None
 """What TRITON_INTERPRET meant when the attention kernels were defined (None before): ``triton.jit`` reads it as it
@@ -37,11 +41,42 @@ def note_kernels_defined() -> None:
         _kernels_interpreted = interpreter_enabled()
 
 
+def interpreter_numpy_conflict() -> str | None:
+    """The reason Triton's interpreter cannot run the kernels with this numpy, or None. Triton before 3.7 converts a
+    loop bound (a one-element array in its interpreter) with ``int()``, which numpy 2.4 refuses; every kernel's key
+    loop has such bounds (Triton's fix: triton-lang/triton#9171, in 3.7.0)."""
+    triton_version, numpy_version = _distribution_version("triton", "pytorch-triton"), _distribution_version("numpy")
+    if triton_version is None or numpy_version is None:
+        return None
+    if _release(triton_version) < (3, 7) and _release(numpy_version) >= (2, 4):
+        return (f"Triton {triton_version}'s interpreter cannot run the kernels with numpy {numpy_version} (numpy 2.4 "
+                f"refuses the int() of a one-element array that Triton before 3.7 takes for a loop bound): install "
+                f"numpy<2.4 or triton>=3.7")
+    return None
+
+
+def _distribution_version(*names: str) -> str | None:
+    """The installed version of the first of ``names`` found (torch's nightlies ship Triton as pytorch-triton)."""
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """The leading release numbers of a version: "3.6.0+git1a2b" -> (3, 6, 0), "2.4.0rc1" -> (2, 4, 0)."""
+    match = re.match(r"\d+(?:\.\d+)*", version)
+    return tuple(int(number) for number in match.group().split(".")) if match else ()
+
+
 def triton_available() -> str | None:
     """Return None when the fused Triton kernels can run here, else the reason they cannot.
 
     They can run when `triton` is importable and either a CUDA device of compute capability 8.0+
-    is present or TRITON_INTERPRET=1 (CPU interpreter, used by the test suite).
+    is present or TRITON_INTERPRET=1 (CPU interpreter, used by the test suite; not Triton < 3.7's
+    with numpy >= 2.4, see ``interpreter_numpy_conflict``).
 
     The answer depends on the machine: None on an H200, and on a CPU-only machine without
     TRITON_INTERPRET=1 "no CUDA device is visible (set TRITON_INTERPRET=1 to run the kernels on CPU)".
@@ -55,7 +90,7 @@ def triton_available() -> str | None:
     if importlib.util.find_spec("triton") is None:
         return "the `triton` package is not installed (pip install triton)"
     if kernels_interpreted():
-        return None
+        return interpreter_numpy_conflict()
     if not torch.cuda.is_available():
         if _kernels_interpreted is False and interpreter_enabled():
             return ("no CUDA device is visible, and the kernels were defined without TRITON_INTERPRET=1 (Triton reads "
