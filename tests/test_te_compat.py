@@ -13,7 +13,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import attention.custom_ops
 from attention import DotProductAttention
 from attention.backends.base import capability_reasons
 from attention.backends.flash import Flash3Backend, Flash4Backend
