@@ -10,7 +10,6 @@ one, else a copy of its rules.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import torch
@@ -90,16 +89,10 @@ def tile_n(p: AttentionParams, module: Any, major: int) -> int | None:
         return None
 
 
-@functools.cache
-def _source_mentions_once(function: Any, text: str) -> bool:
-    """``flash_probe.source_mentions``, read once per function: the call-time probes run on every call."""
-    return flash_probe.source_mentions(function, text)
-
-
 def _sink_dtype(module: Any) -> torch.dtype:
     """The ``learnable_sink`` dtype this release takes: bf16 where its ``_flash_attn_fwd`` asserts it, else fp32."""
     forward = getattr(module, "_flash_attn_fwd", None)
-    bf16_only = any(_source_mentions_once(forward, text) for text in _BF16_ONLY_SINK)
+    bf16_only = any(flash_probe.source_mentions(forward, text) for text in _BF16_ONLY_SINK)
     return torch.bfloat16 if bf16_only else torch.float32
 
 
@@ -116,7 +109,7 @@ def _hd256_refuses_seqused(module: Any, backward: bool) -> bool:
     if backward:
         probes.append((("_flash_attn_bwd", "BlackwellFusedMultiHeadAttentionBackward"),
                        f"{_HD256_BWD} seqused_q/seqused_k"))
-    return any(_source_mentions_once(getattr(module, name, None), text) for names, text in probes for name in names)
+    return any(flash_probe.source_mentions(getattr(module, name, None), text) for names, text in probes for name in names)
 
 
 def installed_sink_dtype() -> torch.dtype:
@@ -145,7 +138,7 @@ def hd256_reasons(p: AttentionParams, module: Any) -> list[str]:
                 for name in ("_flash_attn_bwd", "BlackwellFusedMultiHeadAttentionBackward")]
 
     def says(functions: list[Any], *texts: str) -> bool:
-        return any(_source_mentions_once(function, text) for function in functions for text in texts)
+        return any(flash_probe.source_mentions(function, text) for function in functions for text in texts)
 
     windowed = not is_trivial_window(p.window_size)
     # seqused_* are passed by every KV-cache step and by thd with offsets of its own: pad_between_seqs here; a call

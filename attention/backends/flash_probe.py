@@ -171,8 +171,10 @@ def accepts_keyword(function: Any, keyword: str) -> bool:
         return False
 
 
+@functools.cache
 def source_mentions(function: Any, text: str) -> bool:
-    """Feature probe on a pure-Python function's source (False when the source is unavailable)."""
+    """Feature probe on a pure-Python function's source (False when the source is unavailable); read once per
+    function and text, since the selection and the call-time probes ask again."""
     try:
         return text in inspect.getsource(function)
     except (OSError, TypeError):
