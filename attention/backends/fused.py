@@ -85,8 +85,8 @@ def _leading(x: torch.Tensor, rows: int) -> torch.Tensor:
 
 class FusedBackend(Backend):
     name = "fused"
-    notes = ("CPU tensors and float32 only under TRITON_INTERPRET=1 (tests), and there no bfloat16; num_splits at "
-             "most 64",)
+    notes = ("CPU tensors and float32 only under TRITON_INTERPRET=1 (tests; Triton before 3.7 interprets only with "
+             "numpy < 2.4), and there no bfloat16; num_splits at most 64",)
     capabilities = Capabilities(
         dtypes=_HALF | {torch.float32},
         device_types=frozenset({"cuda", "cpu"}),
