@@ -201,6 +201,9 @@ def test_the_interpreter_refuses_numpy_2_4_under_triton_before_3_7(versions, ref
         return versions[name]
 
     monkeypatch.setattr(availability.importlib.metadata, "version", version)
+    # a cache of its own, for the patched versions
+    monkeypatch.setattr(availability, "interpreter_numpy_conflict",
+                        functools.cache(availability.interpreter_numpy_conflict.__wrapped__))
     monkeypatch.setattr(fused, "_triton_reason_for", functools.cache(fused._triton_reason_for.__wrapped__))
     monkeypatch.setattr(availability, "_kernels_interpreted", True)
     reason = fused._triton_reason()

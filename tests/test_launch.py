@@ -325,6 +325,20 @@ def test_cpu_tensors_outside_the_interpreter_are_refused_naming_the_cause(monkey
     assert fake.through_triton == []
 
 
+def test_an_interpreter_that_cannot_run_the_kernels_is_refused_naming_the_cause(monkeypatch):
+    """Triton before 3.7 interprets with numpy < 2.4 only; a direct caller of the kernels (no selection to ask) hears
+    why, not the interpreter's "only 0-dimensional arrays can be converted to Python scalars", and nothing runs."""
+    reason = "Triton 3.6.0's interpreter cannot run the kernels with numpy 2.5.2 (...)"
+    monkeypatch.setattr(launch, "interpreter_numpy_conflict", lambda: reason)
+    fake = FakeJit(FakeCompiled())
+    with pytest.raises(RuntimeError, match=r"^a Triton kernel cannot run: Triton 3\.6\.0's interpreter"):
+        _launch(fake)(torch.zeros(8), torch.ones(8))
+    assert fake.through_triton == []
+    monkeypatch.setattr(launch, "interpreter_numpy_conflict", lambda: None)
+    _launch(fake)(torch.zeros(8), torch.ones(8))
+    assert len(fake.through_triton) == 1
+
+
 def test_only_a_compiling_triton_function_takes_the_check():
     """The refusal's test of the launch's function: triton.jit outside the interpreter makes a JITFunction (Gluon's
     too); inside it, an InterpretedFunction, which takes CPU tensors; tests' recording stand-ins are neither."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import importlib.util
 import re
@@ -41,10 +42,12 @@ def note_kernels_defined() -> None:
         _kernels_interpreted = interpreter_enabled()
 
 
+@functools.cache
 def interpreter_numpy_conflict() -> str | None:
     """The reason Triton's interpreter cannot run the kernels with this numpy, or None. Triton before 3.7 converts a
     loop bound (a one-element array in its interpreter) with ``int()``, which numpy 2.4 refuses; every kernel's key
-    loop has such bounds (Triton's fix: triton-lang/triton#9171, in 3.7.0)."""
+    loop has such bounds (Triton's fix: triton-lang/triton#9171, in 3.7.0). Read once: the distribution records take
+    ~2 ms."""
     triton_version, numpy_version = _distribution_version("triton", "pytorch-triton"), _distribution_version("numpy")
     if triton_version is None or numpy_version is None:
         return None

@@ -37,6 +37,7 @@ from triton import knobs
 
 from attention.devices import current_device_index
 from attention.environment import switch
+from attention.kernels.availability import interpreter_numpy_conflict
 
 __all__ = ["DIRECT_LAUNCH", "KernelLaunch", "layout_number", "tensor_key"]
 
@@ -141,10 +142,14 @@ class KernelLaunch:
         if self._device is not None and _current_device() != self._device:
             with torch.cuda.device(self._device):
                 return self(*tensors)
-        if self._device is None and _compiles_for_a_gpu(self.fn):   # (Triton's error names neither kernel nor cause)
-            raise ValueError(f"{getattr(self.fn, '__name__', 'a Triton kernel')} got CPU tensors, which the Triton "
-                             "kernels take only in Triton's interpreter (TRITON_INTERPRET=1, set before they are first "
-                             "used); move the tensors to CUDA")
+        if self._device is None:   # CPU tensors: Triton's own errors name neither the kernel nor the cause
+            name = getattr(self.fn, "__name__", "a Triton kernel")
+            if _compiles_for_a_gpu(self.fn):
+                raise ValueError(f"{name} got CPU tensors, which the Triton kernels take only in Triton's interpreter "
+                                 "(TRITON_INTERPRET=1, set before they are first used); move the tensors to CUDA")
+            conflict = interpreter_numpy_conflict()
+            if conflict:
+                raise RuntimeError(f"{name} cannot run: {conflict}")
         made = [maker(x) for maker, x in zip(self.descriptors, tensors)]
         kernel = self.fn[self.grid](*made, *tensors[len(made):], *self.scalars, **self.constexprs, **self.options)
         if DIRECT_LAUNCH and direct is None and _is_compiled_kernel(kernel):
