@@ -145,8 +145,11 @@ class StaticKVCache:
     def step(self, layer_number: int, new_k: torch.Tensor, new_v: torch.Tensor, qkv_format: str) -> tuple:
         return (*self._cache, self.cu_seqlens_q, self.cu_seqlens_kv, self.max_sequence_length, "thd_2bshd")
 
-    def convert_paged_to_nonpaged(self, layer_number: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._dense
+    def convert_paged_to_nonpaged(self, layer_number: int, rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The dense copy, as InferenceParams's: ``rows`` sequences (the batch by default); the unfused backend asks
+        for its batch's rows."""
+        k, v = self._dense
+        return (k, v) if rows is None else (k[:rows], v[:rows])
 
 
 def _dpa(cell: Cell, inputs: Inputs, backend: str | None, kv_source: str | None = None) -> Result:

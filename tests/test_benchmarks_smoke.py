@@ -397,6 +397,19 @@ def test_competitors_compute_the_same_attention(monkeypatch) -> None:
     assert "non-paged" in skipped[("mixed q lengths, non-paged", "flash2")]
 
 
+def test_the_module_over_a_static_paged_cache_runs_through_the_unfused_backend() -> None:
+    """``auto`` falls to the unfused backend where the fused one cannot run (no Triton, an interpreter it refuses),
+    which reads a paged cache through ``convert_paged_to_nonpaged(layer, rows)``: the benchmarks' static cache took
+    no ``rows`` and every paged ``auto`` cell errored there (the device's numpy 2.5, 2026-12-06)."""
+    cfg = BenchConfig(device=torch.device("cpu"), smoke=True, verbose=False)
+    cell = next(cell for cell in bench_decode.cells(cfg) if cell.kv_source == "paged")
+    inputs = Inputs(cell.problem, cfg.device, cfg.seed, cell.page_order)
+    paged, _ = providers._dpa(cell, inputs, "unfused", "paged")
+    dense, _ = providers._dpa(cell, inputs, "unfused", "dense")
+    assert paged.layout == f"paged-{cell.page_size}"
+    torch.testing.assert_close(paged.to_thd(paged.fn()), dense.to_thd(dense.fn()))
+
+
 def test_a_provider_computing_something_else_is_flagged(monkeypatch) -> None:
     def top_left_causal(q, k, v, **kwargs):  # forgets the bottom-right alignment of a chunk
         kwargs["causal"] = False
