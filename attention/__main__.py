@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import platform
 
 import torch
 
 from attention import selection
 from attention.params import AttentionParams
+from attention.versions import installed_version
 
 PACKAGES = ("torch", "triton", "flash-attn", "flash-attn-3", "flash-attn-4", "transformers", "numpy")
 
 
 def _version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
+    return installed_version(dist) or "not installed"
 
 
 def _typical_params(device: str, cc: tuple[int, int] | None) -> AttentionParams:

@@ -190,17 +190,13 @@ def test_the_interpreter_refuses_numpy_2_4_under_triton_before_3_7(versions, ref
     """Triton 3.6's interpreter int()s a loop bound held as a one-element array, which numpy 2.4 refuses: every
     interpreted kernel failed with "only 0-dimensional arrays can be converted to Python scalars" (the device's
     torch 2.11 / Triton 3.6 / numpy 2.4, 2026-12-06). The choice now says so and names both remedies."""
-    import importlib.metadata
-
     from attention.backends import fused
     from attention.kernels import availability
 
-    def version(name: str) -> str:
-        if name not in versions:
-            raise importlib.metadata.PackageNotFoundError(name)
-        return versions[name]
+    def installed_version(*distributions: str) -> str | None:
+        return next((versions[name] for name in distributions if name in versions), None)
 
-    monkeypatch.setattr(availability.importlib.metadata, "version", version)
+    monkeypatch.setattr(availability, "installed_version", installed_version)
     # a cache of its own, for the patched versions
     monkeypatch.setattr(availability, "interpreter_numpy_conflict",
                         functools.cache(availability.interpreter_numpy_conflict.__wrapped__))

@@ -27,12 +27,13 @@ import importlib
 import importlib.metadata
 import importlib.util
 import inspect
-import re
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 import torch
+
+from attention.versions import installed_version, parse_version
 
 INSTALL_HINTS = {
     2: "flash-attn 2 is not installed (pip install flash-attn --no-build-isolation)",
@@ -64,14 +65,6 @@ class FlashPackage:
     reason: str | None = None
 
 
-def parse_version(text: str | None) -> tuple[int, ...] | None:
-    """``"2.8.3.post1"`` -> ``(2, 8, 3)``; ``"4.0.0b36"`` -> ``(4, 0, 0)``; None if no digits lead."""
-    if not text:
-        return None
-    match = re.match(r"\s*v?(\d+(?:\.\d+)*)", text)
-    return tuple(int(x) for x in match.group(1).split(".")) if match else None
-
-
 def format_version(version: tuple[int, ...]) -> str:
     return ".".join(str(x) for x in version)
 
@@ -82,12 +75,7 @@ def cuda_available() -> bool:
 
 
 def _distribution_version(generation: int) -> str | None:
-    for name in _DISTRIBUTIONS[generation]:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
+    return installed_version(*_DISTRIBUTIONS[generation])
 
 
 def _looks_installed(generation: int) -> bool:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import importlib.util
-import re
 
 import torch
 
 from attention.environment import getenv
+from attention.versions import installed_version, parse_version
 
 __all__ = [
     "interpreter_enabled", "interpreter_numpy_conflict", "kernels_interpreted", "note_kernels_defined", "triton_available",
@@ -48,30 +47,15 @@ def interpreter_numpy_conflict() -> str | None:
     loop bound (a one-element array in its interpreter) with ``int()``, which numpy 2.4 refuses; every kernel's key
     loop has such bounds (Triton's fix: triton-lang/triton#9171, in 3.7.0). Read once: the distribution records take
     ~2 ms."""
-    triton_version, numpy_version = _distribution_version("triton", "pytorch-triton"), _distribution_version("numpy")
-    if triton_version is None or numpy_version is None:
+    triton_version, numpy_version = installed_version("triton", "pytorch-triton"), installed_version("numpy")
+    triton_release, numpy_release = parse_version(triton_version), parse_version(numpy_version)
+    if triton_release is None or numpy_release is None:
         return None
-    if _release(triton_version) < (3, 7) and _release(numpy_version) >= (2, 4):
+    if triton_release < (3, 7) and numpy_release >= (2, 4):
         return (f"Triton {triton_version}'s interpreter cannot run the kernels with numpy {numpy_version} (numpy 2.4 "
                 f"refuses the int() of a one-element array that Triton before 3.7 takes for a loop bound): install "
                 f"numpy<2.4 or triton>=3.7")
     return None
-
-
-def _distribution_version(*names: str) -> str | None:
-    """The installed version of the first of ``names`` found (torch's nightlies ship Triton as pytorch-triton)."""
-    for name in names:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-def _release(version: str) -> tuple[int, ...]:
-    """The leading release numbers of a version: "3.6.0+git1a2b" -> (3, 6, 0), "2.4.0rc1" -> (2, 4, 0)."""
-    match = re.match(r"\d+(?:\.\d+)*", version)
-    return tuple(int(number) for number in match.group().split(".")) if match else ()
 
 
 def triton_available() -> str | None:
