@@ -164,6 +164,7 @@ def test_triton_interpret_is_the_kernels_mode_once_they_are_defined(monkeypatch)
     monkeypatch.setattr(fused, "_triton_reason_for", functools.cache(fused._triton_reason_for.__wrapped__))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(availability, "_kernels_interpreted", None)   # not defined yet: the variable as it is now
+    monkeypatch.setattr(availability, "interpreter_numpy_conflict", lambda: None)   # whatever numpy this host has
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     assert "set TRITON_INTERPRET=1" in fused._triton_reason()
     monkeypatch.setenv("TRITON_INTERPRET", "1")

@@ -325,18 +325,42 @@ def test_cpu_tensors_outside_the_interpreter_are_refused_naming_the_cause(monkey
     assert fake.through_triton == []
 
 
-def test_an_interpreter_that_cannot_run_the_kernels_is_refused_naming_the_cause(monkeypatch):
+class FailingJit(FakeJit):
+    """A kernel as Triton 3.6's interpreter runs it under numpy >= 2.4: its loop bound's int() fails."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(None)
+        self.error = error
+
+    def __getitem__(self, grid):
+        def run(*args, **kwargs):
+            self.through_triton.append((grid, args, kwargs))
+            raise self.error
+        return run
+
+
+def test_an_interpreter_that_cannot_run_a_kernel_says_why(monkeypatch):
     """Triton before 3.7 interprets with numpy < 2.4 only; a direct caller of the kernels (no selection to ask) hears
-    why, not the interpreter's "only 0-dimensional arrays can be converted to Python scalars", and nothing runs."""
+    why, not the interpreter's "only 0-dimensional arrays can be converted to Python scalars". The kernels that take
+    no loop bound from a tensor run there (refusing them all before they ran failed the launch's own tests on the
+    device's numpy 2.5, 2026-12-06)."""
+    from triton.runtime.errors import InterpreterError
+
     reason = "Triton 3.6.0's interpreter cannot run the kernels with numpy 2.5.2 (...)"
     monkeypatch.setattr(launch, "interpreter_numpy_conflict", lambda: reason)
+    numpy_error = TypeError("only 0-dimensional arrays can be converted to Python scalars")
+    for error in (numpy_error, InterpreterError(repr(numpy_error))):   # the interpreter wraps it in some paths
+        with pytest.raises(RuntimeError, match=r"^a Triton kernel cannot run: Triton 3\.6\.0's interpreter") as raised:
+            _launch(FailingJit(error))(torch.zeros(8), torch.ones(8))
+        assert raised.value.__cause__ is error
+    with pytest.raises(TypeError, match="missing"):   # the kernel's own errors stay its own
+        _launch(FailingJit(TypeError("missing a required argument: 'n'")))(torch.zeros(8), torch.ones(8))
     fake = FakeJit(FakeCompiled())
-    with pytest.raises(RuntimeError, match=r"^a Triton kernel cannot run: Triton 3\.6\.0's interpreter"):
-        _launch(fake)(torch.zeros(8), torch.ones(8))
-    assert fake.through_triton == []
-    monkeypatch.setattr(launch, "interpreter_numpy_conflict", lambda: None)
-    _launch(fake)(torch.zeros(8), torch.ones(8))
+    _launch(fake)(torch.zeros(8), torch.ones(8))   # a kernel the conflict does not reach runs
     assert len(fake.through_triton) == 1
+    monkeypatch.setattr(launch, "interpreter_numpy_conflict", lambda: None)   # no conflict: the error as it came
+    with pytest.raises(TypeError, match="only 0-dimensional arrays"):
+        _launch(FailingJit(numpy_error))(torch.zeros(8), torch.ones(8))
 
 
 def test_only_a_compiling_triton_function_takes_the_check():
