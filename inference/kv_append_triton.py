@@ -196,8 +196,9 @@ def reindex_triton(
             block_e = min(_next_power_of_2(elements_per_token), 1024)
             block_t = max(1, 2048 // block_e)
             grid = (-(-num_tokens // block_t), -(-elements_per_token // block_e))
-            reindex_kernel[grid](
-                cache, destination, source, len(destination_rows), num_tokens,
-                cache.stride(0), cache.stride(1), elements_per_token,
-                BLOCK_T=block_t, BLOCK_E=block_e,
-            )
+            # through KernelLaunch for its errors (CPU tensors outside the interpreter, the interpreter's numpy)
+            KernelLaunch(
+                reindex_kernel, grid,
+                scalars=(len(destination_rows), num_tokens, cache.stride(0), cache.stride(1), elements_per_token),
+                constexprs={"BLOCK_T": block_t, "BLOCK_E": block_e},
+            )(cache, destination, source)

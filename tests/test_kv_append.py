@@ -118,6 +118,20 @@ def test_reindex_moves_rows(implementation, destination_rows, source_rows, monke
     assert torch.equal(v_cache, expected_v)
 
 
+def test_reindex_on_cpu_tensors_outside_the_interpreter_names_its_kernel(monkeypatch):
+    """The re-index launches through KernelLaunch, so its errors are the attention kernels' (Triton's own name
+    neither the kernel nor the cause); the cache is untouched."""
+    pytest.importorskip("triton")
+    from attention.kernels import launch
+
+    monkeypatch.setattr(launch, "_compiles_for_a_gpu", lambda fn: True)   # as where Triton compiles for a GPU
+    k_cache, v_cache = torch.randn(4, 10, NUM_HEADS_KV, HEAD_DIM_K), torch.randn(4, 10, NUM_HEADS_KV, HEAD_DIM_V)
+    before = k_cache.clone(), v_cache.clone()
+    with pytest.raises(ValueError, match=r"^_reindex_kernel got CPU tensors, .*\(TRITON_INTERPRET=1"):
+        reindex_kv_cache(k_cache, v_cache, [1, 2], [2, 3], num_tokens=6, implementation="triton")
+    assert torch.equal(k_cache, before[0]) and torch.equal(v_cache, before[1])
+
+
 def test_reindex_rejects_mismatched_row_lists():
     cache = torch.zeros(2, 4, 1, 2)
     with pytest.raises(ValueError, match="destination_rows"):
