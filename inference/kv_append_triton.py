@@ -1,7 +1,10 @@
 """Triton kernels behind ``kv_append``: the cache append and the non-paged row re-index.
 
 The kernels are jitted lazily, once per value of ``TRITON_INTERPRET``, so tests can run them on
-CPU tensors through the interpreter (fp16/fp32 only there) in the same process as GPU code.
+CPU tensors through the interpreter (fp16/fp32 only there) in the same process as GPU code. So they call no
+function of ``triton.language`` that Triton jits itself (``tl.sum``, ``tl.zeros``: jitted for the GPU where
+Triton was imported without the interpreter, which then refuses to call them): builtins only, and ``_add``, a
+reduction's combine function, which the interpreter calls as plain Python.
 """
 
 from __future__ import annotations
@@ -18,6 +21,11 @@ from attention.kernels.availability import interpreter_enabled
 from attention.kernels.launch import KernelLaunch, tensor_key
 
 __all__ = ["append_triton", "reindex_triton"]
+
+
+@triton.jit
+def _add(a, b):
+    return a + b
 
 
 def _append_kernel(
@@ -37,7 +45,7 @@ def _append_kernel(
         # The row of packed token `slot_id` = number of sequence ends at or before it.
         rows = tl.arange(0, BLOCK_ROWS)
         ends = tl.load(cu_q_ptr + 1 + rows, mask=rows < num_rows, other=2147483647)
-        row = tl.sum((ends <= slot_id).to(tl.int32), axis=0)
+        row = tl.reduce((ends <= slot_id).to(tl.int32), 0, _add)
         row_exists = row < num_rows
         row = tl.minimum(row, num_rows - 1)
         position = slot_id - tl.load(cu_q_ptr + row)
@@ -58,7 +66,7 @@ def _append_kernel(
     heads = tl.arange(0, BLOCK_H)[:, None]
     dims = tl.arange(0, BLOCK_D)[None, :]
     # `valid` is a scalar; widen it explicitly (the interpreter of triton 3.9 rejects a scalar-broadcast mask).
-    valid_tile = (tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.int32) + valid.to(tl.int32)) != 0
+    valid_tile = (tl.full([BLOCK_H, BLOCK_D], 0, tl.int32) + valid.to(tl.int32)) != 0
     for which in tl.static_range(2):  # K, then V: the same copy with each tensor's pointers and strides
         if which == 0:
             new_ptr, cache_ptr, head_dim = new_k_ptr, k_cache_ptr, head_dim_k

@@ -163,7 +163,8 @@ def test_a_managers_append_numbers_its_buffers_once_and_again_for_new_ones(monke
         return kv_append.cache_layout(*tensors)
 
     monkeypatch.setattr(cache_manager, "cache_layout", counting_layout)
-    params = InferenceParams(2, 64, NUM_HEADS_KV, HEAD_DIM_K, torch.float32, is_paged=True, page_size=4)
+    params = InferenceParams(2, 64, NUM_HEADS_KV, HEAD_DIM_K, torch.float32, is_paged=True, page_size=4,
+                             device="cpu")   # (a CUDA host's default is its GPU)
     params.allocate_memory(1)
     params.pre_step(OrderedDict({"a": 5, "b": 3}))
     prefill = [torch.randn(2, 5, NUM_HEADS_KV, HEAD_DIM_K) for _ in range(2)]
