@@ -36,14 +36,17 @@ from benchmarks import (
 from benchmarks.cells import Cell, Inputs, Problem
 from benchmarks.config import BenchConfig
 from benchmarks.harness import COMPETITORS
+from tests.cpu_fused import skip_without_cpu_fused
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _skip_unless_fused_runs() -> None:
+    """For the tests that run the fused kernels on CPU tensors (the interpreter)."""
     if providers._fused_reason(Inputs(Problem(q_lens=(1,), kv_lens=(1,)), torch.device("cpu"))):
         pytest.skip("the fused kernels cannot run here")
+    skip_without_cpu_fused()
 
 
 def _fused_ok(rows) -> bool:

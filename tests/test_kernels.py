@@ -690,6 +690,6 @@ def test_a_bad_kernel_variable_is_refused_on_any_device(name: str, monkeypatch: 
     with pytest.raises(ValueError, match=name):
         attention_fwd.check_plan_environment()
     attn = DotProductAttention(2, 16, qkv_format="bshd", backend="fused")
-    q = torch.randn(1, 4, 2, 16)
-    with pytest.raises(ValueError, match=name):   # through the module, in the interpreter
+    q = torch.randn(1, 4, 2, 16, device=DEVICE, dtype=torch.float16 if DEVICE == "cuda" else torch.float32)
+    with pytest.raises(ValueError, match=name):   # through the module (in the interpreter on a CPU)
         attn(q, q, q)

@@ -41,7 +41,7 @@ def test_packed_thd_matches_the_reference_and_new_metadata_gets_a_new_plan(monke
     assert len(attention_fwd._plans) == 1
 
     q = inputs["q"][0]
-    strided = torch.empty(q.shape[0], q.shape[1] + 1, q.shape[2], dtype=q.dtype)[:, 1:]   # another head stride
+    strided = torch.empty(q.shape[0], q.shape[1] + 1, q.shape[2], dtype=q.dtype, device=q.device)[:, 1:]   # another head stride
     strided.copy_(q)
     inputs["out"].fill_(SENTINEL)
     _packed_call(inputs, strided)
@@ -120,7 +120,8 @@ def test_an_output_with_flattened_heads_gets_the_same_rows(monkeypatch: pytest.M
     _packed_call(inputs)
     check_output(case, inputs)
     unflat = inputs["out"][0]
-    flat = torch.full((unflat.shape[0], unflat.shape[1] * unflat.shape[2]), SENTINEL, dtype=unflat.dtype)
+    flat = torch.full((unflat.shape[0], unflat.shape[1] * unflat.shape[2]), SENTINEL, dtype=unflat.dtype,
+                      device=unflat.device)
     _packed_call(inputs, out=flat)
     _packed_call(inputs, out=flat)
     assert len(attention_fwd._plans) == 2
@@ -141,8 +142,8 @@ def test_zero_tail_writes_zeros_past_the_last_sequence(monkeypatch: pytest.Monke
     a = inputs["call"]
     q = inputs["q"][0]
     real = int(a["cu_seqlens_q"][-1])
-    padded_q = torch.cat([q, torch.randn(37, *q.shape[1:], dtype=q.dtype)])  # 37 rows of no sequence
-    out = torch.full((padded_q.shape[0], *q.shape[1:-1], case.d_v), SENTINEL, dtype=q.dtype)
+    padded_q = torch.cat([q, torch.randn(37, *q.shape[1:], dtype=q.dtype, device=q.device)])  # 37 rows of no sequence
+    out = torch.full((padded_q.shape[0], *q.shape[1:-1], case.d_v), SENTINEL, dtype=q.dtype, device=q.device)
     for zero_tail in (False, True):
         attention_fwd.packed_attention_forward(
             padded_q, inputs["k"], inputs["v"], out, len(case.q_lens), a["cu_seqlens_q"], a["cu_seqlens_kv"],

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attention import DotProductAttention
-from attention.selection import registry
+from tests.cpu_fused import cpu_fused_reason
 from tests.reference import reference_attention
 
 pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim:DeprecationWarning")
@@ -243,10 +243,8 @@ def test_dropout_keeps_the_fused_backend_out():
 # Selection under autograd
 # ------------------------------------------------------------------------------------------------
 
-needs_fused = pytest.mark.skipif(
-    registry()["fused"].availability_reason() is not None,
-    reason=f"fused backend unavailable: {registry()['fused'].availability_reason()}",
-)
+needs_fused = pytest.mark.usefixtures("cpu_fused")
+"""The test hands the fused backend CPU tensors: skipped where it cannot take them (tests/cpu_fused.py)."""
 
 
 def _half_inputs(requires_grad: bool):
@@ -289,7 +287,7 @@ def test_fused_is_skipped_when_a_gradient_is_needed(what):
             module(q, k, v, **kwargs)
             no_grad_text = module.explain(q, k, v, **kwargs)
         assert "requires_grad = False" in no_grad_text
-        if registry()["fused"].availability_reason() is None:
+        if cpu_fused_reason() is None:
             assert module.last_backend == "fused"
 
 
