@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -116,6 +121,40 @@ def test_reindex_moves_rows(implementation, destination_rows, source_rows, monke
     reindex_kv_cache(k_cache, v_cache, destination_rows, source_rows, num_tokens=6, implementation=implementation)
     assert torch.equal(k_cache, expected_k)
     assert torch.equal(v_cache, expected_v)
+
+
+# Triton imported for the GPU first (the attention kernels' import), the interpreter switched on afterwards: what a
+# CPU test meets on a CUDA host. The append's kernels are jitted per mode; Triton's own jitted library (tl.sum,
+# tl.zeros) is not, and the interpreter refuses to call it (23 tests failed on an H100 host, 2026-12-06).
+_APPEND_AFTER_A_GPU_IMPORT = """
+import os
+import torch
+import attention.kernels.attention_fwd
+os.environ["TRITON_INTERPRET"] = "1"
+from inference import append_to_kv_cache
+k_cache, v_cache = torch.zeros(4, 4, 2, 8), torch.zeros(4, 4, 2, 8)
+table = torch.tensor([[2, 0], [1, 3]], dtype=torch.int32)
+cu_q, cu_kv = torch.tensor([0, 2, 3], dtype=torch.int32), torch.tensor([0, 5, 7], dtype=torch.int32)
+new = torch.randn(3, 2, 8)
+append_to_kv_cache(new, new, k_cache, v_cache, table, cu_q, cu_kv, "thd", implementation="triton")
+# positions 3, 4 of the first sequence (pages 2, 0 of 4 tokens), 1 of the second (page 1)
+assert torch.equal(k_cache[2, 3], new[0]) and torch.equal(k_cache[0, 0], new[1]) and torch.equal(k_cache[1, 1], new[2])
+new = torch.randn(2, 1, 2, 8)
+cu_q, cu_kv = torch.tensor([0, 1, 2], dtype=torch.int32), torch.tensor([0, 6, 9], dtype=torch.int32)
+append_to_kv_cache(new, new, k_cache, v_cache, table, cu_q, cu_kv, "bshd", implementation="triton")
+assert torch.equal(k_cache[0, 1], new[0, 0]) and torch.equal(k_cache[1, 2], new[1, 0])
+print("appended")
+"""
+
+
+def test_the_append_runs_in_the_interpreter_after_triton_was_imported_for_the_gpu():
+    pytest.importorskip("triton")
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {
+        "PYTHONPATH": str(root), "CUDA_VISIBLE_DEVICES": ""}
+    result = subprocess.run([sys.executable, "-c", _APPEND_AFTER_A_GPU_IMPORT], cwd=root, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "appended", result.stderr[-3000:]
 
 
 def test_reindex_on_cpu_tensors_outside_the_interpreter_names_its_kernel(monkeypatch):
