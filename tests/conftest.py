@@ -15,15 +15,18 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (run on the lent H200)")
 
 
-def pytest_report_header(config: pytest.Config) -> str | None:
-    """On a CUDA machine outside the interpreter (but for a run of only the GPU tests): which tests fail there, and
-    the command that runs them."""
-    from attention.kernels.availability import interpreter_enabled  # (imports no Triton)
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """What this environment does to the CPU tests: on a CUDA machine outside the interpreter (but for a run of only
+    the GPU tests), which fail there and the command that runs them; in the interpreter, a numpy it cannot use."""
+    from attention.kernels.availability import interpreter_enabled, interpreter_numpy_conflict  # (import no Triton)
 
-    if not torch.cuda.is_available() or interpreter_enabled() or config.option.markexpr == "gpu":
-        return None
-    return ("CUDA is visible and TRITON_INTERPRET unset, so Triton compiles the kernels for the GPU: the CPU tests that "
-            "hand them CPU tensors fail here. `make test` runs the CPU suite as CI does (the GPU hidden).")
+    if interpreter_enabled():
+        conflict = interpreter_numpy_conflict()
+        return [f"{conflict}: the tests that run the kernels fail or skip with this reason"] if conflict else []
+    if not torch.cuda.is_available() or config.option.markexpr == "gpu":
+        return []
+    return ["CUDA is visible and TRITON_INTERPRET unset, so Triton compiles the kernels for the GPU: the CPU tests that "
+            "hand them CPU tensors skip or fail here. `make test` runs the CPU suite as CI does (the GPU hidden)."]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
