@@ -284,18 +284,3 @@ def test_strided_inputs_run_on_copies(fmt, cpu_fused) -> None:
         expected = reference_attention(q, k, v, qkv_format=fmt, attn_mask_type="padding_causal", **kwargs)
         torch.testing.assert_close(module(q, k, v, **kwargs), expected, atol=1e-4, rtol=1e-4)
 
-
-def test_the_suite_header_names_the_interpreters_numpy_conflict(monkeypatch) -> None:
-    """A run in an environment the conflict applies to says so once, at the top, beside the failures it causes."""
-    from types import SimpleNamespace
-
-    from attention.kernels import availability
-    from tests import conftest
-
-    config = SimpleNamespace(option=SimpleNamespace(markexpr="not gpu"))
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setattr(availability, "interpreter_numpy_conflict", lambda: "Triton 3.6.0's interpreter cannot run")
-    assert conftest.pytest_report_header(config) == [
-        "Triton 3.6.0's interpreter cannot run: the tests that run the kernels fail or skip with this reason"]
-    monkeypatch.setattr(availability, "interpreter_numpy_conflict", lambda: None)
-    assert conftest.pytest_report_header(config) == []
