@@ -283,4 +283,3 @@ def test_strided_inputs_run_on_copies(fmt, cpu_fused) -> None:
                    for heads in (4, 2, 2))
         expected = reference_attention(q, k, v, qkv_format=fmt, attn_mask_type="padding_causal", **kwargs)
         torch.testing.assert_close(module(q, k, v, **kwargs), expected, atol=1e-4, rtol=1e-4)
-
