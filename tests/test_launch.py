@@ -30,13 +30,17 @@ class FakeCompiled:
 class FakeJit:
     arg_names = ["x", "y", "n", "scale", "BLOCK", "FLAG"]
 
-    def __init__(self, compiled: FakeCompiled | None) -> None:
+    def __init__(self, compiled: FakeCompiled | None, error: Exception | None = None) -> None:
         self.through_triton: list[tuple] = []
         self.compiled = compiled
+        self.error = error
+        """Raised by each run (a kernel as Triton's interpreter fails it)."""
 
     def __getitem__(self, grid):
         def run(*args, **kwargs):
             self.through_triton.append((grid, args, kwargs))
+            if self.error is not None:
+                raise self.error
             return self.compiled
         return run
 
@@ -325,20 +329,6 @@ def test_cpu_tensors_outside_the_interpreter_are_refused_naming_the_cause(monkey
     assert fake.through_triton == []
 
 
-class FailingJit(FakeJit):
-    """A kernel as Triton 3.6's interpreter runs it under numpy >= 2.4: its loop bound's int() fails."""
-
-    def __init__(self, error: Exception) -> None:
-        super().__init__(None)
-        self.error = error
-
-    def __getitem__(self, grid):
-        def run(*args, **kwargs):
-            self.through_triton.append((grid, args, kwargs))
-            raise self.error
-        return run
-
-
 def test_an_interpreter_that_cannot_run_a_kernel_says_why(monkeypatch):
     """Triton before 3.7 interprets with numpy < 2.4 only; a direct caller of the kernels (no selection to ask) hears
     why, not the interpreter's "only 0-dimensional arrays can be converted to Python scalars". The kernels that take
@@ -351,16 +341,16 @@ def test_an_interpreter_that_cannot_run_a_kernel_says_why(monkeypatch):
     numpy_error = TypeError("only 0-dimensional arrays can be converted to Python scalars")
     for error in (numpy_error, InterpreterError(repr(numpy_error))):   # the interpreter wraps it in some paths
         with pytest.raises(RuntimeError, match=r"^a Triton kernel cannot run: Triton 3\.6\.0's interpreter") as raised:
-            _launch(FailingJit(error))(torch.zeros(8), torch.ones(8))
+            _launch(FakeJit(None, error))(torch.zeros(8), torch.ones(8))
         assert raised.value.__cause__ is error
     with pytest.raises(TypeError, match="missing"):   # the kernel's own errors stay its own
-        _launch(FailingJit(TypeError("missing a required argument: 'n'")))(torch.zeros(8), torch.ones(8))
+        _launch(FakeJit(None, TypeError("missing a required argument: 'n'")))(torch.zeros(8), torch.ones(8))
     fake = FakeJit(FakeCompiled())
     _launch(fake)(torch.zeros(8), torch.ones(8))   # a kernel the conflict does not reach runs
     assert len(fake.through_triton) == 1
     monkeypatch.setattr(launch, "interpreter_numpy_conflict", lambda: None)   # no conflict: the error as it came
     with pytest.raises(TypeError, match="only 0-dimensional arrays"):
-        _launch(FailingJit(numpy_error))(torch.zeros(8), torch.ones(8))
+        _launch(FakeJit(None, numpy_error))(torch.zeros(8), torch.ones(8))
 
 
 def test_only_a_compiling_triton_function_takes_the_check():
