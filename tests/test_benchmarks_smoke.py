@@ -42,13 +42,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::U
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _skip_unless_fused_runs() -> None:
-    """For the tests that run the fused kernels on CPU tensors (the interpreter)."""
-    if providers._fused_reason(Inputs(Problem(q_lens=(1,), kv_lens=(1,)), torch.device("cpu"))):
-        pytest.skip("the fused kernels cannot run here")
-    skip_without_cpu_fused()
-
-
 def _fused_ok(rows) -> bool:
     return any(r.provider == "fused" and r.status == "ok" for r in rows)
 
@@ -447,7 +440,7 @@ def test_config_sweep_runs_every_variant_and_agrees_with_the_default() -> None:
     """benchmarks/sweep.py on two tiny cells: each variant runs and matches the default's output."""
     from benchmarks import sweep
 
-    _skip_unless_fused_runs()
+    skip_without_cpu_fused()
     cfg = BenchConfig(device=torch.device("cpu"), smoke=True)
     measured: list[sweep.Measured] = []
     for cell in (bench_decode.cells(cfg)[1], bench_prefill.cells(cfg)[0]):
@@ -466,7 +459,7 @@ def test_latency_breakdown_times_every_part(tmp_path) -> None:
     call, the attention grid alone, the combine alone and both alternatives, with no errors."""
     from benchmarks import latency_breakdown
 
-    _skip_unless_fused_runs()
+    skip_without_cpu_fused()
     out = tmp_path / "breakdown.md"
     latency_breakdown.main(["--smoke", "--out", str(out), "--cells", "MQA"])
     rows = [line.split("|")[2].strip() for line in out.read_text().splitlines()[2:]]
@@ -479,7 +472,7 @@ def test_sweep_compiles_its_variants_in_worker_processes() -> None:
     """--compile-workers: two spawned processes share one small cell's variants and run each once."""
     from benchmarks import sweep
 
-    _skip_unless_fused_runs()
+    skip_without_cpu_fused()
     cfg = BenchConfig(device=torch.device("cpu"), smoke=True)
     cell = bench_decode.cells(cfg)[1]
     done = sweep.compile_in_parallel("decode", [cell.name], True, 2, time.monotonic() + 300, "cpu", True)
@@ -555,7 +548,7 @@ def test_env_ab_sets_and_restores_the_environment(monkeypatch) -> None:
 
 
 def test_env_ab_alternates_variants_and_compares_outputs(capsys, tmp_path) -> None:
-    _skip_unless_fused_runs()
+    skip_without_cpu_fused()
     measurements = env_ab.main(["--smoke", "--quiet", "--cells", "chunk 16 on 64 prefix p16", "--rounds", "2",
                                 "--variant", "general=ATTN_FUSED_HOPPER=0", "--out", str(tmp_path)])
     assert [(m.round, m.variant) for m in measurements] == [
@@ -571,7 +564,7 @@ def test_env_ab_alternates_variants_and_compares_outputs(capsys, tmp_path) -> No
 
 
 def test_env_ab_times_the_module_with_fused_dpa_and_refuses_other_providers(capsys, tmp_path) -> None:
-    _skip_unless_fused_runs()
+    skip_without_cpu_fused()
     measurements = env_ab.main(["--smoke", "--quiet", "--cells", "chunk 16 on 64 prefix p16", "--rounds", "1",
                                 "--providers", "fused_dpa", "--variant",
                                 "one=ATTN_FUSED_HOPPER_MIXED_DEVICE_RULE=0", "--out", str(tmp_path)])
@@ -611,7 +604,7 @@ def test_tree_ab_names_the_files_a_tree_changes(tmp_path) -> None:
 
 
 def test_tree_ab_alternates_trees_in_processes_and_tabulates(capsys, tmp_path) -> None:
-    _skip_unless_fused_runs()
+    skip_without_cpu_fused()
     measurements = tree_ab.main(["--tree", f"a={ROOT}", "--tree", f"b={ROOT}", "--cells", "chunk 16 on 64 prefix p16",
                                  "--rounds", "1", "--passes", "2", "--out", str(tmp_path), "--", "--smoke"])
     assert [(m.tree, m.pass_) for m in measurements] == [("a", 0), ("b", 0), ("b", 1), ("a", 1)]
@@ -625,7 +618,7 @@ def test_tree_ab_alternates_trees_in_processes_and_tabulates(capsys, tmp_path) -
 
 
 def test_run_cell_calls_the_named_cells_providers_and_says_which_cannot(capsys) -> None:
-    _skip_unless_fused_runs()
+    skip_without_cpu_fused()
     done = run_cell.main(["--smoke", "--cells", "chunk 16 on 64 prefix p16", "--providers", "fused,flash4",
                           "--calls", "2"])
     assert done[0] == ("chunk 16 on 64 prefix p16", "fused", "ran 2 calls")
