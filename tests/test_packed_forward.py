@@ -41,7 +41,8 @@ def test_packed_thd_matches_the_reference_and_new_metadata_gets_a_new_plan(monke
     assert len(attention_fwd._plans) == 1
 
     q = inputs["q"][0]
-    strided = torch.empty(q.shape[0], q.shape[1] + 1, q.shape[2], dtype=q.dtype, device=q.device)[:, 1:]   # another head stride
+    # another head stride
+    strided = torch.empty(q.shape[0], q.shape[1] + 1, q.shape[2], dtype=q.dtype, device=q.device)[:, 1:]
     strided.copy_(q)
     inputs["out"].fill_(SENTINEL)
     _packed_call(inputs, strided)
@@ -142,7 +143,8 @@ def test_zero_tail_writes_zeros_past_the_last_sequence(monkeypatch: pytest.Monke
     a = inputs["call"]
     q = inputs["q"][0]
     real = int(a["cu_seqlens_q"][-1])
-    padded_q = torch.cat([q, torch.randn(37, *q.shape[1:], dtype=q.dtype, device=q.device)])  # 37 rows of no sequence
+    # 37 rows of no sequence
+    padded_q = torch.cat([q, torch.randn(37, *q.shape[1:], dtype=q.dtype, device=q.device)])
     out = torch.full((padded_q.shape[0], *q.shape[1:-1], case.d_v), SENTINEL, dtype=q.dtype, device=q.device)
     for zero_tail in (False, True):
         attention_fwd.packed_attention_forward(

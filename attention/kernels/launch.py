@@ -145,7 +145,8 @@ class KernelLaunch:
         if self._device is None and _compiles_for_a_gpu(self.fn):
             # CPU tensors: Triton's own error names neither the kernel nor the cause
             raise ValueError(f"{_name(self.fn)} got CPU tensors, which the Triton kernels take only in Triton's "
-                             "interpreter (TRITON_INTERPRET=1, set before they are first used); move the tensors to CUDA")
+                             "interpreter (TRITON_INTERPRET=1, set before they are first used); move the tensors to "
+                             "CUDA")
         made = [maker(x) for maker, x in zip(self.descriptors, tensors)]
         try:
             kernel = self.fn[self.grid](*made, *tensors[len(made):], *self.scalars, **self.constexprs, **self.options)
