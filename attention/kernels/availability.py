@@ -11,7 +11,8 @@ from attention.environment import getenv
 from attention.versions import installed_version, parse_version
 
 __all__ = [
-    "interpreter_enabled", "interpreter_numpy_conflict", "kernels_interpreted", "note_kernels_defined", "triton_available",
+    "interpreter_enabled", "interpreter_numpy_conflict", "kernels_interpreted", "note_kernels_defined",
+    "triton_available",
 ]
 
 _kernels_interpreted: bool | None = None
@@ -44,9 +45,9 @@ def note_kernels_defined() -> None:
 @functools.cache
 def interpreter_numpy_conflict() -> str | None:
     """The reason Triton's interpreter cannot run the kernels with this numpy, or None. Triton before 3.7 converts a
-    loop bound (a one-element array in its interpreter) with ``int()``, which numpy 2.4 refuses; every kernel's key
-    loop has such bounds (Triton's fix: triton-lang/triton#9171, in 3.7.0). Read once: the distribution records take
-    ~2 ms."""
+    loop bound (a one-element array in its interpreter) with ``int()``, which numpy 2.4 refuses; every attention
+    kernel's key loop has such bounds, the KV append's kernel none (Triton's fix: triton-lang/triton#9171, in 3.7.0).
+    Read once: the distribution records take ~2 ms."""
     triton_version, numpy_version = installed_version("triton", "pytorch-triton"), installed_version("numpy")
     triton_release, numpy_release = parse_version(triton_version), parse_version(numpy_version)
     if triton_release is None or numpy_release is None:
