@@ -53,8 +53,8 @@ class CallPlan:
 
     fmt / mask_type / window / bottom_right: the call's resolved format and mask (None until the
     first call with this signature passed its checks). choices: ``choice_key(...)`` -> the call's
-    ``AttentionParams``, the backend selected for them and that backend's launches under them. kept: ``CallPlans`` holds it (a repeat call
-    need not hash its signature a second time to find that out).
+    ``AttentionParams``, the backend selected for them and that backend's launches under them.
+    kept: ``CallPlans`` holds it (a repeat call need not hash its signature a second time to find that out).
     """
 
     kept: bool = False

@@ -37,9 +37,11 @@ def check_qkv(
         if not t.is_floating_point():
             raise ValueError(f"{name} must be a floating-point tensor; got {t.dtype}")
     if not (q.dtype == k.dtype == v.dtype):
-        raise ValueError(f"query_layer, key_layer and value_layer must share a dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+        raise ValueError(
+            f"query_layer, key_layer and value_layer must share a dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
-        raise ValueError(f"query_layer, key_layer and value_layer must be on one device; got {q.device}, {k.device}, {v.device}")
+        raise ValueError(
+            f"query_layer, key_layer and value_layer must be on one device; got {q.device}, {k.device}, {v.device}")
     if q.shape[-2] != num_heads:
         raise ValueError(f"query_layer must have num_attention_heads={num_heads} heads (dim -2); got {q.shape[-2]}")
     for name, t in (("key_layer", k), ("value_layer", v)):
@@ -49,7 +51,8 @@ def check_qkv(
         if t.shape[-1] != d:
             raise ValueError(f"{name} head dim (last) must be {d} (kv_channels); got {t.shape[-1]}")
     if k.shape[:-1] != v.shape[:-1]:
-        raise ValueError(f"key_layer and value_layer must agree on all dims but the last; got {tuple(k.shape)} and {tuple(v.shape)}")
+        raise ValueError(f"key_layer and value_layer must agree on all dims but the last; got {tuple(k.shape)} "
+                         f"and {tuple(v.shape)}")
     if qkv_format != "thd":
         batch_dim = 0 if qkv_format == "bshd" else 1
         if q.shape[batch_dim] != k.shape[batch_dim]:
@@ -108,7 +111,8 @@ def padding_cu_seqlens(
         # the lengths are counted per row of dim 0: a [1, 1, b, s] or flat mask of b * s elements is not one
         if not isinstance(m, torch.Tensor) or m.dtype != torch.bool or tuple(m.shape) != (batch, 1, 1, s):
             raise ValueError(
-                f"attention_mask for the {which} side must be a bool [b,1,1,s] = [{batch},1,1,{s}] tensor (True = padded); "
+                f"attention_mask for the {which} side must be a bool [b,1,1,s] = [{batch},1,1,{s}] tensor "
+                f"(True = padded); "
                 f"got {_describe(m)}"
             )
         if m.device != device and m.device.type != "cpu":   # (its lengths are counted where it is)
@@ -180,7 +184,8 @@ def check_bias(bias_type: str, bias: torch.Tensor | None, alibi_slopes: torch.Te
             raise ValueError(
                 f"alibi_slopes must be a floating-point tensor [h] or [b, h]; got {_describe(alibi_slopes)}")
         if alibi_slopes.shape not in ((heads,), (batch, heads)):
-            raise ValueError(f"alibi_slopes must have shape [h] = [{heads}] or [b, h] = [{batch}, {heads}]; got {tuple(alibi_slopes.shape)}")
+            raise ValueError(f"alibi_slopes must have shape [h] = [{heads}] or [b, h] = [{batch}, {heads}]; "
+                             f"got {tuple(alibi_slopes.shape)}")
     return None
 
 

@@ -69,7 +69,8 @@ OURS = ("fused", "fused_dense", "fused_dpa", "auto")
 """Our providers: the kernels direct (paged / non-paged), through DotProductAttention, automatic."""
 COMPETITORS = ("flash2", "flash4", "sdpa_cudnn", "sdpa_flash", "unfused")
 """Everything the fused backend is measured against (unfused only runs small cells)."""
-REFERENCE_ORDER = ("unfused", "sdpa_flash", "sdpa_cudnn", "flash2", "flash4", "fused", "fused_dense", "fused_dpa", "auto")
+REFERENCE_ORDER = ("unfused", "sdpa_flash", "sdpa_cudnn", "flash2", "flash4", "fused", "fused_dense", "fused_dpa",
+                   "auto")
 """Execution order inside a cell: the first provider that runs gives the reference output."""
 ERROR_TOLERANCE = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 3e-2}
 """Largest |out - reference| accepted before a row is flagged MISMATCH (it computed something else)."""

@@ -69,8 +69,8 @@ def _variants(cell: Cell, inputs: Inputs) -> list[tuple[str, Callable[[], Any]]]
             attention_fwd._combine = combine
 
     attention_only()
-    rows: list[tuple[str, Callable[[], Any]]] = [("floor (empty kernel)", _empty_kernel(inputs.device)), ("fused", fused),
-                                                 ("attention only", attention_only)]
+    rows: list[tuple[str, Callable[[], Any]]] = [("floor (empty kernel)", _empty_kernel(inputs.device)),
+                                                 ("fused", fused), ("attention only", attention_only)]
     if saved:
         rows.append(("combine only", lambda: combine(*saved[0])))
     for name, field in (("dependent combine", "dependent_combine"), ("fused combine", "fused_combine")):
@@ -85,7 +85,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--cells", default=None, help="comma list of name fragments (default: the small-batch cells)")
-    parser.add_argument("--smoke", action="store_true", help="tiny cells on the CPU (Triton's interpreter): a plumbing check")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny cells on the CPU (Triton's interpreter): a plumbing check")
     args = parser.parse_args(argv)
     if args.smoke:
         environment_smoke_default()

@@ -8,7 +8,8 @@ to ``[total_q, h_q, d_v]`` so the harness can compare it with the reference.
 
 | provider     | call |
 |--------------|------|
-| fused        | ``attention.kernels.attention_forward`` on the cell's KV (paged cache / dense cache / thd); ``total_kv`` as a serving step knows it |
+| fused        | ``attention.kernels.attention_forward`` on the cell's KV (paged cache / dense cache / thd); |
+|              | ``total_kv`` as a serving step knows it |
 | fused_dense  | the same on the non-paged cache (paged cells only: the "non-paged" row) |
 | fused_dpa    | ``DotProductAttention(backend="fused")`` (selection cached after the first call) |
 | auto         | ``DotProductAttention()``: the automatic choice, named in the row's note |
@@ -145,7 +146,8 @@ class StaticKVCache:
     def step(self, layer_number: int, new_k: torch.Tensor, new_v: torch.Tensor, qkv_format: str) -> tuple:
         return (*self._cache, self.cu_seqlens_q, self.cu_seqlens_kv, self.max_sequence_length, "thd_2bshd")
 
-    def convert_paged_to_nonpaged(self, layer_number: int, rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def convert_paged_to_nonpaged(self, layer_number: int,
+                                  rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The dense copy, as InferenceParams's: ``rows`` sequences (the batch by default); the unfused backend asks
         for its batch's rows."""
         k, v = self._dense

@@ -57,7 +57,8 @@ def git_commit() -> str:
 
 
 def environment_header(device: torch.device, l2_flush: str = "read") -> dict[str, str]:
-    """The run's date, commit, GPU and versions, and ``l2_flush``: how graph replays flushed L2 (``benchmarks.timing``)."""
+    """The run's date, commit, GPU and versions, and ``l2_flush``: how graph replays flushed L2
+    (``benchmarks.timing``)."""
     import datetime
     import platform
 

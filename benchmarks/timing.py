@@ -25,9 +25,10 @@
   before it;
 * the window (``cfg.throughput_rep_ms``, default 300 ms; the settled cells, eager and graph replay
   alike): under the cap the clock keeps swinging (nvidia-smi: 1395-1980 MHz samples within one prefill
-  run), and do_bench's default 30 ms window catches one phase of it. On 2026-12-01 the same fused kernel timed through two entry points
-  (``fused`` and ``auto``) in one run differed by up to 11 % per cell with 30 ms windows, and by at most
-  2.4 % with 300 ms windows (four d128 cells, two runs each; docs/benchmarks_log.md, fourteenth session).
+  run), and do_bench's default 30 ms window catches one phase of it. On 2026-12-01 the same fused kernel timed
+  through two entry points (``fused`` and ``auto``) in one run differed by up to 11 % per cell with 30 ms
+  windows, and by at most 2.4 % with 300 ms windows (four d128 cells, two runs each; docs/benchmarks_log.md,
+  fourteenth session).
 """
 
 from __future__ import annotations

@@ -147,7 +147,8 @@ _append_op = torch.library.custom_op("inference::append_to_kv_cache", mutates_ar
 
 
 @_append_op.register_fake
-def _append_op_fake(new_k, new_v, k_cache, v_cache, page_table, cu_seqlens_q, cu_seqlens_kv, qkv_format, implementation) -> None:
+def _append_op_fake(new_k, new_v, k_cache, v_cache, page_table, cu_seqlens_q, cu_seqlens_kv, qkv_format,
+                    implementation) -> None:
     return None
 
 

@@ -25,8 +25,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         return [f"{conflict}: the tests that run the kernels fail or skip with this reason"] if conflict else []
     if not torch.cuda.is_available() or config.option.markexpr == "gpu":
         return []
-    return ["CUDA is visible and TRITON_INTERPRET unset, so Triton compiles the kernels for the GPU: the CPU tests that "
-            "hand them CPU tensors skip or fail here. `make test` runs the CPU suite as CI does (the GPU hidden)."]
+    return ["CUDA is visible and TRITON_INTERPRET unset, so Triton compiles the kernels for the GPU: the CPU tests "
+            "that hand them CPU tensors skip or fail here. `make test` runs the CPU suite as CI does "
+            "(the GPU hidden)."]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -54,9 +55,9 @@ def _clean_nvte_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(autouse=True)
 def _release_cached_gpu_memory():
-    """Give a test's cached CUDA blocks back after it: scripts/gpu_tests.sh runs its shards on one GPU at once, and on an
-    80 GB H100 (2026-12-05) one shard's cache of 42 GiB left the others out of memory (38 tests failed there, all
-    passing when run alone). Monkeypatch is undone after this teardown, so a CPU test's patches are still in place
+    """Give a test's cached CUDA blocks back after it: scripts/gpu_tests.sh runs its shards on one GPU at once, and
+    on an 80 GB H100 (2026-12-05) one shard's cache of 42 GiB left the others out of memory (38 tests failed there,
+    all passing when run alone). Monkeypatch is undone after this teardown, so a CPU test's patches are still in place
     here: ``torch.cuda.is_available`` may answer True on a CPU build (CUDA was never initialised then), and
     ``torch.cuda.device`` may be a stand-in, which torch reads unless the device is passed as its index (on a CUDA
     host that teardown errored, 2026-12-06)."""

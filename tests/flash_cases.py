@@ -132,7 +132,8 @@ def _cache(seqs: list[torch.Tensor], case: FlashCase, rows: int, table: torch.Te
 
 def build_call(case: FlashCase, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
                param_dtype: torch.dtype | None = None, device_type: str = "cuda",
-               compute_capability: tuple[int, int] | None = (9, 0), seed: int = 0) -> tuple[AttentionCall, torch.Tensor]:
+               compute_capability: tuple[int, int] | None = (9, 0),
+               seed: int = 0) -> tuple[AttentionCall, torch.Tensor]:
     """The call for ``case`` and the expected fp32 output in the query's format, ``[..., h, d_v]``."""
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
@@ -235,7 +236,8 @@ def cases_for(generation: int, gpu: bool = False) -> list[FlashCase]:
             FlashCase("thd", "padding", s_q=s, s_kv=s, d_qk=32, d_v=64),
         ]
         for fmt in ("bshd", "sbhd", "thd"):
-            cases.append(FlashCase(fmt, "padding_causal_bottom_right", s_q=4, s_kv=512, kv_cache="paged", page_size=256))
+            cases.append(FlashCase(fmt, "padding_causal_bottom_right", s_q=4, s_kv=512, kv_cache="paged",
+                                   page_size=256))
             cases.append(FlashCase(fmt, "padding_causal_bottom_right", s_q=1, s_kv=256, kv_cache="non_paged"))
         cases.append(FlashCase("thd", "padding", s_q=3, s_kv=512, kv_cache="paged", page_size=256, alibi=True))
         return _with_head_dim(cases, d)

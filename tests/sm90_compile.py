@@ -225,7 +225,8 @@ def hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
                           BOTTOM_RIGHT=bottom_right,
                           HAS_Q_START=starts, HAS_KV_START=starts, CONSUMER_REGISTERS=registers, PINGPONG=pingpong,
                           GROUPS=groups, maxnreg=168 if groups == 2 else 128)
-        label = (f"d{head_dim} {str(dtype)[6:]} {'causal' if causal else 'full'}{' bottom-right' if bottom_right else ''}"
+        label = (f"d{head_dim} {str(dtype)[6:]} {'causal' if causal else 'full'}"
+                 f"{' bottom-right' if bottom_right else ''}"
                  f"{' + starts' if starts else ''}{f' page {page_size}' if page_size else ''}"
                  f"{' 3 groups' if groups == 3 else ''}")
         launches.append((label, attention_fwd_hopper_kernel, args, constexprs, 4, 1))
@@ -311,7 +312,8 @@ def mixed_roles_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]
                 4 * head_dim, 8, 0.18, 256, 4096, 512, 64, 8)
         constexprs = dict(GROUP_SIZE=2, BLOCK_N=block_n, STAGES=stages, PAGE_SIZE=page_size, CAUSAL=causal,
                           BOTTOM_RIGHT=causal, HAS_Q_START=starts, HAS_KV_START=starts, LOG2_MAX_SEQS=8,
-                          DECODE_ROWS=decode_rows, PREFILL_SPLITS=splits, SPLITS_BLOCK=max(2, 1 << (splits - 1).bit_length()),
+                          DECODE_ROWS=decode_rows, PREFILL_SPLITS=splits,
+                          SPLITS_BLOCK=max(2, 1 << (splits - 1).bit_length()),
                           MERGE_ROWS=merge_rows, CONSUMER_REGISTERS=registers, maxnreg=maxnreg)
         label = (f"mixed roles d{head_dim} {f'page {page_size}' if page_size else 'non-paged'}"
                  f"{' causal' if causal else ''}, {splits} splits")
@@ -358,7 +360,8 @@ def decode_hopper_launches() -> list[tuple[str, Any, tuple, dict, int, int]]:
         args = (descriptor, descriptor, q, torch.zeros(256, 4, head_dim, dtype=torch.bfloat16), partial, partial,
                 cu, cu, cu, cu, cu, cu, 2, 2, 4, 0, 0, 0, 0, 4 * head_dim, 4 * head_dim, 8, 0.18, 4096, 512, 64, 8, 256,
                 2 * head_dim if gather else 0, 2 * head_dim if gather else 0)
-        constexprs = dict(GROUP_SIZE=max(2, heads), ROWS=rows, BLOCK_N=block_n, STAGES=ring, PAGE_SIZE=page_size, CAUSAL=causal,
+        constexprs = dict(GROUP_SIZE=max(2, heads), ROWS=rows, BLOCK_N=block_n, STAGES=ring, PAGE_SIZE=page_size,
+                          CAUSAL=causal,
                           BOTTOM_RIGHT=causal, HAS_Q_START=starts, HAS_KV_START=starts, WRITE_PARTIAL=write_partial,
                           FUSED_MERGE=write_partial, SPLITS_BLOCK=16, MERGE_ROWS=4, GATHER=gather, HEAD_DIM=head_dim,
                           HEADS=heads,

@@ -207,10 +207,12 @@ def make_inputs(case: Case, device: str | torch.device = "cpu") -> dict:
     elif case.softmax == "off-by-one":
         softmax_offset = torch.zeros(h)
     ref.update(qkv_format=case.fmt, attn_mask_type=case.mask, softmax_offset=softmax_offset)
-    return {"q": q, "k": k, "v": v, "module_kwargs": module_kwargs, "fwd": fwd, "ref": ref, "softmax_offset": softmax_offset}
+    return {"q": q, "k": k, "v": v, "module_kwargs": module_kwargs, "fwd": fwd, "ref": ref,
+            "softmax_offset": softmax_offset}
 
 
-def make_module(case: Case, inputs: dict, backend: str | None, device: str | torch.device = "cpu") -> DotProductAttention:
+def make_module(case: Case, inputs: dict, backend: str | None,
+                device: str | torch.device = "cpu") -> DotProductAttention:
     module = DotProductAttention(**inputs["module_kwargs"], backend=backend).to(device)
     if case.softmax == "learnable":
         with torch.no_grad():

@@ -26,7 +26,8 @@ def test_prefill_targets_read_the_right_cells_and_name_the_misses(tmp_path) -> N
     runs = {"a": targets.load(_prefill_run(tmp_path / "a.csv", 100.0)),
             "b": targets.load(_prefill_run(tmp_path / "b.csv", 90.0))}
     text = targets.report(runs)
-    lines = {line.split(" (#")[0].lstrip("| "): line for line in text.splitlines() if line.startswith(("| fused", "| paged"))}
+    lines = {line.split(" (#")[0].lstrip("| "): line for line in text.splitlines()
+             if line.startswith(("| fused", "| paged"))}
     # flash2: the worst cell is the 4x4k one (1.15x); both runs hold
     assert lines["fused >= 1.1x flash2, every cell"].count("1.150x (MHA full 4x4k); holds") == 3
     # flash4: only d128 cells with >= 4k keys count (16x1k at 0.5x does not); the errored 2x8k row is not read
@@ -122,7 +123,8 @@ def test_the_csvs_of_one_label_are_one_run(tmp_path) -> None:
     text = targets.report(runs)
     assert "| 1x8k p16 <= 20 µs (#6) | 25.00 µs (1x8k p16); **1 of 1 miss** | 19.00 µs (1x8k p16); holds |" in text
     assert "0.875x (M1); holds | 0.875x (M1); holds |" in text
-    assert targets.load_runs([f"x={tmp_path / 'a' / 'decode.csv'}", f"x={tmp_path / 'b' / 'mixed.csv'}"]).keys() == {"x"}
+    assert targets.load_runs([f"x={tmp_path / 'a' / 'decode.csv'}",
+                              f"x={tmp_path / 'b' / 'mixed.csv'}"]).keys() == {"x"}
 
 
 def test_a_suite_report_checks_the_targets_it_can(tmp_path) -> None:

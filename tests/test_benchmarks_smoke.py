@@ -248,7 +248,8 @@ def test_suite_smoke(module, tmp_path) -> None:
         whole = [r for r in rows if r.group == "M1"]
         assert {"fused (separately)", "best competitors (separately)", "best separately"} <= {r.provider for r in whole}
         parts = [[r.us for r in rows if r.cell == part.name and r.status == "ok"
-                  and r.provider in ("fused", *COMPETITORS)] for part in bench_mixed.cells(BenchConfig(device=torch.device("cpu"), smoke=True))[0].parts]
+                  and r.provider in ("fused", *COMPETITORS)]
+                 for part in bench_mixed.cells(BenchConfig(device=torch.device("cpu"), smoke=True))[0].parts]
         best = next(r for r in whole if r.provider == "best separately")
         assert best.us == pytest.approx(sum(map(min, parts)))   # the fastest provider of each part
         probe = [r for r in rows if "probe" in r.cell]

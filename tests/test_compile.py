@@ -118,7 +118,8 @@ def _cache_call(q, k, v, ip: InferenceParams, qkv_format: str, lengths: list[int
     """Forward arguments for one step: thd tokens as they are, bshd left-aligned rows."""
     if qkv_format == "thd":
         return (q, k, v), {"cu_seqlens_q": ip.cu_seqlens_q, "cu_seqlens_kv": ip.cu_seqlens_kv,
-                               "max_seqlen_q": max(lengths), "max_seqlen_kv": ip.max_sequence_length, "inference_params": ip}
+                               "max_seqlen_q": max(lengths), "max_seqlen_kv": ip.max_sequence_length,
+                               "inference_params": ip}
     rows = [torch.nn.utils.rnn.pad_sequence(list(t.split(lengths)), batch_first=True) for t in (q, k, v)]
     return tuple(rows), {"inference_params": ip}
 
@@ -152,7 +153,8 @@ def _decode_run(module, compiled, paged: bool, qkv_format: str, steps: int = 3):
             args, kwargs = _cache_call(q, k, v, ip, qkv_format, [1, 1])
             outs.append(run(*args, **kwargs))
         torch.testing.assert_close(outs[0], outs[1])
-    for compiled_cache, eager_cache in zip(caches[0].cache_manager.layer_cache(1), caches[1].cache_manager.layer_cache(1)):
+    for compiled_cache, eager_cache in zip(caches[0].cache_manager.layer_cache(1),
+                                           caches[1].cache_manager.layer_cache(1)):
         torch.testing.assert_close(compiled_cache, eager_cache)
 
 
@@ -440,7 +442,8 @@ def test_flash_backend_forward_has_no_graph_break(generation, layout, monkeypatc
     install_fake(monkeypatch, generation)
     page_size = 256 if generation == 2 else 16
     case = {"bshd-causal": FlashCase("bshd", attn_mask_type="causal"), "thd": FlashCase("thd"),
-            "thd-paged-decode": FlashCase("thd", kv_cache="paged", page_size=page_size, s_q=1, s_kv=2 * page_size)}[layout]
+            "thd-paged-decode": FlashCase("thd", kv_cache="paged", page_size=page_size, s_q=1,
+                                          s_kv=2 * page_size)}[layout]
     call, expected = build_call(case, param_dtype=torch.bfloat16)
     backend = registry()[f"flash{generation}"]
     explanation = torch._dynamo.explain(backend.forward)(call)

@@ -393,8 +393,8 @@ def test_kv_heads_share_a_tile_only_on_unsplit_walks_that_fill_the_programs(monk
                                                                           num_seqs: int, max_seqlen_kv: int,
                                                                           per_item: int) -> None:
     """The rule takes two GQA heads an item when one-head items take one split and half as many items still fill
-    90 % of the programs (32 x 2k: 128 items on 132 SMs; 29 x 2k: 116); split walks (8 x 4k, 1 x 8k) keep one head, whose split
-    count stays the one-head rule's."""
+    90 % of the programs (32 x 2k: 128 items on 132 SMs; 29 x 2k: 116); split walks (8 x 4k, 1 x 8k) keep one head,
+    whose split count stays the one-head rule's."""
     monkeypatch.setattr(hopper_forward, "_on_sm90", lambda q: True)
     plan = _plan(*_paged_decodes(num_seqs=num_seqs), max_seqlen_kv=max_seqlen_kv)
     assert plan.kv_heads_per_item == per_item

@@ -30,7 +30,8 @@ def _plan(num_decodes: int = 64, page_size: int = 16):
 
 
 @pytest.mark.parametrize("switch, page_size, planned", [
-    (None, 16, MixedHopperPlan),  # opt-in: not faster than the mixed kernel on M2 when built (docs/benchmarks_log.md, thirty-fourth session)
+    # opt-in: not faster than the mixed kernel on M2 when built (docs/benchmarks_log.md, thirty-fourth session)
+    (None, 16, MixedHopperPlan),
     ("0", 16, MixedHopperPlan),
     ("1", 16, MixedRolesPlan),
     ("1", 64, MixedRolesPlan),

@@ -433,7 +433,8 @@ def test_defaults_follow_te():
     assert params.total_num_pages == 2 * 3 and params.head_dim_v == 4
     assert params.cache_manager.page_table.shape == (2, 3)
     assert params.max_ctx_len == 10
-    assert params.device == (torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu"))
+    assert params.device == (torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available()
+                             else torch.device("cpu"))
     assert isinstance(params.cache_manager, PagedKVCacheManager)
     assert isinstance(InferenceParams(2, 10, 1, 4, torch.float16).cache_manager, NonPagedKVCacheManager)
 

@@ -740,7 +740,8 @@ def test_nvte_switch_zero_disables(monkeypatch):
     q, k, v = qkv()
     with pytest.raises(ValueError, match="No dot product attention backend is available") as err:
         module(backend=None)(q, k, v)
-    assert "unfused" not in str(err.value).split("Backends tried")[1].replace("disabled by environment: fused, unfused", "")
+    assert "unfused" not in str(err.value).split("Backends tried")[1].replace(
+        "disabled by environment: fused, unfused", "")
     monkeypatch.setenv("NVTE_UNFUSED_ATTN", "1")
     m = module(backend=None)
     m(q, k, v)

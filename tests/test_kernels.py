@@ -334,7 +334,8 @@ def test_out_of_range_tile_programs_exit_and_total_q_bound() -> None:
     case = C((3, 0, 5, 1), (3, 0, 8, 6), layout="cache", heads=(4, 2), causal=True, bottom_right=True)
     for total_q in (9, 40):
         inputs = build_inputs(case)
-        attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"], **{**inputs["call"], "total_q": total_q})
+        attention_forward(inputs["q"], inputs["k"], inputs["v"], inputs["out"],
+                          **{**inputs["call"], "total_q": total_q})
         check_output(case, inputs)
 
 
@@ -363,7 +364,8 @@ def _bad_call(**overrides):
     ids=lambda x: x if isinstance(x, str) else None,
 )
 def test_bad_arguments_raise_value_error(overrides: dict, message: str) -> None:
-    overrides = {key: value.to(DEVICE) if isinstance(value, torch.Tensor) else value(DEVICE) if callable(value) else value
+    overrides = {key: value.to(DEVICE) if isinstance(value, torch.Tensor)
+                 else value(DEVICE) if callable(value) else value
                  for key, value in overrides.items()}
     with pytest.raises(ValueError, match=message):
         _bad_call(**overrides)()
@@ -387,7 +389,8 @@ def test_cpu_tensors_outside_the_interpreter_are_refused_naming_the_kernel(monke
         (dict(num_seqs=1, num_kv_heads=8, total_q=1, max_seqlen_q=1, max_seqlen_kv=32768), 64),  # long decode
         (dict(num_seqs=8, num_kv_heads=8, total_q=8, max_seqlen_q=1, max_seqlen_kv=4096), 8),  # small batch
         (dict(num_seqs=64, num_kv_heads=8, total_q=64, max_seqlen_q=1, max_seqlen_kv=4096), 1),  # full GPU
-        (dict(num_seqs=32, num_kv_heads=8, total_q=32, max_seqlen_q=1, max_seqlen_kv=2048), 2),  # ~2 per SM: fill, a power of 2
+        # ~2 per SM: fill, a power of 2
+        (dict(num_seqs=32, num_kv_heads=8, total_q=32, max_seqlen_q=1, max_seqlen_kv=2048), 2),
         (dict(num_seqs=64, num_kv_heads=8, total_q=64, max_seqlen_q=1, max_seqlen_kv=32768), 8),  # ragged: balance
         (dict(num_seqs=32, num_kv_heads=8, total_q=128, max_seqlen_q=4, max_seqlen_kv=4096), 2),  # verify 4 tokens
         (dict(num_seqs=1, num_kv_heads=8, total_q=1, max_seqlen_q=1, max_seqlen_kv=256), 1),  # <= 4 tiles
@@ -407,8 +410,9 @@ def test_mqa_decode_splits_half_as_often() -> None:
     assert choose_num_splits(**sizes) == 8
 
 
-@pytest.mark.parametrize("group_size, max_seqlen_q, d, block_m", [(4, 1, 128, 16), (8, 4, 128, 32), (4, 2048, 128, 128),
-                                                                   (4, 2048, 256, 128), (64, 1, 64, 64), (7, 1, 128, 16)])
+@pytest.mark.parametrize("group_size, max_seqlen_q, d, block_m", [(4, 1, 128, 16), (8, 4, 128, 32),
+                                                                   (4, 2048, 128, 128), (4, 2048, 256, 128),
+                                                                   (64, 1, 64, 64), (7, 1, 128, 16)])
 def test_config_packs_group_into_rows(group_size: int, max_seqlen_q: int, d: int, block_m: int) -> None:
     config = select_forward_config(head_dim_qk=d, head_dim_v=d, group_size=group_size,
                                    max_seqlen_q=max_seqlen_q, interpret=False)
@@ -494,7 +498,8 @@ def test_rotated_kv_walk_matches_the_reference(layout: str, prefetch: bool, wind
 
 @pytest.mark.parametrize("layout", ["bshd", "sbhd", "thd", "cache", "paged"])
 @pytest.mark.parametrize("options", [dict(causal=True, bottom_right=True), dict(window=(9, 3), d_qk=24),
-                                     dict(causal=True, num_splits=3, alibi="bh")], ids=["causal", "window-d24", "splits-alibi"])
+                                     dict(causal=True, num_splits=3, alibi="bh")],
+                         ids=["causal", "window-d24", "splits-alibi"])
 def test_tma_descriptors_match_the_reference(layout: str, options: dict) -> None:
     """config.tma (opt-in): K/V through tensor descriptors; non-paged ones zero rows past each
     sequence, paged ones (a page per tile) read stale slots, which the kernel must zero (NaN here)."""
@@ -645,7 +650,8 @@ def test_a_new_alignment_or_dtype_gets_its_own_plan(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(attention_fwd, "_plans", {})
     case = C((3, 2), (5, 7), layout="bshd", causal=True, bottom_right=True)
     inputs = build_inputs(case)
-    call = lambda q, **extra: attention_forward(q, inputs["k"], inputs["v"], inputs["out"], **{**inputs["call"], **extra})
+    call = lambda q, **extra: attention_forward(q, inputs["k"], inputs["v"], inputs["out"],
+                                                **{**inputs["call"], **extra})
     call(inputs["q"])
     check_output(case, inputs)
     shifted = torch.empty(inputs["q"].numel() + 1, dtype=inputs["q"].dtype, device=DEVICE)[1:]

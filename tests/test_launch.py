@@ -132,7 +132,8 @@ def test_tensor_key_keeps_what_triton_specializes_a_tensor_on(change):
     binder = create_function_from_signature(fn.signature, fn.params, make_backend(GPUTarget("cuda", 90, 32)))
     base = torch.zeros(64, dtype=torch.float16)
     other = {"misaligned": torch.zeros(65, dtype=torch.float16)[1:], "dtype": torch.zeros(64),
-             "shape": torch.zeros(128, dtype=torch.float16), "strides": torch.zeros(64, 2, dtype=torch.float16)[:, 0]}[change]
+             "shape": torch.zeros(128, dtype=torch.float16),
+             "strides": torch.zeros(64, 2, dtype=torch.float16)[:, 0]}[change]
 
     def specialization(x):
         return repr(binder(x, base, BLOCK=16)[1])

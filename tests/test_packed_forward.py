@@ -149,8 +149,8 @@ def test_zero_tail_writes_zeros_past_the_last_sequence(monkeypatch: pytest.Monke
     for zero_tail in (False, True):
         attention_fwd.packed_attention_forward(
             padded_q, inputs["k"], inputs["v"], out, len(case.q_lens), a["cu_seqlens_q"], a["cu_seqlens_kv"],
-            a["cu_seqlens_q"], None, a.get("page_table"), a["max_seqlen_q"], a["max_seqlen_kv"], padded_q.shape[0], a["softmax_scale"],
-            True, -1, 0, True, None, None, a["num_splits"], zero_tail)
+            a["cu_seqlens_q"], None, a.get("page_table"), a["max_seqlen_q"], a["max_seqlen_kv"], padded_q.shape[0],
+            a["softmax_scale"], True, -1, 0, True, None, None, a["num_splits"], zero_tail)
         tail = out[real:]
         assert bool((tail == 0).all()) if zero_tail else bool((tail == SENTINEL).all())
     inputs["out"][0][:real].copy_(out[:real])  # (sequences back to back: the case's q_start is the cu_seqlens)

@@ -140,7 +140,8 @@ def test_gradients_match_the_reference(name):
     for label, g, r in zip(names, grads, r_grads):
         assert g.dtype == (q.dtype if label != "dsoftmax_offset" else offset.dtype)
         assert torch.isfinite(g).all(), label
-        torch.testing.assert_close(g.float(), r.float(), atol=atol * 10, rtol=rtol * 10, msg=lambda m, label=label: f"{label}: {m}")
+        torch.testing.assert_close(g.float(), r.float(), atol=atol * 10, rtol=rtol * 10,
+                                   msg=lambda m, label=label: f"{label}: {m}")
 
 
 def test_learnable_offset_is_trained_and_off_by_one_is_not():

@@ -14,7 +14,8 @@ import torch
 from attention.params import AttentionParams
 
 ALL_MASKS = frozenset(
-    {"no_mask", "padding", "causal", "padding_causal", "causal_bottom_right", "padding_causal_bottom_right", "arbitrary"}
+    {"no_mask", "padding", "causal", "padding_causal", "causal_bottom_right", "padding_causal_bottom_right",
+     "arbitrary"}
 )
 
 

@@ -316,7 +316,8 @@ class Flash2Backend(_FlashBackend):
             reasons += self._feature_reason(pkg, "sliding window", V2_WINDOW, "flash_attn_func", "window_size")
         if p.core_attention_bias_type == "alibi":
             reasons += self._feature_reason(pkg, "ALiBi", V2_ALIBI, "flash_attn_func", "alibi_slopes")
-            if p.max_seqlen_q != p.max_seqlen_kv and not resolve_bottom_right(p.attn_mask_type, p.bottom_right_diagonal):
+            if (p.max_seqlen_q != p.max_seqlen_kv
+                    and not resolve_bottom_right(p.attn_mask_type, p.bottom_right_diagonal)):
                 reasons.append("ALiBi with max_seqlen_q != max_seqlen_kv needs bottom-right alignment")
         if p.deterministic and p.requires_grad:
             reasons += self._feature_reason(pkg, "deterministic backward", V2_DETERMINISTIC, "flash_attn_func",
@@ -443,7 +444,8 @@ class Flash3Backend(_FlashBackend):
         reasons = _num_splits_cap(p, "flash-attn 3")
         if p.num_splits != 1 and pkg.module is not None:
             function = "flash_attn_with_kvcache" if p.kv_cache != "none" else (
-                "flash_attn_varlen_func" if p.qkv_format == "thd" or has_padding(p.attn_mask_type) else "flash_attn_func")
+                "flash_attn_varlen_func" if p.qkv_format == "thd" or has_padding(p.attn_mask_type)
+                else "flash_attn_func")
             if not flash_probe.accepts_keyword(getattr(pkg.module, function, None), "num_splits"):
                 reasons.append(f"num_splits != 1: this flash-attn 3 build's {function} takes no num_splits")
         d_qk, d_v = p.head_dim_qk, p.head_dim_v
@@ -564,7 +566,8 @@ class Flash4Backend(_FlashBackend):
                 reasons.append(f"this flash-attn-4's ({pkg.version_text}) sm90 backward has no varlen (thd or padding "
                                "masks)")
         if (major == 9 and p.deterministic and p.requires_grad
-                and not flash_probe.accepts_keyword(getattr(module, "FlashAttentionBackwardSm90", None), "deterministic")):
+                and not flash_probe.accepts_keyword(getattr(module, "FlashAttentionBackwardSm90", None),
+                                                    "deterministic")):
             reasons.append(f"this flash-attn-4 ({pkg.version_text}) has no deterministic backward on sm90")
         if p.softmax_type != "vanilla":
             if not flash_probe.accepts_keyword(getattr(module, "flash_attn_varlen_func", None), "learnable_sink"):

@@ -109,7 +109,8 @@ def _hd256_refuses_seqused(module: Any, backward: bool) -> bool:
     if backward:
         probes.append((("_flash_attn_bwd", "BlackwellFusedMultiHeadAttentionBackward"),
                        f"{_HD256_BWD} seqused_q/seqused_k"))
-    return any(flash_probe.source_mentions(getattr(module, name, None), text) for names, text in probes for name in names)
+    return any(flash_probe.source_mentions(getattr(module, name, None), text)
+               for names, text in probes for name in names)
 
 
 def installed_sink_dtype() -> torch.dtype:

@@ -109,7 +109,8 @@ def overwritten_reason(generation: int) -> str | None:
             digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
             if digest != entry.hash.value:
                 return (f"{_LABELS[generation]}'s {owned} was overwritten by another package (flash-attn 2 ships an "
-                        f"old flash_attn/cute): reinstall it last (pip install --force-reinstall --no-deps flash-attn-4)")
+                        f"old flash_attn/cute): reinstall it last (pip install --force-reinstall "
+                        f"--no-deps flash-attn-4)")
             return None
     return None
 

@@ -115,7 +115,8 @@ class FusedBackend(Backend):
                 if interpreter_enabled() else "") + "; move the inputs to CUDA")
         if params.device_type == "cpu" and params.dtype == torch.bfloat16:
             # (triton 3.6 to 3.9: errors of ~1e9 against the fp32 reference)
-            reasons.append("bfloat16 on CPU: the Triton interpreter's tl.dot gets it wrong; use float16 or float32 there")
+            reasons.append("bfloat16 on CPU: the Triton interpreter's tl.dot gets it wrong; "
+                           "use float16 or float32 there")
         if params.dtype == torch.float32 and not kernels_interpreted():
             reasons.append("float32 runs only under TRITON_INTERPRET=1 (tests)"
                            + ("; on CUDA use float16 or bfloat16" if params.device_type == "cuda" else ""))

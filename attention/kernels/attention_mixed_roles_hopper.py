@@ -349,7 +349,8 @@ def attention_mixed_roles_hopper_kernel(
     page_table_stride, qk_scale, tail_rows, stride_part_split, stride_part_token, stride_lse_split,
     stride_lse_token,
     GROUP_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PAGE_SIZE: gl.constexpr,
-    CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr, HAS_KV_START: gl.constexpr, LOG2_MAX_SEQS: gl.constexpr,
+    CAUSAL: gl.constexpr, BOTTOM_RIGHT: gl.constexpr, HAS_Q_START: gl.constexpr, HAS_KV_START: gl.constexpr,
+    LOG2_MAX_SEQS: gl.constexpr,
     DECODE_ROWS: gl.constexpr, PREFILL_SPLITS: gl.constexpr, SPLITS_BLOCK: gl.constexpr, MERGE_ROWS: gl.constexpr,
     CONSUMER_REGISTERS: gl.constexpr,
 ):

@@ -488,8 +488,8 @@ def choose_num_splits(
       32x2k: 2 splits 85.1 (1: 106.7, 3: 97.6, 4: 89.8); 32x4k verify q4: 2 splits 150.3 (3: 172.1);
       64x4k: 1 split 266.8 (2: 273.3); 32x32k: 2, 4 or 8 splits ~1000 (1: 1490, 3: 1151);
       MQA 32/1 64x4k: 4 splits 69.8, 8: 75.7 (9: 79.0) (commit 0e8bdd5: 4 splits 59.2, 8: 65.3);
-      ragged 64 (mean 4k, max 32k): 8 splits 373.8, 16: 356.4 (1: 1214). Odd split counts measured consistently slower than their power-of-two
-      neighbours.
+      ragged 64 (mean 4k, max 32k): 8 splits 373.8, 16: 356.4 (1: 1214). Odd split counts measured consistently
+      slower than their power-of-two neighbours.
 
     Example:
         >>> choose_num_splits(num_seqs=1, num_kv_heads=8, total_q=1, max_seqlen_q=1,

@@ -61,7 +61,8 @@ def test_decode_step_replays_in_a_cuda_graph(is_paged):
                              page_size=16 if is_paged else None, device="cuda")
     params.allocate_memory(1)
     params.pre_step(OrderedDict((seq_id, 8) for seq_id in range(max_batch_size)))  # warm-up prefill
-    params.step(1, *(torch.randn(max_batch_size, 8, heads_kv, head_dim, device="cuda", dtype=torch.bfloat16),) * 2, "bshd")
+    params.step(1, *(torch.randn(max_batch_size, 8, heads_kv, head_dim, device="cuda", dtype=torch.bfloat16),) * 2,
+                "bshd")
     new_k = torch.zeros(max_batch_size, 1, heads_kv, head_dim, device="cuda", dtype=torch.bfloat16)
     new_v = torch.zeros_like(new_k)
     params.pre_step(OrderedDict((seq_id, 1) for seq_id in range(max_batch_size)))

@@ -52,8 +52,10 @@ VARIANTS = [
     ("fused_combine", "decode"), ("fused_combine", "paged"), ("fused_combine+prefetch_page_ids", "paged256"),
     ("tma", "paged256"), ("tma+prefetch_page_ids+fused_combine", "paged256"),
     ("int32_offsets", "paged"), ("int32_offsets", "decode"),
-    ("dependent_combine", "decode"), ("dependent_combine", "paged"), ("runtime_page_size", "paged"), ("runtime_page_size+transposed_k_loads+prefetch_page_ids", "paged256"),
-    ("transposed_k_loads", "decode"), ("transposed_k_loads+int32_offsets", "paged"), ("heavy_tiles_first", "thd"), ("heavy_tiles_first+small_block_m+prefetch_page_ids+int32_offsets", "paged"),
+    ("dependent_combine", "decode"), ("dependent_combine", "paged"), ("runtime_page_size", "paged"),
+    ("runtime_page_size+transposed_k_loads+prefetch_page_ids", "paged256"),
+    ("transposed_k_loads", "decode"), ("transposed_k_loads+int32_offsets", "paged"), ("heavy_tiles_first", "thd"),
+    ("heavy_tiles_first+small_block_m+prefetch_page_ids+int32_offsets", "paged"),
     ("page_granular_tiles", "paged"),
     ("page_granular_tiles+small_block_m+prefetch_page_ids+int32_offsets+heavy_tiles_first", "paged"),
 ]
