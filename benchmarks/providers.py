@@ -8,8 +8,7 @@ to ``[total_q, h_q, d_v]`` so the harness can compare it with the reference.
 
 | provider     | call |
 |--------------|------|
-| fused        | ``attention.kernels.attention_forward`` on the cell's KV (paged cache / dense cache / thd); |
-|              | ``total_kv`` as a serving step knows it |
+| fused        | ``attention.kernels.attention_forward`` on the cell's KV (paged / dense / thd), a step's ``total_kv`` |
 | fused_dense  | the same on the non-paged cache (paged cells only: the "non-paged" row) |
 | fused_dpa    | ``DotProductAttention(backend="fused")`` (selection cached after the first call) |
 | auto         | ``DotProductAttention()``: the automatic choice, named in the row's note |
