@@ -112,8 +112,7 @@ def padding_cu_seqlens(
         if not isinstance(m, torch.Tensor) or m.dtype != torch.bool or tuple(m.shape) != (batch, 1, 1, s):
             raise ValueError(
                 f"attention_mask for the {which} side must be a bool [b,1,1,s] = [{batch},1,1,{s}] tensor "
-                f"(True = padded); "
-                f"got {_describe(m)}"
+                f"(True = padded); got {_describe(m)}"
             )
         if m.device != device and m.device.type != "cpu":   # (its lengths are counted where it is)
             raise ValueError(f"attention_mask for the {which} side must be on the inputs' device ({device}) or the "
