@@ -36,7 +36,6 @@ from benchmarks import (
 from benchmarks.cells import Cell, Inputs, Problem
 from benchmarks.config import BenchConfig
 from benchmarks.harness import COMPETITORS
-from tests.cpu_fused import skip_without_cpu_fused
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -437,11 +436,10 @@ def test_a_provider_that_skips_a_page_of_a_long_context_is_flagged(monkeypatch) 
     assert flash4.status == "mismatch" and "relative" in flash4.note, (flash4.status, flash4.note)
 
 
-def test_config_sweep_runs_every_variant_and_agrees_with_the_default() -> None:
+def test_config_sweep_runs_every_variant_and_agrees_with_the_default(cpu_fused) -> None:
     """benchmarks/sweep.py on two tiny cells: each variant runs and matches the default's output."""
     from benchmarks import sweep
 
-    skip_without_cpu_fused()
     cfg = BenchConfig(device=torch.device("cpu"), smoke=True)
     measured: list[sweep.Measured] = []
     for cell in (bench_decode.cells(cfg)[1], bench_prefill.cells(cfg)[0]):
@@ -455,12 +453,11 @@ def test_config_sweep_runs_every_variant_and_agrees_with_the_default() -> None:
     assert set(picked) == {"decode/paged", "prefill/contiguous"}
 
 
-def test_latency_breakdown_times_every_part(tmp_path) -> None:
+def test_latency_breakdown_times_every_part(tmp_path, cpu_fused) -> None:
     """benchmarks/latency_breakdown.py on the smoke cells: each split-KV cell gets the floor, the whole
     call, the attention grid alone, the combine alone and both alternatives, with no errors."""
     from benchmarks import latency_breakdown
 
-    skip_without_cpu_fused()
     out = tmp_path / "breakdown.md"
     latency_breakdown.main(["--smoke", "--out", str(out), "--cells", "MQA"])
     rows = [line.split("|")[2].strip() for line in out.read_text().splitlines()[2:]]
@@ -469,11 +466,10 @@ def test_latency_breakdown_times_every_part(tmp_path) -> None:
     assert "error" not in out.read_text()
 
 
-def test_sweep_compiles_its_variants_in_worker_processes() -> None:
+def test_sweep_compiles_its_variants_in_worker_processes(cpu_fused) -> None:
     """--compile-workers: two spawned processes share one small cell's variants and run each once."""
     from benchmarks import sweep
 
-    skip_without_cpu_fused()
     cfg = BenchConfig(device=torch.device("cpu"), smoke=True)
     cell = bench_decode.cells(cfg)[1]
     done = sweep.compile_in_parallel("decode", [cell.name], True, 2, time.monotonic() + 300, "cpu", True)
@@ -548,8 +544,7 @@ def test_env_ab_sets_and_restores_the_environment(monkeypatch) -> None:
     assert os.environ["ATTN_ENV_AB_KEPT"] == "before" and "ATTN_ENV_AB_NEW" not in os.environ
 
 
-def test_env_ab_alternates_variants_and_compares_outputs(capsys, tmp_path) -> None:
-    skip_without_cpu_fused()
+def test_env_ab_alternates_variants_and_compares_outputs(capsys, tmp_path, cpu_fused) -> None:
     measurements = env_ab.main(["--smoke", "--quiet", "--cells", "chunk 16 on 64 prefix p16", "--rounds", "2",
                                 "--variant", "general=ATTN_FUSED_HOPPER=0", "--out", str(tmp_path)])
     assert [(m.round, m.variant) for m in measurements] == [
@@ -564,8 +559,7 @@ def test_env_ab_alternates_variants_and_compares_outputs(capsys, tmp_path) -> No
     assert len((tmp_path / "env_ab.csv").read_text().splitlines()) == 1 + len(measurements)
 
 
-def test_env_ab_times_the_module_with_fused_dpa_and_refuses_other_providers(capsys, tmp_path) -> None:
-    skip_without_cpu_fused()
+def test_env_ab_times_the_module_with_fused_dpa_and_refuses_other_providers(capsys, tmp_path, cpu_fused) -> None:
     measurements = env_ab.main(["--smoke", "--quiet", "--cells", "chunk 16 on 64 prefix p16", "--rounds", "1",
                                 "--providers", "fused_dpa", "--variant",
                                 "one=ATTN_FUSED_HOPPER_MIXED_DEVICE_RULE=0", "--out", str(tmp_path)])
@@ -604,8 +598,7 @@ def test_tree_ab_names_the_files_a_tree_changes(tmp_path) -> None:
     assert lines[1].endswith("differs from `a` in `attention/kernel.py`, `benchmarks/new.py`")
 
 
-def test_tree_ab_alternates_trees_in_processes_and_tabulates(capsys, tmp_path) -> None:
-    skip_without_cpu_fused()
+def test_tree_ab_alternates_trees_in_processes_and_tabulates(capsys, tmp_path, cpu_fused) -> None:
     measurements = tree_ab.main(["--tree", f"a={ROOT}", "--tree", f"b={ROOT}", "--cells", "chunk 16 on 64 prefix p16",
                                  "--rounds", "1", "--passes", "2", "--out", str(tmp_path), "--", "--smoke"])
     assert [(m.tree, m.pass_) for m in measurements] == [("a", 0), ("b", 0), ("b", 1), ("a", 1)]
@@ -618,8 +611,7 @@ def test_tree_ab_alternates_trees_in_processes_and_tabulates(capsys, tmp_path) -
     assert len((tmp_path / "tree_ab.csv").read_text().splitlines()) == 1 + len(measurements)
 
 
-def test_run_cell_calls_the_named_cells_providers_and_says_which_cannot(capsys) -> None:
-    skip_without_cpu_fused()
+def test_run_cell_calls_the_named_cells_providers_and_says_which_cannot(capsys, cpu_fused) -> None:
     done = run_cell.main(["--smoke", "--cells", "chunk 16 on 64 prefix p16", "--providers", "fused,flash4",
                           "--calls", "2"])
     assert done[0] == ("chunk 16 on 64 prefix p16", "fused", "ran 2 calls")
