@@ -4,7 +4,8 @@ The kernels are jitted lazily, once per value of ``TRITON_INTERPRET``, so tests 
 CPU tensors through the interpreter (fp16/fp32 only there) in the same process as GPU code. So they call no
 function of ``triton.language`` that Triton jits itself (``tl.sum``, ``tl.zeros``: jitted for the GPU where
 Triton was imported without the interpreter, which then refuses to call them): builtins only, and ``_add``, a
-reduction's combine function, which the interpreter calls as plain Python.
+reduction's combine function, which the interpreter calls as plain Python and the compiler takes as a JIT function
+in either mode.
 """
 
 from __future__ import annotations
@@ -23,9 +24,14 @@ from attention.kernels.launch import KernelLaunch, tensor_key
 __all__ = ["append_triton", "reindex_triton"]
 
 
-@triton.jit
-def _add(a, b):
+def _add_values(a, b):
     return a + b
+
+
+_add = triton.runtime.JITFunction(_add_values)
+"""``_add_values`` as the compiler's JIT function whatever TRITON_INTERPRET was at import: ``triton.jit`` there
+would make it the interpreter's, which the compiler refuses to reference (a process that imported this module
+under the interpreter, then compiled the append for the GPU, failed so on a CUDA host)."""
 
 
 def _append_kernel(

@@ -111,6 +111,10 @@ def test_non_contiguous_new_tokens_are_read_through_strides(implementation, monk
 def test_reindex_moves_rows(implementation, destination_rows, source_rows, monkeypatch):
     if implementation == "triton":
         pytest.importorskip("triton")
+        from attention.kernels.availability import interpreter_numpy_conflict
+
+        if interpreter_numpy_conflict():   # the re-index takes its loop bound from an argument
+            pytest.skip(interpreter_numpy_conflict())
         monkeypatch.setenv("TRITON_INTERPRET", "1")
     k_cache = torch.randn(4, 10, NUM_HEADS_KV, HEAD_DIM_K)
     v_cache = torch.randn(4, 10, NUM_HEADS_KV, HEAD_DIM_V)
@@ -155,6 +159,41 @@ def test_the_append_runs_in_the_interpreter_after_triton_was_imported_for_the_gp
     result = subprocess.run([sys.executable, "-c", _APPEND_AFTER_A_GPU_IMPORT], cwd=root, env=env,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and result.stdout.strip() == "appended", result.stderr[-3000:]
+
+
+# The other way round: the kernels' modules imported under the interpreter (a CPU test), the append then compiled for
+# the GPU (a GPU test in the same process). Its combine function, made by triton.jit while the interpreter was on,
+# was the interpreter's, which the compiler refuses to reference (17 serving-simulation tests failed so on an H100
+# host, 2026-12-06). Compiled here for sm90, which needs no GPU.
+_COMPILE_AFTER_AN_INTERPRETER_IMPORT = """
+import os
+os.environ["TRITON_INTERPRET"] = "1"
+import attention.kernels.attention_fwd
+import inference.kv_append_triton
+del os.environ["TRITON_INTERPRET"]
+from tests.sm90_compile import _private_api_missing, compile_for_sm90, recorded_launches
+missing = _private_api_missing()
+if missing:
+    print("SKIP", missing)
+else:
+    for label, fn, args, constexprs, warps, stages in recorded_launches([]):
+        compile_for_sm90(fn, args, constexprs, warps, stages)
+        print("ok", label)
+"""
+
+
+def test_the_append_compiles_for_the_gpu_after_an_import_under_the_interpreter():
+    pytest.importorskip("triton")
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {
+        "PYTHONPATH": str(root), "CUDA_VISIBLE_DEVICES": ""}
+    result = subprocess.run([sys.executable, "-c", _COMPILE_AFTER_AN_INTERPRETER_IMPORT], cwd=root, env=env,
+                            capture_output=True, text=True, timeout=300)
+    if result.stdout.startswith("SKIP"):
+        pytest.skip(result.stdout.strip())
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["ok", "KV", "append", "thd", "ok", "KV", "append", "bshd",
+                                     "ok", "KV", "append", "sbhd"], result.stdout
 
 
 def test_reindex_on_cpu_tensors_outside_the_interpreter_names_its_kernel(monkeypatch):
