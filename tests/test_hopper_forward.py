@@ -126,7 +126,8 @@ def test_a_zero_tail_launch_adds_the_tail_programs_and_no_memset(monkeypatch: py
 
 
 @pytest.mark.parametrize("qkv_format", ["thd", "bshd"])
-def test_the_module_hands_a_hopper_plan_its_flat_output(monkeypatch: pytest.MonkeyPatch, qkv_format: str) -> None:
+def test_the_module_hands_a_hopper_plan_its_flat_output(monkeypatch: pytest.MonkeyPatch, qkv_format: str,
+                                                       cpu_fused: None) -> None:
     """DotProductAttention -> fused backend -> packed_attention_forward -> HopperPlan, the kernel stubbed: the
     launch writes the module's own (heads-flattened) output, rows H * D apart."""
     from attention import DotProductAttention
