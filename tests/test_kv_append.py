@@ -113,8 +113,8 @@ def test_reindex_moves_rows(implementation, destination_rows, source_rows, monke
         pytest.importorskip("triton")
         from attention.kernels.availability import interpreter_numpy_conflict
 
-        if interpreter_numpy_conflict():   # the re-index takes its loop bound from an argument
-            pytest.skip(interpreter_numpy_conflict())
+        if conflict := interpreter_numpy_conflict():   # the re-index takes its loop bound from an argument
+            pytest.skip(conflict)
         monkeypatch.setenv("TRITON_INTERPRET", "1")
     k_cache = torch.randn(4, 10, NUM_HEADS_KV, HEAD_DIM_K)
     v_cache = torch.randn(4, 10, NUM_HEADS_KV, HEAD_DIM_V)
@@ -151,13 +151,18 @@ print("appended")
 """
 
 
-def test_the_append_runs_in_the_interpreter_after_triton_was_imported_for_the_gpu():
-    pytest.importorskip("triton")
+def _run_without_a_gpu(code: str) -> subprocess.CompletedProcess:
+    """``code`` in a fresh Python process at the repository root, no GPU visible, TRITON_INTERPRET unset."""
     root = Path(__file__).resolve().parents[1]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {
         "PYTHONPATH": str(root), "CUDA_VISIBLE_DEVICES": ""}
-    result = subprocess.run([sys.executable, "-c", _APPEND_AFTER_A_GPU_IMPORT], cwd=root, env=env,
-                            capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_the_append_runs_in_the_interpreter_after_triton_was_imported_for_the_gpu():
+    pytest.importorskip("triton")
+    result = _run_without_a_gpu(_APPEND_AFTER_A_GPU_IMPORT)
     assert result.returncode == 0 and result.stdout.strip() == "appended", result.stderr[-3000:]
 
 
@@ -184,11 +189,7 @@ else:
 
 def test_the_append_compiles_for_the_gpu_after_an_import_under_the_interpreter():
     pytest.importorskip("triton")
-    root = Path(__file__).resolve().parents[1]
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {
-        "PYTHONPATH": str(root), "CUDA_VISIBLE_DEVICES": ""}
-    result = subprocess.run([sys.executable, "-c", _COMPILE_AFTER_AN_INTERPRETER_IMPORT], cwd=root, env=env,
-                            capture_output=True, text=True, timeout=300)
+    result = _run_without_a_gpu(_COMPILE_AFTER_AN_INTERPRETER_IMPORT)
     if result.stdout.startswith("SKIP"):
         pytest.skip(result.stdout.strip())
     assert result.returncode == 0, result.stderr[-3000:]
