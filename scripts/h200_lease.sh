@@ -24,7 +24,9 @@
 # Each call leaves $OUT/callN.tar.gz (all logs and reports so far).
 # Without .device/fa2-built: `fa2-build` as call1 (carry [".device/fa2"]; starts the build in the
 # background and runs the sweep), the other calls as above; call4 then waits for the build, packs it
-# into $OUT/fa2-built.part.* (keep them in .device/fa2-built/) and installs it.
+# into $OUT/fa2-built.part.* (keep them in .device/fa2-built/) and installs it. Other leases: `fa2-start` in
+# the first call (carry [".device/fa2"], then anything), `fa2-bring` in a later one, before flash-attn-4's install
+# (flash-attn 2's build writes a flash_attn/cute of its own).
 # Every pytest process runs with one OpenMP thread: eight shards of 16 threads each on 16 cores
 # stalled the serving simulations (2026-11-30: >150 s per test; 7-13 s with OMP_NUM_THREADS=1).
 set -u
@@ -48,6 +50,23 @@ shards() {  # shards NAME N SECONDS pytest-args... : the collected tests split r
 site() { python3 -c "import site; print(site.getsitepackages()[0])"; }
 fa2_ready() { python3 -c "import torch, flash_attn, flash_attn_2_cuda; print('flash-attn', flash_attn.__version__)"; }
 pack() { tar czf $OUT/$1.tar.gz -C /tmp lease; }
+fa2_start() {  # flash-attn 2's forward-only sm90 build, detached (it outlives the call); /tmp/fa/rc when it ends
+  mkdir -p /tmp/fa && tar xzf .device/fa2/flash_attn-2.8.3.post2.tar.gz -C /tmp/fa
+  ( cd /tmp/fa/flash_attn-2.8.3.post2
+    export MAX_JOBS=16 NVCC_THREADS=1 FLASH_ATTENTION_FORCE_BUILD=TRUE FLASH_ATTN_CUDA_ARCHS=90
+    export NVCC_APPEND_FLAGS="-DFLASHATTENTION_DISABLE_BACKWARD -DFLASHATTENTION_DISABLE_DROPOUT"
+    setsid nohup bash -c 'date +%s > /tmp/fa/start; python3 -m pip install --no-build-isolation --no-deps --no-index . > /tmp/fa/build.log 2>&1; echo $? > /tmp/fa/rc' >/dev/null 2>&1 </dev/null & )
+  echo "flash-attn 2 build started $(date +%T)"
+}
+fa2_bring() {  # SECONDS: wait that long at most for the build, then its parts into $OUT/fa2-built.part.* (42 MB in 15 MB
+               # parts; keep them in .device/fa2-built/ here) and the build's log tail into $OUT/fa2-build.log
+  while [ ! -f /tmp/fa/rc ] && [ $SECONDS -lt $1 ]; do sleep 5; done
+  echo "flash-attn 2 build: rc=$(cat /tmp/fa/rc 2>/dev/null || echo running), $(( $(date +%s) - $(cat /tmp/fa/start) )) s"
+  tail -20 /tmp/fa/build.log > $OUT/fa2-build.log
+  so=$(python3 -c "import torch, flash_attn_2_cuda; print(flash_attn_2_cuda.__file__)") && \
+    tar czf /tmp/fa2-built.tgz --exclude=flash_attn/cute -C "${so%/*}" "${so##*/}" flash_attn flash_attn-2.8.3.post2.dist-info && \
+    split -b 15M /tmp/fa2-built.tgz $OUT/fa2-built.part. && fa2_ready
+}
 environment() {
   { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
     python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
@@ -72,12 +91,7 @@ install_fa4() {
   python3 -m pip list 2>/dev/null | grep -iE "^(flash|nvidia-cutlass|torch |triton)" | tee -a $L/env.txt
 }
 bench() {
-  if [ -d /tmp/fa ] && ! fa2_ready >/dev/null 2>&1; then  # after fa2-build: wait, bring the build back
-    while [ ! -f /tmp/fa/rc ] && [ $SECONDS -lt 300 ]; do sleep 5; done
-    so=$(python3 -c "import torch, flash_attn_2_cuda; print(flash_attn_2_cuda.__file__)") && \
-      tar czf /tmp/fa2-built.tgz --exclude=flash_attn/cute -C "${so%/*}" "${so##*/}" flash_attn flash_attn-2.8.3.post2.dist-info && \
-      split -b 15M /tmp/fa2-built.tgz $OUT/fa2-built.part.
-  fi
+  [ ! -d /tmp/fa ] || [ -e $OUT/fa2-built.part.aa ] || fa2_bring 300   # after fa2-build: wait, bring it back
   fa2_ready | tee -a $L/env.txt
   export ATTN_FUSED_VARIANTS=$(cat $L/variants.txt 2>/dev/null); echo "ATTN_FUSED_VARIANTS=$ATTN_FUSED_VARIANTS" | tee -a $L/env.txt
   timeout $(( 590 - SECONDS )) python3 -m benchmarks.run_all --out $L/bench --isolate --only "${BENCH_ONLY:-decode,mixed,prefill}" \
@@ -101,13 +115,11 @@ call1)
   cat .device/fa2-built/fa2-built.part.* | tar xzf - -C "$(site)" && fa2_ready | tee -a $L/env.txt
   sweep; pack call1;;
 fa2-build)
-  stamp "call1 (fa2 build)"; environment
-  mkdir -p /tmp/fa && tar xzf .device/fa2/flash_attn-2.8.3.post2.tar.gz -C /tmp/fa
-  ( cd /tmp/fa/flash_attn-2.8.3.post2
-    export MAX_JOBS=16 NVCC_THREADS=1 FLASH_ATTENTION_FORCE_BUILD=TRUE FLASH_ATTN_CUDA_ARCHS=90
-    export NVCC_APPEND_FLAGS="-DFLASHATTENTION_DISABLE_BACKWARD -DFLASHATTENTION_DISABLE_DROPOUT"
-    setsid nohup bash -c 'date +%s > /tmp/fa/start; python3 -m pip install --no-build-isolation --no-deps --no-index . > /tmp/fa/build.log 2>&1; echo $? > /tmp/fa/rc' >/dev/null 2>&1 </dev/null & )
-  sweep; pack call1;;
+  stamp "call1 (fa2 build)"; environment; fa2_start; sweep; pack call1;;
+fa2-start)  # carry [".device/fa2"]: only the build's start; the call may go on with anything else
+  fa2_start;;
+fa2-bring)  # a later call of the same lease: wait for the build (at most FA2_WAIT s, default 540), bring it back
+  fa2_bring "${FA2_WAIT:-540}";;
 call2)
   stamp call2
   bash scripts/stage_flash_attn4.sh a
@@ -127,5 +139,5 @@ call4)
   stamp "fa4 tests done"; pack call4; bench; pack call4;;
 call4-bench)  # flash-attn-4 installed, then the benchmarks (when its tests need no re-run)
   stamp call4-bench; install_fa4; bench; pack call4-bench;;
-*) sed -n 2,25p "$0";;
+*) sed -n '2,/^set -u/p' "$0" | sed '$d';;
 esac
