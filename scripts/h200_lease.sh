@@ -26,7 +26,8 @@
 # background and runs the sweep), the other calls as above; call4 then waits for the build, packs it
 # into $OUT/fa2-built.part.* (keep them in .device/fa2-built/) and installs it. Other leases: `fa2-start` in
 # the first call (carry [".device/fa2"], then anything), `fa2-bring` in a later one, before flash-attn-4's install
-# (flash-attn 2's build writes a flash_attn/cute of its own).
+# (flash-attn 2's build writes a flash_attn/cute of its own). The build takes ~13 min with the cores to itself; beside
+# the CPU and GPU suites it ran past 20 min (2026-12-07): give it the lease's quiet part (benchmarks, not test shards).
 # Every pytest process runs with one OpenMP thread: eight shards of 16 threads each on 16 cores
 # stalled the serving simulations (2026-11-30: >150 s per test; 7-13 s with OMP_NUM_THREADS=1).
 set -u
@@ -55,13 +56,16 @@ fa2_start() {  # flash-attn 2's forward-only sm90 build, detached (it outlives t
   ( cd /tmp/fa/flash_attn-2.8.3.post2
     export MAX_JOBS=16 NVCC_THREADS=1 FLASH_ATTENTION_FORCE_BUILD=TRUE FLASH_ATTN_CUDA_ARCHS=90
     export NVCC_APPEND_FLAGS="-DFLASHATTENTION_DISABLE_BACKWARD -DFLASHATTENTION_DISABLE_DROPOUT"
-    setsid nohup bash -c 'date +%s > /tmp/fa/start; python3 -m pip install --no-build-isolation --no-deps --no-index . > /tmp/fa/build.log 2>&1; echo $? > /tmp/fa/rc' >/dev/null 2>&1 </dev/null & )
+    setsid nohup bash -c 'echo $$ > /tmp/fa/pid; date +%s > /tmp/fa/start; python3 -m pip install --no-build-isolation --no-deps --no-index . > /tmp/fa/build.log 2>&1; echo $? > /tmp/fa/rc' >/dev/null 2>&1 </dev/null & )
   echo "flash-attn 2 build started $(date +%T)"
 }
 fa2_bring() {  # SECONDS: wait that long at most for the build, then its parts into $OUT/fa2-built.part.* (42 MB in 15 MB
                # parts; keep them in .device/fa2-built/ here) and the build's log tail into $OUT/fa2-build.log
   while [ ! -f /tmp/fa/rc ] && [ $SECONDS -lt $1 ]; do sleep 5; done
   echo "flash-attn 2 build: rc=$(cat /tmp/fa/rc 2>/dev/null || echo running), $(( $(date +%s) - $(cat /tmp/fa/start) )) s"
+  if [ ! -f /tmp/fa/rc ]; then  # stopped: finishing later, it would install its flash_attn/cute over flash-attn-4's
+    kill -- -"$(cat /tmp/fa/pid)" && echo "flash-attn 2 build stopped"    # mid-run (2026-12-07, an H100 lease)
+  fi
   tail -20 /tmp/fa/build.log > $OUT/fa2-build.log
   so=$(python3 -c "import torch, flash_attn_2_cuda; print(flash_attn_2_cuda.__file__)") && \
     tar czf /tmp/fa2-built.tgz --exclude=flash_attn/cute -C "${so%/*}" "${so##*/}" flash_attn flash_attn-2.8.3.post2.dist-info && \
