@@ -110,9 +110,9 @@ def _map_address(tensor_map: Any) -> int | None:
     return id(tensor_map) + _MAP_OFFSET
 
 
-def reencode(encoded: list, descriptor: Any, meta: dict, promotion: int) -> list:
-    """``encoded`` (make_tensordesc_arg's: the tensor map object, then shape and strides) with the map re-encoded
-    in place with ``promotion``; unchanged, with a warning, where the object is not laid out as expected."""
+def reencode(encoded: list, descriptor: Any, meta: dict, promotion: int) -> None:
+    """Re-encode, in place, the tensor map of ``encoded`` (make_tensordesc_arg's: the map object, then shape and
+    strides) with ``promotion``; leave it unchanged, with a warning, where the object is not laid out as expected."""
     tensor_map = encoded[0]
     address = _map_address(tensor_map)
     check = ctypes.create_string_buffer(_MAP_BYTES + 128)
@@ -121,14 +121,13 @@ def reencode(encoded: list, descriptor: Any, meta: dict, promotion: int) -> list
             or ctypes.string_at(aligned, _MAP_BYTES) != ctypes.string_at(address, _MAP_BYTES)):
         warnings.warn("L2 promotion: this Triton's tensor map objects are not laid out as expected; "
                       "its descriptors are left as it made them", RuntimeWarning, stacklevel=2)
-        return encoded
+        return
     global reencoded
     result = _encode(address, descriptor, meta, promotion)
     if result != 0:
         raise RuntimeError(f"cuTensorMapEncodeTiled failed ({result}) re-encoding a descriptor with "
                            f"L2 promotion {promotion}")
     reencoded += 1
-    return encoded
 
 
 def warn_not_applied() -> None:
