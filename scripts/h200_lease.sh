@@ -1,14 +1,15 @@
 #!/bin/bash
 # One lease on the lent H200: the config sweep, the GPU suite with flash-attn 2 and flash-attn-4
-# installed, the side-by-side benchmarks and the host-overhead suite, in four `run` calls sent back
+# installed, the side-by-side benchmarks and the host-overhead suite, in five `run` calls sent back
 # to back (the machine stays warm only ~30 s between calls; about 27 minutes held).
 #
 # Here, once per checkout:  bash scripts/h200_lease.sh prepare      (downloads into .device/, ignored)
-# flash-attn 2 has no wheel for this torch: it is built on the device once (~16 min, `fa2-build`,
-# see below) and brought back as .device/fa2-built/ (3 parts, 42 MB); later leases untar it.
-# Then four device calls, each `COMMIT=<hash> bash scripts/h200_lease.sh callN` (the hash written here: the
+# flash-attn 2 has no wheel for this torch: `bash scripts/build_flash_attn2.sh` builds it here (no GPU needed) into
+# .device/fa2-a and .device/fa2-b, two parts of its wheel.
+# Then five device calls, each `COMMIT=<hash> bash scripts/h200_lease.sh callN` (the hash written here: the
 # device copy's .git may be stale, benchmarks/README.md):
-#   call1  carry [".device/fa2-built"]  flash-attn 2 installed; the layout-variant sweep picks
+#   call0  carry [".device/fa2-a"]      first half of flash-attn 2 staged                   seconds
+#   call1  carry [".device/fa2-b"]      flash-attn 2 installed; the layout-variant sweep picks
 #          ATTN_FUSED_VARIANTS (the GPU to itself); where an eager call's host time goes; with
 #          SWEEP_CELLS="M1,1x8k" also tiles and split counts on those cells (TILE_BUDGET s) ~4-10 min
 #   call2  carry [".device/fa4-a"]      first third of flash-attn-4 staged; the GPU suite (flash-attn 2
@@ -22,12 +23,12 @@
 # 2026-12-06, when 40 MB parts no longer fit beside it).
 # SWEEP_ONLY / BENCH_ONLY (comma lists of decode, mixed, prefill) narrow the sweep and the benchmarks.
 # Each call leaves $OUT/callN.tar.gz (all logs and reports so far).
-# Without .device/fa2-built: `fa2-build` as call1 (carry [".device/fa2"]; starts the build in the
-# background and runs the sweep), the other calls as above; call4 then waits for the build, packs it
-# into $OUT/fa2-built.part.* (keep them in .device/fa2-built/) and installs it. Other leases: `fa2-start` in
-# the first call (carry [".device/fa2"], then anything), `fa2-bring` in a later one, before flash-attn-4's install
-# (flash-attn 2's build writes a flash_attn/cute of its own). The build takes ~13 min with the cores to itself; beside
-# the CPU and GPU suites it ran past 20 min (2026-12-07): give it the lease's quiet part (benchmarks, not test shards).
+# Where flash-attn 2 cannot be built here: `fa2-build` as call1 (carry [".device/fa2"]; starts the build on the
+# device in the background and runs the sweep), the other calls as above; call4 then waits for the build (installed
+# by it). Other leases: `fa2-start` in the first call (carry [".device/fa2"],
+# then anything), `fa2-wait` in a later one, before flash-attn-4's install (flash-attn 2's build writes a
+# flash_attn/cute of its own). The build takes ~13 min with the cores to itself; beside the CPU and GPU suites it ran
+# past 20 min (2026-12-07): give it the lease's quiet part (benchmarks, not test shards).
 # Every pytest process runs with one OpenMP thread: eight shards of 16 threads each on 16 cores
 # stalled the serving simulations (2026-11-30: >150 s per test; 7-13 s with OMP_NUM_THREADS=1).
 set -u
@@ -59,17 +60,15 @@ fa2_start() {  # flash-attn 2's forward-only sm90 build, detached (it outlives t
     setsid nohup bash -c 'echo $$ > /tmp/fa/pid; date +%s > /tmp/fa/start; python3 -m pip install --no-build-isolation --no-deps --no-index . > /tmp/fa/build.log 2>&1; echo $? > /tmp/fa/rc' >/dev/null 2>&1 </dev/null & )
   echo "flash-attn 2 build started $(date +%T)"
 }
-fa2_bring() {  # SECONDS: wait that long at most for the build, then its parts into $OUT/fa2-built.part.* (42 MB in 15 MB
-               # parts; keep them in .device/fa2-built/ here) and the build's log tail into $OUT/fa2-build.log
+fa2_wait() {  # SECONDS: wait that long at most for the build (its log's tail into $OUT/fa2-build.log); it lasts the
+               # lease only (a build made here, scripts/build_flash_attn2.sh, is the one kept between leases)
   while [ ! -f /tmp/fa/rc ] && [ $SECONDS -lt $1 ]; do sleep 5; done
   echo "flash-attn 2 build: rc=$(cat /tmp/fa/rc 2>/dev/null || echo running), $(( $(date +%s) - $(cat /tmp/fa/start) )) s"
   if [ ! -f /tmp/fa/rc ]; then  # stopped: finishing later, it would install its flash_attn/cute over flash-attn-4's
     kill -- -"$(cat /tmp/fa/pid)" && echo "flash-attn 2 build stopped"    # mid-run (2026-12-07, an H100 lease)
   fi
   tail -20 /tmp/fa/build.log > $OUT/fa2-build.log
-  so=$(python3 -c "import torch, flash_attn_2_cuda; print(flash_attn_2_cuda.__file__)") && \
-    tar czf /tmp/fa2-built.tgz --exclude=flash_attn/cute -C "${so%/*}" "${so##*/}" flash_attn flash_attn-2.8.3.post2.dist-info && \
-    split -b 15M /tmp/fa2-built.tgz $OUT/fa2-built.part. && fa2_ready
+  fa2_ready
 }
 environment() {
   { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -91,11 +90,11 @@ sweep() {
   stamp "sweep done"
 }
 install_fa4() {
-  bash scripts/stage_flash_attn4.sh install
+  bash scripts/stage_flash_attn.sh 4 install
   python3 -m pip list 2>/dev/null | grep -iE "^(flash|nvidia-cutlass|torch |triton)" | tee -a $L/env.txt
 }
 bench() {
-  [ ! -d /tmp/fa ] || [ -e $OUT/fa2-built.part.aa ] || fa2_bring 300   # after fa2-build: wait, bring it back
+  [ ! -d /tmp/fa ] || [ -f /tmp/fa/rc ] || fa2_wait 300   # after fa2-build: wait for it
   fa2_ready | tee -a $L/env.txt
   export ATTN_FUSED_VARIANTS=$(cat $L/variants.txt 2>/dev/null); echo "ATTN_FUSED_VARIANTS=$ATTN_FUSED_VARIANTS" | tee -a $L/env.txt
   timeout $(( 590 - SECONDS )) python3 -m benchmarks.run_all --out $L/bench --isolate --only "${BENCH_ONLY:-decode,mixed,prefill}" \
@@ -114,19 +113,21 @@ prepare)  # the shared script's two parts, then three: 34 MiB parts of the big w
     mv .device/cu13.part.aa .device/fa4-a/ && mv .device/cu13.part.ab .device/fa4-b/ && mv .device/cu13.part.ac .device/fa4-c/
   }
   du -sh .device/*;;
+call0)
+  stamp call0; bash scripts/stage_flash_attn.sh 2 a;;
 call1)
   stamp call1; environment
-  cat .device/fa2-built/fa2-built.part.* | tar xzf - -C "$(site)" && fa2_ready | tee -a $L/env.txt
+  bash scripts/stage_flash_attn.sh 2 install && fa2_ready | tee -a $L/env.txt
   sweep; pack call1;;
 fa2-build)
   stamp "call1 (fa2 build)"; environment; fa2_start; sweep; pack call1;;
 fa2-start)  # carry [".device/fa2"]: only the build's start; the call may go on with anything else
   fa2_start;;
-fa2-bring)  # a later call of the same lease: wait for the build (at most FA2_WAIT s, default 540), bring it back
-  fa2_bring "${FA2_WAIT:-540}";;
+fa2-wait)  # a later call of the same lease: wait for the build (at most FA2_WAIT s, default 540), else stop it
+  fa2_wait "${FA2_WAIT:-540}";;
 call2)
   stamp call2
-  bash scripts/stage_flash_attn4.sh a
+  bash scripts/stage_flash_attn.sh 4 a
   stamp "GPU suite (variants on as picked)"
   export ATTN_FUSED_VARIANTS=$(cat $L/variants.txt 2>/dev/null)
   T=${T:-290} bash scripts/gpu_tests.sh $L/gpu
@@ -134,7 +135,7 @@ call2)
   timeout 120 python3 -m benchmarks.run_all --out $L/overhead --only overhead > $L/overhead.log 2>&1; echo "overhead rc=$?"
   stamp "call2 done"; pack call2;;
 call3)
-  stamp call3; bash scripts/stage_flash_attn4.sh b;;
+  stamp call3; bash scripts/stage_flash_attn.sh 4 b;;
 call4)
   stamp call4; install_fa4
   stamp "fa4 tests, serving simulation and share of the cross-backend grid"
