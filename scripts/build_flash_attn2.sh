@@ -24,6 +24,9 @@ start=$(date +%s)
 ( cd $src
   export PATH=$CUDA_HOME/bin:$PATH MAX_JOBS=${MAX_JOBS:-$(nproc)} NVCC_THREADS=1 FLASH_ATTENTION_FORCE_BUILD=TRUE
   export FLASH_ATTN_CUDA_ARCHS=90 NVCC_APPEND_FLAGS="-DFLASHATTENTION_DISABLE_BACKWARD -DFLASHATTENTION_DISABLE_DROPOUT"
+  # nvcc's flags reach the .cu files only; flash_api.cpp (the host compiler's) needs the macro as well, or its bwd
+  # launches nothing and returns gradients never written (2026-12-07, an H100: dq off by 3.7) instead of refusing
+  export CFLAGS="-DFLASHATTENTION_DISABLE_BACKWARD"
   $venv/bin/python -m pip wheel -q --no-build-isolation --no-deps --no-index -w $out . )
 wheel=$(ls $out/flash_attn-*.whl)
 echo "built $wheel in $(( $(date +%s) - start )) s, $(du -m "$wheel" | cut -f1) MB"

@@ -149,6 +149,27 @@ def test_v2_unknown_version_falls_back_to_feature_probes(install):
     assert any("no 'block_table' argument" in r for r in reasons)
 
 
+def test_v2_built_forward_only_is_refused_for_training_only(install, monkeypatch):
+    """A forward-only build's backward raises at the first backward pass, long after the forward ran: training
+    calls pick another backend at selection, inference keeps flash-attn 2."""
+    backend = install(2, "2.8.3")
+    monkeypatch.setattr(flash_probe, "v2_without_backward", lambda: True)
+    _check(backend, P(requires_grad=True), "this flash-attn 2 (2.8.3) was built without its backward pass")
+    _check(backend, P(), None)
+    monkeypatch.setattr(flash_probe, "v2_without_backward", lambda: False)
+    _check(backend, P(requires_grad=True), None)
+
+
+def test_binary_mentions_reads_the_extension_bytes(tmp_path):
+    forward_only, full = tmp_path / "forward_only.so", tmp_path / "full.so"
+    forward_only.write_bytes(b"\x7fELF" + b"\0" * 4096 + flash_probe.V2_NO_BACKWARD_MESSAGE + b"\0")
+    full.write_bytes(b"\x7fELF" + b"\0" * 4096)
+    assert flash_probe.binary_mentions(str(forward_only), flash_probe.V2_NO_BACKWARD_MESSAGE)
+    assert not flash_probe.binary_mentions(str(full), flash_probe.V2_NO_BACKWARD_MESSAGE)
+    assert not flash_probe.binary_mentions(str(tmp_path / "absent.so"), flash_probe.V2_NO_BACKWARD_MESSAGE)
+    assert not flash_probe.binary_mentions(None, flash_probe.V2_NO_BACKWARD_MESSAGE)
+
+
 # ------------------------------------------------------------------------------------------------
 # Gates from the capability sheets and extra_reasons
 # ------------------------------------------------------------------------------------------------

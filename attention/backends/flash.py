@@ -319,6 +319,9 @@ class Flash2Backend(_FlashBackend):
             if (p.max_seqlen_q != p.max_seqlen_kv
                     and not resolve_bottom_right(p.attn_mask_type, p.bottom_right_diagonal)):
                 reasons.append("ALiBi with max_seqlen_q != max_seqlen_kv needs bottom-right alignment")
+        if p.requires_grad and flash_probe.v2_without_backward():
+            reasons.append(f"this flash-attn 2 ({found}) was built without its backward pass "
+                           "(FLASHATTENTION_DISABLE_BACKWARD)")
         if p.deterministic and p.requires_grad:
             reasons += self._feature_reason(pkg, "deterministic backward", V2_DETERMINISTIC, "flash_attn_func",
                                             "deterministic")

@@ -27,6 +27,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import inspect
+import mmap
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -158,6 +159,30 @@ def accepts_keyword(function: Any, keyword: str) -> bool:
         return keyword in inspect.signature(function).parameters
     except (TypeError, ValueError):
         return False
+
+
+#: What ``flash_api.cpp``'s ``mha_bwd`` raises in a flash-attn 2 built with ``FLASHATTENTION_DISABLE_BACKWARD``
+#: (forward only, as ``scripts/build_flash_attn2.sh`` builds it for the benchmarks); in no other build's binary.
+V2_NO_BACKWARD_MESSAGE = b"This flash attention build does not support backward."
+
+
+@functools.cache
+def binary_mentions(path: str | None, text: bytes) -> bool:
+    """Feature probe on a compiled extension's bytes (False when there is no file to read); read once per path."""
+    if path is None:
+        return False
+    try:
+        with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return data.find(text) >= 0
+    except (OSError, ValueError):
+        return False
+
+
+def v2_without_backward() -> bool:
+    """Was the installed flash-attn 2 built forward only? Its extension then holds the refusal its backward
+    raises; it launches nothing to find out (so it answers inside a CUDA graph capture too)."""
+    spec = importlib.util.find_spec("flash_attn_2_cuda")
+    return binary_mentions(spec.origin if spec is not None else None, V2_NO_BACKWARD_MESSAGE)
 
 
 @functools.cache
