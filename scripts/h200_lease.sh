@@ -23,12 +23,10 @@
 # 2026-12-06, when 40 MB parts no longer fit beside it).
 # SWEEP_ONLY / BENCH_ONLY (comma lists of decode, mixed, prefill) narrow the sweep and the benchmarks.
 # Each call leaves $OUT/callN.tar.gz (all logs and reports so far).
-# Where flash-attn 2 cannot be built here: `fa2-build` as call1 (carry [".device/fa2"]; starts the build on the
-# device in the background and runs the sweep), the other calls as above; call4 then waits for the build (installed
-# by it). Other leases: `fa2-start` in the first call (carry [".device/fa2"],
-# then anything), `fa2-wait` in a later one, before flash-attn-4's install (flash-attn 2's build writes a
-# flash_attn/cute of its own). The build takes ~13 min with the cores to itself; beside the CPU and GPU suites it ran
-# past 20 min (2026-12-07): give it the lease's quiet part (benchmarks, not test shards).
+# Where flash-attn 2 cannot be built here: ../shared/device/flash_attn.sh builds it on the device (fa2-start, then
+# fa2-wait in a later call; ~13 min with the cores to itself, past 20 min beside the test shards on 2026-12-07). It
+# must finish before flash-attn-4 is installed (its build writes a flash_attn/cute of its own), and its backward
+# returns unwritten gradients instead of refusing (nvcc's flags only; scripts/build_flash_attn2.sh says why).
 # Every pytest process runs with one OpenMP thread: eight shards of 16 threads each on 16 cores
 # stalled the serving simulations (2026-11-30: >150 s per test; 7-13 s with OMP_NUM_THREADS=1).
 set -u
@@ -51,24 +49,6 @@ shards() {  # shards NAME N SECONDS pytest-args... : the collected tests split r
 }
 fa2_ready() { python3 -c "import torch, flash_attn, flash_attn_2_cuda; print('flash-attn', flash_attn.__version__)"; }
 pack() { tar czf $OUT/$1.tar.gz -C /tmp lease; }
-fa2_start() {  # flash-attn 2's forward-only sm90 build, detached (it outlives the call); /tmp/fa/rc when it ends
-  mkdir -p /tmp/fa && tar xzf .device/fa2/flash_attn-2.8.3.post2.tar.gz -C /tmp/fa
-  ( cd /tmp/fa/flash_attn-2.8.3.post2
-    export MAX_JOBS=16 NVCC_THREADS=1 FLASH_ATTENTION_FORCE_BUILD=TRUE FLASH_ATTN_CUDA_ARCHS=90
-    export NVCC_APPEND_FLAGS="-DFLASHATTENTION_DISABLE_BACKWARD -DFLASHATTENTION_DISABLE_DROPOUT"
-    setsid nohup bash -c 'echo $$ > /tmp/fa/pid; date +%s > /tmp/fa/start; python3 -m pip install --no-build-isolation --no-deps --no-index . > /tmp/fa/build.log 2>&1; echo $? > /tmp/fa/rc' >/dev/null 2>&1 </dev/null & )
-  echo "flash-attn 2 build started $(date +%T)"
-}
-fa2_wait() {  # SECONDS: wait that long at most for the build (its log's tail into $OUT/fa2-build.log); it lasts the
-               # lease only (a build made here, scripts/build_flash_attn2.sh, is the one kept between leases)
-  while [ ! -f /tmp/fa/rc ] && [ $SECONDS -lt $1 ]; do sleep 5; done
-  echo "flash-attn 2 build: rc=$(cat /tmp/fa/rc 2>/dev/null || echo running), $(( $(date +%s) - $(cat /tmp/fa/start) )) s"
-  if [ ! -f /tmp/fa/rc ]; then  # stopped: finishing later, it would install its flash_attn/cute over flash-attn-4's
-    kill -- -"$(cat /tmp/fa/pid)" && echo "flash-attn 2 build stopped"    # mid-run (2026-12-07, an H100 lease)
-  fi
-  tail -20 /tmp/fa/build.log > $OUT/fa2-build.log
-  fa2_ready
-}
 environment() {
   { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
     python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
@@ -93,7 +73,6 @@ install_fa4() {
   python3 -m pip list 2>/dev/null | grep -iE "^(flash|nvidia-cutlass|torch |triton)" | tee -a $L/env.txt
 }
 bench() {
-  [ ! -d /tmp/fa ] || [ -f /tmp/fa/rc ] || fa2_wait 300   # after fa2-build: wait for it
   fa2_ready | tee -a $L/env.txt
   export ATTN_FUSED_VARIANTS=$(cat $L/variants.txt 2>/dev/null); echo "ATTN_FUSED_VARIANTS=$ATTN_FUSED_VARIANTS" | tee -a $L/env.txt
   timeout $(( 590 - SECONDS )) python3 -m benchmarks.run_all --out $L/bench --isolate --only "${BENCH_ONLY:-decode,mixed,prefill}" \
@@ -118,12 +97,6 @@ call1)
   stamp call1; environment
   bash scripts/stage_flash_attn.sh 2 install | tee -a $L/env.txt   # its import check names the version
   sweep; pack call1;;
-fa2-build)
-  stamp "call1 (fa2 build)"; environment; fa2_start; sweep; pack call1;;
-fa2-start)  # carry [".device/fa2"]: only the build's start; the call may go on with anything else
-  fa2_start;;
-fa2-wait)  # a later call of the same lease: wait for the build (at most FA2_WAIT s, default 540), else stop it
-  fa2_wait "${FA2_WAIT:-540}";;
 call2)
   stamp call2
   bash scripts/stage_flash_attn.sh 4 a
