@@ -49,11 +49,7 @@ shards() {  # shards NAME N SECONDS pytest-args... : the collected tests split r
 }
 fa2_ready() { python3 -c "import torch, flash_attn, flash_attn_2_cuda; print('flash-attn', flash_attn.__version__)"; }
 pack() { tar czf $OUT/$1.tar.gz -C /tmp lease; }
-environment() {
-  { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-    python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-    echo "commit $BENCH_COMMIT"; nproc; } | tee $L/env.txt
-}
+environment() { bash scripts/device_versions.sh | tee $L/env.txt; }
 sweep() {
   stamp "layout-variant sweep"
   timeout 430 python3 -m benchmarks.sweep --layout-only --only "${SWEEP_ONLY:-mixed,decode,prefill}" --compile-workers 12 \
@@ -70,7 +66,7 @@ sweep() {
 }
 install_fa4() {
   bash scripts/stage_flash_attn.sh 4 install
-  python3 -m pip list 2>/dev/null | grep -iE "^(flash|nvidia-cutlass|torch |triton)" | tee -a $L/env.txt
+  python3 -m pip list 2>/dev/null | grep -iE "^(flash|nvidia-cutlass)" | tee -a $L/env.txt
 }
 bench() {
   fa2_ready | tee -a $L/env.txt

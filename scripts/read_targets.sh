@@ -12,9 +12,7 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 BENCH_COMMIT=${BENCH
 run=${1:-a} R=/tmp/runs
 mkdir -p $R/$run
 save() { tar czf "$OUT/runs-$run.tgz" -C /tmp runs; }
-{ nvidia-smi --query-gpu=name,clocks.max.sm,power.limit,driver_version --format=csv,noheader
-  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-  python3 -m pip list 2>/dev/null | grep -iE "^flash" ; } > $R/$run/versions.txt 2>&1
+bash scripts/device_versions.sh > $R/$run/versions.txt 2>&1
 timeout 150 python3 -m benchmarks.bench_mixed --budget-s 140 --quiet --out $R/$run > $R/$run/mixed.log 2>&1
 echo "bench_mixed rc=$?"; save
 timeout 320 python3 -m benchmarks.bench_decode --budget-s 310 --quiet --out $R/$run > $R/$run/decode.log 2>&1
