@@ -25,8 +25,9 @@
 # Each call leaves $OUT/callN.tar.gz (all logs and reports so far).
 # Where flash-attn 2 cannot be built here: ../shared/device/flash_attn.sh builds it on the device (fa2-start, then
 # fa2-wait in a later call; ~13 min with the cores to itself, past 20 min beside the test shards on 2026-12-07). It
-# must finish before flash-attn-4 is installed (its build writes a flash_attn/cute of its own), and its backward
-# returns unwritten gradients instead of refusing (nvcc's flags only; scripts/build_flash_attn2.sh says why).
+# must finish before flash-attn-4 is installed (its build writes a flash_attn/cute of its own). Its backward returns
+# unwritten gradients instead of refusing (the macro in nvcc's flags only); flash2 sees no backward kernel in that
+# extension and refuses training calls (attention/backends/flash_probe.py, v2_without_backward).
 # Every pytest process runs with one OpenMP thread: eight shards of 16 threads each on 16 cores
 # stalled the serving simulations (2026-11-30: >150 s per test; 7-13 s with OMP_NUM_THREADS=1).
 set -u

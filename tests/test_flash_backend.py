@@ -160,12 +160,19 @@ def test_v2_built_forward_only_is_refused_for_training_only(install, monkeypatch
     _check(backend, P(requires_grad=True), None)
 
 
-def test_binary_mentions_reads_the_extension_bytes(tmp_path):
-    forward_only, full = tmp_path / "forward_only.so", tmp_path / "full.so"
-    forward_only.write_bytes(b"\x7fELF" + b"\0" * 4096 + flash_probe.V2_NO_BACKWARD_MESSAGE + b"\0")
-    full.write_bytes(b"\x7fELF" + b"\0" * 4096)
-    assert flash_probe.binary_mentions(str(forward_only), flash_probe.V2_NO_BACKWARD_MESSAGE)
-    assert not flash_probe.binary_mentions(str(full), flash_probe.V2_NO_BACKWARD_MESSAGE)
+@pytest.mark.parametrize("contents, forward_only", [
+    (flash_probe.V2_NO_BACKWARD_MESSAGE + flash_probe.V2_FORWARD_KERNEL, True),   # scripts/build_flash_attn2.sh's
+    (flash_probe.V2_FORWARD_KERNEL, True),                      # the macro given to nvcc alone: no backward kernel
+    (flash_probe.V2_FORWARD_KERNEL + b"\0_Z45" + flash_probe.V2_BACKWARD_KERNEL + b"_seqk_parallel_kernelI", False),
+    (b"", False),                                                # names no kernel (stripped): counted as whole
+], ids=["refusal", "no-backward-kernel", "whole", "stripped"])
+def test_v2_without_backward_reads_the_extension_bytes(contents, forward_only, tmp_path):
+    extension = tmp_path / "flash_attn_2_cuda.so"
+    extension.write_bytes(b"\x7fELF" + b"\0" * 4096 + contents + b"\0")
+    assert flash_probe.v2_without_backward(str(extension)) is forward_only
+
+
+def test_binary_mentions_without_a_file_is_false(tmp_path):
     assert not flash_probe.binary_mentions(str(tmp_path / "absent.so"), flash_probe.V2_NO_BACKWARD_MESSAGE)
     assert not flash_probe.binary_mentions(None, flash_probe.V2_NO_BACKWARD_MESSAGE)
 

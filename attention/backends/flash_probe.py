@@ -164,6 +164,10 @@ def accepts_keyword(function: Any, keyword: str) -> bool:
 #: What ``flash_api.cpp``'s ``mha_bwd`` raises in a flash-attn 2 built with ``FLASHATTENTION_DISABLE_BACKWARD``
 #: (forward only, as ``scripts/build_flash_attn2.sh`` builds it for the benchmarks); in no other build's binary.
 V2_NO_BACKWARD_MESSAGE = b"This flash attention build does not support backward."
+#: Kernel names every flash-attn 2 build since 2.0 registers: a forward one, and the prefix of its backward's two
+#: dq / dk / dv loops, which a build given the macro through nvcc's flags alone has not compiled.
+V2_FORWARD_KERNEL = b"flash_fwd_kernel"
+V2_BACKWARD_KERNEL = b"flash_bwd_dq_dk_dv_loop"
 
 
 @functools.cache
@@ -178,11 +182,17 @@ def binary_mentions(path: str | None, text: bytes) -> bool:
         return False
 
 
-def v2_without_backward() -> bool:
-    """Was the installed flash-attn 2 built forward only? Its extension then holds the refusal its backward
-    raises; it launches nothing to find out (so it answers inside a CUDA graph capture too)."""
-    spec = importlib.util.find_spec("flash_attn_2_cuda")
-    return binary_mentions(spec.origin if spec is not None else None, V2_NO_BACKWARD_MESSAGE)
+def v2_without_backward(extension: str | None = None) -> bool:
+    """Was the installed flash-attn 2 (or the extension file given) built forward only? Read in the extension's
+    bytes, no kernel launched (so it answers inside a CUDA graph capture too): the refusal its backward raises, or,
+    where the macro reached nvcc's files alone (a backward that returns gradients it never wrote), forward kernels
+    named and no backward kernel. An extension that names no kernel (stripped) counts as whole."""
+    if extension is None:
+        spec = importlib.util.find_spec("flash_attn_2_cuda")
+        extension = spec.origin if spec is not None else None
+    if binary_mentions(extension, V2_NO_BACKWARD_MESSAGE):
+        return True
+    return binary_mentions(extension, V2_FORWARD_KERNEL) and not binary_mentions(extension, V2_BACKWARD_KERNEL)
 
 
 @functools.cache
