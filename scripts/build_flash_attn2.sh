@@ -2,7 +2,7 @@
 # flash-attn 2 for the lent GPU, built here where no GPU is needed: the device's Python 3.12 and torch 2.11.0+cu130
 # (PyPI's torch 2.11.0 is that build), this machine's nvcc 13.0, sm90 only, forward only (the kernels the benchmarks
 # and the flash backend call): 55 minutes on 2 cores here (2026-12-07; a rerun reuses the objects: seconds), where
-# the device took ~13 minutes of a lease. The wheel: 41 MB, its extension needing GLIBC 2.32 at most.
+# the device took ~13 minutes of a lease. The wheel: about 40 MB, its extension needing GLIBC 2.32 at most.
 # The wheel is then split in two parts, .device/fa2-a and .device/fa2-b, which `scripts/stage_flash_attn.sh 2 a` and
 # `2 install` carry and install there in two calls (before flash-attn-4: its wheel ships an old flash_attn/cute).
 # Needs .device/fa2/flash_attn-2.8.3.post2.tar.gz (`bash ../shared/device/flash_attn.sh prepare`), a Python 3.12

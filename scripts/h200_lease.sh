@@ -67,7 +67,7 @@ sweep() {
 }
 install_fa4() {
   bash scripts/stage_flash_attn.sh 4 install
-  python3 -m pip list 2>/dev/null | grep -iE "^(flash|nvidia-cutlass)" | tee -a $L/env.txt
+  bash scripts/device_versions.sh | tee -a $L/env.txt
 }
 bench() {
   fa2_ready | tee -a $L/env.txt
