@@ -48,7 +48,6 @@ shards() {  # shards NAME N SECONDS pytest-args... : the collected tests split r
   for f in $L/$name.part.*.log; do echo "  ${f##*/}: $(grep -E '[0-9]+ (passed|failed|skipped|error)' $f | tail -1) $(tail -1 $f)"; done
   cat $L/$name.part.*.log > $L/$name.log
 }
-fa2_ready() { python3 -c "import torch, flash_attn, flash_attn_2_cuda; print('flash-attn', flash_attn.__version__)"; }
 pack() { tar czf $OUT/$1.tar.gz -C /tmp lease; }
 environment() { bash scripts/device_versions.sh | tee $L/env.txt; }
 sweep() {
@@ -70,7 +69,7 @@ install_fa4() {
   bash scripts/device_versions.sh | tee -a $L/env.txt
 }
 bench() {
-  fa2_ready | tee -a $L/env.txt
+  bash scripts/stage_flash_attn.sh 2 check | tee -a $L/env.txt  # flash-attn-4's install may have overwritten files
   export ATTN_FUSED_VARIANTS=$(cat $L/variants.txt 2>/dev/null); echo "ATTN_FUSED_VARIANTS=$ATTN_FUSED_VARIANTS" | tee -a $L/env.txt
   timeout $(( 590 - SECONDS )) python3 -m benchmarks.run_all --out $L/bench --isolate --only "${BENCH_ONLY:-decode,mixed,prefill}" \
     --budget-s $(( 590 - SECONDS - 60 )) > $L/bench.log 2>&1
